@@ -1,0 +1,195 @@
+"""Benchmark: the fit-and-load step of one send in a conversation of 10,000 turns.
+
+Target (issue 2): under 20 ms with a 128k-token model and under 5 ms with a
+4k-token model, on one core; the cost must follow what is kept, not what is
+stored. For contrast it also times the naive way (read every row, fit them all).
+
+    make bench-fit            # SQLite; add --postgres URL to run on PostgreSQL too
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import tempfile
+from pathlib import Path
+
+from sqlalchemy import insert, text
+from sqlmodel import col, select
+
+from bench.common import fresh_sqlite, machine, pin_to_one_core, summary, timed
+from webapp.chat.history import load_transcript
+from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.db import create_engine, session_factory
+from webapp.llm.calibration import Calibrator
+from webapp.llm.catalog import Catalog, ConfigurationSpec, ModelSpec, ProviderSpec
+from webapp.llm.estimator import estimate_message
+from webapp.llm.manager import LLMManager, Transcript
+from webapp.migrate import upgrade
+
+TURNS = 10_000
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "wizards",
+    "quietly",
+    "box",
+    "jumbled",
+    "crates",
+    "of",
+    "vexing",
+    "liquor",
+    "and",
+    "zany",
+    "quartz",
+]
+
+
+def catalog() -> Catalog:
+    models = {
+        "big": ModelSpec("big", "demo", "big", context_window=131_072, max_output_tokens=4096),
+        "small": ModelSpec("small", "demo", "small", context_window=4096, max_output_tokens=512),
+    }
+    configurations = {name: ConfigurationSpec(name, model=name) for name in models}
+    return Catalog({"demo": ProviderSpec("demo", "demo")}, models, configurations, {})
+
+
+def sentence(rng: random.Random, size: int) -> str:
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < size:
+        words.append(rng.choice(WORDS))
+    return " ".join(words)
+
+
+async def populate(url: str) -> str:
+    """One conversation of TURNS turns, about 5 MB of text, estimates stored as a send would."""
+    engine = create_engine(url)
+    rng = random.Random(7)
+    conversation = Conversation(owner="bench", configuration="big", title="long")
+    rows = []
+    for turn in range(TURNS):
+        for offset, role, size in ((0, Role.USER, 150), (1, Role.ASSISTANT, 350)):
+            content = sentence(rng, size)
+            rows.append(
+                {
+                    "conversation_id": conversation.id,
+                    "seq": 2 * turn + 1 + offset,
+                    "role": role.value,
+                    "content": content,
+                    "status": Status.COMPLETE.value,
+                    "estimated_tokens": estimate_message({"role": role.value, "content": content}),
+                }
+            )
+    async with engine.begin() as connection:
+        await connection.execute(insert(Conversation).values(conversation.model_dump()))
+        for start in range(0, len(rows), 2000):
+            await connection.execute(insert(Message), rows[start : start + 2000])
+        size = (await connection.execute(text("SELECT sum(length(content)) FROM message"))).scalar()
+    await engine.dispose()
+    print(f"  stored {len(rows):,} messages, {size / 1e6:.1f} MB of text")
+    return conversation.id
+
+
+async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
+    engine = create_engine(url)
+    sessions = session_factory(engine)
+    manager = LLMManager(catalog(), Calibrator())
+    newest = {"role": "user", "content": "And what do you make of all that?"}
+    newest_tokens = estimate_message(newest)
+    newest_seq = 2 * TURNS + 1
+    results: dict[str, list[float]] = {}
+
+    for name in ("big", "small"):
+        route = manager.route(name)
+        model = route.primary
+
+        async def bounded(route=route, model=model) -> None:  # type: ignore[no-untyped-def]
+            async with sessions() as session:
+                transcript = await load_transcript(
+                    session,
+                    conversation_id,
+                    newest,
+                    newest_tokens,
+                    newest_seq,
+                    budget=manager.largest_budget(route),
+                )
+            manager.fit_for(route, model, transcript)
+
+        async def naive(route=route, model=model) -> None:  # type: ignore[no-untyped-def]
+            async with sessions() as session:
+                rows = (
+                    await session.exec(
+                        select(Message)
+                        .where(Message.conversation_id == conversation_id)
+                        .order_by(col(Message.seq))
+                    )
+                ).all()
+            messages = [{"role": r.role, "content": r.content} for r in rows] + [newest]
+            estimates = [r.estimated_tokens for r in rows] + [newest_tokens]
+            manager.fit_for(route, model, Transcript(messages, estimates))
+
+        results[f"fit-and-load, {model.window:,}-token model"] = await timed(bounded, 200)
+        results[f"naive load-all, {model.window:,}-token model"] = await timed(naive, 5, warmup=1)
+
+    async with sessions() as session:
+        transcript = await load_transcript(
+            session,
+            conversation_id,
+            newest,
+            newest_tokens,
+            newest_seq,
+            budget=manager.largest_budget(manager.route("small")),
+        )
+    result = manager.fit_for(manager.route("small"), manager.route("small").primary, transcript)
+    print(f"  4k model: {result.kept_turns} turns kept, {result.dropped_turns:,} left out")
+    await engine.dispose()
+    return results
+
+
+def report(results: dict[str, list[float]]) -> None:
+    for name, samples in results.items():
+        print(f"  {name:<42} {summary(samples)}")
+    big = statistics.median(results["fit-and-load, 131,072-token model"])
+    naive = statistics.median(results["naive load-all, 131,072-token model"])
+    small = statistics.median(results["fit-and-load, 4,096-token model"])
+    print(
+        f"  naive / bounded (128k): {naive / big:.0f}x; targets: 128k < 20 ms "
+        f"({'met' if big < 20 else 'MISSED'}), 4k < 5 ms ({'met' if small < 5 else 'MISSED'})"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--postgres", help="also run on this PostgreSQL URL (its tables are reset)")
+    args = parser.parse_args()
+    print(f"machine: {machine()}; {pin_to_one_core()}")
+    with tempfile.TemporaryDirectory() as folder:
+        url = fresh_sqlite(Path(folder) / "bench.db")
+        print("SQLite:")
+        conversation_id = await populate(url)
+        report(await measure(url, conversation_id))
+    if args.postgres:
+        engine = create_engine(args.postgres)
+        async with engine.begin() as connection:
+            for table in ("message", "conversation", "model_calibration", "alembic_version"):
+                await connection.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, args.postgres)
+        print("PostgreSQL:")
+        conversation_id = await populate(args.postgres)
+        report(await measure(args.postgres, conversation_id))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

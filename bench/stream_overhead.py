@@ -1,0 +1,134 @@
+"""Benchmark: the engine's own overhead on a streamed send.
+
+The same request is streamed from the same upstream two ways, alternating: by
+the OpenAI-compatible provider directly, and through the conversation service
+(store the message, load and fit the history, record the fit, stream, flush,
+store the answer). The difference of the medians is the engine's overhead;
+target (issue 2): under 5 ms. The upstream runs in its own process on the other
+core, so its work does not compete with the engine's.
+
+    make bench-stream
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.common import fresh_sqlite, machine, pin_to_one_core, summary
+from tests.catalogs import write_upstream_catalog
+from webapp.chat.service import ConversationService
+from webapp.db import create_engine, session_factory
+from webapp.llm.calibration import Calibrator
+from webapp.llm.manager import LLMManager
+from webapp.llm.providers.openai import OpenAIProvider
+from webapp.settings import Settings
+
+ROUNDS = 200
+QUESTION = "Give me three short tips for writing clear commit messages."
+
+
+class Upstream:
+    """`python -m tests.upstream` in a subprocess, with the attributes the catalog needs."""
+
+    def __init__(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.upstream", "--port", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        if len(cores) > 1:
+            os.sched_setaffinity(self.process.pid, {max(cores)})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{self.base_url}/models", timeout=1).raise_for_status()
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.process.kill()
+        raise RuntimeError("the fake upstream did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+async def run(upstream: Upstream, folder: Path) -> None:
+    settings = Settings(
+        database_url=fresh_sqlite(folder / "bench.db"),
+        config=write_upstream_catalog(folder / "catalog.toml", upstream),  # type: ignore[arg-type]
+    )
+    sessions = session_factory(create_engine(settings.database_url))
+    manager = LLMManager(settings.catalog, Calibrator(sessions))
+    chat = ConversationService(sessions, manager, settings)
+    direct = OpenAIProvider(upstream.base_url)
+    system = settings.catalog.configurations["small"].system_prompt
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": QUESTION}]
+    conversations = [(await chat.create("bench", "small")).id for _ in range(ROUNDS + 10)]
+
+    async def through_provider() -> None:
+        async for _ in direct.stream_chat("small", messages, max_tokens=None):
+            pass
+
+    async def through_engine(conversation_id: str) -> None:
+        send = await chat.send("bench", conversation_id, QUESTION)
+        async for event in send.running.channel.follow():
+            if event.name in ("done", "error"):
+                assert event.name == "done", event.data
+                break
+
+    provider_ms: list[float] = []
+    engine_ms: list[float] = []
+    for index, conversation_id in enumerate(conversations):
+        start = time.perf_counter()
+        await through_provider()
+        middle = time.perf_counter()
+        await through_engine(conversation_id)
+        end = time.perf_counter()
+        if index >= 10:  # warm-up
+            provider_ms.append((middle - start) * 1000)
+            engine_ms.append((end - middle) * 1000)
+    sent = manager.route("small")
+    assert sent.primary.name == "small"
+    print(f"  provider called directly   {summary(provider_ms)}")
+    print(f"  through the engine         {summary(engine_ms)}")
+    overhead = statistics.median(engine_ms) - statistics.median(provider_ms)
+    paired = statistics.median(e - p for e, p in zip(engine_ms, provider_ms, strict=True))
+    ratio = statistics.median(engine_ms) / statistics.median(provider_ms)
+    print(
+        f"  engine overhead: {overhead:.2f} ms (difference of medians), "
+        f"{paired:.2f} ms (median of paired differences), engine/direct {ratio:.2f}x; "
+        f"target < 5 ms ({'met' if overhead < 5 else 'MISSED'})"
+    )
+    await direct.aclose()
+    await manager.aclose()
+    await sessions.kw["bind"].dispose()
+
+
+def main() -> None:
+    print(f"machine: {machine()}; engine {pin_to_one_core()}, upstream on another core")
+    upstream = Upstream()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            asyncio.run(run(upstream, Path(folder)))
+    finally:
+        upstream.stop()
+
+
+if __name__ == "__main__":
+    main()

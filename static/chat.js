@@ -1,0 +1,90 @@
+// The few behaviours htmx does not cover: Enter to send, the composer's busy state while an
+// answer streams, keeping the newest message in view, and highlighting left-out turns.
+(() => {
+  "use strict";
+
+  const streaming = () => document.querySelector('[data-role="assistant"][data-status="streaming"]');
+
+  function syncComposer() {
+    const form = document.getElementById("composer");
+    if (!form) return;
+    const busy = Boolean(streaming());
+    form.dataset.busy = String(busy);
+    form.querySelector("textarea").disabled = busy;
+    form.querySelector('[data-action="send"]').disabled = busy;
+    const stop = form.querySelector('[data-action="stop"]');
+    stop.hidden = !busy;
+    if (!busy && form.contains(document.activeElement) === false && document.activeElement === stop) {
+      form.querySelector("textarea").focus();
+    }
+  }
+
+  function nearBottom(box) {
+    return box.scrollHeight - box.scrollTop - box.clientHeight < 120;
+  }
+
+  function scrollToBottom() {
+    const box = document.getElementById("messages");
+    if (box) box.scrollTop = box.scrollHeight;
+  }
+
+  function highlightLeftOut(marker) {
+    document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
+    if (!marker.open) return;
+    const seqs = (marker.dataset.leftOut || "").split(" ").filter(Boolean);
+    let first = null;
+    for (const seq of seqs) {
+      for (const s of [Number(seq), Number(seq) + 1]) {
+        const el = document.querySelector(`.message[data-seq="${s}"]`);
+        if (el) {
+          el.classList.add("left-out");
+          first = first || el;
+        }
+      }
+    }
+    if (first) first.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  }
+
+  document.addEventListener("keydown", (event) => {
+    const area = event.target;
+    if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      if (area.value.trim() && !area.disabled) area.form.requestSubmit();
+    }
+  });
+
+  document.addEventListener("toggle", (event) => {
+    if (event.target.matches && event.target.matches(".trim-marker")) highlightLeftOut(event.target);
+  }, true);
+
+  let stickToBottom = true;
+  document.addEventListener("htmx:before:swap", () => {
+    const box = document.getElementById("messages");
+    stickToBottom = box ? nearBottom(box) : true;
+  });
+
+  document.addEventListener("htmx:after:swap", (event) => {
+    const source = event.detail && event.detail.ctx && event.detail.ctx.sourceElement;
+    if (source && source.id === "composer") {
+      source.reset();
+      stickToBottom = true;
+      document.getElementById("composer-error").replaceChildren();
+    }
+    if (stickToBottom) scrollToBottom();
+    syncComposer();
+  });
+
+  document.addEventListener("htmx:sse:after:message", () => {
+    if (stickToBottom) scrollToBottom();
+    syncComposer();
+  });
+  document.addEventListener("htmx:sse:close", syncComposer);
+
+  document.addEventListener("DOMContentLoaded", () => {
+    scrollToBottom();
+    syncComposer();
+    const area = document.querySelector('#composer textarea');
+    if (area && !area.disabled) area.focus();
+  });
+})();

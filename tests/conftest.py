@@ -1,0 +1,109 @@
+"""Shared fixtures: databases (SQLite and PostgreSQL), the app, the fake upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from tests.upstream import upstream  # noqa: F401  (the fake OpenAI-compatible server)
+from webapp.migrate import upgrade
+
+POSTGRES_URL = os.environ.get(
+    "WEBAPP_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+TABLES = (
+    "message",
+    "conversation",
+    "model_calibration",
+    "api_token",
+    "login_session",
+    "user_account",
+)
+
+
+def _postgres_reachable() -> bool:
+    async def probe() -> None:
+        engine = create_async_engine(POSTGRES_URL)
+        try:
+            async with engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(probe())
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file; each test gets a copy, so migrations run once per session."""
+    path = tmp_path_factory.mktemp("db") / "template.db"
+    upgrade(f"sqlite+aiosqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """PostgreSQL migrated from scratch once per session. Under CI it must be there."""
+    if not _postgres_reachable():
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_URL} (required under CI)")
+        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_URL}")
+
+    async def reset() -> None:
+        engine = create_async_engine(POSTGRES_URL)
+        async with engine.begin() as connection:
+            for table in (*TABLES, "alembic_version"):
+                await connection.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
+        await engine.dispose()
+
+    asyncio.run(reset())
+    upgrade(POSTGRES_URL)
+    return POSTGRES_URL
+
+
+async def _truncate(url: str) -> None:
+    engine = create_async_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+    await engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path
+) -> Iterator[str]:
+    """Each test that takes this runs on both databases, each time on an empty schema."""
+    if request.param == "sqlite":
+        path = tmp_path / "webapp.db"
+        shutil.copy(sqlite_template, path)
+        yield f"sqlite+aiosqlite:///{path}"
+        return
+    url = request.getfixturevalue("postgres_url")
+    asyncio.run(_truncate(url))
+    yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """For tests about behaviour that does not depend on the database."""
+    path = tmp_path / "webapp.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture
+async def no_running_tasks() -> AsyncIterator[None]:
+    yield
+    pending = [t for t in asyncio.all_tasks() if t.get_name().startswith("answer-")]
+    assert not pending, f"answers still running after the test: {pending}"

@@ -1,0 +1,209 @@
+"""The JSON API (DESIGN section 5) through Litestar's test client, on both databases."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests.catalogs import write_upstream_catalog
+from tests.upstream import FakeUpstream
+from webapp.app import create_app
+from webapp.settings import Settings
+
+MESSAGE_FIELDS = {
+    "id",
+    "seq",
+    "role",
+    "content",
+    "status",
+    "created_at",
+    "estimated_tokens",
+    "dropped_turns",
+    "fit",
+    "model",
+    "usage",
+    "finish_reason",
+    "error",
+}
+
+
+@pytest.fixture
+async def client(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> AsyncIterator[AsyncTestClient]:
+    settings = Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+        max_message_chars=2000,
+    )
+    async with AsyncTestClient(app=create_app(settings)) as test_client:
+        yield test_client
+
+
+def parse_sse(body: str) -> list[tuple[str, dict[str, Any], str | None]]:
+    events = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        name, data, event_id = "message", [], None
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+            elif line.startswith("id:"):
+                event_id = line[3:].strip()
+        if data:
+            events.append((name, json.loads("\n".join(data)), event_id))
+    return events
+
+
+async def new_conversation(client: AsyncTestClient, **body: Any) -> dict[str, Any]:
+    response = await client.post("/api/conversations", json=body or {"configuration": "small"})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def test_health_schema_and_configurations(client: AsyncTestClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    schema = (await client.get("/schema/openapi.json")).json()
+    assert "/api/conversations/{conversation_id}/messages" in schema["paths"]
+    configurations = {c["name"]: c for c in (await client.get("/api/configurations")).json()}
+    assert configurations["small"]["window"] == 1024
+    assert configurations["cheapest-4k"]["kind"] == "criteria"
+    assert configurations["cheapest-4k"]["serving_model"] == "medium"
+
+
+async def test_conversation_lifecycle(client: AsyncTestClient) -> None:
+    created = await new_conversation(client, configuration="small", title="Plans")
+    assert created["messages"] == [] and created["title"] == "Plans"
+    assert len(created["id"]) >= 20
+    listed = (await client.get("/api/conversations")).json()
+    assert [c["id"] for c in listed] == [created["id"]]
+    renamed = await client.patch(f"/api/conversations/{created['id']}", json={"title": "Trips"})
+    assert renamed.status_code == 200 and renamed.json()["title"] == "Trips"
+    assert (await client.delete(f"/api/conversations/{created['id']}")).status_code == 204
+    assert (await client.get(f"/api/conversations/{created['id']}")).status_code == 404
+    default = await client.post("/api/conversations")
+    assert default.status_code == 201 and default.json()["configuration"] == "small"
+
+
+async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) -> None:
+    conversation = await new_conversation(client)
+    url = f"/api/conversations/{conversation['id']}/messages"
+    response = await client.post(url, json={"content": "Hello API"})
+    assert response.status_code == 201, response.text
+    user, assistant = response.json()["user"], response.json()["assistant"]
+    assert set(user) == MESSAGE_FIELDS and set(assistant) == MESSAGE_FIELDS
+    assert user["dropped_turns"] == 0 and user["fit"]["model"] == "small"
+    assert set(user["fit"]) == {
+        "model",
+        "window",
+        "reserve",
+        "budget",
+        "estimated_tokens",
+        "overflow_at_floor",
+    }
+    assert assistant["status"] == "complete" and assistant["model"] == "small"
+    assert assistant["usage"]["prompt_tokens"] > 0 and assistant["fit"] is None
+    full = (await client.get(f"/api/conversations/{conversation['id']}")).json()
+    assert [m["role"] for m in full["messages"]] == ["user", "assistant"]
+    assert full["messages"][0] == user
+
+
+async def test_streamed_send_emits_fit_deltas_and_done(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    conversation = await new_conversation(client)
+    response = await client.post(
+        f"/api/conversations/{conversation['id']}/messages",
+        json={"content": "Stream please"},
+        headers={"Accept": "text/event-stream"},
+    )
+    assert response.status_code == 201
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(response.text)
+    names = [name for name, _, _ in events]
+    assert names[0] == "fit" and names[-1] == "done"
+    assert names.count("delta") >= 3
+    fit = events[0][1]
+    assert fit["role"] == "user" and fit["dropped_turns"] == 0
+    text = "".join(data["text"] for name, data, _ in events if name == "delta")
+    done = events[-1][1]
+    assert done["content"] == text and done["status"] == "complete"
+    offsets = [int(i) for name, _, i in events if name == "delta"]
+    assert offsets == sorted(offsets) and offsets[-1] == len(text)
+
+
+async def test_streamed_failure_ends_with_an_error_event(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    conversation = await new_conversation(client)
+    upstream.fail_next(503, count=3)
+    response = await client.post(
+        f"/api/conversations/{conversation['id']}/messages",
+        json={"content": "Anyone?"},
+        headers={"Accept": "text/event-stream"},
+    )
+    events = parse_sse(response.text)
+    assert [name for name, _, _ in events] == ["fit", "error"]
+    assert events[-1][1]["message"]
+    stored = (await client.get(f"/api/conversations/{conversation['id']}")).json()["messages"]
+    assert stored[0]["content"] == "Anyone?" and stored[1]["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"content": ""}, "empty"),
+        ({"content": "   "}, "empty"),
+        ({"content": "x" * 2001}, "limit"),
+        ({"content": 5}, ""),
+        ({}, ""),
+        ([], ""),
+    ],
+)
+async def test_bad_messages_get_a_clear_400(
+    client: AsyncTestClient, body: Any, fragment: str
+) -> None:
+    conversation = await new_conversation(client)
+    response = await client.post(f"/api/conversations/{conversation['id']}/messages", json=body)
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["detail"]
+    stored = (await client.get(f"/api/conversations/{conversation['id']}")).json()
+    assert stored["messages"] == []
+
+
+async def test_invalid_json_and_unknown_things(client: AsyncTestClient) -> None:
+    conversation = await new_conversation(client)
+    raw = await client.post(
+        f"/api/conversations/{conversation['id']}/messages",
+        content=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
+    assert raw.status_code == 400
+    for method, url, body in [
+        ("GET", "/api/conversations/nope", None),
+        ("PATCH", "/api/conversations/nope", {"title": "x"}),
+        ("DELETE", "/api/conversations/nope", None),
+        ("POST", "/api/conversations/nope/messages", {"content": "hi"}),
+        ("POST", "/api/conversations/nope/stop", None),
+    ]:
+        response = await client.request(method, url, json=body)
+        assert response.status_code == 404, (method, url, response.text)
+        assert response.json()["detail"] == "no such conversation"
+    unknown = await client.post("/api/conversations", json={"configuration": "gpt-17"})
+    assert unknown.status_code == 400 and "unknown configuration" in unknown.json()["detail"]
+    empty_title = await client.patch(
+        f"/api/conversations/{conversation['id']}", json={"title": "  "}
+    )
+    assert empty_title.status_code == 400
+
+
+async def test_stop_with_nothing_running(client: AsyncTestClient) -> None:
+    conversation = await new_conversation(client)
+    response = await client.post(f"/api/conversations/{conversation['id']}/stop")
+    assert response.status_code == 200 and response.json() == {"stopped": False, "assistant": None}

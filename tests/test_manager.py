@@ -1,0 +1,212 @@
+"""The send pipeline over real HTTP: route, bound, dispatch, fall back, learn."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from tests.catalogs import upstream_catalog
+from tests.upstream import FakeUpstream, count_chat_tokens
+from webapp.llm.calibration import Calibrator
+from webapp.llm.manager import (
+    AllModelsFailed,
+    Delta,
+    Finished,
+    Fitted,
+    LLMManager,
+    Transcript,
+)
+from webapp.llm.providers.base import ContextLengthExceeded, ProviderError
+from webapp.llm.routing import RoutingError, resolve
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "Current weather for a city, with temperature and wind",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "the city name"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def long_transcript(turns: int, words: int = 30) -> Transcript:
+    messages = [{"role": "system", "content": "You are terse."}]
+    for index in range(turns):
+        messages.append({"role": "user", "content": f"question {index}: " + "lorem " * words})
+        messages.append({"role": "assistant", "content": f"answer {index}: " + "ipsum " * words})
+    messages.append({"role": "user", "content": "What was the first question?"})
+    return Transcript(messages)
+
+
+@pytest.fixture
+def manager(tmp_path: Path, upstream: FakeUpstream) -> LLMManager:
+    return LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+
+
+async def collect(manager: LLMManager, configuration: str, transcript: Transcript, **kw):  # type: ignore[no-untyped-def]
+    events = [event async for event in manager.stream(configuration, transcript, **kw)]
+    return events
+
+
+async def test_stream_is_bounded_before_the_first_chunk(
+    manager: LLMManager, upstream: FakeUpstream
+) -> None:
+    events = await collect(manager, "small", long_transcript(40))
+    fits = [e.fit for e in events if isinstance(e, Fitted)]
+    deltas = [e.text for e in events if isinstance(e, Delta)]
+    assert isinstance(events[0], Fitted) and isinstance(events[-1], Finished)
+    assert len(fits) == 1 and fits[0].dropped_turns > 0
+    assert len(deltas) >= 3
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert sent == fits[0].messages
+    # The real tokenizer agrees the prompt fits: our estimate errs high.
+    assert count_chat_tokens(sent) <= fits[0].estimated_tokens <= fits[0].budget
+    assert events[-1].usage.prompt_tokens == count_chat_tokens(sent)
+
+
+@pytest.mark.parametrize("status", [429, 503, 500])
+async def test_retryable_errors_fall_back_and_refit_for_the_fallback(
+    manager: LLMManager, upstream: FakeUpstream, status: int
+) -> None:
+    upstream.fail_next(status, model="small")
+    events = await collect(manager, "small-then-medium", long_transcript(40))
+    fits = [e.fit for e in events if isinstance(e, Fitted)]
+    assert [f.model for f in fits] == ["small", "medium"]
+    assert [f.window for f in fits] == [1024, 4096]
+    assert fits[1].dropped_turns < fits[0].dropped_turns
+    assert events[-1].model == "medium"
+    assert upstream.requests[-1]["body"]["messages"] == fits[1].messages
+
+
+async def test_connection_refused_falls_back(manager: LLMManager, upstream: FakeUpstream) -> None:
+    events = await collect(manager, "unreachable-then-medium", long_transcript(3))
+    assert [e.fit.model for e in events if isinstance(e, Fitted)] == ["unreachable", "medium"]
+    assert events[-1].model == "medium"
+
+
+async def test_auth_errors_do_not_fall_back(manager: LLMManager, upstream: FakeUpstream) -> None:
+    upstream.fail_next(401, model="small")
+    with pytest.raises(ProviderError) as raised:
+        await collect(manager, "small-then-medium", long_transcript(2))
+    assert not raised.value.retryable
+    assert all(r["body"]["model"] == "small" for r in upstream.requests)
+
+
+async def test_when_every_model_fails_the_error_names_them(
+    manager: LLMManager, upstream: FakeUpstream
+) -> None:
+    upstream.fail_next(503, count=2)
+    with pytest.raises(AllModelsFailed) as raised:
+        await collect(manager, "small-then-medium", long_transcript(2))
+    assert "small" in raised.value.message and "medium" in raised.value.message
+
+
+async def test_context_length_exceeded_tightens_and_retries_once(
+    manager: LLMManager, upstream: FakeUpstream
+) -> None:
+    # The catalog believes 3072 tokens; the server enforces 1024.
+    events = await collect(manager, "optimistic", long_transcript(40))
+    fits = [e.fit for e in events if isinstance(e, Fitted)]
+    assert len(fits) == 2, "one refused attempt, one re-fitted retry"
+    assert fits[1].dropped_turns > fits[0].dropped_turns
+    assert manager.calibrator.factor("optimistic") > 1.0
+    assert isinstance(events[-1], Finished)
+    # What was learned sticks: the next send fits the first time.
+    upstream.reset()
+    events = await collect(manager, "optimistic", long_transcript(40))
+    assert len([e for e in events if isinstance(e, Fitted)]) == 1
+
+
+async def test_context_length_exceeded_twice_fails_the_call(
+    manager: LLMManager, upstream: FakeUpstream
+) -> None:
+    upstream.set_models({**upstream.models, "small": 120})
+    with pytest.raises(ContextLengthExceeded):
+        await collect(manager, "small", long_transcript(10))
+    assert len(upstream.requests) == 2
+
+
+async def test_tool_calls_are_bounded_with_their_schemas_counted(
+    manager: LLMManager, upstream: FakeUpstream
+) -> None:
+    transcript = long_transcript(40)
+    transcript.messages[-1]["content"] = "please use tool weather for Oslo"
+    plain = await manager.chat("small", transcript)
+    answer, fit, model = await manager.chat("small", transcript, tools=[TOOL] * 6)
+    assert fit.dropped_turns > plain[1].dropped_turns
+    assert answer.tool_calls and answer.tool_calls[0]["function"]["name"] == "weather"
+    body = upstream.requests[-1]["body"]
+    assert count_chat_tokens(body["messages"], body["tools"]) <= fit.estimated_tokens
+    assert model == "small"
+
+
+async def test_criteria_are_resolved_per_call_and_never_written_back(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    catalog = upstream_catalog(tmp_path, upstream)
+    assert resolve(catalog, "cheapest-4k").primary.name == "medium"
+    assert catalog.configurations["cheapest-4k"].model is None
+    cheaper = """
+[[models]]
+name = "bargain"
+provider = "up"
+model_id = "large"
+context_window = 16384
+max_output_tokens = 400
+cost_input = 0.01
+cost_output = 0.01
+"""
+    richer = upstream_catalog(tmp_path, upstream, extra=cheaper)
+    manager = LLMManager(richer, Calibrator())
+    events = await collect(manager, "cheapest-4k", long_transcript(2))
+    assert events[-1].model == "bargain"
+    assert richer.configurations["cheapest-4k"].model is None
+    with pytest.raises(RoutingError):
+        resolve(catalog, "no-such-configuration")
+
+
+async def test_completion_overflow_is_reported_not_pruned(
+    manager: LLMManager, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    upstream.set_models({**upstream.models, "small": 100_000})
+    prompt = "Once upon a time " * 400
+    with caplog.at_level(logging.WARNING, logger="webapp.llm.manager"):
+        result, report = await manager.complete("small", prompt)
+    assert report is not None and report.model == "small"
+    assert report.estimated_tokens > report.budget
+    assert upstream.requests[-1]["body"]["prompt"] == prompt
+    assert "model=small" in caplog.text and f"budget={report.budget}" in caplog.text
+    assert result.text
+    _, report = await manager.complete("small", "Hello")
+    assert report is None
+
+
+async def test_embeddings_are_not_bounded(manager: LLMManager, upstream: FakeUpstream) -> None:
+    texts = ["word " * 700, "short"]
+    vectors = await manager.embed("small", texts)
+    assert len(vectors) == 2
+    assert upstream.requests[-1]["body"]["input"] == texts
+    # Too long for the model: sent as it is, and the provider's refusal reaches the caller.
+    too_long = ["word " * 3000]
+    with pytest.raises(ContextLengthExceeded):
+        await manager.embed("small", too_long)
+    assert upstream.requests[-1]["body"]["input"] == too_long
+
+
+async def test_calibration_learns_from_reported_usage(
+    upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=150)
+    assert manager.calibrator.factor("small") == pytest.approx(1.5 * 1.05)
+    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=10_000)
+    assert manager.calibrator.factor("small") == 3.0, "bounded above"
+    for _ in range(200):
+        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=50)
+    assert manager.calibrator.factor("small") == 1.0, "never below 1.0"

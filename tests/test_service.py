@@ -1,0 +1,307 @@
+"""The conversation service on SQLite and PostgreSQL, against the real fake upstream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from tests.catalogs import write_upstream_catalog
+from tests.upstream import FakeUpstream, count_chat_tokens
+from webapp.chat.models import Message, Status
+from webapp.chat.service import ConversationService
+from webapp.db import create_engine, session_factory, transaction
+from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.llm.calibration import Calibrator
+from webapp.llm.manager import LLMManager
+from webapp.settings import Settings
+from webapp.timeutil import utcnow
+
+OWNER = "alice"
+
+
+async def build_service(settings: Settings) -> ConversationService:
+    sessions = session_factory(create_engine(settings.database_url))
+    calibrator = Calibrator(sessions)
+    await calibrator.load()
+    return ConversationService(sessions, LLMManager(settings.catalog, calibrator), settings)
+
+
+async def close_service(service: ConversationService) -> None:
+    await service.answers.shutdown()
+    await service.manager.aclose()
+    await service.sessions.kw["bind"].dispose()
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
+    return Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+        stream_flush_interval=0.05,
+        max_message_chars=5000,
+    )
+
+
+@pytest.fixture
+async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
+    service = await build_service(settings)
+    yield service
+    await close_service(service)
+
+
+async def say(
+    chat: ConversationService, conversation_id: str, text: str
+) -> tuple[Message, Message]:
+    send = await chat.send(OWNER, conversation_id, text)
+    return await chat.settle(send)
+
+
+async def fill(
+    chat: ConversationService, conversation_id: str, turns: int, words: int = 25
+) -> None:
+    for index in range(turns):
+        await say(chat, conversation_id, f"message {index}: " + "lorem ipsum " * words)
+
+
+async def test_a_send_stores_both_rows_with_fit_and_usage(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    user, answer = await say(chat, conversation.id, "Hello there, model!")
+    assert (user.seq, answer.seq) == (1, 2)
+    assert user.dropped_turns == 0 and user.fit_model == "small" and user.fit_window == 1024
+    assert user.fit_budget == 1024 - 100 - 31
+    assert user.fit_estimated_tokens and user.fit_overflow_at_floor is False
+    assert answer.status == Status.COMPLETE and answer.model == "small"
+    assert answer.content.startswith("Echo from small")
+    assert answer.prompt_tokens == count_chat_tokens(upstream.requests[-1]["body"]["messages"])
+    assert answer.completion_tokens and answer.finish_reason == "stop"
+    assert answer.estimated_tokens > 0
+    refreshed = await chat.get(OWNER, conversation.id)
+    assert refreshed.title == "Hello there, model!"
+
+
+async def test_trimmed_sends_store_the_count_and_history_stays_whole(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    await fill(chat, conversation.id, 12)
+    user, _ = await say(chat, conversation.id, "What did I say first?")
+    assert user.dropped_turns and user.dropped_turns > 0
+    sent = upstream.requests[-1]["body"]["messages"]
+    # The system prompt, the opening exchange, then the newest turns; the count is exact.
+    assert sent[0]["role"] == "system" and sent[1]["content"].startswith("message 0:")
+    sent_turns = [m for m in sent if m["role"] == "user"]
+    assert len(sent_turns) + user.dropped_turns == 13
+    assert sent_turns[1]["content"].startswith(f"message {1 + user.dropped_turns}:")
+    _, messages = await chat.history(OWNER, conversation.id)
+    assert len(messages) == 26, "stored history is never shortened"
+
+
+async def test_a_failed_call_keeps_the_message_and_its_fit(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    upstream.fail_next(503)
+    user, answer = await say(chat, conversation.id, "Are you there?")
+    assert user.content == "Are you there?" and user.dropped_turns == 0
+    assert user.fit_model == "small"
+    assert answer.status == Status.FAILED and answer.content == ""
+    assert "503" in (answer.error or "") or "unavailable" in (answer.error or "").lower()
+    # The failed turn is kept but not replayed to the model.
+    _, answer2 = await say(chat, conversation.id, "Second try")
+    assert answer2.status == Status.COMPLETE
+    sent = [m["content"] for m in upstream.requests[-1]["body"]["messages"]]
+    assert "Are you there?" not in sent and sent[-1] == "Second try"
+    _, messages = await chat.history(OWNER, conversation.id)
+    assert [m.seq for m in messages] == [1, 2, 3, 4]
+
+
+async def test_a_fallback_refits_and_the_rows_name_the_model_that_served(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small-then-medium")
+    await fill(chat, conversation.id, 12)
+    upstream.fail_next(429, model="small")
+    user, answer = await say(chat, conversation.id, "Now, fall back.")
+    assert answer.model == "medium" and user.fit_model == "medium"
+    assert user.fit_window == 4096 and user.dropped_turns == 0
+
+
+async def test_unknown_configuration_leaves_no_fit(
+    chat: ConversationService, settings: Settings
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    async with transaction(chat.sessions) as session:
+        stored = await session.get(type(conversation), conversation.id)
+        stored.configuration = "retired"
+        session.add(stored)
+    user, answer = await say(chat, conversation.id, "hello")
+    assert user.dropped_turns is None and user.fit_model is None
+    assert answer.status == Status.FAILED and "retired" in (answer.error or "")
+
+
+async def test_a_broken_stream_keeps_the_partial_answer(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    upstream.set_reply("one two three four five six seven eight nine ten")
+    upstream.break_stream_after(3)
+    _, answer = await say(chat, conversation.id, "Tell me a story")
+    assert answer.status == Status.INTERRUPTED
+    assert answer.content.strip() == "one two three"
+    assert "broke" in (answer.error or "")
+
+
+async def test_stop_keeps_what_was_written(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    upstream.set_reply(" ".join(f"word{i}" for i in range(200)))
+    upstream.chunk_delay = 0.02
+    send = await chat.send(OWNER, conversation.id, "Talk for a while")
+    async for event in send.running.channel.follow():
+        if event.name == "delta" and int(event.id or 0) > 30:
+            break
+    stopped = await chat.stop(OWNER, conversation.id)
+    assert stopped is not None and stopped.status == Status.STOPPED
+    assert stopped.content.startswith("word0 word1")
+    assert len(stopped.content.split()) < 200
+    assert await chat.stop(OWNER, conversation.id) is None, "nothing left to stop"
+
+
+async def test_stop_from_another_worker_reaches_the_writer(
+    chat: ConversationService, settings: Settings, upstream: FakeUpstream
+) -> None:
+    other_worker = await build_service(settings)
+    try:
+        conversation = await chat.create(OWNER, "small")
+        upstream.set_reply(" ".join(f"w{i}" for i in range(300)))
+        upstream.chunk_delay = 0.02
+        send = await chat.send(OWNER, conversation.id, "Go on")
+        await asyncio.sleep(0.3)
+        await other_worker.stop(OWNER, conversation.id)
+        _, answer = await asyncio.wait_for(chat.settle(send), timeout=5)
+        assert answer.status == Status.STOPPED
+        assert 0 < len(answer.content.split()) < 300
+    finally:
+        await close_service(other_worker)
+
+
+async def test_concurrent_sends_never_interleave(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    upstream.chunk_delay = 0.01
+    outcomes = await asyncio.gather(
+        *(chat.send(OWNER, conversation.id, f"parallel {i}") for i in range(4)),
+        return_exceptions=True,
+    )
+    sends = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(sends) == 1 and all(isinstance(o, Conflict) for o in refused)
+    await chat.settle(sends[0])
+    await say(chat, conversation.id, "after")
+    _, messages = await chat.history(OWNER, conversation.id)
+    assert [(m.seq, m.role) for m in messages] == [
+        (1, "user"),
+        (2, "assistant"),
+        (3, "user"),
+        (4, "assistant"),
+    ]
+
+
+async def test_an_answer_survives_its_watcher_going_away(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    upstream.chunk_delay = 0.02
+    send = await chat.send(OWNER, conversation.id, "Keep going after I leave")
+    watcher = asyncio.create_task(anext(send.running.channel.follow()))
+    await watcher
+    watcher.cancel()
+    _, answer = await chat.settle(send)
+    assert answer.status == Status.COMPLETE and answer.content.startswith("Echo from small")
+
+
+async def test_restart_marks_in_flight_answers_interrupted(
+    chat: ConversationService, settings: Settings, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    upstream.set_reply(" ".join(f"w{i}" for i in range(300)))
+    upstream.chunk_delay = 0.02
+    send = await chat.send(OWNER, conversation.id, "Long answer please")
+    await asyncio.sleep(0.3)
+    await chat.answers.shutdown()  # what a graceful server stop does
+    assert send.running.task.done()
+    _, messages = await chat.history(OWNER, conversation.id)
+    assert messages[1].status == Status.INTERRUPTED and messages[1].content.startswith("w0")
+    # A worker that died without a word leaves a row nobody writes: it is reaped.
+    async with transaction(chat.sessions) as session:
+        await session.execute(
+            update(Message)
+            .where(Message.id == messages[1].id)
+            .values(status=Status.STREAMING, updated_at=utcnow() - timedelta(minutes=5))
+        )
+    restarted = await build_service(settings)
+    try:
+        assert await restarted.reap_stale() == 1
+        _, messages = await restarted.history(OWNER, conversation.id)
+        assert messages[1].status == Status.INTERRUPTED
+        _, answer = await say(restarted, conversation.id, "again")
+        assert answer.status == Status.COMPLETE
+    finally:
+        await close_service(restarted)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("", "empty"), ("   \n\t ", "empty"), ("x" * 5001, "limit"), (42, "string")],
+)
+async def test_bad_messages_are_refused_and_nothing_is_stored(
+    chat: ConversationService, content: object, message: str
+) -> None:
+    conversation = await chat.create(OWNER, "small")
+    with pytest.raises(InvalidInput, match=message):
+        await chat.send(OWNER, conversation.id, content)
+    _, messages = await chat.history(OWNER, conversation.id)
+    assert messages == []
+
+
+async def test_other_owners_see_nothing(chat: ConversationService) -> None:
+    conversation = await chat.create(OWNER, "small")
+    await say(chat, conversation.id, "private")
+    for call in (
+        chat.get("mallory", conversation.id),
+        chat.history("mallory", conversation.id),
+        chat.send("mallory", conversation.id, "hi"),
+        chat.stop("mallory", conversation.id),
+        chat.rename("mallory", conversation.id, "mine"),
+        chat.delete("mallory", conversation.id),
+    ):
+        with pytest.raises(NotFound):
+            await call
+    assert await chat.list("mallory") == []
+    assert [c.id for c in await chat.list(OWNER)] == [conversation.id]
+
+
+async def test_create_rename_delete(chat: ConversationService) -> None:
+    with pytest.raises(InvalidInput, match="unknown configuration"):
+        await chat.create(OWNER, "nope")
+    first = await chat.create(OWNER, "small", "First")
+    second = await chat.create(OWNER)
+    assert second.configuration == "small" and second.title == "New conversation"
+    await chat.rename(OWNER, first.id, "  Renamed   title ")
+    assert (await chat.get(OWNER, first.id)).title == "Renamed title"
+    assert (await chat.list(OWNER))[0].id == first.id
+    with pytest.raises(InvalidInput):
+        await chat.rename(OWNER, first.id, "   ")
+    await say(chat, first.id, "hello")
+    await chat.delete(OWNER, first.id)
+    with pytest.raises(NotFound):
+        await chat.get(OWNER, first.id)

@@ -1,0 +1,1 @@
+"""A self-hosted LLM chat whose conversations never outgrow the model that serves them."""

@@ -1,0 +1,100 @@
+"""Accounts: users, their browser sessions and their API tokens.
+
+Secrets never reach the database in the clear: a session row's id and a
+token row's `token_hash` are SHA-256 digests of the secret the client holds,
+so a leaked database (or backup) lets nobody sign in. Passwords are Argon2id
+hashes (see `passwords.py`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Column, DateTime, ForeignKey, Index, Integer, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from webapp.timeutil import utcnow
+
+USERNAME_MAX_LENGTH = 64
+
+
+def username_key(username: str) -> str:
+    """The form usernames are compared in: `Alice` and `alice` are one account.
+
+    Usernames are ASCII only (see `service.USERNAME_PATTERN`), so plain
+    lowercasing is unambiguous and gives the same answer in Python, SQLite and
+    PostgreSQL. It is stored in its own unique column rather than as an index
+    on lower(): a plain unique constraint behaves alike on both databases and
+    Alembic autogenerates it faithfully.
+    """
+    return username.lower()
+
+
+def _timestamp(*, nullable: bool = False) -> Column:  # type: ignore[type-arg]
+    if nullable:
+        return Column(DateTime(timezone=True), nullable=True)
+    return Column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
+def _owner() -> Column:  # type: ignore[type-arg]
+    """A user reference that disappears with its user (sessions and tokens die with it)."""
+    return Column(Integer, ForeignKey("user_account.id", ondelete="CASCADE"), nullable=False)
+
+
+class User(SQLModel, table=True):
+    # "user" is a reserved word in PostgreSQL: a different name spares quoting in raw SQL.
+    __tablename__ = "user_account"
+    __table_args__ = (UniqueConstraint("username_key", name="uq_user_account_username_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    username: str = Field(max_length=USERNAME_MAX_LENGTH)
+    """As the user typed it when the account was made; shown back as such."""
+    username_key: str = Field(max_length=USERNAME_MAX_LENGTH)
+    """`username_key(username)`: what uniqueness and look-ups use."""
+    password_hash: str = Field(max_length=255, exclude=True, repr=False)
+    """Argon2id; excluded from dumps and reprs so it cannot leak into JSON or logs by accident."""
+    is_admin: bool = False
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    last_login_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+
+class LoginSession(SQLModel, table=True):
+    """A signed-in browser. The cookie carries the secret; `id` is its SHA-256 hex digest."""
+
+    __tablename__ = "login_session"
+    __table_args__ = (
+        Index("ix_login_session_user_id", "user_id"),
+        Index("ix_login_session_expires_at", "expires_at"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+    user_id: int = Field(sa_column=_owner())
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    expires_at: datetime = Field(sa_column=_timestamp())
+    """Absolute: activity does not extend a session, so a stolen cookie has a bounded life."""
+    last_seen_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    """Refreshed at most once a minute (see `AccountService.user_for_session`)."""
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token for scripts. Only its digest is kept; the plain token is shown once."""
+
+    __tablename__ = "api_token"
+    __table_args__ = (
+        UniqueConstraint("token_hash", name="uq_api_token_token_hash"),
+        Index("ix_api_token_user_id", "user_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(sa_column=_owner())
+    name: str = Field(max_length=100)
+    token_hash: str = Field(max_length=64)
+    prefix: str = Field(max_length=8)
+    """The token's first 8 characters (`wa_` and 5 more), so a user can tell tokens apart."""
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    last_used_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    revoked_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None

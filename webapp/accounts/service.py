@@ -1,0 +1,307 @@
+"""The accounts domain: who may sign in, and how a request proves who it is.
+
+A request is authenticated either by a session cookie (browsers) or by a
+bearer API token (scripts). Both are random secrets held by the client of
+which the database keeps only a SHA-256 digest: high-entropy secrets need no
+slow hash, only one that cannot be reversed.
+
+Reads that authenticate a request are frequent, so the "last seen / last
+used" timestamps they maintain are written at most once a minute per session
+or token: on SQLite every write takes the single writer lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from datetime import datetime, timedelta
+
+from argon2 import PasswordHasher
+from sqlalchemy import Boolean, DateTime, String, delete, insert, literal, text, update
+from sqlalchemy import select as sa_select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from webapp.accounts.models import USERNAME_MAX_LENGTH, ApiToken, LoginSession, User, username_key
+from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
+from webapp.db import transaction
+from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.timeutil import as_utc, utcnow
+
+USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
+"""ASCII only: no look-alike letters from other scripts, and case folding is plain lowercasing."""
+
+SESSION_LIFETIME = timedelta(days=14)
+TOUCH_INTERVAL = timedelta(minutes=1)
+"""The least time between two writes of a session's last_seen_at or a token's last_used_at."""
+
+TOKEN_PREFIX = "wa_"
+TOKEN_NAME_MAX_LENGTH = 100
+MAX_SECRET_LENGTH = 256
+"""Longer than any secret we issue: such input is refused before it is hashed or queried."""
+
+
+def digest(secret: str) -> str:
+    """What the database stores for a session secret or an API token."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def check_username(username: str) -> None:
+    if not USERNAME_PATTERN.fullmatch(username):
+        raise InvalidInput(
+            f"the username must be 1 to {USERNAME_MAX_LENGTH} characters, each a letter (a-z, "
+            "A-Z), a digit or one of . _ - @"
+        )
+
+
+class AccountService:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        hasher: PasswordHasher | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.passwords = Passwords(hasher)
+
+    # Users
+
+    async def has_users(self) -> bool:
+        async with self.sessions() as session:
+            rows = await session.exec(select(User.id).limit(1))
+            return rows.first() is not None
+
+    async def create_user(self, username: str, password: str, *, is_admin: bool = False) -> User:
+        """Make an account; a taken username (in any letter case) is refused.
+
+        Uniqueness is left to the database's unique constraint, not checked
+        first, so two simultaneous sign-ups for one name cannot both succeed.
+        """
+        check_username(username)
+        check_password(password)
+        user = User(
+            username=username,
+            username_key=username_key(username),
+            password_hash=await self.passwords.hash(password),
+            is_admin=is_admin,
+        )
+        try:
+            async with transaction(self.sessions) as session:
+                session.add(user)
+        except IntegrityError:
+            raise InvalidInput(f"the username {username!r} is already taken") from None
+        return user
+
+    async def create_first_admin(self, username: str, password: str) -> User:
+        """Make the first account, an admin; `Conflict` once any account exists.
+
+        This is what an unauthenticated set-up page calls, so it must not let a
+        second caller in: the row is inserted by one `INSERT ... SELECT ...
+        WHERE NOT EXISTS (any user)` statement. On SQLite a statement runs
+        under the single writer lock, which makes it atomic; on PostgreSQL two
+        such statements could both see an empty table, so the table is first
+        locked against other writers (readers are not blocked) for the
+        transaction.
+        """
+        check_username(username)
+        check_password(password)
+        password_hash = await self.passwords.hash(password)
+        key = username_key(username)
+        async with transaction(self.sessions) as session:
+            if session.bind.dialect.name == "postgresql":
+                connection = await session.connection()
+                await connection.execute(
+                    text(f"LOCK TABLE {User.__tablename__} IN SHARE ROW EXCLUSIVE MODE")
+                )
+            values = sa_select(
+                literal(username, String()),
+                literal(key, String()),
+                literal(password_hash, String()),
+                literal(True, Boolean()),
+                literal(utcnow(), DateTime(timezone=True)),
+            ).where(~select(User.id).exists())
+            statement = insert(User).from_select(
+                ["username", "username_key", "password_hash", "is_admin", "created_at"], values
+            )
+            result = await session.exec(statement)
+            if result.rowcount != 1:
+                raise Conflict("an account already exists: sign in instead")
+            created = await session.exec(select(User).where(User.username_key == key))
+            return created.one()
+
+    async def authenticate(self, username: str, password: str) -> User | None:
+        """The user whose credentials these are, or None; records the sign-in.
+
+        An unknown username costs the same time as a wrong password. A hash
+        made with weaker parameters than today's is replaced on success.
+        """
+        if len(password) > MAX_PASSWORD_LENGTH:
+            return None
+        user = await self.get_user_by_name(username)
+        verdict = await self.passwords.verify(user.password_hash if user else None, password)
+        if user is None or not verdict.ok:
+            return None
+        values: dict[str, object] = {"last_login_at": utcnow()}
+        if verdict.new_hash is not None:
+            values["password_hash"] = verdict.new_hash
+        async with transaction(self.sessions) as session:
+            await session.exec(update(User).where(col(User.id) == user.id).values(**values))
+        for name, value in values.items():
+            setattr(user, name, value)
+        return user
+
+    async def get_user(self, user_id: int) -> User | None:
+        async with self.sessions() as session:
+            return await session.get(User, user_id)
+
+    async def get_user_by_name(self, username: str) -> User | None:
+        """Case-insensitive: `Alice` finds `alice`."""
+        if not USERNAME_PATTERN.fullmatch(username):
+            return None
+        async with self.sessions() as session:
+            rows = await session.exec(
+                select(User).where(User.username_key == username_key(username))
+            )
+            return rows.first()
+
+    async def list_users(self) -> list[User]:
+        """Every account, by username (case-insensitively)."""
+        async with self.sessions() as session:
+            rows = await session.exec(select(User).order_by(col(User.username_key)))
+            return list(rows.all())
+
+    # Browser sessions
+
+    async def start_session(self, user_id: int, *, lifetime: timedelta = SESSION_LIFETIME) -> str:
+        """Open a session; returns the secret for the cookie (the database keeps its digest)."""
+        secret = secrets.token_urlsafe(32)
+        now = utcnow()
+        login = LoginSession(
+            id=digest(secret),
+            user_id=user_id,
+            created_at=now,
+            expires_at=now + lifetime,
+            last_seen_at=now,
+        )
+        try:
+            async with transaction(self.sessions) as session:
+                session.add(login)
+        except IntegrityError:
+            raise NotFound(f"no user with id {user_id}") from None
+        return secret
+
+    async def user_for_session(self, secret: str) -> User | None:
+        """The user a cookie's secret signs in, or None if unknown or expired."""
+        if not secret or len(secret) > MAX_SECRET_LENGTH:
+            return None
+        async with self.sessions() as session:
+            rows = await session.exec(
+                select(LoginSession, User)
+                .join(User, col(User.id) == col(LoginSession.user_id))
+                .where(LoginSession.id == digest(secret))
+            )
+            found = rows.first()
+        if found is None:
+            return None
+        login, user = found
+        now = utcnow()
+        if as_utc(login.expires_at) <= now:
+            return None
+        if _due(login.last_seen_at, now):
+            async with transaction(self.sessions) as session:
+                await session.exec(
+                    update(LoginSession)
+                    .where(col(LoginSession.id) == login.id)
+                    .values(last_seen_at=now)
+                )
+        return user
+
+    async def end_session(self, secret: str) -> None:
+        """Sign out: the secret no longer works, whether or not it ever did."""
+        if not secret or len(secret) > MAX_SECRET_LENGTH:
+            return
+        async with transaction(self.sessions) as session:
+            await session.exec(delete(LoginSession).where(col(LoginSession.id) == digest(secret)))
+
+    async def purge_expired_sessions(self) -> int:
+        """Delete expired sessions (they already stopped working); returns how many."""
+        async with transaction(self.sessions) as session:
+            result = await session.exec(
+                delete(LoginSession).where(col(LoginSession.expires_at) <= utcnow())
+            )
+            return result.rowcount
+
+    # API tokens
+
+    async def create_token(self, user_id: int, name: str) -> tuple[ApiToken, str]:
+        """Issue a token; the plain token is returned now and never again."""
+        name = name.strip()
+        if not name or len(name) > TOKEN_NAME_MAX_LENGTH:
+            raise InvalidInput(f"the token name must be 1 to {TOKEN_NAME_MAX_LENGTH} characters")
+        plain = new_token()
+        token = ApiToken(user_id=user_id, name=name, token_hash=digest(plain), prefix=plain[:8])
+        try:
+            async with transaction(self.sessions) as session:
+                session.add(token)
+        except IntegrityError:
+            raise NotFound(f"no user with id {user_id}") from None
+        return token, plain
+
+    async def user_for_token(self, token: str) -> User | None:
+        """The owner of a live (not revoked) token, or None."""
+        if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
+            return None
+        async with self.sessions() as session:
+            rows = await session.exec(
+                select(ApiToken, User)
+                .join(User, col(User.id) == col(ApiToken.user_id))
+                .where(ApiToken.token_hash == digest(token), col(ApiToken.revoked_at).is_(None))
+            )
+            found = rows.first()
+        if found is None:
+            return None
+        api_token, user = found
+        now = utcnow()
+        if api_token.last_used_at is None or _due(api_token.last_used_at, now):
+            async with transaction(self.sessions) as session:
+                await session.exec(
+                    update(ApiToken)
+                    .where(col(ApiToken.id) == api_token.id)
+                    .values(last_used_at=now)
+                )
+        return user
+
+    async def list_tokens(self, user_id: int) -> list[ApiToken]:
+        """The user's tokens, newest first; revoked ones included (`revoked_at` set)."""
+        async with self.sessions() as session:
+            rows = await session.exec(
+                select(ApiToken)
+                .where(ApiToken.user_id == user_id)
+                .order_by(col(ApiToken.created_at).desc(), col(ApiToken.id).desc())
+            )
+            return list(rows.all())
+
+    async def revoke_token(self, user_id: int, token_id: int) -> bool:
+        """Revoke one of the user's tokens. False if it is not theirs (or does not exist).
+
+        Revoking an already revoked token is True and keeps the first revocation time.
+        """
+        async with transaction(self.sessions) as session:
+            token = await session.get(ApiToken, token_id)
+            if token is None or token.user_id != user_id:
+                return False
+            if token.revoked_at is None:
+                token.revoked_at = utcnow()
+                session.add(token)
+            return True
+
+
+def _due(last: datetime, now: datetime) -> bool:
+    return now - as_utc(last) >= TOUCH_INTERVAL

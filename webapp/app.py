@@ -1,0 +1,128 @@
+"""create_app(settings) -> Litestar: every piece of the app is wired here, and only here."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Litestar, MediaType, Request, Response, get
+from litestar.di import Provide
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.config import OpenAPIConfig
+from litestar.response import Template
+from litestar.static_files import create_static_files_router
+from sqlalchemy import text
+
+from webapp.chat.api import ConversationController
+from webapp.chat.pages import ChatPages
+from webapp.chat.service import ConversationService
+from webapp.db import create_engine, session_factory
+from webapp.errors import AppError
+from webapp.llm.calibration import Calibrator
+from webapp.llm.describe import configuration_dicts
+from webapp.llm.manager import LLMManager
+from webapp.llm.providers.base import Provider
+from webapp.settings import Settings
+from webapp.web.templates import STATIC, template_config
+
+log = logging.getLogger(__name__)
+
+LOCAL_OWNER = "local"
+"""Until accounts exist, one local owner has every conversation."""
+
+
+def error_response(request: Request, status_code: int, detail: str) -> Response[Any]:
+    """JSON for the API; an inline fragment for htmx; a page for a browser."""
+    if request.url.path.startswith("/api/") or "application/json" in request.headers.get(
+        "accept", ""
+    ):
+        return Response(
+            {"status_code": status_code, "detail": detail},
+            status_code=status_code,
+            media_type=MediaType.JSON,
+        )
+    name = "_error.html" if request.headers.get("hx-request") == "true" else "error.html"
+    return Template(
+        name, context={"status_code": status_code, "detail": detail}, status_code=status_code
+    )
+
+
+def app_error(request: Request, error: AppError) -> Response[Any]:
+    return error_response(request, error.status_code, error.message)
+
+
+def http_error(request: Request, error: HTTPException) -> Response[Any]:
+    detail = error.detail
+    if isinstance(error, ValidationException):
+        detail = (
+            "invalid request: "
+            + "; ".join(
+                str(item.get("message", item))
+                for item in (error.extra or [])
+                if isinstance(item, dict)
+            )
+            if error.extra
+            else detail
+        )
+    response = error_response(request, error.status_code, detail)
+    if error.headers:
+        response.headers.update(error.headers)
+    return response
+
+
+@get("/healthz", tags=["health"])
+async def healthz(chat: ConversationService) -> dict[str, str]:
+    async with chat.sessions() as session:
+        await session.execute(text("SELECT 1"))
+    return {"status": "ok"}
+
+
+@get("/api/configurations", tags=["configurations"])
+async def list_configurations(chat: ConversationService) -> list[dict[str, Any]]:
+    return configuration_dicts(chat.manager.catalog)
+
+
+def create_app(
+    settings: Settings | None = None, *, providers: dict[str, Provider] | None = None
+) -> Litestar:
+    """Build the app. `providers` replaces the clients built from the catalog, by name."""
+    settings = settings or Settings()
+    catalog = settings.catalog
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    calibrator = Calibrator(sessions)
+    manager = LLMManager(catalog, calibrator, providers)
+    chat = ConversationService(sessions, manager, settings)
+
+    async def start() -> None:
+        await calibrator.load()
+        reaped = await chat.reap_stale()
+        if reaped:
+            log.warning("marked %d answers interrupted: their writer stopped", reaped)
+
+    async def stop() -> None:
+        await chat.answers.shutdown()
+        await manager.aclose()
+        await engine.dispose()
+
+    app = Litestar(
+        route_handlers=[
+            healthz,
+            list_configurations,
+            ConversationController,
+            ChatPages,
+            create_static_files_router(path="/static", directories=[STATIC]),
+        ],
+        template_config=template_config(),
+        dependencies={
+            "chat": Provide(lambda: chat, sync_to_thread=False),
+            "owner": Provide(lambda: LOCAL_OWNER, sync_to_thread=False),
+        },
+        exception_handlers={AppError: app_error, HTTPException: http_error},
+        on_startup=[start],
+        on_shutdown=[stop],
+        openapi_config=OpenAPIConfig(title="webapp", version="0.1.0", path="/schema"),
+    )
+    app.state.chat = chat
+    app.state.settings = settings
+    return app

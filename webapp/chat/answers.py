@@ -1,0 +1,100 @@
+"""Answers being written right now, in this process.
+
+An answer runs as its own task, not inside the request that asked for it: a
+client that disconnects does not stop it, and it is completed and stored all the
+same. Whoever wants to watch (the SSE response, a page reloaded mid-answer)
+subscribes to its channel and first receives everything published so far, so
+nothing is duplicated or lost by arriving late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    name: str
+    data: dict[str, Any]
+    id: str | None = None
+
+
+class Channel:
+    """An append-only log of one answer's events with any number of live readers."""
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._closed = False
+        self._changed = asyncio.Condition()
+
+    async def publish(self, event: Event, *, last: bool = False) -> None:
+        async with self._changed:
+            self._events.append(event)
+            self._closed = self._closed or last
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        async with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    async def follow(self) -> AsyncIterator[Event]:
+        position = 0
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(
+                    lambda seen=position: seen < len(self._events) or self._closed
+                )
+                pending = self._events[position:]
+                closed = self._closed
+            position += len(pending)
+            for event in pending:
+                yield event
+            if closed and position >= len(self._events):
+                return
+
+
+@dataclass(slots=True)
+class RunningAnswer:
+    answer_id: int
+    channel: Channel
+    task: asyncio.Task[None]
+    stop: asyncio.Event
+
+
+class AnswerRegistry:
+    """The answers this process is writing, by assistant message id."""
+
+    def __init__(self) -> None:
+        self._running: dict[int, RunningAnswer] = {}
+
+    def start(
+        self, answer_id: int, run: Callable[[Channel, asyncio.Event], Awaitable[None]]
+    ) -> RunningAnswer:
+        channel = Channel()
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(channel, stop), name=f"answer-{answer_id}")
+        running = RunningAnswer(answer_id, channel, task, stop)
+        self._running[answer_id] = running
+        task.add_done_callback(lambda _: self._running.pop(answer_id, None))
+        return running
+
+    def get(self, answer_id: int) -> RunningAnswer | None:
+        return self._running.get(answer_id)
+
+    def request_stop(self, answer_id: int) -> bool:
+        running = self._running.get(answer_id)
+        if running is None:
+            return False
+        running.stop.set()
+        return True
+
+    async def shutdown(self) -> None:
+        """Cancel what is still running; each answer stores itself as interrupted."""
+        tasks = [running.task for running in self._running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

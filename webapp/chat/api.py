@@ -1,0 +1,128 @@
+"""The JSON API for conversations (DESIGN section 5), and the streamed send over SSE."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from litestar import Controller, MediaType, Request, delete, get, patch, post
+from litestar.response.base import ASGIResponse
+from litestar.serialization import encode_json
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+from litestar.types import ASGIApp
+from sse_starlette import EventSourceResponse
+
+from webapp.chat.answers import Channel
+from webapp.chat.serialize import conversation_dict, message_dict
+from webapp.chat.service import ConversationService
+from webapp.errors import InvalidInput
+
+
+@dataclass
+class NewConversation:
+    configuration: str | None = None
+    title: str | None = None
+
+
+@dataclass
+class ConversationChanges:
+    title: str | None = None
+
+
+@dataclass
+class NewMessage:
+    content: str
+
+
+def wants_event_stream(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "")
+
+
+async def sse_events(channel: Channel) -> AsyncIterator[dict[str, Any]]:
+    async for event in channel.follow():
+        item: dict[str, Any] = {"event": event.name, "data": json.dumps(event.data)}
+        if event.id is not None:
+            item["id"] = event.id
+        yield item
+
+
+class ConversationController(Controller):
+    path = "/api/conversations"
+    tags: ClassVar[list[str]] = ["conversations"]
+
+    @get("/")
+    async def list_conversations(
+        self, chat: ConversationService, owner: str
+    ) -> list[dict[str, Any]]:
+        return [conversation_dict(c) for c in await chat.list(owner)]
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_conversation(
+        self, chat: ConversationService, owner: str, data: NewConversation | None = None
+    ) -> dict[str, Any]:
+        data = data or NewConversation()
+        conversation = await chat.create(owner, data.configuration, data.title)
+        return conversation_dict(conversation, [])
+
+    @get("/{conversation_id:str}")
+    async def read_conversation(
+        self, chat: ConversationService, owner: str, conversation_id: str
+    ) -> dict[str, Any]:
+        conversation, messages = await chat.history(owner, conversation_id)
+        return conversation_dict(conversation, messages)
+
+    @patch("/{conversation_id:str}")
+    async def update_conversation(
+        self,
+        chat: ConversationService,
+        owner: str,
+        conversation_id: str,
+        data: ConversationChanges,
+    ) -> dict[str, Any]:
+        if data.title is None:
+            raise InvalidInput("nothing to change: send a title")
+        return conversation_dict(await chat.rename(owner, conversation_id, data.title))
+
+    @delete("/{conversation_id:str}", status_code=204)
+    async def delete_conversation(
+        self, chat: ConversationService, owner: str, conversation_id: str
+    ) -> None:
+        await chat.delete(owner, conversation_id)
+
+    @post("/{conversation_id:str}/messages", status_code=HTTP_201_CREATED)
+    async def send_message(
+        self,
+        request: Request,
+        chat: ConversationService,
+        owner: str,
+        conversation_id: str,
+        data: NewMessage,
+    ) -> ASGIApp:
+        """Send a message. With `Accept: text/event-stream` the answer streams as events
+        `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
+        send = await chat.send(owner, conversation_id, data.content)
+        if wants_event_stream(request):
+            return EventSourceResponse(
+                sse_events(send.running.channel),
+                status_code=HTTP_201_CREATED,
+                ping=15,
+                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            )
+        user, answer = await chat.settle(send)
+        return ASGIResponse(
+            body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),
+            status_code=HTTP_201_CREATED,
+            media_type=MediaType.JSON,
+        )
+
+    @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
+    async def stop_answer(
+        self, chat: ConversationService, owner: str, conversation_id: str
+    ) -> dict[str, Any]:
+        answer = await chat.stop(owner, conversation_id)
+        return {
+            "stopped": answer is not None,
+            "assistant": message_dict(answer) if answer else None,
+        }

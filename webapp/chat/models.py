@@ -1,0 +1,93 @@
+"""The conversation log: conversations and their messages, never shortened.
+
+A message row is the audit record of one side of a turn. The user row carries
+the facts of the bound that was applied when it was sent (written before the
+provider is called, so a failed call keeps them); the assistant row carries
+what the provider reported.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from enum import StrEnum
+
+from sqlalchemy import Column, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from webapp.timeutil import utcnow
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class Status(StrEnum):
+    COMPLETE = "complete"
+    STREAMING = "streaming"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+REPLAYABLE = (Status.COMPLETE, Status.STOPPED, Status.INTERRUPTED)
+"""Answers the model sees again on later sends; a failed answer is kept but not replayed."""
+
+
+def new_conversation_id() -> str:
+    """128 random bits, URL-safe: ids are unguessable, so they never leak a count."""
+    return secrets.token_urlsafe(16)
+
+
+def _timestamp() -> Column:  # type: ignore[type-arg]
+    return Column(DateTime(timezone=True), nullable=False, default=utcnow)
+
+
+class Conversation(SQLModel, table=True):
+    __table_args__ = (Index("ix_conversation_owner_updated", "owner", "updated_at"),)
+
+    id: str = Field(default_factory=new_conversation_id, primary_key=True, max_length=32)
+    owner: str = Field(max_length=100)
+    configuration: str = Field(max_length=100)
+    title: str = Field(default="New conversation", max_length=200)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+
+
+class Message(SQLModel, table=True):
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "seq", name="uq_message_conversation_seq"),
+        Index("ix_message_conversation_status", "conversation_id", "status"),
+        Index("ix_message_status_updated", "status", "updated_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: str = Field(
+        sa_column=Column(
+            String(32), ForeignKey("conversation.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    seq: int
+    role: str = Field(max_length=16)
+    content: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    status: str = Field(default=Status.COMPLETE, max_length=16)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    estimated_tokens: int = 0
+
+    # The bound, on user rows. dropped_turns: NULL = no fit evaluated, 0 = all sent, N = N left out.
+    dropped_turns: int | None = None
+    fit_model: str | None = Field(default=None, max_length=100)
+    fit_window: int | None = None
+    fit_reserve: int | None = None
+    fit_budget: int | None = None
+    fit_estimated_tokens: int | None = None
+    fit_overflow_at_floor: bool | None = None
+
+    # What the provider said, on assistant rows.
+    model: str | None = Field(default=None, max_length=100)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = Field(default=None, max_length=32)
+    error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -1,0 +1,56 @@
+"""Rows as the JSON API spells them (DESIGN section 5): one shape for API, SSE and pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webapp.chat.models import Conversation, Message
+from webapp.timeutil import as_utc
+
+
+def _iso(value) -> str:  # type: ignore[no-untyped-def]
+    return as_utc(value).isoformat().replace("+00:00", "Z")
+
+
+def message_dict(row: Message) -> dict[str, Any]:
+    fit = None
+    if row.dropped_turns is not None:
+        fit = {
+            "model": row.fit_model,
+            "window": row.fit_window,
+            "reserve": row.fit_reserve,
+            "budget": row.fit_budget,
+            "estimated_tokens": row.fit_estimated_tokens,
+            "overflow_at_floor": row.fit_overflow_at_floor,
+        }
+    usage = None
+    if row.prompt_tokens is not None or row.completion_tokens is not None:
+        usage = {"prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens}
+    return {
+        "id": row.id,
+        "seq": row.seq,
+        "role": row.role,
+        "content": row.content,
+        "status": row.status,
+        "created_at": _iso(row.created_at),
+        "estimated_tokens": row.estimated_tokens,
+        "dropped_turns": row.dropped_turns,
+        "fit": fit,
+        "model": row.model,
+        "usage": usage,
+        "finish_reason": row.finish_reason,
+        "error": row.error,
+    }
+
+
+def conversation_dict(row: Conversation, messages: list[Message] | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": row.id,
+        "title": row.title,
+        "configuration": row.configuration,
+        "created_at": _iso(row.created_at),
+        "updated_at": _iso(row.updated_at),
+    }
+    if messages is not None:
+        data["messages"] = [message_dict(m) for m in messages]
+    return data

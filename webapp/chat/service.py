@@ -1,0 +1,509 @@
+"""The conversation service: create conversations, send messages, stream and store answers.
+
+A send writes the user's message (and a placeholder for the answer) before
+anything else can go wrong, so a failed provider call never loses it. The bound
+is then applied against the model that will actually serve; its facts go on the
+user row the moment they are known, and again if a fallback model takes over.
+The answer is written by a task of its own, flushed to the database as it grows,
+so it outlives the request, can be watched from another worker, and can be
+stopped from anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import func, update
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
+from webapp.chat.history import left_out, load_transcript, replayable_user_seqs
+from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.serialize import message_dict
+from webapp.db import transaction
+from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.llm.estimator import estimate_message
+from webapp.llm.manager import Delta, Finished, Fitted, LLMManager
+from webapp.llm.providers.base import ProviderError, StreamBroken
+from webapp.llm.routing import RoutingError
+from webapp.llm.window import FitResult
+from webapp.settings import Settings
+from webapp.timeutil import utcnow
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TITLE = "New conversation"
+TITLE_MAX = 200
+INTERRUPTED_ERROR = "The server stopped before this answer was finished."
+
+
+@dataclass(slots=True)
+class Send:
+    conversation: Conversation
+    user: Message
+    answer: Message
+    running: RunningAnswer
+
+
+@dataclass(slots=True)
+class Progress:
+    """The answer so far, shared by the task that reads the provider and the one that flushes."""
+
+    parts: list[str] = field(default_factory=list)
+    length: int = 0
+    flushed: int = 0
+    finished: Finished | None = None
+    trying: str | None = None
+    """The model the latest fit was sized for: the one being asked now."""
+    model: str | None = None
+    """The model whose text this is, once any arrived."""
+
+    def add(self, text: str) -> None:
+        self.model = self.model or self.trying
+        self.parts.append(text)
+        self.length += len(text)
+
+    @property
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+
+def clean_title(title: str) -> str:
+    title = " ".join(title.split())
+    if not title:
+        raise InvalidInput("the title is empty")
+    if len(title) > TITLE_MAX:
+        raise InvalidInput(f"the title is {len(title)} characters; the limit is {TITLE_MAX}")
+    return title
+
+
+def title_from(content: str) -> str:
+    words = " ".join(content.split())
+    return words if len(words) <= 60 else words[:57].rstrip() + "..."
+
+
+class ConversationService:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        manager: LLMManager,
+        settings: Settings,
+        answers: AnswerRegistry | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.manager = manager
+        self.settings = settings
+        self.answers = answers or AnswerRegistry()
+
+    # Conversations
+
+    async def create(
+        self, owner: str, configuration: str | None = None, title: str | None = None
+    ) -> Conversation:
+        catalog = self.manager.catalog
+        configuration = configuration or catalog.default_configuration
+        if configuration not in catalog.configurations:
+            known = ", ".join(catalog.configurations)
+            raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+        conversation = Conversation(
+            owner=owner,
+            configuration=configuration,
+            title=clean_title(title) if title is not None else DEFAULT_TITLE,
+        )
+        async with transaction(self.sessions) as session:
+            session.add(conversation)
+        return conversation
+
+    async def list(self, owner: str, limit: int = 200) -> list[Conversation]:
+        async with self.sessions() as session:
+            query = (
+                select(Conversation)
+                .where(Conversation.owner == owner)
+                .order_by(col(Conversation.updated_at).desc(), col(Conversation.id))
+                .limit(limit)
+            )
+            return list(await session.exec(query))
+
+    async def get(self, owner: str, conversation_id: str) -> Conversation:
+        async with self.sessions() as session:
+            return await self._owned(session, owner, conversation_id)
+
+    async def history(self, owner: str, conversation_id: str) -> tuple[Conversation, list[Message]]:
+        await self.reap_stale(conversation_id)
+        async with self.sessions() as session:
+            conversation = await self._owned(session, owner, conversation_id)
+            query = (
+                select(Message)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(col(Message.seq))
+            )
+            return conversation, list(await session.exec(query))
+
+    async def page(
+        self, owner: str, conversation_id: str, *, before_seq: int | None = None, turns: int = 50
+    ) -> tuple[Conversation, list[Message], bool]:
+        """The newest `turns` turns before `before_seq` (default: the newest of all), oldest
+        first, and whether older ones exist. A page of a long conversation reads only that."""
+        await self.reap_stale(conversation_id)
+        async with self.sessions() as session:
+            conversation = await self._owned(session, owner, conversation_id)
+            query = select(Message).where(Message.conversation_id == conversation_id)
+            if before_seq is not None:
+                query = query.where(Message.seq < before_seq)
+            query = query.order_by(col(Message.seq).desc()).limit(2 * turns)
+            rows = list(await session.exec(query))
+        rows = rows[: 2 * turns]
+        if rows and rows[-1].role == Role.ASSISTANT:
+            rows.pop()  # start a page on a user row so a turn is never split
+        rows.reverse()
+        return conversation, rows, bool(rows) and rows[0].seq > 1
+
+    async def left_out_turns(
+        self, conversation_id: str, rows: list[Message]
+    ) -> dict[int, list[int]]:
+        """For each trimmed user row among `rows`: the user seqs of the turns it left out."""
+        trimmed = [r for r in rows if r.role == Role.USER and r.dropped_turns]
+        if not trimmed:
+            return {}
+        newest = max(r.seq for r in trimmed)
+        most = max(r.dropped_turns or 0 for r in trimmed)
+        async with self.sessions() as session:
+            replayable = await replayable_user_seqs(session, conversation_id, newest, most + 1)
+        return {
+            r.seq: left_out([s for s in replayable if s < r.seq], r.dropped_turns or 0)
+            for r in trimmed
+        }
+
+    async def message(self, owner: str, conversation_id: str, message_id: int) -> Message:
+        async with self.sessions() as session:
+            await self._owned(session, owner, conversation_id)
+            row = await session.get(Message, message_id)
+            if row is None or row.conversation_id != conversation_id:
+                raise NotFound("no such message")
+            return row
+
+    async def user_row_of(self, answer: Message) -> Message:
+        """The user row an answer answers: always the row just before it."""
+        async with self.sessions() as session:
+            rows = await session.exec(
+                select(Message).where(
+                    Message.conversation_id == answer.conversation_id,
+                    Message.seq == answer.seq - 1,
+                )
+            )
+            return rows.one()
+
+    async def rename(self, owner: str, conversation_id: str, title: str) -> Conversation:
+        title = clean_title(title)
+        async with transaction(self.sessions) as session:
+            conversation = await self._owned(session, owner, conversation_id)
+            conversation.title = title
+            conversation.updated_at = utcnow()
+            session.add(conversation)
+        return conversation
+
+    async def delete(self, owner: str, conversation_id: str) -> None:
+        running = await self._streaming_answer_id(owner, conversation_id)
+        if running is not None and self.answers.request_stop(running):
+            await self._settle(running)
+        async with transaction(self.sessions) as session:
+            conversation = await self._owned(session, owner, conversation_id)
+            await session.delete(conversation)
+
+    # Sending
+
+    def validate_content(self, content: object) -> str:
+        if not isinstance(content, str):
+            raise InvalidInput("content must be a string")
+        if not content.strip():
+            raise InvalidInput("the message is empty")
+        limit = self.settings.max_message_chars
+        if len(content) > limit:
+            raise InvalidInput(
+                f"the message is {len(content):,} characters; the limit is {limit:,}"
+            )
+        return content
+
+    async def send(self, owner: str, conversation_id: str, content: object) -> Send:
+        """Store the message and a placeholder answer, then start writing the answer."""
+        text = self.validate_content(content)
+        user_tokens = estimate_message({"role": Role.USER.value, "content": text})
+        async with transaction(self.sessions) as session:
+            now = utcnow()
+            # Writing first takes the conversation's lock (a row lock on PostgreSQL, the
+            # write lock on SQLite), so two sends can never interleave their rows.
+            touched = await session.execute(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id, col(Conversation.owner) == owner)
+                .values(updated_at=now)
+            )
+            if touched.rowcount == 0:
+                raise NotFound("no such conversation")
+            await self._reap(session, conversation_id)
+            busy = await session.exec(
+                select(Message.id).where(
+                    Message.conversation_id == conversation_id,
+                    Message.status == Status.STREAMING,
+                )
+            )
+            if busy.first() is not None:
+                raise Conflict(
+                    "an answer is still being written in this conversation; "
+                    "wait for it or stop it first"
+                )
+            last = await session.exec(
+                select(func.max(Message.seq)).where(Message.conversation_id == conversation_id)
+            )
+            seq = (last.one() or 0) + 1
+            conversation = await session.get(Conversation, conversation_id)
+            assert conversation is not None
+            if seq == 1 and conversation.title == DEFAULT_TITLE:
+                conversation.title = title_from(text)
+                session.add(conversation)
+            user = Message(
+                conversation_id=conversation_id,
+                seq=seq,
+                role=Role.USER,
+                content=text,
+                estimated_tokens=user_tokens,
+                created_at=now,
+                updated_at=now,
+            )
+            answer = Message(
+                conversation_id=conversation_id,
+                seq=seq + 1,
+                role=Role.ASSISTANT,
+                status=Status.STREAMING,
+                created_at=now,
+                updated_at=now,
+            )
+            session.add_all([user, answer])
+            await session.flush()
+        assert answer.id is not None
+        running = self.answers.start(
+            answer.id,
+            lambda channel, stop: self._write_answer(conversation, user, answer, channel, stop),
+        )
+        return Send(conversation, user, answer, running)
+
+    async def settle(self, send: Send) -> tuple[Message, Message]:
+        """Wait for the answer (it goes on even if the caller goes away) and reload both rows."""
+        await asyncio.shield(send.running.task)
+        async with self.sessions() as session:
+            user = await session.get(Message, send.user.id)
+            answer = await session.get(Message, send.answer.id)
+            assert user is not None and answer is not None
+            return user, answer
+
+    async def stop(self, owner: str, conversation_id: str) -> Message | None:
+        """Stop the answer being written, wherever it runs; the text so far is kept."""
+        answer_id = await self._streaming_answer_id(owner, conversation_id)
+        if answer_id is None:
+            return None
+        async with transaction(self.sessions) as session:
+            await session.execute(
+                update(Message)
+                .where(col(Message.id) == answer_id, col(Message.status) == Status.STREAMING)
+                .values(status=Status.STOPPED, updated_at=utcnow())
+            )
+        if self.answers.request_stop(answer_id):
+            await self._settle(answer_id)
+        async with self.sessions() as session:
+            return await session.get(Message, answer_id)
+
+    async def reap_stale(self, conversation_id: str | None = None) -> int:
+        """Mark answers whose writer died (no heartbeat for a while) as interrupted."""
+        async with transaction(self.sessions) as session:
+            return await self._reap(session, conversation_id)
+
+    # Internals
+
+    async def _owned(self, session: AsyncSession, owner: str, conversation_id: str) -> Conversation:
+        conversation = await session.get(Conversation, conversation_id)
+        if conversation is None or conversation.owner != owner:
+            raise NotFound("no such conversation")
+        return conversation
+
+    async def _streaming_answer_id(self, owner: str, conversation_id: str) -> int | None:
+        async with self.sessions() as session:
+            await self._owned(session, owner, conversation_id)
+            rows = await session.exec(
+                select(Message.id).where(
+                    Message.conversation_id == conversation_id,
+                    Message.status == Status.STREAMING,
+                )
+            )
+            return rows.first()
+
+    async def _settle(self, answer_id: int, timeout: float = 10.0) -> None:
+        running = self.answers.get(answer_id)
+        if running is not None:
+            await asyncio.wait([running.task], timeout=timeout)
+
+    async def _reap(self, session: AsyncSession, conversation_id: str | None) -> int:
+        cutoff = utcnow() - timedelta(seconds=self.settings.stale_stream_after)
+        statement = update(Message).where(
+            col(Message.status) == Status.STREAMING, col(Message.updated_at) < cutoff
+        )
+        if conversation_id is not None:
+            statement = statement.where(col(Message.conversation_id) == conversation_id)
+        result = await session.execute(
+            statement.values(status=Status.INTERRUPTED, error=INTERRUPTED_ERROR)
+        )
+        return result.rowcount
+
+    async def _record_fit(self, user_id: int, fit: FitResult) -> Message:
+        async with transaction(self.sessions) as session:
+            user = await session.get(Message, user_id)
+            assert user is not None
+            user.dropped_turns = fit.dropped_turns
+            user.fit_model = fit.model
+            user.fit_window = fit.window
+            user.fit_reserve = fit.reserve
+            user.fit_budget = fit.budget
+            user.fit_estimated_tokens = fit.estimated_tokens
+            user.fit_overflow_at_floor = fit.overflow_at_floor
+            session.add(user)
+        return user
+
+    async def _read_provider(
+        self,
+        conversation: Conversation,
+        user: Message,
+        progress: Progress,
+        channel: Channel,
+    ) -> None:
+        route = self.manager.route(conversation.configuration)
+        system = route.configuration.system_prompt
+        system_message = {"role": "system", "content": system} if system else None
+        async with self.sessions() as session:
+            transcript = await load_transcript(
+                session,
+                conversation.id,
+                {"role": Role.USER.value, "content": user.content},
+                user.estimated_tokens,
+                user.seq,
+                budget=self.manager.largest_budget(route),
+                system_prompt=system_message,
+                system_tokens=estimate_message(system_message) if system_message else 0,
+            )
+        async for event in self.manager.stream(conversation.configuration, transcript):
+            if isinstance(event, Fitted):
+                progress.trying = event.fit.model
+                row = await self._record_fit(user.id, event.fit)  # type: ignore[arg-type]
+                await channel.publish(Event("fit", message_dict(row)))
+            elif isinstance(event, Delta):
+                progress.add(event.text)
+                await channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
+            else:
+                progress.finished = event
+
+    async def _flush_while_running(
+        self, answer_id: int, progress: Progress, stop: asyncio.Event, finished: asyncio.Event
+    ) -> None:
+        """Write the text so far every little while, which is also the answer's heartbeat;
+        notice a stop made by another worker. Never cancelled mid-write: it is told to end."""
+        interval = min(self.settings.stream_flush_interval, self.settings.stale_stream_after / 3)
+        while True:
+            try:
+                await asyncio.wait_for(finished.wait(), timeout=interval)
+                return
+            except TimeoutError:
+                pass
+            text = progress.text
+            async with transaction(self.sessions) as session:
+                result = await session.execute(
+                    update(Message)
+                    .where(col(Message.id) == answer_id, col(Message.status) == Status.STREAMING)
+                    .values(content=text, updated_at=utcnow())
+                )
+            progress.flushed = len(text)
+            if result.rowcount == 0:
+                stop.set()
+                return
+
+    async def _write_answer(
+        self,
+        conversation: Conversation,
+        user: Message,
+        answer: Message,
+        channel: Channel,
+        stop: asyncio.Event,
+    ) -> None:
+        assert answer.id is not None
+        progress = Progress()
+        reader = asyncio.create_task(self._read_provider(conversation, user, progress, channel))
+        finished = asyncio.Event()
+        flusher = asyncio.create_task(
+            self._flush_while_running(answer.id, progress, stop, finished)
+        )
+        stopped = asyncio.create_task(stop.wait())
+        status, error = Status.COMPLETE, None
+        try:
+            await asyncio.wait({reader, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not reader.done():
+                reader.cancel()
+                status = Status.STOPPED
+            await asyncio.gather(reader, return_exceptions=True)
+            if status is not Status.STOPPED and (failure := reader.exception()) is not None:
+                status, error = self._failure(failure, progress)
+        except asyncio.CancelledError:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            status, error = Status.INTERRUPTED, INTERRUPTED_ERROR
+            raise
+        finally:
+            finished.set()
+            stopped.cancel()
+            await asyncio.gather(flusher, stopped, return_exceptions=True)
+            row = await asyncio.shield(self._finish(answer.id, progress, status, error))
+            final = message_dict(row)
+            if status in (Status.COMPLETE, Status.STOPPED):
+                await channel.publish(Event("done", final), last=True)
+            else:
+                await channel.publish(
+                    Event("error", {"message": error or "the answer failed", "assistant": final}),
+                    last=True,
+                )
+
+    def _failure(self, failure: BaseException, progress: Progress) -> tuple[Status, str]:
+        if isinstance(failure, StreamBroken):
+            return Status.INTERRUPTED, f"The provider's stream broke off: {failure.message}"
+        if isinstance(failure, ProviderError):
+            status = Status.INTERRUPTED if progress.length else Status.FAILED
+            return status, failure.message
+        if isinstance(failure, RoutingError):
+            return Status.FAILED, str(failure)
+        log.error("answer failed", exc_info=failure)
+        return Status.FAILED, "The answer failed because of an internal error."
+
+    async def _finish(
+        self, answer_id: int, progress: Progress, status: Status, error: str | None
+    ) -> Message:
+        text = progress.text
+        finished = progress.finished
+        async with transaction(self.sessions) as session:
+            row = await session.get(Message, answer_id)
+            assert row is not None
+            row.content = text
+            row.status = status
+            row.error = error
+            row.updated_at = utcnow()
+            row.estimated_tokens = (
+                estimate_message({"role": Role.ASSISTANT.value, "content": text}) if text else 0
+            )
+            row.model = finished.model if finished is not None else progress.model
+            if finished is not None:
+                row.finish_reason = finished.finish_reason
+                if finished.usage is not None:
+                    row.prompt_tokens = finished.usage.prompt_tokens
+                    row.completion_tokens = finished.usage.completion_tokens
+            session.add(row)
+        return row

@@ -1,0 +1,61 @@
+"""The database engine and sessions.
+
+SQLite is the embedded default and needs a few pragmas to behave under a web
+server (WAL so readers never block the writer, a busy timeout instead of
+instant "database is locked", foreign keys enforced). PostgreSQL needs nothing
+special.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+SQLITE_PRAGMAS = (
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA busy_timeout=10000",
+    "PRAGMA foreign_keys=ON",
+    "PRAGMA synchronous=NORMAL",
+)
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An async engine; for a file-backed SQLite the folder is created on first use."""
+    if not is_sqlite(url):
+        return create_async_engine(url, pool_pre_ping=True)
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, connect_args={"timeout": 10})
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        cursor = dbapi_connection.cursor()
+        for pragma in SQLITE_PRAGMAS:
+            cursor.execute(pragma)
+        cursor.close()
+
+    return engine
+
+
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, class_=AsyncSession, expire_on_commit=False)
+
+
+@asynccontextmanager
+async def transaction(
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncSession]:
+    """A short write transaction: committed on success, rolled back on error."""
+    async with sessions() as session, session.begin():
+        yield session

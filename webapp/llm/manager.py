@@ -1,0 +1,297 @@
+"""The send pipeline: route, bound, dispatch, fall back.
+
+Every chat, streamed chat and tool call is fitted to the window of the model
+about to serve it, and fitted again if a fallback model takes over, so the
+window that bounded a send is always the window of the model that answered.
+A provider that still refuses the prompt as too long teaches the calibration
+and gets one re-fitted retry. A raw completion is never pruned, only reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from webapp.llm.calibration import Calibrator
+from webapp.llm.catalog import Catalog, ModelSpec
+from webapp.llm.estimator import REPLY_PRIMING, estimate_text
+from webapp.llm.providers import build_provider
+from webapp.llm.providers.base import (
+    CallInfo,
+    ChatResult,
+    CompletionResult,
+    ContextLengthExceeded,
+    Message,
+    Provider,
+    ProviderError,
+    Usage,
+)
+from webapp.llm.routing import Route, resolve
+from webapp.llm.window import FitResult, budget_for, default_reserve, fit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What a send asks to have sent, as loaded: possibly already without some old turns.
+
+    `omitted_turns` counts turns right after the head that the loader did not read
+    because even the largest budget in the route could not hold them; they count
+    as dropped, exactly as if fit() had dropped them.
+    """
+
+    messages: list[Message]
+    estimates: list[int] | None = None
+    omitted_turns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    fit: FitResult
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    model: str
+    finish_reason: str | None
+    usage: Usage | None
+
+
+StreamEvent = Fitted | Delta | Finished
+
+
+class AllModelsFailed(ProviderError):
+    """Every model of the route failed with a retryable error; the last one is kept."""
+
+    def __init__(self, errors: list[tuple[str, ProviderError]]) -> None:
+        detail = "; ".join(f"{model}: {error.message}" for model, error in errors)
+        last = errors[-1][1]
+        super().__init__(f"no model could answer ({detail})", status=last.status)
+        self.errors = errors
+        self.retry_after = getattr(last, "retry_after", None)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionReport:
+    """A completion that was larger than the budget; it was sent anyway, never pruned."""
+
+    model: str
+    budget: int
+    estimated_tokens: int
+
+
+class LLMManager:
+    def __init__(
+        self,
+        catalog: Catalog,
+        calibrator: Calibrator,
+        providers: dict[str, Provider] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.calibrator = calibrator
+        self._providers = dict(providers or {})
+
+    def provider_for(self, model: ModelSpec) -> Provider:
+        provider = self._providers.get(model.provider)
+        if provider is None:
+            provider = build_provider(self.catalog.providers[model.provider])
+            self._providers[model.provider] = provider
+        return provider
+
+    async def aclose(self) -> None:
+        for provider in self._providers.values():
+            await provider.aclose()
+
+    def route(self, configuration: str) -> Route:
+        return resolve(self.catalog, configuration)
+
+    def max_tokens_for(self, route: Route, max_tokens: int | None) -> int | None:
+        return max_tokens if max_tokens is not None else route.configuration.max_tokens
+
+    def reserve_for(self, route: Route, model: ModelSpec, max_tokens: int | None) -> int:
+        chosen = self.max_tokens_for(route, max_tokens)
+        return chosen if chosen is not None else default_reserve(model)
+
+    def largest_budget(self, route: Route, max_tokens: int | None = None) -> int:
+        """The most prompt any model of the route could take: how much history is worth loading."""
+        return max(
+            budget_for(model, self.reserve_for(route, model, max_tokens)) for model in route.models
+        )
+
+    def fit_for(
+        self,
+        route: Route,
+        model: ModelSpec,
+        transcript: Transcript,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+    ) -> FitResult:
+        result = fit(
+            transcript.messages,
+            model,
+            tools,
+            self.reserve_for(route, model, max_tokens),
+            estimates=transcript.estimates,
+            calibration=self.calibrator.factor(model.name),
+        )
+        if transcript.omitted_turns:
+            result = dataclasses.replace(
+                result, dropped_turns=result.dropped_turns + transcript.omitted_turns
+            )
+        return result
+
+    async def stream(
+        self,
+        configuration: str,
+        transcript: Transcript,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Bound, then stream. Everything that can go wrong before the first chunk (a
+        refused prompt, a model that is down) is handled here; after it, nothing can be
+        pruned any more and errors reach the caller."""
+        route = self.route(configuration)
+        failures: list[tuple[str, ProviderError]] = []
+        for model in route.models:
+            retried = False
+            while True:
+                result = self.fit_for(route, model, transcript, tools=tools, max_tokens=max_tokens)
+                yield Fitted(result)
+                chunks = self.provider_for(model).stream_chat(
+                    model.model_id,
+                    result.messages,
+                    max_tokens=self.max_tokens_for(route, max_tokens),
+                    tools=tools,
+                    info=_call_info(result),
+                )
+                async with aclosing(chunks):
+                    try:
+                        first = await anext(chunks, None)
+                    except ContextLengthExceeded as error:
+                        await self._tighten(model, result, error)
+                        if retried:
+                            raise
+                        retried = True
+                        continue
+                    except ProviderError as error:
+                        if not error.retryable:
+                            raise
+                        log.warning(
+                            "model %s failed before answering: %s", model.name, error.message
+                        )
+                        failures.append((model.name, error))
+                        break
+                    finish_reason: str | None = None
+                    usage: Usage | None = None
+                    chunk = first
+                    while chunk is not None:
+                        if chunk.text:
+                            yield Delta(chunk.text)
+                        finish_reason = chunk.finish_reason or finish_reason
+                        usage = chunk.usage or usage
+                        chunk = await anext(chunks, None)
+                await self._learn(model, result, usage)
+                yield Finished(model.name, finish_reason, usage)
+                return
+        raise AllModelsFailed(failures)
+
+    async def chat(
+        self,
+        configuration: str,
+        transcript: Transcript,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+    ) -> tuple[ChatResult, FitResult, str]:
+        """A bounded, non-streamed chat or tool call: (answer, the fit that was sent, model)."""
+        route = self.route(configuration)
+        failures: list[tuple[str, ProviderError]] = []
+        for model in route.models:
+            for attempt in range(2):
+                result = self.fit_for(route, model, transcript, tools=tools, max_tokens=max_tokens)
+                try:
+                    answer = await self.provider_for(model).chat(
+                        model.model_id,
+                        result.messages,
+                        max_tokens=self.max_tokens_for(route, max_tokens),
+                        tools=tools,
+                        info=_call_info(result),
+                    )
+                except ContextLengthExceeded as error:
+                    await self._tighten(model, result, error)
+                    if attempt:
+                        raise
+                    continue
+                except ProviderError as error:
+                    if not error.retryable:
+                        raise
+                    failures.append((model.name, error))
+                    break
+                await self._learn(model, result, answer.usage)
+                return answer, result, model.name
+        raise AllModelsFailed(failures)
+
+    async def complete(
+        self, model_name: str, prompt: str, *, max_tokens: int | None = None
+    ) -> tuple[CompletionResult, CompletionReport | None]:
+        """A raw completion is the caller's exact text: never pruned; an overflow is reported."""
+        model = self.catalog.models[model_name]
+        reserve = max_tokens if max_tokens is not None else default_reserve(model)
+        budget = budget_for(model, reserve)
+        estimate = estimate_text(prompt) + REPLY_PRIMING
+        report = None
+        if estimate * self.calibrator.factor(model.name) > budget:
+            report = CompletionReport(model.name, budget, estimate)
+            log.warning(
+                "completion larger than the budget: model=%s budget=%d estimate=%d; sent unpruned",
+                model.name,
+                budget,
+                estimate,
+            )
+        result = await self.provider_for(model).complete(
+            model.model_id, prompt, max_tokens=max_tokens
+        )
+        return result, report
+
+    async def embed(self, model_name: str, inputs: Sequence[str]) -> list[list[float]]:
+        """Embeddings are not bounded: each input is the caller's to size."""
+        model = self.catalog.models[model_name]
+        return await self.provider_for(model).embed(model.model_id, list(inputs))
+
+    async def _tighten(
+        self, model: ModelSpec, result: FitResult, error: ContextLengthExceeded
+    ) -> None:
+        await self.calibrator.tighten(
+            model.name,
+            result.raw_estimate,
+            error.prompt_tokens,
+            limit=error.limit,
+            budget=result.budget,
+            reserve=result.reserve,
+        )
+
+    async def _learn(self, model: ModelSpec, result: FitResult, usage: Usage | None) -> None:
+        if usage is not None and usage.prompt_tokens:
+            await self.calibrator.observe(model.name, result.raw_estimate, usage.prompt_tokens)
+
+
+def _call_info(result: FitResult) -> CallInfo:
+    return CallInfo(
+        model=result.model,
+        window=result.window,
+        budget=result.budget,
+        estimated_tokens=result.estimated_tokens,
+        dropped_turns=result.dropped_turns,
+    )

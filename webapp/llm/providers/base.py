@@ -1,0 +1,143 @@
+"""The contract every provider speaks, so the send pipeline never looks at a wire format.
+
+Errors are sorted by what the pipeline should do next: a retryable error lets a
+fallback model try; a context-length error lets the bound tighten and re-fit;
+anything else fails the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+"""A chat message as OpenAI's wire format spells it (role, content, tool_calls, tool_call_id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    content: str
+    finish_reason: str | None
+    usage: Usage | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """One piece of a streamed answer. Usage and finish_reason arrive on the last chunks."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionResult:
+    text: str
+    finish_reason: str | None
+    usage: Usage | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """What the pipeline knows about a call; providers may report it (the demo does)."""
+
+    model: str
+    window: int
+    budget: int
+    estimated_tokens: int
+    dropped_turns: int
+
+
+class ProviderError(Exception):
+    """A provider call failed. `retryable` says whether another model may be tried."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class ProviderUnavailable(ProviderError):
+    """Connection refused, timeout or a 5xx: the model may work elsewhere or later."""
+
+    retryable = True
+
+
+class RateLimited(ProviderError):
+    """HTTP 429. `retry_after` is in seconds when the provider said so."""
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, status: int | None = 429, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class ContextLengthExceeded(ProviderError):
+    """The provider refused the prompt as too long.
+
+    `prompt_tokens` and `limit` are filled when the provider's message names them,
+    so the calibration can learn the real ratio instead of guessing.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = 400,
+        prompt_tokens: int | None = None,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(message, status=status)
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit
+
+
+class StreamBroken(ProviderError):
+    """The stream ended without its final chunk, after some text may have arrived."""
+
+    retryable = False
+
+
+class Provider(Protocol):
+    """What the send pipeline needs from a provider. `model_id` is the provider's own name."""
+
+    async def chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+    ) -> ChatResult: ...
+
+    def stream_chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+    ) -> AsyncIterator[StreamChunk]: ...
+
+    async def complete(
+        self, model_id: str, prompt: str, *, max_tokens: int | None = None
+    ) -> CompletionResult: ...
+
+    async def embed(self, model_id: str, inputs: list[str]) -> list[list[float]]: ...
+
+    async def aclose(self) -> None: ...

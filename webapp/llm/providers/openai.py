@@ -1,0 +1,620 @@
+"""A provider for any OpenAI-compatible server: OpenAI, Ollama's /v1, vLLM, llama.cpp, LM Studio.
+
+The pipeline only ever sees the error types of `base`, so this module's real work is
+translating each server's way of failing into them:
+
+- connection refused, timeouts and 5xx become `ProviderUnavailable` (a fallback may try);
+- 429 becomes `RateLimited` with the server's Retry-After;
+- "prompt too long", in whatever words the server uses, becomes `ContextLengthExceeded`
+  with the token counts the message names, so the bound can tighten and re-fit;
+- anything else (401, 403, 404, other 4xx) is a plain, non-retryable `ProviderError`.
+
+A stream is checked before anything is yielded: an error that happens before the first
+chunk is raised as one of the types above, so the caller can still fall back; once text
+has been handed out, a broken or stalled stream is `StreamBroken`.
+
+The API key is sent only in the Authorization header and is scrubbed from every error
+message, because servers like to echo it back ("Incorrect API key provided: sk-...").
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import json
+import re
+import struct
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from webapp.llm.providers.base import (
+    CallInfo,
+    ChatResult,
+    CompletionResult,
+    ContextLengthExceeded,
+    Message,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+    StreamBroken,
+    StreamChunk,
+    Usage,
+)
+
+__all__ = [
+    "OpenAIProvider",
+    "is_context_length_message",
+    "parse_context_length_message",
+]
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds to open a connection. Short: a dead host should hand over to a fallback quickly,
+while `timeout` (the read timeout) has to cover a slow model's time to first token."""
+
+_MAX_ERROR_TEXT = 500
+"""Error bodies are cut to this many characters: an HTML error page is not a message."""
+
+# --------------------------------------------------------------------------------------
+# Context-length errors: recognising them and reading the numbers they name.
+# --------------------------------------------------------------------------------------
+
+_CONTEXT_CODES = frozenset(
+    {"context_length_exceeded", "exceed_context_size_error", "model_context_window_exceeded"}
+)
+
+_CONTEXT_PHRASES = re.compile(
+    r"context[ _]length"  # OpenAI, vLLM, Ollama ("exceeded max context length by N tokens")
+    r"|context[ _]window"  # many hosted APIs
+    r"|context size"  # llama.cpp ("exceeds the available context size"), LM Studio
+    r"|context limit"
+    r"|too many tokens"
+    r"|maximum model length"  # vLLM ("longer than the maximum model length of N")
+    r"|prompt (?:is )?too long"  # Ollama ("prompt too long; ..."), Anthropic-style proxies
+    r"|input (?:is )?too long"
+    r"|(?:input|prompt) length exceeds"  # Ollama embeddings
+    r"|(?:exceeds?|exceeded) (?:the )?(?:model )?(?:max(?:imum)? )?(?:input )?token limit"
+    r"|maximum number of tokens allowed"  # Gemini's OpenAI endpoint
+    r"|tokens\)? is too long"  # vLLM ("Input prompt (5000 tokens) is too long and ...")
+    r"|max_new_tokens`? must be <="  # TGI
+    r"|range of input length should be",  # DashScope
+    re.IGNORECASE,
+)
+
+_N = r"(\d[\d,]*)"
+"""A token count; some servers print thousands separators."""
+
+_PROMPT_PATTERNS = [
+    # OpenAI (chat):  "(8000 in the messages, 500 in the functions, and 1000 in the completion)"
+    # vLLM/DeepSeek:  "However, you requested 5000 tokens (4800 in the messages, 200 in the ..."
+    re.compile(rf"\({_N} in the messages(?:, {_N} in the functions)?", re.IGNORECASE),
+    # OpenAI (completions, embeddings): "(3975 in your prompt; 256 for the completion)"
+    re.compile(rf"\({_N} in your prompt", re.IGNORECASE),
+    # OpenAI (chat, no max_tokens): "However, your messages resulted in 9000 tokens."
+    re.compile(rf"messages resulted in {_N} tokens", re.IGNORECASE),
+    # vLLM (newer): "your request has 4800 input tokens"
+    re.compile(rf"request has {_N} (?:input |prompt )?tokens", re.IGNORECASE),
+    # llama.cpp: "request (4476 tokens) exceeds the available context size (4096 tokens)"
+    # vLLM: "Input prompt (5000 tokens) is too long", Together: "The input (516368 tokens) ..."
+    re.compile(rf"(?:request|prompt|input) \({_N} tokens\)", re.IGNORECASE),
+    # vLLM: "The prompt (total length 25938) is too long", "The decoder prompt (length 5000)"
+    re.compile(rf"prompt \((?:total )?length {_N}\)", re.IGNORECASE),
+    # Mistral: "Prompt contains 40000 tokens"; others: "Prompt has 2000 tokens"
+    re.compile(rf"prompt (?:contains|has) {_N} tokens", re.IGNORECASE),
+    # Anthropic-style: "prompt is too long: 210000 tokens > 200000 maximum"
+    re.compile(rf"too long: {_N} tokens", re.IGNORECASE),
+    # Gemini: "The input token count (9000) exceeds the maximum number of tokens allowed (8192)"
+    re.compile(rf"input token count \({_N}\)", re.IGNORECASE),
+    # TGI: "Given: 4000 `inputs` tokens and 200 `max_new_tokens`"
+    re.compile(rf"given: {_N} `?inputs`? tokens", re.IGNORECASE),
+    # LM Studio: "Trying to keep the first 5000 tokens when context the overflows"
+    re.compile(rf"keep the first {_N} tokens", re.IGNORECASE),
+]
+
+_LIMIT_PATTERNS = [
+    # OpenAI, vLLM, DeepSeek: "maximum context length is 8192 tokens"
+    re.compile(rf"maximum context length (?:is|of) {_N}", re.IGNORECASE),
+    # Mistral: "too large for model with 32768 maximum context length"
+    re.compile(rf"{_N} maximum context length", re.IGNORECASE),
+    # llama.cpp "available context size (4096 tokens)", vLLM "(context length 4096)",
+    # LM Studio "context length of only 4096 tokens", "configured context size is 1000 tokens"
+    re.compile(
+        rf"context (?:length|size|window)(?: is| of)?(?: only)? \(?{_N}(?: tokens)?",
+        re.IGNORECASE,
+    ),
+    # vLLM: "longer than the maximum model length of 4096"
+    re.compile(rf"maximum model length (?:is |of )?{_N}", re.IGNORECASE),
+    # vLLM: "is too long and exceeds limit of 4096"
+    re.compile(rf"exceeds (?:the )?limit of {_N}", re.IGNORECASE),
+    # Gemini: "exceeds the maximum number of tokens allowed (8192)"
+    re.compile(rf"maximum number of tokens allowed \({_N}\)", re.IGNORECASE),
+    # Anthropic-style: "210000 tokens > 200000 maximum"
+    re.compile(rf"> {_N} maximum", re.IGNORECASE),
+    # TGI: "`inputs` tokens + `max_new_tokens` must be <= 4096"
+    re.compile(rf"must be <= {_N}", re.IGNORECASE),
+]
+
+
+def _int(text: str | None) -> int | None:
+    return int(text.replace(",", "")) if text else None
+
+
+def is_context_length_message(message: str, code: Any = None) -> bool:
+    """Whether an error (its message, and its code or type if the server sent one) says
+    the prompt did not fit the model's window."""
+    if isinstance(code, str) and code.lower() in _CONTEXT_CODES:
+        return True
+    return bool(_CONTEXT_PHRASES.search(message or ""))
+
+
+def parse_context_length_message(message: str) -> tuple[int | None, int | None]:
+    """Return (prompt_tokens, limit) as far as the message names them, else None for each.
+
+    The prompt count is the prompt alone (messages plus function schemas), never the
+    prompt plus requested completion: it is what the calibration compares its estimate to.
+    """
+    prompt_tokens: int | None = None
+    for pattern in _PROMPT_PATTERNS:
+        match = pattern.search(message)
+        if match:
+            prompt_tokens = sum(_int(g) or 0 for g in match.groups())
+            break
+    limit: int | None = None
+    for pattern in _LIMIT_PATTERNS:
+        match = pattern.search(message)
+        if match:
+            limit = _int(match.group(1))
+            break
+    return prompt_tokens, limit
+
+
+# --------------------------------------------------------------------------------------
+# Reading the wire format.
+# --------------------------------------------------------------------------------------
+
+
+def _usage(data: Any) -> Usage | None:
+    if not isinstance(data, dict) or "prompt_tokens" not in data:
+        return None
+    return Usage(
+        prompt_tokens=int(data.get("prompt_tokens") or 0),
+        completion_tokens=int(data.get("completion_tokens") or 0),
+    )
+
+
+def _text(content: Any) -> str:
+    """Message content as text; some servers answer with a list of parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text") or "" if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
+
+
+def _first_choice(data: dict[str, Any]) -> dict[str, Any]:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the answer has no choices")
+    return choices[0]
+
+
+def _decode_embedding(value: Any) -> list[float]:
+    """A vector as floats; `encoding_format: base64` answers pack little-endian float32."""
+    if isinstance(value, str):
+        raw = base64.b64decode(value)
+        return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+    return [float(x) for x in value]
+
+
+def _error_parts(payload: Any) -> tuple[str | None, Any, Any, dict[str, Any]]:
+    """(message, code, type, the error object) from the error shapes servers use:
+    OpenAI/Ollama-v1/llama.cpp `{"error": {...}}`, Ollama-native `{"error": "..."}`,
+    vLLM `{"object": "error", "message": ...}`, FastAPI `{"detail": ...}`."""
+    if not isinstance(payload, dict):
+        return None, None, None, {}
+    error = payload.get("error", payload)
+    if isinstance(error, str):
+        return error, None, None, {}
+    if not isinstance(error, dict):
+        return None, None, None, {}
+    message = error.get("message")
+    if message is None and "detail" in error:
+        message = error["detail"]
+    if message is not None and not isinstance(message, str):
+        message = json.dumps(message)
+    return message, error.get("code"), error.get("type"), error
+
+
+def _retry_after(headers: httpx.Headers, message: str) -> float | None:
+    """Seconds to wait, from Retry-After (seconds or HTTP date), OpenAI's retry-after-ms,
+    or failing those OpenAI's "Please try again in 6.5s" in the message."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                when = None
+            if when is not None:
+                return max(0.0, when.timestamp() - time.time())
+    match = re.search(r"try again in (?:(\d+)m)?(\d+(?:\.\d+)?)(ms|s)\b", message)
+    if match:
+        minutes, amount, unit = match.groups()
+        seconds = float(amount) / (1000 if unit == "ms" else 1)
+        return seconds + 60 * int(minutes or 0)
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# The provider.
+# --------------------------------------------------------------------------------------
+
+
+class OpenAIProvider:
+    """An OpenAI-compatible HTTP API, spoken through one pooled `httpx.AsyncClient`.
+
+    `base_url` includes the API prefix (e.g. ``http://127.0.0.1:11434/v1``); the endpoint
+    paths are appended to it. `timeout` is the read timeout, i.e. the longest silence
+    tolerated from the server (time to first token, or a gap inside a stream).
+    `transport` exists for tests and unusual set-ups (a Unix socket, a mounted app).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key or None
+        self._timeout = timeout
+        url = httpx.URL(self.base_url)
+        # Credentials in the URL would otherwise land in every error message.
+        self._label = str(url.copy_with(username=None, password=None, query=None))
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url + "/",
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider({self._label!r})"
+
+    async def __aenter__(self) -> OpenAIProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # ---- the four calls --------------------------------------------------------------
+
+    async def chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+    ) -> ChatResult:
+        body = self._chat_body(model_id, messages, max_tokens=max_tokens, tools=tools)
+        path = "chat/completions"
+        return self._chat_result(await self._post_json(path, body, model_id), path, model_id)
+
+    async def stream_chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Yield text chunks as they arrive, then one last chunk with finish_reason and usage.
+
+        Usage usually comes after the finish_reason, in a chunk with no choices, so the
+        last chunk is held back until `[DONE]` (or the end of the body).
+        """
+        body = self._chat_body(model_id, messages, max_tokens=max_tokens, tools=tools)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        path = "chat/completions"
+        yielded = False
+        finish_reason: str | None = None
+        usage: Usage | None = None
+        try:
+            async with self._client.stream(
+                "POST", path, json=body, headers={"Accept": "text/event-stream"}
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._status_error(response, path, model_id)
+                if response.headers.get("content-type", "").startswith("application/json"):
+                    # The server ignored "stream": it sent the whole answer at once.
+                    await response.aread()
+                    result = self._chat_result(
+                        self._json_body(response, path, model_id), path, model_id
+                    )
+                    if result.content:
+                        yield StreamChunk(text=result.content)
+                    yield StreamChunk(finish_reason=result.finish_reason, usage=result.usage)
+                    return
+                async for data in self._sse_data(response):
+                    if data == "[DONE]":
+                        break
+                    event = self._stream_event(data, path, model_id, yielded)
+                    usage = _usage(event.get("usage")) or usage
+                    choices = event.get("choices") or []
+                    if not choices or not isinstance(choices[0], dict):
+                        continue  # the usage-only chunk, or a keep-alive
+                    choice = choices[0]
+                    delta = choice.get("delta") or {}
+                    text = _text(delta.get("content")) if isinstance(delta, dict) else ""
+                    # Tool-call and reasoning deltas carry no answer text; skipped.
+                    if text:
+                        yielded = True
+                        yield StreamChunk(text=text)
+                    finish_reason = choice.get("finish_reason") or finish_reason
+                else:
+                    # The body ended cleanly but without [DONE]: complete only if the
+                    # server had already said why it stopped.
+                    if finish_reason is None:
+                        raise self._cut_short(model_id, yielded, "the stream ended without [DONE]")
+        except httpx.HTTPError as exc:
+            if finish_reason is None:  # else the answer was complete; only its trailer is lost
+                if not yielded:
+                    raise self._transport_error(exc, path, model_id) from None
+                reason = (
+                    f"no data for {self._timeout:g} s"
+                    if isinstance(exc, httpx.TimeoutException)
+                    else self._describe(exc)
+                )
+                raise self._cut_short(model_id, yielded, reason) from None
+        yield StreamChunk(finish_reason=finish_reason, usage=usage)
+
+    async def complete(
+        self, model_id: str, prompt: str, *, max_tokens: int | None = None
+    ) -> CompletionResult:
+        body: dict[str, Any] = {"model": model_id, "prompt": prompt}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        data = await self._post_json("completions", body, model_id)
+        try:
+            choice = _first_choice(data)
+            return CompletionResult(
+                text=_text(choice.get("text")),
+                finish_reason=choice.get("finish_reason"),
+                usage=_usage(data.get("usage")),
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise self._malformed("completions", model_id, exc) from None
+
+    async def embed(self, model_id: str, inputs: list[str]) -> list[list[float]]:
+        """One vector per input, in input order (sorted by `index`: not every server keeps
+        the order of its answer)."""
+        if not inputs:
+            return []
+        data = await self._post_json("embeddings", {"model": model_id, "input": inputs}, model_id)
+        try:
+            items = data["data"]
+            ordered = sorted(enumerate(items), key=lambda pair: pair[1].get("index", pair[0]))
+            vectors = [_decode_embedding(item["embedding"]) for _, item in ordered]
+        except (KeyError, TypeError, ValueError, AttributeError, struct.error) as exc:
+            raise self._malformed("embeddings", model_id, exc) from None
+        if len(vectors) != len(inputs):
+            raise ProviderError(
+                f"{self._where('embeddings', model_id)} returned {len(vectors)} vectors "
+                f"for {len(inputs)} inputs"
+            )
+        return vectors
+
+    # ---- requests --------------------------------------------------------------------
+
+    @staticmethod
+    def _chat_body(
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None,
+        tools: list[dict[str, Any]] | None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model_id, "messages": messages}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if tools:
+            body["tools"] = tools
+        return body
+
+    async def _post_json(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
+        try:
+            response = await self._client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path, model_id) from None
+        if response.status_code >= 400:
+            raise self._status_error(response, path, model_id)
+        return self._json_body(response, path, model_id)
+
+    def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
+        try:
+            data = response.json()
+        except ValueError:
+            # A 200 that is not JSON is a proxy or a half-started server: try elsewhere.
+            raise ProviderUnavailable(
+                f"{self._where(path, model_id)} answered HTTP {response.status_code} "
+                f"with a body that is not JSON: {self._snippet(response.text)!r}",
+                status=response.status_code,
+            ) from None
+        if not isinstance(data, dict):
+            raise self._malformed(path, model_id, ValueError("the answer is not an object"))
+        if "error" in data and "choices" not in data and "data" not in data:
+            # Some servers report a failure inside a 200.
+            raise self._error_from_payload(None, data, response.headers, path, model_id)
+        return data
+
+    def _chat_result(self, data: dict[str, Any], path: str, model_id: str) -> ChatResult:
+        try:
+            choice = _first_choice(data)
+            message = choice.get("message") or {}
+            return ChatResult(
+                content=_text(message.get("content")),
+                finish_reason=choice.get("finish_reason"),
+                usage=_usage(data.get("usage")),
+                tool_calls=list(message.get("tool_calls") or []),
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise self._malformed(path, model_id, exc) from None
+
+    @staticmethod
+    async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+        """The `data` of each server-sent event, joined over its lines as SSE says."""
+        lines: list[str] = []
+        async for line in response.aiter_lines():
+            if not line:
+                if lines:
+                    yield "\n".join(lines)
+                    lines = []
+                continue
+            if line.startswith(":"):
+                continue  # a comment, used as keep-alive
+            field, _, value = line.partition(":")
+            if field == "data":
+                lines.append(value[1:] if value.startswith(" ") else value)
+        if lines:
+            yield "\n".join(lines)
+
+    def _stream_event(self, data: str, path: str, model_id: str, yielded: bool) -> dict[str, Any]:
+        """One stream event as JSON; an error event becomes the matching error."""
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise self._cut_short(
+                model_id, yielded, f"a stream event is not JSON: {self._snippet(data)!r}"
+            ) from None
+        if not isinstance(event, dict):
+            raise self._cut_short(model_id, yielded, "a stream event is not an object")
+        if "error" in event:
+            message, code, _, _ = _error_parts(event)
+            status = code if isinstance(code, int) else None
+            if yielded:
+                raise StreamBroken(
+                    f"{self._where(path, model_id)} broke off the stream: "
+                    f"{self._clean(message or 'an error event')}",
+                    status=status,
+                )
+            raise self._error_from_payload(status, event, httpx.Headers(), path, model_id)
+        return event
+
+    # ---- errors ----------------------------------------------------------------------
+
+    def _where(self, path: str, model_id: str) -> str:
+        return f"{self._label}/{path} (model {model_id!r})"
+
+    def _clean(self, text: str) -> str:
+        """Never let the API key into a message, whoever echoed it."""
+        if self._api_key:
+            text = text.replace(self._api_key, "[redacted]")
+        return text
+
+    def _snippet(self, text: str) -> str:
+        text = self._clean(text.strip())
+        return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "..."
+
+    def _describe(self, exc: httpx.HTTPError) -> str:
+        detail = str(exc) or type(exc).__name__
+        return self._clean(f"{type(exc).__name__}: {detail}")
+
+    def _transport_error(self, exc: httpx.HTTPError, path: str, model_id: str) -> ProviderError:
+        where = self._where(path, model_id)
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return ProviderError(f"{where}: bad base_url: {self._describe(exc)}")
+        if isinstance(exc, httpx.ConnectTimeout):
+            reason = f"could not connect within {min(CONNECT_TIMEOUT, self._timeout):g} s"
+        elif isinstance(exc, httpx.PoolTimeout):
+            reason = f"no free connection within {self._timeout:g} s (too many calls at once)"
+        elif isinstance(exc, httpx.TimeoutException):
+            reason = f"no answer within {self._timeout:g} s"
+        elif isinstance(exc, httpx.ConnectError):
+            reason = f"cannot connect ({self._describe(exc)})"
+        else:
+            reason = f"connection failed ({self._describe(exc)})"
+        return ProviderUnavailable(f"{where}: {reason}")
+
+    def _cut_short(self, model_id: str, yielded: bool, reason: str) -> ProviderError:
+        """Before any text: unavailable (fall back). After: the answer is partial."""
+        where = self._where("chat/completions", model_id)
+        if yielded:
+            return StreamBroken(f"{where}: stream broken after partial answer: {reason}")
+        return ProviderUnavailable(f"{where}: stream failed before any text: {reason}")
+
+    def _malformed(self, path: str, model_id: str, exc: Exception) -> ProviderError:
+        return ProviderError(
+            f"{self._where(path, model_id)} sent an answer this client cannot read: {exc}"
+        )
+
+    def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
+        try:
+            payload: Any = response.json()
+        except ValueError:
+            payload = response.text
+        return self._error_from_payload(
+            response.status_code, payload, response.headers, path, model_id
+        )
+
+    def _error_from_payload(
+        self,
+        status: int | None,
+        payload: Any,
+        headers: httpx.Headers,
+        path: str,
+        model_id: str,
+    ) -> ProviderError:
+        message, code, kind, error = _error_parts(payload)
+        if message is None:
+            message = payload if isinstance(payload, str) else ""
+        message = self._snippet(message) or (
+            f"HTTP {status}" if status is not None else "unknown error"
+        )
+        shown = f"HTTP {status}: {message}" if status is not None else message
+        text = f"{self._where(path, model_id)} answered {shown}"
+
+        if status == 429 or code == "rate_limit_exceeded":
+            return RateLimited(text, status=status, retry_after=_retry_after(headers, message))
+        if status not in (401, 403) and (
+            is_context_length_message(message, code) or is_context_length_message("", kind)
+        ):
+            prompt_tokens, limit = parse_context_length_message(message)
+            # llama.cpp names the numbers as fields besides the message.
+            prompt_tokens = prompt_tokens or _as_int(error.get("n_prompt_tokens"))
+            limit = limit or _as_int(error.get("n_ctx"))
+            return ContextLengthExceeded(
+                text, status=status, prompt_tokens=prompt_tokens, limit=limit
+            )
+        if status is None or status >= 500 or status == 408:
+            return ProviderUnavailable(text, status=status)
+        return ProviderError(text, status=status)
+
+
+def _as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

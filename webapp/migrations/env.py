@@ -1,0 +1,41 @@
+"""Alembic environment: runs migrations over the app's async engine (SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+from sqlmodel import SQLModel
+
+import webapp.tables  # noqa: F401  (registers every table on SQLModel.metadata)
+from webapp.db import create_engine
+
+config = context.config
+target_metadata = SQLModel.metadata
+
+
+def run_migrations(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def run_online() -> None:
+    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    async with engine.connect() as connection:
+        await connection.run_sync(run_migrations)
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    asyncio.run(run_online())

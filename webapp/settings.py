@@ -1,0 +1,39 @@
+"""Settings from `WEBAPP_*` environment variables; the model catalog lives in a TOML file.
+
+Environment for what differs per deployment (database, secret, where the TOML is);
+TOML for what is shared configuration (providers, models, configurations, embeds).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from webapp.llm.catalog import Catalog, load_catalog
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///var/webapp.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="WEBAPP_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    secret_key: str = Field(default="dev-only-insecure-secret-change-me", min_length=16)
+    config: Path | None = None
+    """Path of the TOML catalog; unset means the built-in offline demo model."""
+
+    max_message_chars: int = Field(default=100_000, gt=0)
+    """The largest message a user may send, in characters."""
+
+    stream_flush_interval: float = Field(default=0.25, gt=0)
+    """How often a streaming answer's text so far is written to the database, in seconds."""
+
+    stale_stream_after: float = Field(default=30.0, gt=0)
+    """A streaming answer not written for this long is taken to be orphaned by a dead worker."""
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        return load_catalog(self.config)

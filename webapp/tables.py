@@ -1,0 +1,7 @@
+"""Every table of the app, imported in one place so Alembic and tests see the whole schema."""
+
+from webapp.accounts.models import ApiToken, LoginSession, User
+from webapp.chat.models import Conversation, Message
+from webapp.llm.calibration import ModelCalibration
+
+__all__ = ["ApiToken", "Conversation", "LoginSession", "Message", "ModelCalibration", "User"]

@@ -1,0 +1,1 @@
+"""What every page shares: templates, markdown rendering, security headers."""
