@@ -65,8 +65,10 @@
   });
 
   document.addEventListener("htmx:after:swap", (event) => {
-    const source = event.detail && event.detail.ctx && event.detail.ctx.sourceElement;
-    if (source && source.id === "composer") {
+    const ctx = event.detail && event.detail.ctx;
+    const source = ctx && ctx.sourceElement;
+    const ok = !(ctx && ctx.response && ctx.response.status >= 400);
+    if (source && source.id === "composer" && ok) {
       source.reset();
       stickToBottom = true;
       document.getElementById("composer-error").replaceChildren();

@@ -15,7 +15,7 @@ from tests.upstream import FakeUpstream, count_chat_tokens
 from webapp.chat.models import Message, Status
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory, transaction
-from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.manager import LLMManager
 from webapp.settings import Settings
@@ -305,3 +305,29 @@ async def test_create_rename_delete(chat: ConversationService) -> None:
     await chat.delete(OWNER, first.id)
     with pytest.raises(NotFound):
         await chat.get(OWNER, first.id)
+
+
+async def test_sends_are_rate_limited_per_owner_and_nothing_is_lost(
+    settings: Settings,
+) -> None:
+    limited = settings.model_copy(update={"rate_limit_messages": 3, "embed_rate_limit_messages": 1})
+    chat = await build_service(limited)
+    try:
+        conversation = await chat.create(OWNER, "small")
+        for index in range(3):
+            await say(chat, conversation.id, f"message {index}")
+        with pytest.raises(TooManyRequests) as refused:
+            await chat.send(OWNER, conversation.id, "one too many")
+        assert 0 < refused.value.retry_after <= 60
+        assert "try again in" in refused.value.message
+        _, messages = await chat.history(OWNER, conversation.id)
+        assert len(messages) == 6, "the refused message was not stored; nothing else changed"
+        # Another owner has their own budget; an embed visitor has the embed limit.
+        other = await chat.create("bob", "small")
+        await chat.settle(await chat.send("bob", other.id, "hello"))
+        visitor = await chat.create("embed:support:abc", "small")
+        await chat.settle(await chat.send("embed:support:abc", visitor.id, "hi"))
+        with pytest.raises(TooManyRequests):
+            await chat.send("embed:support:abc", visitor.id, "again")
+    finally:
+        await close_service(chat)

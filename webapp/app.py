@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.middleware import DefineMiddleware
 from litestar.openapi.config import OpenAPIConfig
 from litestar.response import Template
 from litestar.static_files import create_static_files_router
 from sqlalchemy import text
 
 from webapp.chat.api import ConversationController
-from webapp.chat.pages import ChatPages
+from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
-from webapp.errors import AppError
+from webapp.embed.pages import EmbedPages, frame_ancestors
+from webapp.errors import AppError, TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
 from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.settings import Settings
+from webapp.web.security import CSRFAnchorMiddleware, security_headers
 from webapp.web.templates import STATIC, template_config
 
 log = logging.getLogger(__name__)
@@ -48,7 +52,10 @@ def error_response(request: Request, status_code: int, detail: str) -> Response[
 
 
 def app_error(request: Request, error: AppError) -> Response[Any]:
-    return error_response(request, error.status_code, error.message)
+    response = error_response(request, error.status_code, error.message)
+    if isinstance(error, TooManyRequests):
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
 
 
 def http_error(request: Request, error: HTTPException) -> Response[Any]:
@@ -110,7 +117,9 @@ def create_app(
             healthz,
             list_configurations,
             ConversationController,
-            ChatPages,
+            ConversationAdmin,
+            ConversationPages,
+            EmbedPages,
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
@@ -119,6 +128,8 @@ def create_app(
             "owner": Provide(lambda: LOCAL_OWNER, sync_to_thread=False),
         },
         exception_handlers={AppError: app_error, HTTPException: http_error},
+        middleware=[DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key)],
+        before_send=[security_headers(partial(frame_ancestors, catalog))],
         on_startup=[start],
         on_shutdown=[stop],
         openapi_config=OpenAPIConfig(title="webapp", version="0.1.0", path="/schema"),

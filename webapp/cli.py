@@ -56,6 +56,40 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_purge(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from webapp.chat.service import ConversationService
+    from webapp.db import create_engine, session_factory
+    from webapp.llm.calibration import Calibrator
+    from webapp.llm.manager import LLMManager
+
+    if args.days < 0:
+        print("error: --days must be 0 or more", file=sys.stderr)
+        return 2
+    settings = Settings()
+
+    async def run() -> list:  # type: ignore[type-arg]
+        engine = create_engine(settings.database_url)
+        sessions = session_factory(engine)
+        manager = LLMManager(settings.catalog, Calibrator())
+        try:
+            chat = ConversationService(sessions, manager, settings)
+            return await chat.purge_idle(args.days, dry_run=args.dry_run)
+        finally:
+            await engine.dispose()
+
+    idle = asyncio.run(run())
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"{verb} {len(idle)} conversations idle for more than {args.days:g} days")
+    for conversation in idle:
+        print(
+            f"  {conversation.id}  {conversation.updated_at:%Y-%m-%d %H:%M}  "
+            f"{conversation.owner}  {conversation.title}"
+        )
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="webapp", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -69,6 +103,11 @@ def parser() -> argparse.ArgumentParser:
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.set_defaults(run=cmd_migrate)
+
+    purge = commands.add_parser("purge", help="delete conversations idle for N days")
+    purge.add_argument("--days", type=float, required=True, help="idle for more than this")
+    purge.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    purge.set_defaults(run=cmd_purge)
 
     check = commands.add_parser("check-config", help="validate the TOML catalog")
     check.add_argument("file", nargs="?", help="TOML file (default: $WEBAPP_CONFIG)")

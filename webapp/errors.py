@@ -23,3 +23,13 @@ class NotFound(AppError):
 
 class Conflict(AppError):
     status_code = 409
+
+
+class TooManyRequests(AppError):
+    """A rate limit: says when to try again, and nothing already stored is touched."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from webapp.llm.catalog import Catalog, load_catalog
@@ -33,6 +33,20 @@ class Settings(BaseSettings):
 
     stale_stream_after: float = Field(default=30.0, gt=0)
     """A streaming answer not written for this long is taken to be orphaned by a dead worker."""
+
+    rate_limit_messages: int = Field(default=30, ge=0)
+    """Messages a signed-in user may send per rate_limit_window; 0 turns the limit off."""
+
+    embed_rate_limit_messages: int = Field(default=10, ge=0)
+    """Messages one anonymous embed visitor may send per rate_limit_window; 0 turns it off."""
+
+    rate_limit_window: float = Field(default=60.0, gt=0)
+    """The rate limits' window, in seconds."""
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _empty_means_unset(cls, value: object) -> object:
+        return None if value == "" else value
 
     @cached_property
     def catalog(self) -> Catalog:

@@ -42,13 +42,17 @@ async def follow_answer(
         return
     text = ""
     shown = -1.0
+    # A page loaded mid-answer already shows the text flushed so far: replaying the channel
+    # from its start must not show less than that (the text would jump back, then regrow).
+    floor = len(answer.content)
     async for event in running.channel.follow():
         if event.name == "fit":
             user = await chat.message(owner, conversation_id, user.id)  # type: ignore[arg-type]
-            yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
+            if len(text) >= floor:
+                yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
         elif event.name == "delta":
             text += event.data["text"]
-            if time.monotonic() - shown >= throttle:
+            if len(text) >= floor and time.monotonic() - shown >= throttle:
                 shown = time.monotonic()
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
     final = await chat.message(owner, conversation_id, answer_id)

@@ -60,6 +60,7 @@ class Message(SQLModel, table=True):
         UniqueConstraint("conversation_id", "seq", name="uq_message_conversation_seq"),
         Index("ix_message_conversation_status", "conversation_id", "status"),
         Index("ix_message_status_updated", "status", "updated_at"),
+        Index("ix_message_created_at", "created_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -1,11 +1,18 @@
-"""The chat pages: the conversation view, its partials, and the answer stream as HTML."""
+"""The chat pages: a conversation, its partials, and the answer stream as HTML.
+
+The same handlers serve a signed-in user's conversation (`/c/{id}/...`) and an
+embed visitor's (`/embed/{name}/...`); only how the conversation is found
+differs, which a `conversation` dependency decides per controller.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, get, post
+from litestar.di import Provide
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
@@ -14,13 +21,24 @@ from webapp.chat.live import follow_answer
 from webapp.chat.service import ConversationService, Send
 from webapp.chat.views import last_fit, message_views
 from webapp.errors import InvalidInput
+from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
 
 
-async def form_field(request: Request, name: str) -> str:
+@dataclass(frozen=True, slots=True)
+class ConversationRef:
+    """Whose conversation a page request is about, and where its URLs start."""
+
+    owner: str
+    id: str
+    base: str
+    embed: EmbedSpec | None = None
+
+
+async def form_field(request: Request[Any, Any, Any], name: str) -> str:
     form = await request.form()
     value = form.get(name)
     if not isinstance(value, str):
@@ -28,127 +46,119 @@ async def form_field(request: Request, name: str) -> str:
     return value
 
 
-def is_htmx(request: Request) -> bool:
+def is_htmx(request: Request[Any, Any, Any]) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
-def go_to(request: Request, url: str) -> Response[Any]:
+def go_to(request: Request[Any, Any, Any], url: str) -> Response[Any]:
     """A redirect both htmx (HX-Redirect) and a plain form post (303) follow."""
     if is_htmx(request):
         return Response(content=b"", status_code=204, headers={"HX-Redirect": url})
     return Redirect(url, status_code=303)
 
 
-class ChatPages(Controller):
+async def user_conversation(owner: str, conversation_id: str) -> ConversationRef:
+    return ConversationRef(owner=owner, id=conversation_id, base=f"/c/{conversation_id}")
+
+
+class ConversationPages(Controller):
+    """A conversation's page and everything it does: send, retry, stop, stream, scroll back."""
+
+    path = "/c/{conversation_id:str}"
     include_in_schema = False
+    dependencies = {"conversation": Provide(user_conversation)}  # noqa: RUF012
+    page_template = "chat/page.html"
 
     @get("/")
-    async def home(self, request: Request, chat: ConversationService, owner: str) -> Redirect:
-        conversations = await chat.list(owner, limit=1)
-        conversation = conversations[0] if conversations else await chat.create(owner)
-        return Redirect(f"/c/{conversation.id}", status_code=303)
-
-    @post("/c/new")
-    async def new_conversation(
-        self, request: Request, chat: ConversationService, owner: str
-    ) -> Response[Any]:
-        form = await request.form()
-        configuration = form.get("configuration")
-        conversation = await chat.create(
-            owner, configuration if isinstance(configuration, str) and configuration else None
-        )
-        return go_to(request, f"/c/{conversation.id}")
-
-    @get("/c/{conversation_id:str}")
     async def conversation_page(
-        self, chat: ConversationService, owner: str, conversation_id: str
+        self, chat: ConversationService, conversation: ConversationRef
     ) -> Template:
-        conversation, rows, has_older = await chat.page(owner, conversation_id, turns=PAGE_TURNS)
-        left_out = await chat.left_out_turns(conversation_id, rows)
-        return Template(
-            "chat/page.html",
-            context={
-                "conversation": conversation,
-                "conversations": await chat.list(owner),
-                "messages": message_views(rows, left_out),
-                "has_older": has_older,
-                "meter": last_fit(rows),
-                "configurations": configuration_dicts(chat.manager.catalog),
-                "streaming": any(r.status == "streaming" for r in rows),
-            },
+        row, rows, has_older = await chat.page(
+            conversation.owner, conversation.id, turns=PAGE_TURNS
         )
+        left_out = await chat.left_out_turns(conversation.id, rows)
+        context: dict[str, Any] = {
+            "conversation": row,
+            "base": conversation.base,
+            "embed": conversation.embed,
+            "messages": message_views(rows, left_out),
+            "has_older": has_older,
+            "meter": last_fit(rows),
+            "streaming": any(r.status == "streaming" for r in rows),
+        }
+        if conversation.embed is None:
+            context["conversations"] = await chat.list(conversation.owner)
+            context["configurations"] = configuration_dicts(chat.manager.catalog)
+        return Template(self.page_template, context=context)
 
-    @get("/c/{conversation_id:str}/older")
+    @get("/older")
     async def older_messages(
-        self, chat: ConversationService, owner: str, conversation_id: str, before: int
+        self, chat: ConversationService, conversation: ConversationRef, before: int
     ) -> Template:
-        conversation, rows, has_older = await chat.page(
-            owner, conversation_id, before_seq=before, turns=PAGE_TURNS
+        row, rows, has_older = await chat.page(
+            conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
         )
-        left_out = await chat.left_out_turns(conversation_id, rows)
+        left_out = await chat.left_out_turns(conversation.id, rows)
         return Template(
             "chat/_messages.html",
             context={
-                "conversation": conversation,
+                "conversation": row,
+                "base": conversation.base,
                 "messages": message_views(rows, left_out),
                 "has_older": has_older,
             },
         )
 
-    @post("/c/{conversation_id:str}/send")
+    @post("/send")
     async def send(
-        self, request: Request, chat: ConversationService, owner: str, conversation_id: str
+        self,
+        request: Request[Any, Any, Any],
+        chat: ConversationService,
+        conversation: ConversationRef,
     ) -> Template:
         content = await form_field(request, "content")
-        return self._turn(await chat.send(owner, conversation_id, content))
+        return _turn(await chat.send(conversation.owner, conversation.id, content), conversation)
 
-    @post("/c/{conversation_id:str}/retry/{answer_id:int}")
+    @post("/retry/{answer_id:int}")
     async def retry(
-        self, chat: ConversationService, owner: str, conversation_id: str, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
     ) -> Template:
         """Send a failed turn's message again, as a new turn; the failed one stays on record."""
-        answer = await chat.message(owner, conversation_id, answer_id)
+        answer = await chat.message(conversation.owner, conversation.id, answer_id)
         if answer.role != "assistant":
             raise InvalidInput("retry names the answer that failed")
         original = await chat.user_row_of(answer)
-        return self._turn(await chat.send(owner, conversation_id, original.content))
+        send = await chat.send(conversation.owner, conversation.id, original.content)
+        return _turn(send, conversation)
 
-    @post("/c/{conversation_id:str}/stop", status_code=204)
-    async def stop(self, chat: ConversationService, owner: str, conversation_id: str) -> None:
-        await chat.stop(owner, conversation_id)
+    @post("/stop", status_code=204)
+    async def stop(self, chat: ConversationService, conversation: ConversationRef) -> None:
+        await chat.stop(conversation.owner, conversation.id)
 
-    @post("/c/{conversation_id:str}/rename")
-    async def rename(
-        self, request: Request, chat: ConversationService, owner: str, conversation_id: str
-    ) -> Template:
-        title = await form_field(request, "title")
-        conversation = await chat.rename(owner, conversation_id, title)
-        return Template("chat/_title.html", context={"conversation": conversation, "renamed": True})
-
-    @post("/c/{conversation_id:str}/delete")
-    async def delete(
-        self, request: Request, chat: ConversationService, owner: str, conversation_id: str
-    ) -> Response[Any]:
-        await chat.delete(owner, conversation_id)
-        return go_to(request, "/")
-
-    @get("/c/{conversation_id:str}/answers/{answer_id:int}/stream")
+    @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
-        self, chat: ConversationService, owner: str, conversation_id: str, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
     ) -> ASGIApp:
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
-        snapshots = follow_answer(chat, owner, conversation_id, answer_id)
+        snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)
         first = await anext(snapshots)  # checks ownership before the stream opens
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             snapshot = first
+            # The trim marker lists the turns it left out (what opening it highlights):
+            # look them up once the fit is known, not on every snapshot.
+            dropped: int | None = None
+            left_out: dict[int, list[int]] = {}
             while True:
+                if snapshot.user.dropped_turns != dropped:
+                    dropped = snapshot.user.dropped_turns
+                    left_out = await chat.left_out_turns(conversation.id, [snapshot.user])
                 yield {
                     "data": render_fragment(
                         "chat/_stream_update.html",
                         answer=message_views([snapshot.answer])[0],
-                        user=message_views([snapshot.user])[0],
-                        conversation_id=conversation_id,
+                        user=message_views([snapshot.user], left_out)[0],
+                        base=conversation.base,
                     ),
                     "id": str(len(snapshot.answer.content)),
                 }
@@ -161,12 +171,59 @@ class ChatPages(Controller):
             events(), ping=15, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         )
 
-    @staticmethod
-    def _turn(send: Send) -> Template:
-        return Template(
-            "chat/_turn.html",
-            context={
-                "conversation": send.conversation,
-                "messages": message_views([send.user, send.answer]),
-            },
+
+class ConversationAdmin(Controller):
+    """What only a conversation's owner does from the full app: start, rename, delete."""
+
+    include_in_schema = False
+
+    @get("/")
+    async def home(self, chat: ConversationService, owner: str) -> Redirect:
+        conversations = await chat.list(owner, limit=1)
+        conversation = conversations[0] if conversations else await chat.create(owner)
+        return Redirect(f"/c/{conversation.id}", status_code=303)
+
+    @post("/c/new")
+    async def new_conversation(
+        self, request: Request[Any, Any, Any], chat: ConversationService, owner: str
+    ) -> Response[Any]:
+        form = await request.form()
+        configuration = form.get("configuration")
+        conversation = await chat.create(
+            owner, configuration if isinstance(configuration, str) and configuration else None
         )
+        return go_to(request, f"/c/{conversation.id}")
+
+    @post("/c/{conversation_id:str}/rename")
+    async def rename(
+        self,
+        request: Request[Any, Any, Any],
+        chat: ConversationService,
+        owner: str,
+        conversation_id: str,
+    ) -> Template:
+        title = await form_field(request, "title")
+        conversation = await chat.rename(owner, conversation_id, title)
+        return Template("chat/_title.html", context={"conversation": conversation, "renamed": True})
+
+    @post("/c/{conversation_id:str}/delete")
+    async def delete(
+        self,
+        request: Request[Any, Any, Any],
+        chat: ConversationService,
+        owner: str,
+        conversation_id: str,
+    ) -> Response[Any]:
+        await chat.delete(owner, conversation_id)
+        return go_to(request, "/")
+
+
+def _turn(send: Send, conversation: ConversationRef) -> Template:
+    return Template(
+        "chat/_turn.html",
+        context={
+            "conversation": send.conversation,
+            "base": conversation.base,
+            "messages": message_views([send.user, send.answer]),
+        },
+    )

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import func, update
+from sqlalchemy import delete, func, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -26,20 +27,21 @@ from webapp.chat.history import left_out, load_transcript, replayable_user_seqs
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
 from webapp.db import transaction
-from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Delta, Finished, Fitted, LLMManager
 from webapp.llm.providers.base import ProviderError, StreamBroken
 from webapp.llm.routing import RoutingError
 from webapp.llm.window import FitResult
 from webapp.settings import Settings
-from webapp.timeutil import utcnow
+from webapp.timeutil import as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
+EMBED_OWNER_PREFIX = "embed:"
 
 
 @dataclass(slots=True)
@@ -217,6 +219,23 @@ class ConversationService:
             conversation = await self._owned(session, owner, conversation_id)
             await session.delete(conversation)
 
+    async def purge_idle(self, days: float, *, dry_run: bool = False) -> list[Conversation]:
+        """Delete conversations nobody touched for `days` days (messages go with them)."""
+        cutoff = utcnow() - timedelta(days=days)
+        async with transaction(self.sessions) as session:
+            idle = list(
+                await session.exec(
+                    select(Conversation)
+                    .where(col(Conversation.updated_at) < cutoff)
+                    .order_by(col(Conversation.updated_at))
+                )
+            )
+            if not dry_run and idle:
+                await session.execute(
+                    delete(Conversation).where(col(Conversation.id).in_([c.id for c in idle]))
+                )
+        return idle
+
     # Sending
 
     def validate_content(self, content: object) -> str:
@@ -246,6 +265,7 @@ class ConversationService:
             )
             if touched.rowcount == 0:
                 raise NotFound("no such conversation")
+            await self._check_rate(session, owner)
             await self._reap(session, conversation_id)
             busy = await session.exec(
                 select(Message.id).where(
@@ -346,6 +366,40 @@ class ConversationService:
         running = self.answers.get(answer_id)
         if running is not None:
             await asyncio.wait([running.task], timeout=timeout)
+
+    def rate_limit_for(self, owner: str) -> int:
+        if owner.startswith(EMBED_OWNER_PREFIX):
+            return self.settings.embed_rate_limit_messages
+        return self.settings.rate_limit_messages
+
+    async def _check_rate(self, session: AsyncSession, owner: str) -> None:
+        """Refuse a send past the owner's limit, before anything is written. The count
+        comes from the stored messages themselves, so every worker sees the same."""
+        limit = self.rate_limit_for(owner)
+        if limit <= 0:
+            return
+        window = self.settings.rate_limit_window
+        since = utcnow() - timedelta(seconds=window)
+        recent = await session.exec(
+            select(Message.created_at)
+            .join(Conversation, col(Conversation.id) == col(Message.conversation_id))
+            .where(
+                Conversation.owner == owner,
+                Message.role == Role.USER,
+                col(Message.created_at) > since,
+            )
+            .order_by(col(Message.created_at))
+            .limit(limit)
+        )
+        times = list(recent)
+        if len(times) < limit:
+            return
+        wait = max(1, math.ceil((as_utc(times[0]) - since).total_seconds()))
+        raise TooManyRequests(
+            f"You have sent {limit} messages in the last {window:g} seconds; "
+            f"try again in {wait} seconds.",
+            retry_after=wait,
+        )
 
     async def _reap(self, session: AsyncSession, conversation_id: str | None) -> int:
         cutoff = utcnow() - timedelta(seconds=self.settings.stale_stream_after)

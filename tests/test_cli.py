@@ -1,0 +1,102 @@
+"""The `webapp` command from a shell: migrate, check-config, purge."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.catalogs import write_upstream_catalog
+from tests.upstream import FakeUpstream
+
+WEBAPP = [sys.executable, "-m", "webapp.cli"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [*WEBAPP, *args], capture_output=True, text=True, env=environment, timeout=60
+    )
+
+
+def test_migrate_creates_the_schema_and_is_idempotent(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'fresh' / 'webapp.db'}"
+    for _ in range(2):
+        result = run("migrate", env={"WEBAPP_DATABASE_URL": url})
+        assert result.returncode == 0, result.stderr
+        assert "up to date" in result.stdout
+    import sqlite3
+
+    tables = {
+        row[0]
+        for row in sqlite3.connect(tmp_path / "fresh" / "webapp.db").execute(
+            "SELECT name FROM sqlite_master WHERE type='table'"
+        )
+    }
+    assert {"conversation", "message", "model_calibration", "user_account"} <= tables
+
+
+def test_check_config_accepts_a_good_file(tmp_path: Path, upstream: FakeUpstream) -> None:
+    path = write_upstream_catalog(tmp_path / "good.toml", upstream)
+    result = run("check-config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout and "'cheapest-4k': served by medium" in result.stdout
+    builtin = run("check-config", env={"WEBAPP_CONFIG": ""})
+    assert builtin.returncode == 0 and "built-in demo catalog" in builtin.stdout
+
+
+def test_check_config_names_file_entry_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        '[[providers]]\nname = "p"\nkind = "openai"\nbase_url = "http://x/v1"\n\n'
+        '[[models]]\nname = "m"\nprovider = "nope"\ncontext_window = -5\n\n'
+        '[[configurations]]\nname = "c"\nmodel = "m"\nfallbacks = ["ghost"]\n'
+    )
+    result = run("check-config", str(path))
+    assert result.returncode == 1
+    for fragment in (
+        "bad.toml",
+        "models[0] 'm'",
+        "field 'provider'",
+        "field 'context_window'",
+        "field 'fallbacks'",
+    ):
+        assert fragment in result.stderr, (fragment, result.stderr)
+
+
+def test_a_bad_catalog_fails_at_start(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("[[models]\n")
+    result = subprocess.run(
+        [sys.executable, "-c", "import webapp.asgi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "WEBAPP_CONFIG": str(path)},
+    )
+    assert result.returncode != 0
+    assert "broken.toml" in result.stderr and "line 1" in result.stderr
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_purge_deletes_idle_conversations(tmp_path: Path, sqlite_url: str, dry_run: bool) -> None:
+    import sqlite3
+
+    database = sqlite_url.split("///", 1)[1]
+    with sqlite3.connect(database) as db:
+        db.execute(
+            "INSERT INTO conversation (id, owner, configuration, title, created_at, updated_at) "
+            "VALUES ('old', 'user:1', 'demo', 'Old one', '2020-01-01', '2020-01-01'), "
+            "('new', 'user:1', 'demo', 'New one', datetime('now'), datetime('now'))"
+        )
+    args = ["purge", "--days", "30", *(["--dry-run"] if dry_run else [])]
+    result = run(*args, env={"WEBAPP_DATABASE_URL": sqlite_url})
+    assert result.returncode == 0, result.stderr
+    assert ("would delete 1" if dry_run else "deleted 1") in result.stdout
+    assert "Old one" in result.stdout and "New one" not in result.stdout
+    with sqlite3.connect(database) as db:
+        left = sorted(row[0] for row in db.execute("SELECT id FROM conversation"))
+    assert left == (["new", "old"] if dry_run else ["new"])

@@ -1,0 +1,173 @@
+"""Who is asking: session cookies for browsers, bearer tokens for scripts; and the pages
+to sign in, set up the first admin, sign out and manage API tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from litestar import Controller, Request, get, post
+from litestar.connection import ASGIConnection
+from litestar.datastructures import Cookie
+from litestar.exceptions import NotAuthorizedException
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.response import Redirect, Template
+
+from webapp.accounts.models import User
+from webapp.accounts.service import SESSION_LIFETIME, AccountService
+from webapp.errors import AppError, Conflict
+from webapp.web.security import bearer_token
+
+SESSION_COOKIE = "webapp_session"
+
+
+class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
+    async def authenticate_request(
+        self, connection: ASGIConnection[Any, Any, Any, Any]
+    ) -> AuthenticationResult:
+        accounts: AccountService = connection.app.state.accounts
+        token = bearer_token(connection)
+        if token is not None:
+            user = await accounts.user_for_token(token)
+            if user is None:
+                raise NotAuthorizedException("the API token is unknown or revoked")
+            return AuthenticationResult(user=user, auth="token")
+        secret = connection.cookies.get(SESSION_COOKIE)
+        user = await accounts.user_for_session(secret) if secret else None
+        if user is None:
+            raise NotAuthorizedException("sign in first, or send an API token")
+        return AuthenticationResult(user=user, auth="session")
+
+
+def owner_of(request: Request[Any, Any, Any]) -> str:
+    """Conversations belong to an owner string: `user:<id>` here, `embed:...` for visitors."""
+    user: User = request.user
+    return f"user:{user.id}"
+
+
+def session_cookie(secret: str, *, secure: bool) -> Cookie:
+    return Cookie(
+        key=SESSION_COOKIE,
+        value=secret,
+        max_age=int(SESSION_LIFETIME.total_seconds()),
+        httponly=True,
+        samesite="lax",
+        secure=secure,
+        path="/",
+    )
+
+
+def safe_next(target: str | None) -> str:
+    """Only a local path: never let a login link send someone to another site."""
+    if not target:
+        return "/"
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    return target
+
+
+async def _form(request: Request[Any, Any, Any]) -> dict[str, str]:
+    form = await request.form()
+    return {key: value for key, value in form.items() if isinstance(value, str)}
+
+
+class AccountPages(Controller):
+    include_in_schema = False
+
+    @get("/login", exclude_from_auth=True)
+    async def login_form(self, request: Request[Any, Any, Any], next: str | None = None) -> Any:
+        accounts: AccountService = request.app.state.accounts
+        if not await accounts.has_users():
+            return Redirect("/setup", status_code=303)
+        return Template("accounts/login.html", context={"next": safe_next(next), "error": None})
+
+    @post("/login", exclude_from_auth=True)
+    async def login(self, request: Request[Any, Any, Any]) -> Any:
+        accounts: AccountService = request.app.state.accounts
+        form = await _form(request)
+        user = await accounts.authenticate(form.get("username", ""), form.get("password", ""))
+        target = safe_next(form.get("next"))
+        if user is None or user.id is None:
+            return Template(
+                "accounts/login.html",
+                context={"next": target, "error": "Wrong username or password."},
+                status_code=400,
+            )
+        secret = await accounts.start_session(user.id)
+        return Redirect(
+            target, status_code=303, cookies=[session_cookie(secret, secure=_https(request))]
+        )
+
+    @post("/logout", exclude_from_auth=True)
+    async def logout(self, request: Request[Any, Any, Any]) -> Redirect:
+        accounts: AccountService = request.app.state.accounts
+        secret = request.cookies.get(SESSION_COOKIE)
+        if secret:
+            await accounts.end_session(secret)
+        response = Redirect("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    @get("/setup", exclude_from_auth=True)
+    async def setup_form(self, request: Request[Any, Any, Any]) -> Any:
+        accounts: AccountService = request.app.state.accounts
+        if await accounts.has_users():
+            return Redirect("/login", status_code=303)
+        return Template("accounts/setup.html", context={"error": None, "username": ""})
+
+    @post("/setup", exclude_from_auth=True)
+    async def setup(self, request: Request[Any, Any, Any]) -> Any:
+        accounts: AccountService = request.app.state.accounts
+        form = await _form(request)
+        username = form.get("username", "")
+        if form.get("password") != form.get("password2"):
+            return Template(
+                "accounts/setup.html",
+                context={"error": "The two passwords differ.", "username": username},
+                status_code=400,
+            )
+        try:
+            user = await accounts.create_first_admin(username, form.get("password", ""))
+        except Conflict:
+            return Redirect("/login", status_code=303)
+        except AppError as error:
+            return Template(
+                "accounts/setup.html",
+                context={"error": error.message, "username": username},
+                status_code=error.status_code,
+            )
+        assert user.id is not None
+        secret = await accounts.start_session(user.id)
+        return Redirect(
+            "/", status_code=303, cookies=[session_cookie(secret, secure=_https(request))]
+        )
+
+    @get("/settings")
+    async def settings(self, request: Request[Any, Any, Any]) -> Template:
+        return await _settings_page(request, new_token=None)
+
+    @post("/settings/tokens")
+    async def create_token(self, request: Request[Any, Any, Any]) -> Template:
+        accounts: AccountService = request.app.state.accounts
+        form = await _form(request)
+        _, plain = await accounts.create_token(request.user.id, form.get("name", "").strip())
+        return await _settings_page(request, new_token=plain)
+
+    @post("/settings/tokens/{token_id:int}/revoke")
+    async def revoke_token(self, request: Request[Any, Any, Any], token_id: int) -> Redirect:
+        accounts: AccountService = request.app.state.accounts
+        await accounts.revoke_token(request.user.id, token_id)
+        return Redirect("/settings", status_code=303)
+
+
+async def _settings_page(request: Request[Any, Any, Any], new_token: str | None) -> Template:
+    accounts: AccountService = request.app.state.accounts
+    return Template(
+        "accounts/settings.html",
+        context={"tokens": await accounts.list_tokens(request.user.id), "new_token": new_token},
+    )
+
+
+def _https(request: Request[Any, Any, Any]) -> bool:
+    return request.url.scheme == "https"
