@@ -89,6 +89,7 @@ async def populate(url: str) -> str:
                     "content": content,
                     "status": Status.COMPLETE.value,
                     "estimated_tokens": estimate_message({"role": role.value, "content": content}),
+                    "prior_turns": turn if role == Role.USER else None,
                 }
             )
     async with engine.begin() as connection:
@@ -122,6 +123,7 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
                     newest,
                     newest_tokens,
                     newest_seq,
+                    TURNS,
                     budget=manager.largest_budget(route),
                 )
             manager.fit_for(route, model, transcript)
@@ -149,6 +151,7 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
             newest,
             newest_tokens,
             newest_seq,
+            TURNS,
             budget=manager.largest_budget(manager.route("small")),
         )
     result = manager.fit_for(manager.route("small"), manager.route("small").primary, transcript)

@@ -28,20 +28,24 @@
     if (box) box.scrollTop = box.scrollHeight;
   }
 
+  // A trim marker names the span of messages its send left out; failed turns inside the
+  // span were not replayed anyway, so only the turns that would have been sent light up.
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
     if (!marker.open) return;
-    const seqs = (marker.dataset.leftOut || "").split(" ").filter(Boolean);
+    const from = Number(marker.dataset.leftOutFrom);
+    const to = Number(marker.dataset.leftOutTo);
+    if (!from || !to) return;
     let first = null;
-    for (const seq of seqs) {
-      for (const s of [Number(seq), Number(seq) + 1]) {
-        const el = document.querySelector(`.message[data-seq="${s}"]`);
-        if (el) {
-          el.classList.add("left-out");
-          first = first || el;
-        }
-      }
-    }
+    document.querySelectorAll('.message[data-role="user"]').forEach((user) => {
+      const seq = Number(user.dataset.seq);
+      if (seq < from || seq > to) return;
+      const answer = document.querySelector(`.message[data-seq="${seq + 1}"]`);
+      if (!answer || answer.dataset.status === "failed") return;
+      user.classList.add("left-out");
+      answer.classList.add("left-out");
+      first = first || user;
+    });
     if (first) first.scrollIntoView({ block: "nearest", behavior: "smooth" });
   }
 

@@ -73,6 +73,14 @@ model = "small"
 system_prompt = "You are a test model."
 
 [[configurations]]
+name = "medium"
+model = "medium"
+
+[[configurations]]
+name = "large"
+model = "large"
+
+[[configurations]]
 name = "small-then-medium"
 model = "small"
 fallbacks = ["medium"]

@@ -1,11 +1,13 @@
 """Load what a send may replay, reading only as much history as could possibly be sent.
 
-A conversation of ten thousand turns must not be read whole to send one more:
-the head (opening exchange) is one query, the newest turns are read newest
-first in small batches until even the largest budget of the route is spent, and
-the turns in between are only counted. The cost follows what is kept, not what
-is stored. Per-message estimates were stored when each row was written, so
-nothing here re-estimates old text.
+A conversation of ten thousand turns must not be read whole to send one more.
+Messages are read newest first, in one index range scan grown in batches,
+until even the largest budget of the route is spent; the head (opening
+exchange) is read from the other end. The turns in between are never read,
+not even counted: every user row stores `prior_turns`, the number of
+replayable turns before it (known when it is written, because every earlier
+answer is final by then), so the count is a subtraction. Per-message estimates
+were stored when each row was written, so nothing here re-estimates old text.
 
 A turn is replayed only if its answer is worth replaying: complete, stopped or
 interrupted with some text. A failed answer stays in the record but is not sent.
@@ -13,20 +15,31 @@ interrupted with some text. A failed answer stays in the record but is not sent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, select
 from sqlalchemy.orm import aliased
+from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.models import REPLAYABLE, Message, Role
 from webapp.llm.manager import Transcript
 from webapp.llm.providers.base import Message as WireMessage
 
-BATCH = 64
+FIRST_BATCH = 128
+"""Rows read by the first query of a walk; each further query reads twice as many."""
 
-_user = aliased(Message, name="u")
-_answer = aliased(Message, name="a")
+_REPLAYABLE = frozenset(status.value for status in REPLAYABLE)
+_COLUMNS = (
+    Message.seq,
+    Message.role,
+    Message.status,
+    Message.content,
+    Message.estimated_tokens,
+    Message.prior_turns,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +48,13 @@ class StoredTurn:
     """The user row's sequence number; its answer is seq + 1."""
     user: str
     answer: str
-    tokens: int
     user_tokens: int
+    answer_tokens: int
+    prior_turns: int
+
+    @property
+    def tokens(self) -> int:
+        return self.user_tokens + self.answer_tokens
 
     def wire(self) -> list[WireMessage]:
         return [
@@ -45,77 +63,91 @@ class StoredTurn:
         ]
 
 
-def _replayable_turns(conversation_id: str, before_seq: int):  # type: ignore[no-untyped-def]
-    return (
-        select(
-            _user.seq,
-            _user.content,
-            _answer.content,
-            _user.estimated_tokens,
-            _answer.estimated_tokens,
-        )
-        .join(
-            _answer,
-            and_(
-                _answer.conversation_id == _user.conversation_id,
-                _answer.seq == _user.seq + 1,
-            ),
-        )
+def is_replayable(status: str, content: str) -> bool:
+    return status in _REPLAYABLE and content != ""
+
+
+USER, ASSISTANT = Role.USER.value, Role.ASSISTANT.value
+
+
+def _turns(rows: Sequence[tuple], *, newest_first: bool) -> list[StoredTurn]:  # type: ignore[type-arg]
+    """Pair user rows with their answers (the row right after) and keep the replayable.
+
+    Rows are plain tuples in `_COLUMNS` order: this loop runs over every kept row of a
+    long conversation, so it stays free of attribute look-ups and enum comparisons.
+    """
+    ordered = rows[::-1] if newest_first else rows
+    turns = []
+    for user, answer in pairwise(ordered):
+        if (
+            user[1] == USER
+            and answer[1] == ASSISTANT
+            and answer[0] == user[0] + 1
+            and answer[2] in _REPLAYABLE
+            and answer[3]
+        ):
+            turns.append(StoredTurn(user[0], user[3], answer[3], user[4], answer[4], user[5] or 0))
+    return turns[::-1] if newest_first else turns
+
+
+async def _rows(
+    session: AsyncSession, conversation_id: str, low: int, high: int, *, newest_first: bool
+) -> list[tuple]:  # type: ignore[type-arg]
+    """Rows with low <= seq < high, in one index range scan, as plain tuples."""
+    order = col(Message.seq).desc() if newest_first else col(Message.seq)
+    query = (
+        select(*_COLUMNS)
         .where(
-            _user.conversation_id == conversation_id,
-            _user.role == Role.USER,
-            _user.seq < before_seq,
-            _answer.role == Role.ASSISTANT,
-            _answer.status.in_([s.value for s in REPLAYABLE]),
-            _answer.content != "",
+            Message.conversation_id == conversation_id,
+            col(Message.seq) >= low,
+            col(Message.seq) < high,
         )
+        .order_by(order)
     )
-
-
-def _turn(row) -> StoredTurn:  # type: ignore[no-untyped-def]
-    seq, user, answer, user_tokens, answer_tokens = row
-    return StoredTurn(seq, user, answer, user_tokens + answer_tokens, user_tokens)
+    connection = await session.connection()
+    return [tuple(row) for row in await connection.execute(query)]
 
 
 async def head_turn(
     session: AsyncSession, conversation_id: str, before_seq: int
 ) -> StoredTurn | None:
-    query = _replayable_turns(conversation_id, before_seq).order_by(_user.seq).limit(1)
-    row = (await session.exec(query)).first()
-    return _turn(row) if row else None
+    """The first replayable turn: almost always the first two rows."""
+    low, size = 1, 8
+    while low < before_seq:
+        high = min(before_seq, low + size)
+        turns = _turns(
+            await _rows(session, conversation_id, low, high, newest_first=False),
+            newest_first=False,
+        )
+        if turns:
+            return turns[0]
+        low, size = high - 1, size * 2  # re-read one row: a turn may straddle the edge
+        if high == before_seq:
+            return None
+    return None
 
 
 async def newest_turns(
     session: AsyncSession, conversation_id: str, before_seq: int, after_seq: int, budget: int
 ) -> list[StoredTurn]:
-    """Turns after `after_seq`, newest first, until their raw estimates exceed `budget`."""
-    turns: list[StoredTurn] = []
+    """Replayable turns after `after_seq`, newest first, until their estimates pass `budget`."""
+    kept: list[StoredTurn] = []
     spent = 0
-    upper = before_seq
-    while True:
-        query = (
-            _replayable_turns(conversation_id, upper)
-            .where(_user.seq > after_seq)
-            .order_by(_user.seq.desc())
-            .limit(BATCH)
-        )
-        rows = (await session.exec(query)).all()
-        for row in rows:
-            turn = _turn(row)
+    high, size = before_seq, FIRST_BATCH
+    while high > after_seq + 1:
+        low = max(after_seq + 1, high - size)
+        rows = await _rows(session, conversation_id, low, high, newest_first=True)
+        # A batch may start on an answer whose user row is in the next batch: leave it.
+        if rows and rows[-1][1] == ASSISTANT and low > after_seq + 1:
+            rows.pop()
+        for turn in _turns(rows, newest_first=True):
             spent += turn.tokens
             if spent > budget:
-                return turns
-            turns.append(turn)
-        if len(rows) < BATCH:
-            return turns
-        upper = turns[-1].seq
-
-
-async def count_turns_between(
-    session: AsyncSession, conversation_id: str, after_seq: int, before_seq: int
-) -> int:
-    inner = _replayable_turns(conversation_id, before_seq).where(_user.seq > after_seq).subquery()
-    return (await session.exec(select(func.count()).select_from(inner))).one()[0]
+                return kept
+            kept.append(turn)
+        high = rows[-1][0] if rows else low
+        size *= 2
+    return kept
 
 
 async def load_transcript(
@@ -124,6 +156,7 @@ async def load_transcript(
     newest: WireMessage,
     newest_tokens: int,
     newest_seq: int,
+    newest_prior_turns: int,
     *,
     budget: int,
     system_prompt: WireMessage | None = None,
@@ -139,20 +172,64 @@ async def load_transcript(
     head = await head_turn(session, conversation_id, newest_seq)
     omitted = 0
     if head is not None:
-        for message, tokens in zip(
-            head.wire(), (head.user_tokens, head.tokens - head.user_tokens), strict=True
-        ):
-            messages.append(message)
-            estimates.append(tokens)
-        tail = await newest_turns(session, conversation_id, newest_seq, head.seq, budget)
-        oldest_loaded = tail[-1].seq if tail else newest_seq
-        omitted = await count_turns_between(session, conversation_id, head.seq, oldest_loaded)
+        messages.extend(head.wire())
+        estimates.extend((head.user_tokens, head.answer_tokens))
+        tail = await newest_turns(session, conversation_id, newest_seq, head.seq + 1, budget)
+        # prior_turns counts the head too: what lies between is one less.
+        oldest_prior = tail[-1].prior_turns if tail else newest_prior_turns
+        omitted = max(0, oldest_prior - 1)
         for turn in reversed(tail):
             messages.extend(turn.wire())
-            estimates.extend((turn.user_tokens, turn.tokens - turn.user_tokens))
+            estimates.extend((turn.user_tokens, turn.answer_tokens))
     messages.append(newest)
     estimates.append(newest_tokens)
     return Transcript(messages=messages, estimates=estimates, omitted_turns=omitted)
+
+
+async def prior_turns_for_next(session: AsyncSession, conversation_id: str, last_seq: int) -> int:
+    """`prior_turns` for a user row about to be written after `last_seq`: the last turn's
+    own count, plus one if that turn is replayable. Every earlier answer is final now."""
+    if last_seq < 2:
+        return 0
+    rows = await _rows(session, conversation_id, last_seq - 1, last_seq + 1, newest_first=False)
+    if len(rows) < 2 or rows[0][1] != USER:
+        return 0
+    user, answer = rows
+    return (user[5] or 0) + int(is_replayable(answer[2], answer[3]))
+
+
+async def left_out_span(
+    session: AsyncSession, conversation_id: str, dropped_turns: int, before_seq: int
+) -> tuple[int, int] | None:
+    """The seqs from the first to the last row of the turns a send left out, rebuilt from
+    its stored count and the bound's rule (the head is kept; the `dropped_turns` oldest
+    replayable turns after it are not sent), for the send at `before_seq`. Two index
+    look-ups, whatever the size."""
+    if dropped_turns <= 0:
+        return None
+
+    async def first_user_seq_with(prior: int) -> int | None:
+        query = (
+            select(Message.seq)
+            .where(
+                Message.conversation_id == conversation_id,
+                Message.role == Role.USER,
+                col(Message.prior_turns) >= prior,
+            )
+            .order_by(col(Message.prior_turns), col(Message.seq))
+            .limit(1)
+        )
+        return (await session.exec(query)).scalars().first()  # type: ignore[call-overload]
+
+    start = await first_user_seq_with(1)
+    after = await first_user_seq_with(dropped_turns + 1)
+    if start is None or start >= before_seq:
+        return None
+    return start, min(after or before_seq, before_seq) - 1
+
+
+_user = aliased(Message, name="u")
+_answer = aliased(Message, name="a")
 
 
 async def replayable_user_seqs(
@@ -160,9 +237,26 @@ async def replayable_user_seqs(
 ) -> list[int]:
     """The oldest `limit` replayable turns before `before_seq`, by their user row's seq."""
     query = (
-        _replayable_turns(conversation_id, before_seq).order_by(_user.seq).limit(limit)
-    ).with_only_columns(_user.seq)
-    return list((await session.exec(query)).scalars())
+        select(_user.seq)
+        .join(
+            _answer,
+            and_(
+                _answer.conversation_id == _user.conversation_id,
+                _answer.seq == _user.seq + 1,
+            ),
+        )
+        .where(
+            _user.conversation_id == conversation_id,
+            _user.role == Role.USER,
+            _user.seq < before_seq,
+            _answer.role == Role.ASSISTANT,
+            _answer.status.in_(_REPLAYABLE),
+            _answer.content != "",
+        )
+        .order_by(_user.seq)
+        .limit(limit)
+    )
+    return list((await session.exec(query)).scalars())  # type: ignore[call-overload]
 
 
 def left_out(replayable: list[int], dropped_turns: int) -> list[int]:

@@ -61,6 +61,7 @@ class Message(SQLModel, table=True):
         Index("ix_message_conversation_status", "conversation_id", "status"),
         Index("ix_message_status_updated", "status", "updated_at"),
         Index("ix_message_created_at", "created_at"),
+        Index("ix_message_prior_turns", "conversation_id", "prior_turns", "seq"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -76,6 +77,8 @@ class Message(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
     estimated_tokens: int = 0
+    prior_turns: int | None = None
+    """On user rows: how many replayable turns came before this one (see chat.history)."""
 
     # The bound, on user rows. dropped_turns: NULL = no fit evaluated, 0 = all sent, N = N left out.
     dropped_turns: int | None = None

@@ -76,7 +76,7 @@ class ConversationPages(Controller):
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, turns=PAGE_TURNS
         )
-        left_out = await chat.left_out_turns(conversation.id, rows)
+        left_out = await chat.left_out_spans(conversation.id, rows)
         context: dict[str, Any] = {
             "conversation": row,
             "base": conversation.base,
@@ -98,7 +98,7 @@ class ConversationPages(Controller):
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
         )
-        left_out = await chat.left_out_turns(conversation.id, rows)
+        left_out = await chat.left_out_spans(conversation.id, rows)
         return Template(
             "chat/_messages.html",
             context={
@@ -145,14 +145,14 @@ class ConversationPages(Controller):
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             snapshot = first
-            # The trim marker lists the turns it left out (what opening it highlights):
+            # The trim marker names the span of turns it left out (what opening it highlights):
             # look them up once the fit is known, not on every snapshot.
             dropped: int | None = None
-            left_out: dict[int, list[int]] = {}
+            left_out: dict[int, tuple[int, int]] = {}
             while True:
                 if snapshot.user.dropped_turns != dropped:
                     dropped = snapshot.user.dropped_turns
-                    left_out = await chat.left_out_turns(conversation.id, [snapshot.user])
+                    left_out = await chat.left_out_spans(conversation.id, [snapshot.user])
                 yield {
                     "data": render_fragment(
                         "chat/_stream_update.html",

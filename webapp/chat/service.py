@@ -23,7 +23,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
-from webapp.chat.history import left_out, load_transcript, replayable_user_seqs
+from webapp.chat.history import left_out_span, load_transcript, prior_turns_for_next
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
 from webapp.db import transaction
@@ -167,21 +167,19 @@ class ConversationService:
         rows.reverse()
         return conversation, rows, bool(rows) and rows[0].seq > 1
 
-    async def left_out_turns(
+    async def left_out_spans(
         self, conversation_id: str, rows: list[Message]
-    ) -> dict[int, list[int]]:
-        """For each trimmed user row among `rows`: the user seqs of the turns it left out."""
-        trimmed = [r for r in rows if r.role == Role.USER and r.dropped_turns]
-        if not trimmed:
-            return {}
-        newest = max(r.seq for r in trimmed)
-        most = max(r.dropped_turns or 0 for r in trimmed)
+    ) -> dict[int, tuple[int, int]]:
+        """For each trimmed user row among `rows`: the first and last seq of the turns its
+        send left out."""
+        spans: dict[int, tuple[int, int]] = {}
         async with self.sessions() as session:
-            replayable = await replayable_user_seqs(session, conversation_id, newest, most + 1)
-        return {
-            r.seq: left_out([s for s in replayable if s < r.seq], r.dropped_turns or 0)
-            for r in trimmed
-        }
+            for row in rows:
+                if row.role == Role.USER and row.dropped_turns:
+                    span = await left_out_span(session, conversation_id, row.dropped_turns, row.seq)
+                    if span is not None:
+                        spans[row.seq] = span
+        return spans
 
     async def message(self, owner: str, conversation_id: str, message_id: int) -> Message:
         async with self.sessions() as session:
@@ -282,6 +280,7 @@ class ConversationService:
                 select(func.max(Message.seq)).where(Message.conversation_id == conversation_id)
             )
             seq = (last.one() or 0) + 1
+            prior_turns = await prior_turns_for_next(session, conversation_id, seq - 1)
             conversation = await session.get(Conversation, conversation_id)
             assert conversation is not None
             if seq == 1 and conversation.title == DEFAULT_TITLE:
@@ -293,6 +292,7 @@ class ConversationService:
                 role=Role.USER,
                 content=text,
                 estimated_tokens=user_tokens,
+                prior_turns=prior_turns,
                 created_at=now,
                 updated_at=now,
             )
@@ -444,6 +444,7 @@ class ConversationService:
                 {"role": Role.USER.value, "content": user.content},
                 user.estimated_tokens,
                 user.seq,
+                user.prior_turns or 0,
                 budget=self.manager.largest_budget(route),
                 system_prompt=system_message,
                 system_tokens=estimate_message(system_message) if system_message else 0,

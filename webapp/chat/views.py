@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
@@ -24,8 +24,8 @@ def plural(count: int, one: str, many: str) -> str:
 @dataclass(slots=True)
 class MessageView:
     row: Message
-    left_out: list[int] = field(default_factory=list)
-    """User seqs of the turns this send left out (trimmed user rows only)."""
+    left_out: tuple[int, int] | None = None
+    """First and last seq of the turns this send left out (trimmed user rows only)."""
 
     @property
     def is_user(self) -> bool:
@@ -58,10 +58,10 @@ class MessageView:
 
 
 def message_views(
-    rows: list[Message], left_out: dict[int, list[int]] | None = None
+    rows: list[Message], left_out: dict[int, tuple[int, int]] | None = None
 ) -> list[MessageView]:
     left_out = left_out or {}
-    return [MessageView(row, left_out.get(row.seq, [])) for row in rows]
+    return [MessageView(row, left_out.get(row.seq)) for row in rows]
 
 
 def last_fit(rows: list[Message]) -> MessageView | None:
