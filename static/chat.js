@@ -5,6 +5,8 @@
 
   const streaming = () => document.querySelector('[data-role="assistant"][data-status="streaming"]');
 
+  let wasBusy = false;
+
   function syncComposer() {
     const form = document.getElementById("composer");
     if (!form) return;
@@ -14,9 +16,13 @@
     form.querySelector('[data-action="send"]').disabled = busy;
     const stop = form.querySelector('[data-action="stop"]');
     stop.hidden = !busy;
-    if (!busy && form.contains(document.activeElement) === false && document.activeElement === stop) {
+    // Disabling the box (or hiding Stop) drops the focus; when the answer ends, give it back
+    // to the box, unless the user has moved on to something else meanwhile.
+    const lost = !document.activeElement || document.activeElement === document.body;
+    if (wasBusy && !busy && (lost || document.activeElement === stop)) {
       form.querySelector("textarea").focus();
     }
+    wasBusy = busy;
   }
 
   function nearBottom(box) {

@@ -12,7 +12,9 @@ from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
 from tests.upstream import FakeUpstream
+from webapp.accounts.service import AccountService
 from webapp.app import create_app
+from webapp.db import create_engine, session_factory
 from webapp.settings import Settings
 
 MESSAGE_FIELDS = {
@@ -41,8 +43,23 @@ async def client(
         config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
         max_message_chars=2000,
     )
+    token = await make_user(database_url, "alice")
     async with AsyncTestClient(app=create_app(settings)) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {token}"
         yield test_client
+
+
+async def make_user(database_url: str, name: str, *, admin: bool = False) -> str:
+    """A user and an API token for them, made outside the app (the test client runs the
+    app on its own event loop, and database connections belong to one loop)."""
+    engine = create_engine(database_url)
+    try:
+        accounts = AccountService(session_factory(engine))
+        user = await accounts.create_user(name, "correct horse battery", is_admin=admin)
+        _, token = await accounts.create_token(user.id, "tests")
+        return token
+    finally:
+        await engine.dispose()
 
 
 def parse_sse(body: str) -> list[tuple[str, dict[str, Any], str | None]]:

@@ -5,16 +5,20 @@ from __future__ import annotations
 import logging
 from functools import partial
 from typing import Any
+from urllib.parse import urlencode
 
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.di import Provide
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.middleware import DefineMiddleware
 from litestar.openapi.config import OpenAPIConfig
-from litestar.response import Template
+from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from sqlalchemy import text
 
+from webapp.accounts.service import AccountService
+from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
+from webapp.admin.web import AdminController
 from webapp.chat.api import ConversationController
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
@@ -26,18 +30,21 @@ from webapp.llm.describe import configuration_dicts
 from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.settings import Settings
-from webapp.web.security import CSRFAnchorMiddleware, security_headers
+from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
 from webapp.web.templates import STATIC, template_config
 
 log = logging.getLogger(__name__)
 
-LOCAL_OWNER = "local"
-"""Until accounts exist, one local owner has every conversation."""
+API_PATHS = ("/api/", "/schema")
+"""Answered in JSON, and with 401 rather than a redirect to the sign-in page."""
+PUBLIC_PATHS = ["^/static/", "^/healthz$"]
+"""Served without signing in (besides the routes marked exclude_from_auth: login, setup,
+the embed widget)."""
 
 
 def error_response(request: Request, status_code: int, detail: str) -> Response[Any]:
     """JSON for the API; an inline fragment for htmx; a page for a browser."""
-    if request.url.path.startswith("/api/") or "application/json" in request.headers.get(
+    if request.url.path.startswith(API_PATHS) or "application/json" in request.headers.get(
         "accept", ""
     ):
         return Response(
@@ -59,6 +66,8 @@ def app_error(request: Request, error: AppError) -> Response[Any]:
 
 
 def http_error(request: Request, error: HTTPException) -> Response[Any]:
+    if isinstance(error, NotAuthorizedException) and not request.url.path.startswith(API_PATHS):
+        return sign_in_first(request)
     detail = error.detail
     if isinstance(error, ValidationException):
         detail = (
@@ -77,7 +86,15 @@ def http_error(request: Request, error: HTTPException) -> Response[Any]:
     return response
 
 
-@get("/healthz", tags=["health"])
+def sign_in_first(request: Request) -> Response[Any]:
+    """A browser without a session goes to the sign-in page (or to first-run setup)."""
+    target = "/login?" + urlencode({"next": request.url.path})
+    if request.headers.get("hx-request") == "true":
+        return Response(content=b"", status_code=401, headers={"HX-Redirect": target})
+    return Redirect(target, status_code=303)
+
+
+@get("/healthz", tags=["health"], exclude_from_auth=True)
 async def healthz(chat: ConversationService) -> dict[str, str]:
     async with chat.sessions() as session:
         await session.execute(text("SELECT 1"))
@@ -100,9 +117,11 @@ def create_app(
     calibrator = Calibrator(sessions)
     manager = LLMManager(catalog, calibrator, providers)
     chat = ConversationService(sessions, manager, settings)
+    accounts = AccountService(sessions)
 
     async def start() -> None:
         await calibrator.load()
+        await accounts.purge_expired_sessions()
         reaped = await chat.reap_stale()
         if reaped:
             log.warning("marked %d answers interrupted: their writer stopped", reaped)
@@ -120,20 +139,27 @@ def create_app(
             ConversationAdmin,
             ConversationPages,
             EmbedPages,
+            AccountPages,
+            AdminController,
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
         dependencies={
             "chat": Provide(lambda: chat, sync_to_thread=False),
-            "owner": Provide(lambda: LOCAL_OWNER, sync_to_thread=False),
+            "owner": Provide(owner_of, sync_to_thread=False),
         },
         exception_handlers={AppError: app_error, HTTPException: http_error},
-        middleware=[DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key)],
+        middleware=[
+            DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key),
+            DefineMiddleware(SessionOrTokenAuth, exclude=PUBLIC_PATHS),
+        ],
+        guards=[csrf_guard],
         before_send=[security_headers(partial(frame_ancestors, catalog))],
         on_startup=[start],
         on_shutdown=[stop],
         openapi_config=OpenAPIConfig(title="webapp", version="0.1.0", path="/schema"),
     )
     app.state.chat = chat
+    app.state.accounts = accounts
     app.state.settings = settings
     return app

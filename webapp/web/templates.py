@@ -22,6 +22,14 @@ environment = Environment(
 )
 
 
+def csrf_for(request: Any) -> str:
+    """The request's CSRF token (see webapp.web.security), for forms and htmx headers."""
+    return str(request.scope.get("state", {}).get("csrf_token", ""))
+
+
+environment.globals["csrf_for"] = csrf_for
+
+
 def render_fragment(name: str, **context: Any) -> str:
     return environment.get_template(name).render(**context)
 

@@ -1,0 +1,816 @@
+"""The admin review of trimmed conversations, on SQLite and PostgreSQL.
+
+Conversations are made the real way (the conversation service against the fake
+upstream, which enforces each model's window), so every trimmed turn in these
+tests was trimmed by the bound itself. Expected aggregates are computed here in
+plain Python from the whole stored history and compared with what the SQL returns.
+The key test holds the review's rebuilt "left out" sets against the requests the
+upstream actually received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import shutil
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.exceptions import HTTPException
+from litestar.testing import AsyncTestClient
+from litestar.types import ASGIApp, Receive, Scope, Send
+from sqlalchemy import text, update
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from tests.catalogs import write_upstream_catalog
+from tests.conftest import TABLES
+from tests.upstream import FakeUpstream
+from webapp.accounts.models import User
+from webapp.admin import queries
+from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
+from webapp.admin.web import (
+    AdminController,
+    Listing,
+    admin_only,
+    left_out_spans,
+    parse_listing,
+)
+from webapp.app import app_error, http_error
+from webapp.chat.history import left_out
+from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
+from webapp.chat.service import ConversationService
+from webapp.db import create_engine, is_sqlite, session_factory, transaction
+from webapp.errors import AppError, InvalidInput, NotFound
+from webapp.llm.calibration import Calibrator
+from webapp.llm.manager import LLMManager
+from webapp.settings import Settings
+from webapp.timeutil import as_utc, utcnow
+from webapp.web.templates import template_config
+
+module_loop = pytest.mark.asyncio(loop_scope="module")
+"""The conversations are made once per database, on the module's event loop; every
+async test that reads them runs on that loop too."""
+
+SVG = "{http://www.w3.org/2000/svg}"
+TODAY = utcnow().date()
+RATE_LIMITS = ("rate_limit_messages", "embed_rate_limit_messages")
+
+
+# ---- building conversations the real way ---------------------------------------------------
+
+
+@dataclass
+class World:
+    """What the tests made, and what the upstream was sent for each send."""
+
+    chat: ConversationService
+    settings: Settings
+    users: dict[str, User]
+    ids: dict[str, str] = field(default_factory=dict)
+    """Short name -> conversation id."""
+    sent: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    """(conversation id, user seq) -> the messages of the last request of that send."""
+
+
+async def build_service(settings: Settings) -> ConversationService:
+    sessions = session_factory(create_engine(settings.database_url))
+    calibrator = Calibrator(sessions)
+    await calibrator.load()
+    return ConversationService(sessions, LLMManager(settings.catalog, calibrator), settings)
+
+
+async def add_user(chat: ConversationService, name: str, *, admin: bool = False) -> User:
+    user = User(username=name, username_key=name.lower(), password_hash="x", is_admin=admin)
+    async with transaction(chat.sessions) as session:
+        session.add(user)
+    return user
+
+
+async def send(
+    world: World, upstream: FakeUpstream, owner: str, conversation_id: str, text: str
+) -> Message:
+    before = len(upstream.requests)
+    user, _ = await world.chat.settle(await world.chat.send(owner, conversation_id, text))
+    requests = upstream.requests[before:]
+    assert requests, "every send reaches the upstream"
+    world.sent[(conversation_id, user.seq)] = requests[-1]["body"]["messages"]
+    return user
+
+
+async def talk(
+    world: World,
+    upstream: FakeUpstream,
+    name: str,
+    owner: str,
+    configuration: str,
+    *,
+    turns: int = 0,
+    trimmed: int = 0,
+    words: int = 25,
+    fail: dict[int, tuple[int, str | None]] | None = None,
+    limit: int = 80,
+) -> str:
+    """Send at least `turns` messages, and on until `trimmed` sends were trimmed: how
+    soon the bound trims depends on the estimator, which these tests do not pin down.
+    `fail` scripts an upstream error (status, model) before the send of that index."""
+    conversation = await world.chat.create(owner, configuration, title=f"{name} talk")
+    world.ids[name] = conversation.id
+    index = count = 0
+    while index < turns or count < trimmed:
+        assert index < limit, f"{name}: still {count} trimmed sends after {limit}"
+        if fail and index in fail:
+            status, model = fail[index]
+            upstream.fail_next(status, model=model)
+        text = f"{name} message {index}: " + "lorem ipsum " * words
+        user = await send(world, upstream, owner, conversation.id, text)
+        count += bool(user.dropped_turns)
+        index += 1
+    return conversation.id
+
+
+async def set_activity(chat: ConversationService, conversation_id: str, when: datetime) -> None:
+    """Move a conversation (and its messages) to another time, as if it happened then."""
+    async with transaction(chat.sessions) as session:
+        await session.exec(
+            update(Conversation)
+            .where(col(Conversation.id) == conversation_id)
+            .values(updated_at=when, created_at=when)
+        )
+        await session.exec(
+            update(Message)
+            .where(col(Message.conversation_id) == conversation_id)
+            .values(created_at=when, updated_at=when)
+        )
+
+
+FIVE_DAYS_AGO_LATE = datetime.combine(TODAY - timedelta(days=5), time(23, 30), tzinfo=UTC)
+TWO_DAYS_AGO_EARLY = datetime.combine(TODAY - timedelta(days=2), time(0, 30), tzinfo=UTC)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def admin_database_url(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    sqlite_template: Path,
+) -> str:
+    """Like conftest's `database_url` (both databases, an empty migrated schema each),
+    but once per module: the conversations below take seconds to make, and every
+    test here only reads them."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("admin") / "webapp.db"
+        shutil.copy(sqlite_template, path)
+        return f"sqlite+aiosqlite:///{path}"
+    url: str = request.getfixturevalue("postgres_url")
+    asyncio.run(_truncate(url))
+    return url
+
+
+async def _truncate(url: str) -> None:
+    engine = create_async_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+    await engine.dispose()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def world(
+    admin_database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[World]:
+    """Five conversations; four of them trimmed at least once.
+
+    - long (alice, small): until 14 sends were trimmed; the 4th answer failed (kept,
+      never replayed); long enough that the loader itself leaves turns unread.
+    - embed (an embed visitor of "docs", small): until 3 trimmed sends; five days
+      ago, 23:30 UTC.
+    - mixed (bob, small-then-medium): until 3 trimmed sends, then one on which small
+      fails, so medium serves it: two models served. Two days ago, 00:30 UTC.
+    - big (alice, cheapest-4k, i.e. medium): long messages until 2 trimmed sends.
+    - short (bob, small): 3 turns, never trimmed.
+    """
+    with FakeUpstream() as upstream:
+        settings = Settings(
+            database_url=admin_database_url,
+            config=write_upstream_catalog(tmp_path_factory.mktemp("catalog") / "c.toml", upstream),
+            stream_flush_interval=0.05,
+            max_message_chars=5000,
+            # Dozens of messages a second: no rate limit may refuse them.
+            **{name: 1_000_000 for name in RATE_LIMITS if name in Settings.model_fields},
+        )
+        chat = await build_service(settings)
+        users = {
+            "alice": await add_user(chat, "Alice"),
+            "bob": await add_user(chat, "bob"),
+            "root": await add_user(chat, "root", admin=True),
+        }
+        world = World(chat, settings, users)
+        alice, bob = f"user:{users['alice'].id}", f"user:{users['bob'].id}"
+        try:
+            await talk(world, upstream, "long", alice, "small", trimmed=14, fail={3: (503, None)})
+            await talk(world, upstream, "embed", "embed:docs:visitor-1", "small", trimmed=3)
+            mixed = await talk(world, upstream, "mixed", bob, "small-then-medium", trimmed=3)
+            upstream.fail_next(429, model="small")
+            await send(world, upstream, bob, mixed, "mixed: now small fails and medium serves")
+            await talk(world, upstream, "big", alice, "cheapest-4k", trimmed=2, words=150)
+            await talk(world, upstream, "short", bob, "small", turns=3)
+            await set_activity(chat, world.ids["embed"], FIVE_DAYS_AGO_LATE)
+            await set_activity(chat, world.ids["mixed"], TWO_DAYS_AGO_EARLY)
+            yield world
+        finally:
+            await chat.answers.shutdown()
+            await chat.manager.aclose()
+            await chat.sessions.kw["bind"].dispose()
+
+
+# ---- the oracle: the same facts, computed in Python from everything stored -----------------
+
+
+@dataclass
+class Expected:
+    conversation: Conversation
+    owner_name: str
+    models: list[str]
+    trimmed_turns: int
+    most_dropped: int
+
+
+async def everything(chat: ConversationService) -> tuple[list[Conversation], list[Message]]:
+    async with chat.sessions() as session:
+        conversations = list((await session.exec(select(Conversation))).all())
+        messages = list((await session.exec(select(Message).order_by(col(Message.seq)))).all())
+    return conversations, messages
+
+
+async def expected_rows(world: World) -> dict[str, Expected]:
+    conversations, messages = await everything(world.chat)
+    names = {f"user:{u.id}": u.username for u in world.users.values()}
+    expected = {}
+    for conversation in conversations:
+        mine = [m for m in messages if m.conversation_id == conversation.id]
+        dropped = [m.dropped_turns for m in mine if m.role == Role.USER and m.dropped_turns]
+        if not dropped:
+            continue
+        owner = conversation.owner
+        expected[conversation.id] = Expected(
+            conversation=conversation,
+            owner_name=names.get(owner) or f"embed visitor ({owner.split(':')[1]})",
+            models=sorted({m.model for m in mine if m.role == Role.ASSISTANT and m.model}),
+            trimmed_turns=len(dropped),
+            most_dropped=max(dropped),
+        )
+    return expected
+
+
+async def listing(world: World, **kwargs: Any) -> queries.Page[queries.TrimmedRow]:
+    async with world.chat.sessions() as session:
+        return await queries.trimmed_conversations(session, **kwargs)
+
+
+def ids(page: queries.Page[queries.TrimmedRow]) -> list[str]:
+    return [row.conversation_id for row in page.items]
+
+
+# ---- the list ------------------------------------------------------------------------------
+
+
+@module_loop
+async def test_the_list_holds_exactly_the_trimmed_conversations(world: World) -> None:
+    expected = await expected_rows(world)
+    assert set(expected) == {world.ids[n] for n in ("long", "embed", "mixed", "big")}
+    page = await listing(world)
+    assert page.total == 4 and page.pages == 1 and page.page == 1
+    assert world.ids["short"] not in ids(page), "a conversation that never trimmed is absent"
+    for row in page.items:
+        want = expected[row.conversation_id]
+        assert row.owner == want.conversation.owner
+        assert row.owner_name == want.owner_name
+        assert row.title == want.conversation.title
+        assert row.configuration == want.conversation.configuration
+        assert row.models == want.models
+        assert row.trimmed_turns == want.trimmed_turns
+        assert row.most_dropped == want.most_dropped
+        assert row.last_activity == as_utc(want.conversation.updated_at)
+    by_name = {
+        name: next(r for r in page.items if r.conversation_id == world.ids[name])
+        for name in ("long", "embed", "mixed", "big")
+    }
+    assert by_name["long"].owner_name == "Alice"
+    assert by_name["embed"].owner_name == "embed visitor (docs)"
+    assert by_name["mixed"].models == ["medium", "small"]
+    assert by_name["big"].models == ["medium"]
+    assert by_name["embed"].last_activity == FIVE_DAYS_AGO_LATE
+    # The default order is the newest activity first.
+    assert ids(page)[-2:] == [world.ids["mixed"], world.ids["embed"]]
+
+
+@module_loop
+async def test_each_filter(world: World) -> None:
+    async def names(**kwargs: Any) -> set[str]:
+        found = set(ids(await listing(world, **kwargs)))
+        return {name for name, cid in world.ids.items() if cid in found}
+
+    assert await names(configuration="small") == {"long", "embed"}
+    assert await names(configuration="cheapest-4k") == {"big"}
+    assert await names(configuration="nope") == set()
+    assert await names(model="medium") == {"mixed", "big"}
+    assert await names(model="small") == {"long", "embed", "mixed"}
+    assert await names(owner="alice") == {"long", "big"}, "usernames match in any case"
+    assert await names(owner="ALICE") == {"long", "big"}
+    assert await names(owner=f"user:{world.users['bob'].id}") == {"mixed"}
+    assert await names(owner="embed:docs:visitor-1") == {"embed"}
+    assert await names(owner="embed:docs") == {"embed"}, "every visitor of an embed"
+    assert await names(owner="embed:doc") == set()
+    assert await names(owner="embed:d%") == set(), "LIKE wildcards are taken literally"
+    five, two = TODAY - timedelta(days=5), TODAY - timedelta(days=2)
+    assert await names(since=five, until=five) == {"embed"}, "days are inclusive, in UTC"
+    assert await names(since=two, until=two) == {"mixed"}
+    assert await names(since=five + timedelta(days=1)) == {"long", "mixed", "big"}
+    assert await names(until=two - timedelta(days=1)) == {"embed"}
+    assert await names(since=TODAY) == {"long", "big"}
+    assert await names(configuration="small", owner="alice", since=TODAY) == {"long"}
+    with pytest.raises(InvalidInput, match="is after"):
+        await listing(world, since=TODAY, until=five)
+
+
+SORT_KEYS: dict[str, Callable[[queries.TrimmedRow], Any]] = {
+    "owner": lambda r: r.owner_name.lower(),
+    "title": lambda r: r.title.lower(),
+    "configuration": lambda r: r.configuration,
+    "models": lambda r: r.models[0] if r.models else "",
+    "trimmed_turns": lambda r: r.trimmed_turns,
+    "most_dropped": lambda r: r.most_dropped,
+    "last_activity": lambda r: r.last_activity,
+}
+
+
+@module_loop
+async def test_each_sort_and_the_pages(world: World) -> None:
+    assert set(SORT_KEYS) == set(queries.SORTS)
+    rows = (await listing(world)).items
+    for sort, key in SORT_KEYS.items():
+        for descending in (False, True):
+            # Ties go by conversation id, ascending, whatever the direction.
+            want = sorted(rows, key=lambda r: r.conversation_id)
+            want.sort(key=key, reverse=descending)
+            got = await listing(world, sort=sort, descending=descending)
+            assert ids(got) == [r.conversation_id for r in want], (sort, descending)
+    owners = [r.owner_name for r in (await listing(world, sort="owner", descending=False)).items]
+    assert owners[:2] == ["Alice", "Alice"] and owners[-1] == "embed visitor (docs)"
+
+    everything = ids(await listing(world, sort="trimmed_turns"))
+    first = await listing(world, sort="trimmed_turns", per_page=3)
+    second = await listing(world, sort="trimmed_turns", per_page=3, page=2)
+    third = await listing(world, sort="trimmed_turns", per_page=3, page=3)
+    assert (first.total, first.pages, second.total, second.pages) == (4, 2, 4, 2)
+    assert ids(first) + ids(second) == everything
+    assert first.has_next and not first.has_previous
+    assert second.has_previous and not second.has_next
+    assert third.items == [] and third.total == 4
+
+    with pytest.raises(InvalidInput, match="cannot sort by 'title; drop'"):
+        await listing(world, sort="title; drop")
+    with pytest.raises(InvalidInput, match="page must be 1 or more"):
+        await listing(world, page=0)
+    with pytest.raises(InvalidInput, match="per_page"):
+        await listing(world, per_page=0)
+
+
+# ---- the overview --------------------------------------------------------------------------
+
+
+@module_loop
+async def test_trimmed_turns_per_day_and_per_model(world: World, admin_database_url: str) -> None:
+    _, messages = await everything(world.chat)
+    trimmed = [m for m in messages if m.role == Role.USER and m.dropped_turns]
+    want_days = Counter(as_utc(m.created_at).date() for m in trimmed)
+    want_models = Counter(m.fit_model for m in trimmed)
+    assert set(want_models) == {"small", "medium"}
+    assert TODAY - timedelta(days=5) in want_days and TODAY - timedelta(days=2) in want_days
+
+    # On PostgreSQL, a session in Tokyo: 23:30 UTC is already tomorrow there, and the
+    # count must still land on the UTC day.
+    connect_args = (
+        {} if is_sqlite(admin_database_url) else {"server_settings": {"timezone": "Asia/Tokyo"}}
+    )
+    engine = create_async_engine(admin_database_url, connect_args=connect_args)
+    try:
+        async with AsyncSession(engine) as session:
+            days = await queries.trimmed_per_day(session, 30)
+            week = await queries.trimmed_per_day(session, 7, today=TODAY - timedelta(days=1))
+            models = await queries.trimmed_per_model(session)
+    finally:
+        await engine.dispose()
+    assert len(days) == 30 and days[0].day == TODAY - timedelta(days=29) and days[-1].day == TODAY
+    assert {d.day: d.trimmed_turns for d in days if d.trimmed_turns} == dict(want_days)
+    assert [d.day for d in week] == [TODAY - timedelta(days=7 - i) for i in range(7)]
+    assert sum(d.trimmed_turns for d in week) == sum(
+        n for day, n in want_days.items() if day < TODAY
+    )
+    assert {m.model: m.trimmed_turns for m in models} == dict(want_models)
+    assert [m.trimmed_turns for m in models] == sorted(want_models.values(), reverse=True)
+
+    # The charts: well-formed SVG with a title and a description, the labels as text,
+    # and every bar's number said in its own title.
+    counts = [str(n) for n in (*want_days.values(), *want_models.values())]
+    for svg, labels, spoken in (
+        (
+            per_day_chart(days),
+            [TODAY.strftime("%m-%d"), *counts[: len(want_days)]],
+            [f"{day.isoformat()}: {n} trimmed turns" for day, n in want_days.items()],
+        ),
+        (
+            per_model_chart(models),
+            ["small", "medium", *counts[len(want_days) :]],
+            [f"{model}: {n} trimmed turns" for model, n in want_models.items()],
+        ),
+    ):
+        root = ET.fromstring(str(svg))
+        assert root.tag == f"{SVG}svg" and root.get("role") == "img"
+        assert root.find(f"{SVG}title") is not None and root.find(f"{SVG}desc") is not None
+        texts = [t.text for t in root.iter(f"{SVG}text")]
+        for label in labels:
+            assert label in texts
+        bars = [t.text for t in root.iter(f"{SVG}title")]
+        for words in spoken:
+            assert words in bars
+        assert "style" not in str(svg)
+
+
+def test_charts_escape_labels_and_stay_well_formed() -> None:
+    nasty = 'gpt<script>alert("x")</script>&\x01\'"'
+    for svg in (
+        bar_chart([Bar(nasty, 3), Bar("ok", 1)], ident='a"b', title=nasty, unit="turns"),
+        column_chart([Bar(nasty, 0), Bar("b", 2)], ident="c", title="t", unit="turns"),
+        bar_chart([], ident="empty", title="Nothing", unit="turns"),
+        column_chart([], ident="none", title="Nothing", unit="turns"),
+    ):
+        text = str(svg)
+        root = ET.fromstring(text)  # well-formed, whatever the labels
+        assert "<script" not in text and "style" not in text
+        assert root.get("aria-labelledby")
+    root = ET.fromstring(str(bar_chart([Bar(nasty, 3)], ident="x", title="t", unit="turns")))
+    label = next(root.iter(f"{SVG}text")).text or ""
+    assert label.startswith("gpt<script>"), "escaped on the wire, the same text when read"
+    desc = root.find(f"{SVG}desc")
+    assert desc is not None and "3 turns in all" in (desc.text or "")
+
+
+# ---- the export ----------------------------------------------------------------------------
+
+
+@module_loop
+async def test_csv_has_a_header_and_every_row(world: World) -> None:
+    page = await listing(world, sort="title", descending=False, per_page=None)
+    assert page.total == len(page.items) == 4 and page.pages == 1
+    parsed = list(csv.reader(io.StringIO(queries.to_csv(page.items))))
+    assert parsed[0] == list(queries.CSV_COLUMNS)
+    assert [r[0] for r in parsed[1:]] == ids(page)
+    for line, row in zip(parsed[1:], page.items, strict=True):
+        assert line[1:5] == [row.title, row.owner, row.owner_name, row.configuration]
+        assert line[5] == " ".join(row.models)
+        assert [int(line[6]), int(line[7])] == [row.trimmed_turns, row.most_dropped]
+        assert datetime.fromisoformat(line[8]) == row.last_activity
+
+
+def test_csv_quotes_and_neutralises_formulas() -> None:
+    row = queries.TrimmedRow(
+        conversation_id="abc",
+        title='=HYPERLINK("http://evil"), "quoted"\nand a new line',
+        owner="user:1",
+        owner_name="@admin",
+        configuration="small",
+        models=["a", "b"],
+        trimmed_turns=2,
+        most_dropped=5,
+        last_activity=datetime(2024, 3, 1, 12, 0, tzinfo=UTC),
+    )
+    _, line = list(csv.reader(io.StringIO(queries.to_csv([row]))))
+    assert line == [
+        "abc",
+        '\'=HYPERLINK("http://evil"), "quoted"\nand a new line',
+        "user:1",
+        "'@admin",
+        "small",
+        "a b",
+        "2",
+        "5",
+        "2024-03-01T12:00:00Z",
+    ]
+
+
+# ---- the review: the rebuilt left-out sets are what the model was not sent ----------------
+
+
+def replayable_before(messages: list[Message], seq: int) -> set[int]:
+    """Independently of webapp.chat.history: turns whose answer would be replayed."""
+    by_seq = {m.seq: m for m in messages}
+    return {
+        m.seq
+        for m in messages
+        if m.role == Role.USER
+        and m.seq < seq
+        and (answer := by_seq.get(m.seq + 1)) is not None
+        and answer.role == Role.ASSISTANT
+        and answer.status in REPLAYABLE
+        and answer.content != ""
+    }
+
+
+@module_loop
+async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World) -> None:
+    checked = 0
+    for name in ("long", "embed", "mixed", "big", "short"):
+        conversation_id = world.ids[name]
+        async with world.chat.sessions() as session:
+            review = await queries.review(session, conversation_id)
+        messages = review.messages
+        assert [m.seq for m in messages] == list(range(1, len(messages) + 1)), "whole, in order"
+        seq_of = {m.content: m.seq for m in messages if m.role == Role.USER}
+        trimmed_rows = [m for m in messages if m.role == Role.USER and m.dropped_turns]
+        assert [t.seq for t in review.trimmed] == [m.seq for m in trimmed_rows]
+        for turn, row in zip(review.trimmed, trimmed_rows, strict=True):
+            sent = world.sent[(conversation_id, turn.seq)]
+            assert sent[-1]["content"] == row.content, "the newest message is always sent"
+            sent_seqs = {seq_of[m["content"]] for m in sent[:-1] if m["role"] == Role.USER}
+            replayable = replayable_before(messages, turn.seq)
+            assert sent_seqs <= replayable
+            assert min(replayable) in sent_seqs, "the head is always sent"
+            assert set(turn.left_out) == replayable - sent_seqs, (name, turn.seq)
+            assert set(turn.left_out) | sent_seqs == replayable
+            assert len(turn.left_out) == turn.dropped_turns == row.dropped_turns
+            assert turn.unexplained == 0
+            assert turn.fit == queries.FitFacts(
+                row.fit_model,
+                row.fit_window,
+                row.fit_budget,
+                row.fit_estimated_tokens,
+                row.fit_reserve,
+                row.fit_overflow_at_floor,
+            )
+            checked += 1
+        if name == "short":
+            assert review.trimmed == []
+    assert checked >= 10
+
+    async with world.chat.sessions() as session:
+        long = await queries.review(session, world.ids["long"])
+    # The failed 4th turn is on record but was never replayed, so never "left out".
+    failed = next(m for m in long.messages if m.role == Role.ASSISTANT and m.status == "failed")
+    assert all(failed.seq - 1 not in t.left_out for t in long.trimmed)
+    assert long.turn_numbers[failed.seq - 1] == 4
+    assert long.owner_name == "Alice" and long.models == ["small"]
+    # Some send of the long conversation dropped more than the loader ever read.
+    assert max(t.dropped_turns for t in long.trimmed) > 10
+    # Who left each turn out, against a brute-force count.
+    left_out_by = long.left_out_by()
+    assert left_out_by
+    for seq in long.turn_numbers:
+        senders = [t.seq for t in long.trimmed if seq in set(t.left_out)]
+        if not senders:
+            assert seq not in left_out_by
+            continue
+        assert left_out_by[seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
+    # As runs of turn numbers, a left-out set is broken only by the never-sent turn 4.
+    numbers = long.turn_numbers
+    broken = 0
+    for turn in long.trimmed:
+        runs = left_out_spans(long, turn)
+        assert {n for a, b in runs for n in range(a, b + 1)} == {numbers[s] for s in turn.left_out}
+        broken += len(runs) > 1
+    assert broken and all(
+        4 not in range(a, b + 1) for t in long.trimmed for a, b in left_out_spans(long, t)
+    )
+
+
+def test_a_run_slices_like_a_list_without_copying() -> None:
+    items = [1, 3, 5, 9, 11, 13, 15]
+    run = queries.Run(items, 0, 5)
+    assert list(run) == items[:5] and len(run) == 5
+    assert run[0] == 1 and run[-1] == 11 and 9 in run and 13 not in run
+    with pytest.raises(IndexError):
+        run[5]
+    for dropped in range(8):
+        assert list(left_out(run, dropped)) == left_out(items[:5], dropped)  # type: ignore[arg-type]
+    inner = run[1:4][1:]
+    assert isinstance(inner, queries.Run) and list(inner) == [5, 9]
+    assert list(run[3:1]) == [] and list(run[-2:]) == [9, 11]
+
+
+@module_loop
+async def test_review_of_an_unknown_conversation_is_not_found(world: World) -> None:
+    async with world.chat.sessions() as session:
+        with pytest.raises(NotFound):
+            await queries.review(session, "no-such-id")
+
+
+# ---- parsing and the web layer ---------------------------------------------------------------
+
+
+def test_query_parameters_are_parsed_or_refused_clearly() -> None:
+    assert parse_listing({}) == Listing()
+    parsed = parse_listing(
+        {
+            "configuration": " small ",
+            "model": "",
+            "since": "2024-03-01",
+            "sort": "owner",
+            "order": "asc",
+            "page": "2",
+            "per_page": "10",
+        }
+    )
+    assert parsed == Listing(
+        configuration="small",
+        since=date(2024, 3, 1),
+        sort="owner",
+        descending=False,
+        page=2,
+        per_page=10,
+    )
+    assert parsed.url() == (
+        "/admin/trimmed?configuration=small&since=2024-03-01&sort=owner&order=asc"
+        "&page=2&per_page=10"
+    )
+    assert "order=asc" not in parsed.sort_url("owner"), "the current column flips"
+    assert "&page=" not in parsed.sort_url("owner"), "a new sort starts at page 1"
+    assert "order=asc" not in parsed.sort_url("trimmed_turns"), "counts start largest first"
+    assert "order=asc" in Listing().sort_url("title"), "text starts A to Z"
+    for params, message in (
+        ({"since": "yesterday"}, "since must be a date"),
+        ({"until": "2024-02-30"}, "until must be a date"),
+        ({"sort": "password_hash"}, "cannot sort by 'password_hash'"),
+        ({"order": "up"}, "order must be asc or desc"),
+        ({"page": "0"}, "page must be between 1"),
+        ({"page": "two"}, "page must be a whole number"),
+        ({"per_page": "100000"}, "per_page must be between 1 and 200"),
+        ({"since": "2024-03-02", "until": "2024-03-01"}, "the date range is empty"),
+    ):
+        with pytest.raises(InvalidInput, match=message):
+            parse_listing(params)
+
+
+def user_from_header(users: dict[bytes, User]) -> Callable[[ASGIApp], ASGIApp]:
+    """Stands in for the real authentication: `x-test-user` names who is asking."""
+
+    def middleware(app: ASGIApp) -> ASGIApp:
+        async def call(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                who = dict(scope["headers"]).get(b"x-test-user", b"")
+                scope["user"] = users.get(who)  # type: ignore[typeddict-unknown-key]
+            await app(scope, receive, send)
+
+        return call
+
+    return middleware
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(world: World) -> AsyncIterator[AsyncTestClient]:
+    """The controller in a small app, as app.py will mount it. The test client serves the
+    app on an event loop of its own, so the app gets its own service (and database pool)."""
+
+    async def start(app: Litestar) -> None:
+        app.state.chat = await build_service(world.settings)
+
+    async def stop(app: Litestar) -> None:
+        chat: ConversationService = app.state.chat
+        await chat.manager.aclose()
+        await chat.sessions.kw["bind"].dispose()
+
+    def chat(state: State) -> ConversationService:
+        return state.chat  # type: ignore[no-any-return]
+
+    app = Litestar(
+        route_handlers=[AdminController],
+        template_config=template_config(),
+        dependencies={"chat": Provide(chat, sync_to_thread=False)},
+        middleware=[
+            user_from_header({b"root": world.users["root"], b"alice": world.users["alice"]})
+        ],
+        exception_handlers={AppError: app_error, HTTPException: http_error},
+        on_startup=[start],
+        on_shutdown=[stop],
+    )
+    async with AsyncTestClient(app=app) as test_client:
+        yield test_client
+
+
+ROUTES = ("/admin/trimmed", "/admin/trimmed.csv", "/api/admin/trimmed", "/admin/c/{id}")
+
+
+@module_loop
+async def test_only_admins_get_in(client: AsyncTestClient, world: World) -> None:
+    assert admin_only in AdminController.guards
+    for route in ROUTES:
+        url = route.format(id=world.ids["long"])
+        for who in ("alice", "", "stranger"):
+            response = await client.get(url, headers={"x-test-user": who})
+            assert response.status_code == 403, (url, who)
+            assert world.ids["long"] not in response.text
+        response = await client.get(url, headers={"x-test-user": "root"})
+        assert response.status_code == 200, (url, response.text)
+    forbidden = await client.get("/api/admin/trimmed", headers={"x-test-user": "alice"})
+    assert forbidden.json()["detail"] == "this page is for admins only"
+
+
+@module_loop
+async def test_the_list_page_json_and_csv(client: AsyncTestClient, world: World) -> None:
+    admin = {"x-test-user": "root"}
+    page = await client.get("/admin/trimmed?sort=trimmed_turns&per_page=2", headers=admin)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert "style=" not in html and "<style" not in html
+    assert 'id="trimmed-per-day"' in html and 'id="trimmed-per-model"' in html
+    assert "Page 1 of 2" in html and 'rel="next"' in html
+    assert "/admin/trimmed?sort=trimmed_turns&amp;page=2&amp;per_page=2" in html
+    assert 'href="/admin/trimmed.csv?sort=trimmed_turns&amp;per_page=2"' in html
+    assert 'aria-sort="descending"' in html
+    assert world.ids["short"] not in html
+    assert html.count("data-conversation-id=") == 2
+
+    api = await client.get("/api/admin/trimmed?model=medium&sort=title&order=asc", headers=admin)
+    body = api.json()
+    assert (body["total"], body["pages"], body["sort"], body["order"]) == (2, 1, "title", "asc")
+    assert [r["conversation_id"] for r in body["rows"]] == [world.ids["big"], world.ids["mixed"]]
+    assert set(body["rows"][0]) == {
+        "conversation_id",
+        "title",
+        "owner",
+        "owner_name",
+        "configuration",
+        "models",
+        "trimmed_turns",
+        "most_dropped",
+        "last_activity",
+        "review_url",
+    }
+    assert body["rows"][1]["models"] == ["medium", "small"]
+    assert body["rows"][0]["last_activity"].endswith("Z")
+
+    export = await client.get("/admin/trimmed.csv?per_page=1", headers=admin)
+    assert export.headers["content-type"].startswith("text/csv")
+    assert "attachment" in export.headers["content-disposition"]
+    lines = list(csv.reader(io.StringIO(export.text)))
+    assert lines[0] == list(queries.CSV_COLUMNS) and len(lines) == 5, "every row, not a page"
+
+    for url, message in (
+        ("/admin/trimmed?since=last+week", "since must be a date"),
+        ("/admin/trimmed?sort=nope", "cannot sort by"),
+        ("/api/admin/trimmed?page=0", "page must be between 1"),
+        ("/api/admin/trimmed?until=2024-13-01", "until must be a date"),
+        ("/admin/trimmed.csv?order=sideways", "order must be asc or desc"),
+    ):
+        response = await client.get(url, headers=admin)
+        assert response.status_code == 400, url
+        assert message in response.text, url
+    assert (await client.get("/api/admin/trimmed?page=0", headers=admin)).json()["detail"]
+
+
+@module_loop
+async def test_the_review_page_marks_trims_and_what_they_left_out(
+    client: AsyncTestClient, world: World
+) -> None:
+    admin = {"x-test-user": "root"}
+    conversation_id = world.ids["long"]
+    response = await client.get(f"/admin/c/{conversation_id}", headers=admin)
+    assert response.status_code == 200
+    html = response.text
+    assert "style=" not in html and "<style" not in html
+    async with world.chat.sessions() as session:
+        review = await queries.review(session, conversation_id)
+    for message in review.messages:
+        assert f'data-message-id="{message.id}"' in html, "the whole history is shown"
+    numbers = review.turn_numbers
+    for turn in review.trimmed:
+        assert f'data-dropped-turns="{turn.dropped_turns}"' in html
+        marker = html.split(f'data-seq="{turn.seq}"', 1)[1].split("</dl>", 1)[0]
+        first, last = numbers[turn.left_out[0]], numbers[turn.left_out[-1]]
+        assert f'href="#turn-{first}">#{first}</a>' in marker
+        assert f'href="#turn-{last}">#{last}</a>' in marker
+    for seq, by in review.left_out_by().items():
+        section = html.split(f'id="turn-{numbers[seq]}"', 1)[1].split("</h3>", 1)[0]
+        assert "review-left-out" in html.split(f'id="turn-{numbers[seq]}"', 1)[0][-200:]
+        assert "left out by" in section
+        assert f"#{numbers[by.first]}</a>" in section
+        if by.count == 1:
+            assert "left out by turn <a" in section
+    for number in set(numbers.values()) - {numbers[s] for s in review.left_out_by()}:
+        section = html.split(f'id="turn-{number}"', 1)[1].split("</h3>", 1)[0]
+        assert "left out by" not in section
+    assert "Overflow at the floor" in html and "Budget for the prompt" in html
+    assert "Retry" not in html, "the review is read-only"
+
+    missing = await client.get("/admin/c/does-not-exist", headers=admin)
+    assert missing.status_code == 404

@@ -1,0 +1,566 @@
+"""What the admin review reads: trimmed conversations, the overview counts, one review.
+
+Everything a list or a chart shows is aggregated in SQL (GROUP BY over the user rows
+that carry `dropped_turns > 0`), so the cost follows the number of conversations on a
+page, never the number of stored messages. The same statements run on SQLite and
+PostgreSQL; the one place they differ, the UTC calendar day of a timestamp, is chosen
+by dialect in `_utc_day`.
+
+The review page is the one place that reads a whole history, because showing it whole
+is its purpose. Which turns a send left out is not stored; it is rebuilt from the stored
+count with the chat's own functions (`replayable_user_seqs`, `left_out`), so the review
+can never disagree with the rule the send itself followed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Generic, TypeVar, overload
+
+from sqlalchemy import ColumnElement, Date, String, cast, exists, func, literal, literal_column, or_
+from sqlalchemy.orm import aliased
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from webapp.accounts.models import User, username_key
+from webapp.chat.history import left_out, replayable_user_seqs
+from webapp.chat.models import Conversation, Message, Role
+from webapp.errors import InvalidInput, NotFound
+from webapp.timeutil import as_utc, utcnow
+
+T = TypeVar("T")
+
+SORTS = (
+    "owner",
+    "title",
+    "configuration",
+    "models",
+    "trimmed_turns",
+    "most_dropped",
+    "last_activity",
+)
+"""The columns a list may be sorted by; anything else is refused, never interpolated."""
+
+MAX_PER_PAGE = 500
+UNKNOWN_MODEL = "(unknown)"
+
+_answer = aliased(Message, name="answer")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    total: int
+    """Rows matching the filters, over all pages."""
+    page: int
+    per_page: int | None
+    """None: everything on one page (the CSV export)."""
+
+    @property
+    def pages(self) -> int:
+        if not self.per_page:
+            return 1
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.page > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.page < self.pages
+
+
+@dataclass(frozen=True, slots=True)
+class TrimmedRow:
+    conversation_id: str
+    title: str
+    owner: str
+    """As stored: `user:<id>` or `embed:<name>:<visitor>`."""
+    owner_name: str
+    """What a person reads: the username, or "embed visitor (<embed name>)"."""
+    configuration: str
+    models: list[str]
+    """Distinct models that served an answer in the conversation, by name."""
+    trimmed_turns: int
+    most_dropped: int
+    """The most turns a single send left out."""
+    last_activity: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DayCount:
+    day: date
+    trimmed_turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCount:
+    model: str
+    """The model the trimmed sends were sized for (the user row's `fit_model`)."""
+    trimmed_turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class FitFacts:
+    model: str | None
+    window: int | None
+    budget: int | None
+    estimated_tokens: int | None
+    reserve: int | None
+    overflow_at_floor: bool | None
+
+    @classmethod
+    def of(cls, row: Message) -> FitFacts:
+        return cls(
+            model=row.fit_model,
+            window=row.fit_window,
+            budget=row.fit_budget,
+            estimated_tokens=row.fit_estimated_tokens,
+            reserve=row.fit_reserve,
+            overflow_at_floor=row.fit_overflow_at_floor,
+        )
+
+
+class Run(Sequence[int]):
+    """A read-only stretch of a list that copies nothing.
+
+    Each trimmed send's left-out turns are a slice of the same replayable list; a long
+    conversation where every send is trimmed would hold one copy of its history per
+    send (quadratic) if those slices were lists. A Run is three references, and
+    slicing a Run gives another Run, so `history.left_out` can cut it as it cuts a list.
+    """
+
+    __slots__ = ("_items", "_start", "_stop")
+
+    def __init__(self, items: Sequence[int], start: int = 0, stop: int | None = None) -> None:
+        self._items = items
+        self._start = start
+        self._stop = len(items) if stop is None else stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> Run: ...
+    def __getitem__(self, index: int | slice) -> int | Run:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise ValueError("a Run is sliced in steps of 1")
+            return Run(self._items, self._start + start, self._start + max(start, stop))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._items[self._start + index]
+
+    def __repr__(self) -> str:
+        return f"Run({list(self)!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class TrimmedTurn:
+    seq: int
+    """The trimmed user row's sequence number."""
+    dropped_turns: int
+    left_out: Run
+    """User seqs of the turns this send left out, oldest first (contiguous in the order
+    of replayable turns: turns whose answer failed are never sent, so never left out)."""
+    fit: FitFacts
+
+    @property
+    def unexplained(self) -> int:
+        """Turns counted as dropped that the record can no longer point to (0 when the
+        stored history is consistent, which it is unless rows were edited by hand)."""
+        return self.dropped_turns - len(self.left_out)
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOutBy:
+    """Which sends left one turn out: how many, and the first and last of them."""
+
+    count: int
+    first: int
+    last: int
+    """User seqs of the first and the last send that left the turn out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    conversation: Conversation
+    owner_name: str
+    messages: list[Message]
+    """The whole stored history, oldest first."""
+    trimmed: list[TrimmedTurn]
+    models: list[str]
+    turn_numbers: dict[int, int]
+    """User seq -> its turn's number as people count them (1 for the first message)."""
+    replayable: list[int]
+    """User seqs of the replayable turns, oldest first, as far as any send left one out."""
+    unreplayable: list[int]
+    """User seqs within that stretch whose answer is not replayable (it failed): never
+    sent, so never left out, though they sit between turns that were."""
+
+    def unreplayable_between(self, first: int, last: int) -> list[int]:
+        """The never-sendable turns inside a left-out run from `first` to `last`."""
+        gaps = self.unreplayable
+        return gaps[bisect_right(gaps, first) : bisect_left(gaps, last)]
+
+    def left_out_by(self) -> dict[int, LeftOutBy]:
+        """User seq of each left-out turn -> the sends that left it out.
+
+        The k-th replayable turn after the head is left out by exactly the sends that
+        left out k or more turns (every such send came after it), so one pass over the
+        sends, bucketed by how many they left out, answers for every turn at once.
+        """
+        most = max((len(turn.left_out) for turn in self.trimmed), default=0)
+        count = [0] * (most + 2)
+        first: list[int | None] = [None] * (most + 2)
+        last: list[int | None] = [None] * (most + 2)
+        for turn in self.trimmed:
+            k = len(turn.left_out)
+            count[k] += 1
+            first[k] = turn.seq if first[k] is None else first[k]
+            last[k] = turn.seq
+        by: dict[int, LeftOutBy] = {}
+        running, earliest, latest = 0, None, None
+        for k in range(most, 0, -1):
+            running += count[k]
+            if first[k] is not None:
+                earliest = first[k] if earliest is None else min(earliest, first[k])
+                latest = last[k] if latest is None else max(latest, last[k])
+            if running and earliest is not None and latest is not None:
+                by[self.replayable[k]] = LeftOutBy(running, earliest, latest)
+        return by
+
+
+def owner_name(owner: str, username: str | None) -> str:
+    if username is not None:
+        return username
+    kind, _, rest = owner.partition(":")
+    if kind == "embed" and rest:
+        return f"embed visitor ({rest.split(':', 1)[0]})"
+    return owner
+
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)
+
+
+def _owner_user_join() -> ColumnElement[bool]:
+    """Conversation.owner is `user:<id>`; compared as text so embed owners simply miss."""
+    return col(Conversation.owner) == literal("user:").concat(cast(col(User.id), String))
+
+
+async def _dialect(session: AsyncSession) -> str:
+    return (await session.connection()).dialect.name
+
+
+def _utc_day(column: Any, dialect: str) -> ColumnElement[Any]:
+    """The UTC calendar day of a stored timestamp. SQLite keeps UTC text (date() reads
+    it); PostgreSQL keeps timestamptz, whose date would follow the session's time zone."""
+    if dialect == "postgresql":
+        return cast(func.timezone(literal_column("'UTC'"), column), Date)
+    return func.date(column)
+
+
+def _as_date(value: date | str) -> date:
+    return value if isinstance(value, date) else date.fromisoformat(value)
+
+
+def _check_listing(sort: str, page: int, per_page: int | None) -> None:
+    if sort not in SORTS:
+        raise InvalidInput(f"cannot sort by {sort!r}; choose one of: {', '.join(SORTS)}")
+    if page < 1:
+        raise InvalidInput(f"page must be 1 or more, not {page}")
+    if per_page is not None and not 1 <= per_page <= MAX_PER_PAGE:
+        raise InvalidInput(f"per_page must be between 1 and {MAX_PER_PAGE}, not {per_page}")
+
+
+async def trimmed_conversations(
+    session: AsyncSession,
+    *,
+    configuration: str | None = None,
+    model: str | None = None,
+    owner: str | None = None,
+    since: date | None = None,
+    until: date | None = None,
+    sort: str = "last_activity",
+    descending: bool = True,
+    page: int = 1,
+    per_page: int | None = 50,
+) -> Page[TrimmedRow]:
+    """Conversations with at least one trimmed send, filtered, sorted and paged in SQL.
+
+    `owner` matches a username (any case), a raw owner string, or `embed:<name>` for
+    every visitor of that embed. `since`/`until` are inclusive UTC days of the last
+    activity. Ties in any sort are broken by conversation id, so pages never overlap.
+    """
+    _check_listing(sort, page, per_page)
+    if since is not None and until is not None and since > until:
+        raise InvalidInput(f"the date range is empty: {since} is after {until}")
+
+    trims = (
+        select(
+            col(Message.conversation_id).label("conversation_id"),
+            func.count().label("trimmed_turns"),
+            func.max(Message.dropped_turns).label("most_dropped"),
+        )
+        .where(col(Message.role) == Role.USER, col(Message.dropped_turns) > 0)
+        .group_by(col(Message.conversation_id))
+        .subquery("trims")
+    )
+    query = (
+        select(
+            col(Conversation.id),
+            col(Conversation.title),
+            col(Conversation.owner),
+            col(User.username),
+            col(Conversation.configuration),
+            trims.c.trimmed_turns,
+            trims.c.most_dropped,
+            col(Conversation.updated_at),
+        )
+        .join(trims, trims.c.conversation_id == col(Conversation.id))
+        .outerjoin(User, _owner_user_join())
+    )
+    if configuration is not None:
+        query = query.where(col(Conversation.configuration) == configuration)
+    if model is not None:
+        query = query.where(
+            exists().where(
+                col(_answer.conversation_id) == col(Conversation.id),
+                col(_answer.role) == Role.ASSISTANT,
+                col(_answer.model) == model,
+            )
+        )
+    if owner is not None:
+        matches = [
+            col(Conversation.owner) == owner,
+            col(User.username_key) == username_key(owner),
+        ]
+        if owner.startswith("embed:") and owner.count(":") == 1:
+            matches.append(col(Conversation.owner).startswith(owner + ":", autoescape=True))
+        query = query.where(or_(*matches))
+    if since is not None:
+        query = query.where(col(Conversation.updated_at) >= _day_start(since))
+    if until is not None:
+        query = query.where(col(Conversation.updated_at) < _day_start(until + timedelta(days=1)))
+
+    total = (await session.exec(select(func.count()).select_from(query.subquery()))).one()
+
+    key: Any
+    if sort == "models":
+        # Sorted by the alphabetically first model that served; conversations whose every
+        # answer failed before a model spoke have none and sort as the empty string.
+        first_model = (
+            select(
+                col(_answer.conversation_id).label("conversation_id"),
+                func.min(_answer.model).label("first_model"),
+            )
+            .where(
+                col(_answer.role) == Role.ASSISTANT,
+                col(_answer.model).is_not(None),
+                col(_answer.conversation_id).in_(select(trims.c.conversation_id)),
+            )
+            .group_by(col(_answer.conversation_id))
+            .subquery("served")
+        )
+        query = query.outerjoin(first_model, first_model.c.conversation_id == col(Conversation.id))
+        key = func.coalesce(first_model.c.first_model, "")
+    else:
+        key = {
+            # Lower-cased so SQLite (binary) and PostgreSQL (locale) agree on the order.
+            "owner": func.lower(func.coalesce(col(User.username), col(Conversation.owner))),
+            "title": func.lower(col(Conversation.title)),
+            "configuration": col(Conversation.configuration),
+            "trimmed_turns": trims.c.trimmed_turns,
+            "most_dropped": trims.c.most_dropped,
+            "last_activity": col(Conversation.updated_at),
+        }[sort]
+    query = query.order_by(key.desc() if descending else key.asc(), col(Conversation.id))
+    if per_page is not None:
+        query = query.offset((page - 1) * per_page).limit(per_page)
+    rows = (await session.exec(query)).all()
+
+    served = await _served_models(session, [row[0] for row in rows])
+    items = [
+        TrimmedRow(
+            conversation_id=cid,
+            title=title,
+            owner=raw_owner,
+            owner_name=owner_name(raw_owner, username),
+            configuration=config,
+            models=served.get(cid, []),
+            trimmed_turns=trimmed,
+            most_dropped=most,
+            last_activity=as_utc(updated),
+        )
+        for cid, title, raw_owner, username, config, trimmed, most, updated in rows
+    ]
+    return Page(items=items, total=total, page=page, per_page=per_page)
+
+
+async def _served_models(session: AsyncSession, ids: Sequence[str]) -> dict[str, list[str]]:
+    """The distinct models that answered in each of `ids`: one query for the page."""
+    if not ids:
+        return {}
+    query = (
+        select(col(Message.conversation_id), col(Message.model))
+        .where(
+            col(Message.conversation_id).in_(ids),
+            col(Message.role) == Role.ASSISTANT,
+            col(Message.model).is_not(None),
+        )
+        .distinct()
+        .order_by(col(Message.conversation_id), col(Message.model))
+    )
+    served: dict[str, list[str]] = {}
+    for cid, name in (await session.exec(query)).all():
+        served.setdefault(cid, []).append(name)
+    return served
+
+
+async def trimmed_per_day(
+    session: AsyncSession, days: int = 30, *, today: date | None = None
+) -> list[DayCount]:
+    """Trimmed sends per UTC day of the user row, for the `days` days ending `today`
+    (default: today in UTC), oldest first, days without any included as zero."""
+    if days < 1:
+        raise InvalidInput(f"days must be 1 or more, not {days}")
+    today = today or utcnow().date()
+    first = today - timedelta(days=days - 1)
+    day = _utc_day(col(Message.created_at), await _dialect(session)).label("day")
+    query = (
+        select(day, func.count())
+        .where(
+            col(Message.role) == Role.USER,
+            col(Message.dropped_turns) > 0,
+            col(Message.created_at) >= _day_start(first),
+            col(Message.created_at) < _day_start(today + timedelta(days=1)),
+        )
+        .group_by(literal_column("day"))
+    )
+    counts = {_as_date(value): count for value, count in (await session.exec(query)).all()}
+    return [
+        DayCount(first + timedelta(days=offset), counts.get(first + timedelta(days=offset), 0))
+        for offset in range(days)
+    ]
+
+
+async def trimmed_per_model(session: AsyncSession) -> list[ModelCount]:
+    """Trimmed sends per model they were sized for, most first."""
+    model = col(Message.fit_model)
+    count = func.count()
+    query = (
+        select(model, count)
+        .where(col(Message.role) == Role.USER, col(Message.dropped_turns) > 0)
+        .group_by(model)
+        .order_by(count.desc(), model)
+    )
+    rows = (await session.exec(query)).all()
+    return [ModelCount(name or UNKNOWN_MODEL, n) for name, n in rows]
+
+
+async def review(session: AsyncSession, conversation_id: str) -> Review:
+    """The whole history of one conversation and, for each trimmed send, what it left out."""
+    conversation = await session.get(Conversation, conversation_id)
+    if conversation is None:
+        raise NotFound("no such conversation")
+    query = (
+        select(Message)
+        .where(col(Message.conversation_id) == conversation_id)
+        .order_by(col(Message.seq))
+    )
+    messages = list((await session.exec(query)).all())
+    username = await _username(session, conversation.owner)
+
+    trimmed_rows = [m for m in messages if m.role == Role.USER and m.dropped_turns]
+    trimmed: list[TrimmedTurn] = []
+    replayable: list[int] = []
+    if trimmed_rows:
+        # One query serves every trimmed send: the turns replayable before a send are a
+        # prefix of those replayable before the newest one, and none needs more than
+        # head + its dropped count. Each send's share is a Run over that one list.
+        newest = trimmed_rows[-1].seq
+        most = max(m.dropped_turns or 0 for m in trimmed_rows)
+        replayable = await replayable_user_seqs(session, conversation_id, newest, most + 1)
+        for row in trimmed_rows:
+            before = Run(replayable, 0, bisect_left(replayable, row.seq))
+            dropped = row.dropped_turns or 0
+            # `left_out` is typed for lists; it only slices, which a Run does without copying.
+            run = left_out(before, dropped)  # type: ignore[arg-type]
+            trimmed.append(TrimmedTurn(row.seq, dropped, run, FitFacts.of(row)))
+
+    users = [m.seq for m in messages if m.role == Role.USER]
+    sendable = set(replayable)
+    end = replayable[-1] if replayable else 0
+    models = sorted({m.model for m in messages if m.role == Role.ASSISTANT and m.model})
+    return Review(
+        conversation=conversation,
+        owner_name=owner_name(conversation.owner, username),
+        messages=messages,
+        trimmed=trimmed,
+        models=models,
+        turn_numbers={seq: number for number, seq in enumerate(users, start=1)},
+        replayable=replayable,
+        unreplayable=[seq for seq in users if seq < end and seq not in sendable],
+    )
+
+
+async def _username(session: AsyncSession, owner: str) -> str | None:
+    kind, _, ident = owner.partition(":")
+    if kind != "user" or not ident.isdecimal():
+        return None
+    user = await session.get(User, int(ident))
+    return user.username if user is not None else None
+
+
+CSV_COLUMNS = (
+    "conversation_id",
+    "title",
+    "owner",
+    "owner_name",
+    "configuration",
+    "models",
+    "trimmed_turns",
+    "most_dropped",
+    "last_activity",
+)
+
+
+def _cell(value: str) -> str:
+    """Titles and names are typed by users: a leading =, +, - or @ would make a
+    spreadsheet run it as a formula, so such a cell is quoted with an apostrophe."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def to_csv(rows: Iterable[TrimmedRow]) -> str:
+    """The list as CSV (RFC 4180 quoting, a header row, models joined by spaces)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        writer.writerow(
+            [
+                row.conversation_id,
+                _cell(row.title),
+                _cell(row.owner),
+                _cell(row.owner_name),
+                _cell(row.configuration),
+                _cell(" ".join(row.models)),
+                row.trimmed_turns,
+                row.most_dropped,
+                row.last_activity.isoformat().replace("+00:00", "Z"),
+            ]
+        )
+    return out.getvalue()

@@ -1,0 +1,362 @@
+"""The admin review on the web: the list of trimmed conversations (page, JSON, CSV) and
+the review of one conversation. Admins only: `admin_only` guards the whole controller.
+
+Query parameters are read as text and parsed here, so a bad date, an unknown sort
+column or a page below 1 is a 400 that says which parameter is wrong, never a 500 and
+never a generic validation message. The filter form is a GET: nothing here changes
+state, so there is no CSRF token to carry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from datetime import date
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from litestar import Controller, Request, get
+from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency
+from litestar.exceptions import PermissionDeniedException
+from litestar.handlers import BaseRouteHandler
+from litestar.params import FromPath, Parameter
+from litestar.response import Response, Template
+
+from webapp.admin import queries
+from webapp.admin.chart import per_day_chart, per_model_chart
+from webapp.admin.queries import Page, Review, TrimmedRow, TrimmedTurn
+from webapp.chat.models import Message, Role
+from webapp.chat.service import ConversationService
+from webapp.chat.views import MessageView
+from webapp.errors import InvalidInput
+
+Chat = NamedDependency[ConversationService]
+"""The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
+
+LIST_PATH = "/admin/trimmed"
+DEFAULT_PER_PAGE = 50
+DEFAULT_SORT = "last_activity"
+MAX_PER_PAGE = 200
+CHART_DAYS = 30
+TEXT_SORTS = frozenset({"owner", "title", "configuration", "models"})
+"""Read A to Z on first click; counts and dates read largest / newest first."""
+COLUMNS = (
+    ("title", "Conversation"),
+    ("owner", "Owner"),
+    ("configuration", "Configuration"),
+    ("models", "Model(s) that served"),
+    ("trimmed_turns", "Trimmed turns"),
+    ("most_dropped", "Most left out at once"),
+    ("last_activity", "Last activity (UTC)"),
+)
+
+
+def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Fails closed: no user in scope is refused like a user who is not an admin."""
+    user = connection.scope.get("user")
+    if user is None or not getattr(user, "is_admin", False):
+        raise PermissionDeniedException("this page is for admins only")
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One list request: its filters, sort and page, and the links that change them."""
+
+    configuration: str | None = None
+    model: str | None = None
+    owner: str | None = None
+    since: date | None = None
+    until: date | None = None
+    sort: str = DEFAULT_SORT
+    descending: bool = True
+    page: int = 1
+    per_page: int = DEFAULT_PER_PAGE
+
+    @property
+    def order(self) -> str:
+        return "desc" if self.descending else "asc"
+
+    @property
+    def filtered(self) -> bool:
+        return any((self.configuration, self.model, self.owner, self.since, self.until))
+
+    def params(self) -> dict[str, str]:
+        """The query string of this listing, leaving out defaults and empty filters."""
+        values: dict[str, Any] = {
+            "configuration": self.configuration,
+            "model": self.model,
+            "owner": self.owner,
+            "since": self.since,
+            "until": self.until,
+            "sort": self.sort if self.sort != DEFAULT_SORT else None,
+            "order": None if self.descending else "asc",
+            "page": self.page if self.page != 1 else None,
+            "per_page": self.per_page if self.per_page != DEFAULT_PER_PAGE else None,
+        }
+        return {key: str(value) for key, value in values.items() if value is not None}
+
+    def url(self, path: str = LIST_PATH, **changes: Any) -> str:
+        query = urlencode(replace(self, **changes).params())
+        return f"{path}?{query}" if query else path
+
+    def sort_url(self, column: str) -> str:
+        """The same filters sorted by `column`: the other way round if it is the current
+        sort, else in that column's natural order; always from the first page."""
+        descending = not self.descending if column == self.sort else column not in TEXT_SORTS
+        return self.url(sort=column, descending=descending, page=1)
+
+    def aria_sort(self, column: str) -> str:
+        if column != self.sort:
+            return "none"
+        return "descending" if self.descending else "ascending"
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "configuration": self.configuration,
+            "model": self.model,
+            "owner": self.owner,
+            "since": self.since,
+            "until": self.until,
+            "sort": self.sort,
+            "descending": self.descending,
+        }
+
+
+def _text(params: Mapping[str, str | None], name: str) -> str | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _date(params: Mapping[str, str | None], name: str) -> date | None:
+    value = _text(params, name)
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a date as YYYY-MM-DD, not {value!r}") from None
+
+
+def _integer(params: Mapping[str, str | None], name: str, default: int, most: int) -> int:
+    value = _text(params, name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a whole number, not {value!r}") from None
+    if not 1 <= number <= most:
+        raise InvalidInput(f"{name} must be between 1 and {most:,}, not {number}")
+    return number
+
+
+def parse_listing(params: Mapping[str, str | None]) -> Listing:
+    """A Listing from query parameters; InvalidInput (400) names any bad one."""
+    sort = _text(params, "sort") or DEFAULT_SORT
+    if sort not in queries.SORTS:
+        raise InvalidInput(f"cannot sort by {sort!r}; choose one of: {', '.join(queries.SORTS)}")
+    order = _text(params, "order")
+    if order not in (None, "asc", "desc"):
+        raise InvalidInput(f"order must be asc or desc, not {order!r}")
+    since, until = _date(params, "since"), _date(params, "until")
+    if since is not None and until is not None and since > until:
+        raise InvalidInput(f"the date range is empty: since {since} is after until {until}")
+    return Listing(
+        configuration=_text(params, "configuration"),
+        model=_text(params, "model"),
+        owner=_text(params, "owner"),
+        since=since,
+        until=until,
+        sort=sort,
+        descending=(order or "desc") == "desc",
+        page=_integer(params, "page", 1, 1_000_000),
+        per_page=_integer(params, "per_page", DEFAULT_PER_PAGE, MAX_PER_PAGE),
+    )
+
+
+def row_dict(row: TrimmedRow) -> dict[str, Any]:
+    data = asdict(row)
+    data["last_activity"] = row.last_activity.isoformat().replace("+00:00", "Z")
+    data["review_url"] = f"/admin/c/{row.conversation_id}"
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOutNote:
+    """ "Left out by …" on a turn, in turn numbers."""
+
+    count: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewTurn:
+    """One turn as the review shows it: a user message and what answered it."""
+
+    number: int
+    """As people count turns: 1 for the first message (0 for rows before any user row)."""
+    messages: list[MessageView]
+    trimmed: TrimmedTurn | None
+    """When this turn's send left earlier turns out."""
+    left_out_spans: list[tuple[int, int]]
+    """The turns this send left out, as runs of turn numbers."""
+    left_out_by: LeftOutNote | None
+    """When later sends left this turn out."""
+
+
+def left_out_spans(review: Review, turn: TrimmedTurn) -> list[tuple[int, int]]:
+    """A send's left-out turns as runs of turn numbers, in time that does not grow with
+    how many it left out: from the first to the last, broken only where a turn in
+    between was never sendable (its answer failed)."""
+    if not turn.left_out:
+        return []
+    numbers = review.turn_numbers
+    first, last = turn.left_out[0], turn.left_out[-1]
+    runs: list[tuple[int, int]] = []
+    start = numbers[first]
+    for gap in review.unreplayable_between(first, last):
+        if numbers[gap] > start:
+            runs.append((start, numbers[gap] - 1))
+        start = numbers[gap] + 1
+    runs.append((start, numbers[last]))
+    return runs
+
+
+def review_turns(review: Review) -> list[ReviewTurn]:
+    by_seq = {turn.seq: turn for turn in review.trimmed}
+    left_out_by = review.left_out_by()
+    numbers = review.turn_numbers
+    groups: list[tuple[int, list[Message]]] = []
+    for row in review.messages:
+        if row.role == Role.USER or not groups:
+            groups.append((row.seq if row.role == Role.USER else 0, []))
+        groups[-1][1].append(row)
+    turns = []
+    for seq, rows in groups:
+        trimmed = by_seq.get(seq)
+        by = left_out_by.get(seq)
+        turns.append(
+            ReviewTurn(
+                number=numbers.get(seq, 0),
+                messages=[MessageView(row) for row in rows],
+                trimmed=trimmed,
+                left_out_spans=left_out_spans(review, trimmed) if trimmed else [],
+                left_out_by=LeftOutNote(by.count, numbers[by.first], numbers[by.last])
+                if by
+                else None,
+            )
+        )
+    return turns
+
+
+class AdminController(Controller):
+    guards = [admin_only]  # noqa: RUF012  (Litestar reads it as a class attribute)
+    include_in_schema = False
+
+    async def _page(
+        self, chat: Chat, listing: Listing, *, everything: bool = False
+    ) -> Page[TrimmedRow]:
+        async with chat.sessions() as session:
+            return await queries.trimmed_conversations(
+                session,
+                **listing.filters(),
+                page=1 if everything else listing.page,
+                per_page=None if everything else listing.per_page,
+            )
+
+    @get(LIST_PATH)
+    async def trimmed_page(self, request: Request, chat: Chat) -> Template:
+        listing = parse_listing(request.query_params)
+        page = await self._page(chat, listing)
+        async with chat.sessions() as session:
+            per_day = await queries.trimmed_per_day(session, CHART_DAYS)
+            per_model = await queries.trimmed_per_model(session)
+        catalog = chat.manager.catalog
+        return Template(
+            "admin/trimmed.html",
+            context={
+                "listing": listing,
+                "page": page,
+                "columns": COLUMNS,
+                "per_day_chart": per_day_chart(per_day),
+                "per_model_chart": per_model_chart(per_model),
+                "chart_days": CHART_DAYS,
+                "configurations": sorted(catalog.configurations),
+                "models": sorted(catalog.models),
+                "csv_url": listing.url(f"{LIST_PATH}.csv", page=1),
+                "api_url": listing.url("/api/admin/trimmed"),
+            },
+        )
+
+    @get(f"{LIST_PATH}.csv")
+    async def trimmed_csv(self, request: Request, chat: Chat) -> Response[str]:
+        """Every matching row (not one page), in the list's sort order."""
+        page = await self._page(chat, parse_listing(request.query_params), everything=True)
+        return Response(
+            queries.to_csv(page.items),
+            media_type="text/csv; charset=utf-8",
+            headers={
+                "Content-Disposition": 'attachment; filename="trimmed-conversations.csv"',
+                "Cache-Control": "no-store",
+            },
+        )
+
+    @get("/api/admin/trimmed", include_in_schema=True, tags=["admin"])
+    async def trimmed_api(
+        self,
+        chat: Chat,
+        configuration: Annotated[str | None, Parameter(description="configuration name")] = None,
+        model: Annotated[str | None, Parameter(description="a model that served")] = None,
+        owner: Annotated[
+            str | None, Parameter(description="username, raw owner, or embed:<name>")
+        ] = None,
+        since: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
+        until: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
+        sort: Annotated[str | None, Parameter(description=", ".join(queries.SORTS))] = None,
+        order: Annotated[str | None, Parameter(description="asc or desc")] = None,
+        page: Annotated[str | None, Parameter(description="1 or more")] = None,
+        per_page: Annotated[str | None, Parameter(description=f"1 to {MAX_PER_PAGE}")] = None,
+    ) -> dict[str, Any]:
+        """Conversations with at least one trimmed turn, with the same filters as the page."""
+        listing = parse_listing(
+            {
+                "configuration": configuration,
+                "model": model,
+                "owner": owner,
+                "since": since,
+                "until": until,
+                "sort": sort,
+                "order": order,
+                "page": page,
+                "per_page": per_page,
+            }
+        )
+        result = await self._page(chat, listing)
+        return {
+            "rows": [row_dict(row) for row in result.items],
+            "total": result.total,
+            "page": result.page,
+            "per_page": result.per_page,
+            "pages": result.pages,
+            "sort": listing.sort,
+            "order": listing.order,
+        }
+
+    @get("/admin/c/{conversation_id:str}")
+    async def review_page(self, chat: Chat, conversation_id: FromPath[str]) -> Template:
+        async with chat.sessions() as session:
+            review = await queries.review(session, conversation_id)
+        return Template(
+            "admin/review.html",
+            context={
+                "review": review,
+                "conversation": review.conversation,
+                "turns": review_turns(review),
+                "list_url": LIST_PATH,
+            },
+        )
