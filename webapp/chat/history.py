@@ -28,8 +28,8 @@ from webapp.chat.models import REPLAYABLE, Message, Role
 from webapp.llm.manager import Transcript
 from webapp.llm.providers.base import Message as WireMessage
 
-FIRST_BATCH = 128
-"""Rows read by the first query of a walk; each further query reads twice as many."""
+FIRST_BATCH = 64
+"""Rows read by the first query of a walk; the next ones are sized from what it found."""
 
 _REPLAYABLE = frozenset(status.value for status in REPLAYABLE)
 _COLUMNS = (
@@ -130,9 +130,15 @@ async def head_turn(
 async def newest_turns(
     session: AsyncSession, conversation_id: str, before_seq: int, after_seq: int, budget: int
 ) -> list[StoredTurn]:
-    """Replayable turns after `after_seq`, newest first, until their estimates pass `budget`."""
+    """Replayable turns after `after_seq`, newest first, until their estimates pass `budget`.
+
+    The first batch is small; each next one is sized from the tokens per row seen so far
+    and the budget left, so a large window is read in two or three queries and a small
+    one in one, without reading much past the cut.
+    """
     kept: list[StoredTurn] = []
     spent = 0
+    rows_read = 0
     high, size = before_seq, FIRST_BATCH
     while high > after_seq + 1:
         low = max(after_seq + 1, high - size)
@@ -145,8 +151,10 @@ async def newest_turns(
             if spent > budget:
                 return kept
             kept.append(turn)
+        rows_read += len(rows)
         high = rows[-1][0] if rows else low
-        size *= 2
+        per_row = max(1.0, spent / max(1, rows_read))
+        size = max(FIRST_BATCH, int((budget - spent) / per_row * 1.1) + 8)
     return kept
 
 
