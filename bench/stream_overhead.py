@@ -72,6 +72,7 @@ async def run(upstream: Upstream, folder: Path) -> None:
     settings = Settings(
         database_url=fresh_sqlite(folder / "bench.db"),
         config=write_upstream_catalog(folder / "catalog.toml", upstream),  # type: ignore[arg-type]
+        rate_limit_messages=0,
     )
     sessions = session_factory(create_engine(settings.database_url))
     manager = LLMManager(settings.catalog, Calibrator(sessions))

@@ -15,7 +15,7 @@ from webapp.chat.history import (
     left_out,
     left_out_span,
     load_transcript,
-    prior_turns_for_next,
+    next_turn,
     replayable_user_seqs,
 )
 from webapp.chat.models import Conversation, Message, Status
@@ -79,7 +79,7 @@ async def test_bounded_load_equals_fitting_everything(
     newest = {"role": "user", "content": "and now?"}
     newest_seq = 601
     async with session_factory(engine)() as session:
-        assert await prior_turns_for_next(session, conversation_id, 600) == prior
+        assert await next_turn(session, conversation_id) == (601, prior)
         bounded = await load_transcript(
             session,
             conversation_id,

@@ -194,16 +194,25 @@ async def load_transcript(
     return Transcript(messages=messages, estimates=estimates, omitted_turns=omitted)
 
 
-async def prior_turns_for_next(session: AsyncSession, conversation_id: str, last_seq: int) -> int:
-    """`prior_turns` for a user row about to be written after `last_seq`: the last turn's
-    own count, plus one if that turn is replayable. Every earlier answer is final now."""
-    if last_seq < 2:
-        return 0
-    rows = await _rows(session, conversation_id, last_seq - 1, last_seq + 1, newest_first=False)
-    if len(rows) < 2 or rows[0][1] != USER:
-        return 0
-    user, answer = rows
-    return (user[5] or 0) + int(is_replayable(answer[2], answer[3]))
+async def next_turn(session: AsyncSession, conversation_id: str) -> tuple[int, int]:
+    """The seq and `prior_turns` of a user row about to be written: one look at the last
+    two rows. The last turn's count plus one if that turn is replayable; every earlier
+    answer is final by now, so the count can never change later."""
+    query = (
+        select(*_COLUMNS)
+        .where(Message.conversation_id == conversation_id)
+        .order_by(col(Message.seq).desc())
+        .limit(2)
+    )
+    connection = await session.connection()
+    rows = [tuple(row) for row in await connection.execute(query)]
+    if not rows:
+        return 1, 0
+    seq = rows[0][0] + 1
+    if len(rows) < 2 or rows[1][1] != USER:
+        return seq, 0
+    answer, user = rows
+    return seq, (user[5] or 0) + int(is_replayable(answer[2], answer[3]))
 
 
 async def left_out_span(

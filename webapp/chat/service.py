@@ -17,13 +17,13 @@ import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import delete, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
-from webapp.chat.history import left_out_span, load_transcript, prior_turns_for_next
+from webapp.chat.history import left_out_span, load_transcript, next_turn
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
 from webapp.db import transaction
@@ -256,33 +256,21 @@ class ConversationService:
             now = utcnow()
             # Writing first takes the conversation's lock (a row lock on PostgreSQL, the
             # write lock on SQLite), so two sends can never interleave their rows.
-            touched = await session.execute(
-                update(Conversation)
-                .where(col(Conversation.id) == conversation_id, col(Conversation.owner) == owner)
-                .values(updated_at=now)
-            )
-            if touched.rowcount == 0:
+            conversation = (
+                await session.scalars(
+                    update(Conversation)
+                    .where(
+                        col(Conversation.id) == conversation_id, col(Conversation.owner) == owner
+                    )
+                    .values(updated_at=now)
+                    .returning(Conversation)
+                )
+            ).first()
+            if conversation is None:
                 raise NotFound("no such conversation")
             await self._check_rate(session, owner)
-            await self._reap(session, conversation_id)
-            busy = await session.exec(
-                select(Message.id).where(
-                    Message.conversation_id == conversation_id,
-                    Message.status == Status.STREAMING,
-                )
-            )
-            if busy.first() is not None:
-                raise Conflict(
-                    "an answer is still being written in this conversation; "
-                    "wait for it or stop it first"
-                )
-            last = await session.exec(
-                select(func.max(Message.seq)).where(Message.conversation_id == conversation_id)
-            )
-            seq = (last.one() or 0) + 1
-            prior_turns = await prior_turns_for_next(session, conversation_id, seq - 1)
-            conversation = await session.get(Conversation, conversation_id)
-            assert conversation is not None
+            await self._refuse_if_busy(session, conversation_id)
+            seq, prior_turns = await next_turn(session, conversation_id)
             if seq == 1 and conversation.title == DEFAULT_TITLE:
                 conversation.title = title_from(text)
                 session.add(conversation)
@@ -367,6 +355,24 @@ class ConversationService:
         if running is not None:
             await asyncio.wait([running.task], timeout=timeout)
 
+    async def _refuse_if_busy(self, session: AsyncSession, conversation_id: str) -> None:
+        """One answer at a time per conversation; an answer whose writer died is reaped."""
+        streaming = await session.exec(
+            select(Message.updated_at).where(
+                Message.conversation_id == conversation_id,
+                Message.status == Status.STREAMING,
+            )
+        )
+        heartbeats = [as_utc(updated) for updated in streaming]
+        cutoff = utcnow() - timedelta(seconds=self.settings.stale_stream_after)
+        if any(beat >= cutoff for beat in heartbeats):
+            raise Conflict(
+                "an answer is still being written in this conversation; "
+                "wait for it or stop it first"
+            )
+        if heartbeats:
+            await self._reap(session, conversation_id)
+
     def rate_limit_for(self, owner: str) -> int:
         if owner.startswith(EMBED_OWNER_PREFIX):
             return self.settings.embed_rate_limit_messages
@@ -415,17 +421,21 @@ class ConversationService:
 
     async def _record_fit(self, user_id: int, fit: FitResult) -> Message:
         async with transaction(self.sessions) as session:
-            user = await session.get(Message, user_id)
-            assert user is not None
-            user.dropped_turns = fit.dropped_turns
-            user.fit_model = fit.model
-            user.fit_window = fit.window
-            user.fit_reserve = fit.reserve
-            user.fit_budget = fit.budget
-            user.fit_estimated_tokens = fit.estimated_tokens
-            user.fit_overflow_at_floor = fit.overflow_at_floor
-            session.add(user)
-        return user
+            row = await session.scalars(
+                update(Message)
+                .where(col(Message.id) == user_id)
+                .values(
+                    dropped_turns=fit.dropped_turns,
+                    fit_model=fit.model,
+                    fit_window=fit.window,
+                    fit_reserve=fit.reserve,
+                    fit_budget=fit.budget,
+                    fit_estimated_tokens=fit.estimated_tokens,
+                    fit_overflow_at_floor=fit.overflow_at_floor,
+                )
+                .returning(Message)
+            )
+            return row.one()
 
     async def _read_provider(
         self,
@@ -544,21 +554,26 @@ class ConversationService:
     ) -> Message:
         text = progress.text
         finished = progress.finished
+        usage = finished.usage if finished is not None else None
         async with transaction(self.sessions) as session:
-            row = await session.get(Message, answer_id)
-            assert row is not None
-            row.content = text
-            row.status = status
-            row.error = error
-            row.updated_at = utcnow()
-            row.estimated_tokens = (
-                estimate_message({"role": Role.ASSISTANT.value, "content": text}) if text else 0
+            row = await session.scalars(
+                update(Message)
+                .where(col(Message.id) == answer_id)
+                .values(
+                    content=text,
+                    status=status,
+                    error=error,
+                    updated_at=utcnow(),
+                    estimated_tokens=(
+                        estimate_message({"role": Role.ASSISTANT.value, "content": text})
+                        if text
+                        else 0
+                    ),
+                    model=finished.model if finished is not None else progress.model,
+                    finish_reason=finished.finish_reason if finished is not None else None,
+                    prompt_tokens=usage.prompt_tokens if usage is not None else None,
+                    completion_tokens=usage.completion_tokens if usage is not None else None,
+                )
+                .returning(Message)
             )
-            row.model = finished.model if finished is not None else progress.model
-            if finished is not None:
-                row.finish_reason = finished.finish_reason
-                if finished.usage is not None:
-                    row.prompt_tokens = finished.usage.prompt_tokens
-                    row.completion_tokens = finished.usage.completion_tokens
-            session.add(row)
-        return row
+            return row.one()
