@@ -13,7 +13,7 @@ from tests.catalogs import upstream_catalog
 from tests.upstream import FakeUpstream
 from webapp.chat.history import (
     left_out,
-    left_out_span,
+    left_out_spans,
     load_transcript,
     next_turn,
     replayable_user_seqs,
@@ -115,9 +115,12 @@ async def test_left_out_span_matches_the_rebuilt_list(stored: tuple) -> None:  #
     async with session_factory(engine)() as session:
         replayable = await replayable_user_seqs(session, conversation_id, 601, 1000)
         assert replayable == [seq for seq, _, _ in full]
-        for dropped in (1, 5, 40, len(full) - 1):
-            first, last = await left_out_span(session, conversation_id, dropped, 601)
+        counts = (1, 5, 40, len(full) - 1)
+        spans = await left_out_spans(session, conversation_id, [(601, d) for d in counts])
+        assert len(spans) == 1, "keyed by the send's seq"
+        for dropped in counts:
+            (first, last) = (await left_out_spans(session, conversation_id, [(601, dropped)]))[601]
             listed = left_out(replayable, dropped)
             inside = [seq for seq in replayable if first <= seq <= last]
             assert inside == listed
-        assert await left_out_span(session, conversation_id, 0, 601) is None
+        assert await left_out_spans(session, conversation_id, [(601, 0)]) == {}

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -215,34 +215,34 @@ async def next_turn(session: AsyncSession, conversation_id: str) -> tuple[int, i
     return seq, (user[5] or 0) + int(is_replayable(answer[2], answer[3]))
 
 
-async def left_out_span(
-    session: AsyncSession, conversation_id: str, dropped_turns: int, before_seq: int
-) -> tuple[int, int] | None:
-    """The seqs from the first to the last row of the turns a send left out, rebuilt from
-    its stored count and the bound's rule (the head is kept; the `dropped_turns` oldest
-    replayable turns after it are not sent), for the send at `before_seq`. Two index
-    look-ups, whatever the size."""
-    if dropped_turns <= 0:
-        return None
-
-    async def first_user_seq_with(prior: int) -> int | None:
-        query = (
-            select(Message.seq)
-            .where(
-                Message.conversation_id == conversation_id,
-                Message.role == Role.USER,
-                col(Message.prior_turns) >= prior,
-            )
-            .order_by(col(Message.prior_turns), col(Message.seq))
-            .limit(1)
+async def left_out_spans(
+    session: AsyncSession, conversation_id: str, sends: Sequence[tuple[int, int]]
+) -> dict[int, tuple[int, int]]:
+    """For each trimmed send, given as (user seq, dropped_turns): the seqs from the first
+    to the last row of the turns it left out, rebuilt from the stored count and the
+    bound's rule (the head is kept; the `dropped_turns` oldest replayable turns after it
+    are not sent). `prior_turns` grows by at most one per turn, so the first user row
+    with prior_turns == k exists for every k up to the newest: one indexed query answers
+    every send on a page."""
+    wanted = {1} | {dropped + 1 for _, dropped in sends if dropped > 0}
+    query = (
+        select(Message.prior_turns, func.min(Message.seq))
+        .where(
+            Message.conversation_id == conversation_id,
+            Message.role == Role.USER,
+            col(Message.prior_turns).in_(sorted(wanted)),
         )
-        return (await session.exec(query)).scalars().first()  # type: ignore[call-overload]
-
-    start = await first_user_seq_with(1)
-    after = await first_user_seq_with(dropped_turns + 1)
-    if start is None or start >= before_seq:
-        return None
-    return start, min(after or before_seq, before_seq) - 1
+        .group_by(Message.prior_turns)
+    )
+    connection = await session.connection()
+    first_with = {prior: seq for prior, seq in await connection.execute(query)}
+    start = first_with.get(1)
+    spans = {}
+    for seq, dropped in sends:
+        if dropped <= 0 or start is None or start >= seq:
+            continue
+        spans[seq] = (start, min(first_with.get(dropped + 1, seq), seq) - 1)
+    return spans
 
 
 _user = aliased(Message, name="u")

@@ -73,6 +73,9 @@ class Message(SQLModel, table=True):
     seq: int
     role: str = Field(max_length=16)
     content: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    content_html: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """An answer's markdown rendered and sanitized once, when it was finished: pages of
+    long conversations show it without rendering again."""
     status: str = Field(default=Status.COMPLETE, max_length=16)
     created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())

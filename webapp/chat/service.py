@@ -23,7 +23,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
-from webapp.chat.history import left_out_span, load_transcript, next_turn
+from webapp.chat.history import left_out_spans, load_transcript, next_turn
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
 from webapp.db import transaction
@@ -35,6 +35,7 @@ from webapp.llm.routing import RoutingError
 from webapp.llm.window import FitResult
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
+from webapp.web.markdown import render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -172,14 +173,11 @@ class ConversationService:
     ) -> dict[int, tuple[int, int]]:
         """For each trimmed user row among `rows`: the first and last seq of the turns its
         send left out."""
-        spans: dict[int, tuple[int, int]] = {}
+        sends = [(r.seq, r.dropped_turns) for r in rows if r.role == Role.USER and r.dropped_turns]
+        if not sends:
+            return {}
         async with self.sessions() as session:
-            for row in rows:
-                if row.role == Role.USER and row.dropped_turns:
-                    span = await left_out_span(session, conversation_id, row.dropped_turns, row.seq)
-                    if span is not None:
-                        spans[row.seq] = span
-        return spans
+            return await left_out_spans(session, conversation_id, sends)  # type: ignore[arg-type]
 
     async def message(self, owner: str, conversation_id: str, message_id: int) -> Message:
         async with self.sessions() as session:
@@ -561,6 +559,7 @@ class ConversationService:
                 .where(col(Message.id) == answer_id)
                 .values(
                     content=text,
+                    content_html=str(render_markdown(text)),
                     status=status,
                     error=error,
                     updated_at=utcnow(),

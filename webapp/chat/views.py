@@ -35,6 +35,8 @@ class MessageView:
     def html(self) -> Markup:
         if self.is_user:
             return escape(self.row.content)
+        if self.row.content_html is not None and self.row.status != Status.STREAMING:
+            return Markup(self.row.content_html)  # sanitized when it was stored
         return render_markdown(self.row.content)
 
     @property
