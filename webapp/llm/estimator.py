@@ -68,100 +68,110 @@ IMAGE_PART_TOKENS = 1600
 _TEXT_COST = 4.0
 """Fixed cost of any non-empty text: covers short random strings cheaply."""
 
-_SCALE = 128
-"""Byte costs are stored as integers in units of 1/128 token (all are below 2)."""
+_SCALE = 192
+"""Byte costs are stored as integers in units of 1/192 token (all are below 1.33)."""
 
 # Cost of ASCII characters in tokens, grouped by cost. "\x00" stands for every
 # other control character.
 _ASCII_COST: dict[str, float] = {
-    "abegklmnrt": 0.0,
-    "d": 0.002,
-    "h": 0.006,
-    "c": 0.019,
-    "s": 0.034,
-    ";": 0.057,
-    "\t": 0.085,
-    " ": 0.109,
-    "(": 0.17,
-    ".": 0.175,
-    "i": 0.226,
-    "u": 0.256,
-    "y": 0.27,
-    ":": 0.287,
-    string.digits: 0.333,
-    ")": 0.336,
-    "!": 0.38,
-    "-": 0.383,
-    ">{": 0.39,
-    "?": 0.405,
-    '"': 0.418,
-    "f": 0.423,
-    "/": 0.46,
-    "o": 0.468,
-    "w": 0.481,
-    "p": 0.503,
-    "\\": 0.557,
-    ",": 0.586,
-    "`": 0.6,
-    "}": 0.602,
-    "[": 0.606,
-    "|": 0.623,
+    "adt": 0.0,
+    "n": 0.001,
+    "b": 0.015,
+    "r": 0.02,
+    "s": 0.029,
+    " ": 0.051,
+    "\n": 0.075,
+    "m": 0.096,
+    "c": 0.098,
+    "e": 0.123,
+    "h": 0.157,
+    "i": 0.172,
+    "g": 0.182,
+    "o": 0.185,
+    "w": 0.224,
+    "f": 0.262,
+    "=": 0.275,
+    ":": 0.283,
+    "l": 0.287,
+    "k": 0.329,
+    '"': 0.331,
+    ",": 0.346,
+    "y": 0.353,
+    "'": 0.361,
+    "[": 0.371,
+    ";": 0.372,
+    "u)": 0.391,
+    "v": 0.407,
+    "p": 0.418,
+    string.digits: 0.452,
+    "/": 0.473,
+    "\\": 0.532,
+    ">": 0.542,
+    "{": 0.551,
+    "_": 0.56,
+    "-": 0.573,
+    "!": 0.607,
+    "x": 0.609,
+    "?": 0.629,
     string.ascii_uppercase: 0.652,
-    "=": 0.708,
-    "]": 0.719,
-    "_": 0.782,
-    "x": 0.788,
-    "$": 0.81,
-    "@": 0.9,
-    "%": 0.91,
-    "'": 0.915,
-    "<": 0.962,
-    "\x00": 0.979,
-    "jqvz#&*+^~\n\r": 1.0,
+    "%": 0.662,
+    "}": 0.671,
+    "(": 0.675,
+    "*": 0.678,
+    "$": 0.736,
+    ".": 0.765,
+    "]": 0.845,
+    "\t": 0.87,
+    "|": 0.875,
+    "@": 0.913,
+    "\x00": 0.974,
+    "~": 0.992,
+    "jqz#&+<^`\r": 1.0,
 }
 
-_CONTINUATION_COST = 1.284
+_CONTINUATION_COST = 1.285
 """Cost of each UTF-8 continuation byte (0x80-0xBF) of a non-ASCII character."""
 
 # Cost of the lead byte of a non-ASCII character, by lead byte; the comment
 # names the code points it starts.
 _LEAD_COST: dict[int, float] = {
     0xC2: 0.69, 0xC3: 0.55,  # U+0080-00FF Latin-1: symbols, accented letters
-    0xC4: 0.707, 0xC5: 0.667,  # U+0100-017F Latin Extended-A
-    0xC6: 0.69, 0xC7: 0.717, 0xC8: 0.69, 0xC9: 0.717,  # Latin Extended-B, IPA
-    0xCA: 0.717, 0xCB: 0.717,  # U+0280-02FF IPA, spacing modifiers
-    0xCC: 0.707, 0xCD: 0.612,  # U+0300-037F combining marks
+    0xC4: 0.706, 0xC5: 0.666,  # U+0100-017F Latin Extended-A
+    0xC6: 0.69, 0xC7: 0.716, 0xC8: 0.69, 0xC9: 0.716,  # Latin Extended-B, IPA
+    0xCA: 0.716, 0xCB: 0.716,  # U+0280-02FF IPA, spacing modifiers
+    0xCC: 0.706, 0xCD: 0.583,  # U+0300-037F combining marks
     0xCE: 0.55, 0xCF: 0.583,  # U+0380-03FF Greek
-    0xD0: 0.637, 0xD1: 0.707, 0xD2: 0.63, 0xD3: 0.619,  # U+0400-04FF Cyrillic
-    0xD4: 0.632, 0xD5: 0.605,  # U+0500-057F Cyrillic Supplement, Armenian
-    0xD6: 0.637, 0xD7: 0.707,  # U+0580-05FF Armenian, Hebrew
-    0xD8: 0.707, 0xD9: 0.55, 0xDA: 0.55, 0xDB: 0.583,  # U+0600-06FF Arabic
-    0xDC: 0.63, 0xDD: 0.593, 0xDE: 0.612, 0xDF: 0.634,  # Syriac, Thaana, NKo
-    0xE0: 0.3,  # U+0800-0FFF Indic scripts, Thai, Lao, Tibetan
-    0xE1: 0.433,  # U+1000-1FFF Georgian, Hangul Jamo, Vietnamese, ...
-    0xE2: 0.423,  # U+2000-2FFF punctuation, symbols, arrows, dingbats
-    0xE3: 0.346,  # U+3000-3FFF CJK punctuation, kana, CJK Extension A
-    0xE4: 0.321, 0xE5: 0.3, 0xE6: 0.383, 0xE7: 0.383, 0xE8: 0.423, 0xE9: 0.423,  # CJK
-    0xEA: 0.353, 0xEB: 0.3, 0xEC: 0.423, 0xED: 0.423,  # Yi, Hangul syllables
-    0xEE: 0.326, 0xEF: 0.423,  # U+E000-FFFF private use, fullwidth forms
-    0xF0: 0.139, 0xF1: 0.0, 0xF2: 0.149, 0xF3: 0.122, 0xF4: 0.139,  # emoji, U+10000+
+    0xD0: 0.636, 0xD1: 0.706, 0xD2: 0.615, 0xD3: 0.654,  # U+0400-04FF Cyrillic
+    0xD4: 0.615, 0xD5: 0.583,  # U+0500-057F Cyrillic Supplement, Armenian
+    0xD6: 0.636, 0xD7: 0.706,  # U+0580-05FF Armenian, Hebrew
+    0xD8: 0.706, 0xD9: 0.55, 0xDA: 0.55, 0xDB: 0.583,  # U+0600-06FF Arabic
+    0xDC: 0.615, 0xDD: 0.583, 0xDE: 0.583, 0xDF: 0.615,  # Syriac, Thaana, NKo
+    0xE0: 0.299,  # U+0800-0FFF Indic scripts, Thai, Lao, Tibetan
+    0xE1: 0.432,  # U+1000-1FFF Georgian, Hangul Jamo, Vietnamese, ...
+    0xE2: 0.422,  # U+2000-2FFF punctuation, symbols, arrows, dingbats
+    0xE3: 0.33,  # U+3000-3FFF CJK punctuation, kana, CJK Extension A
+    0xE4: 0.299, 0xE5: 0.299, 0xE6: 0.382, 0xE7: 0.382, 0xE8: 0.422, 0xE9: 0.422,  # CJK
+    0xEA: 0.352, 0xEB: 0.299, 0xEC: 0.422, 0xED: 0.422,  # Yi, Hangul syllables
+    0xEE: 0.299, 0xEF: 0.422,  # U+E000-FFFF private use, fullwidth forms
+    0xF0: 0.138, 0xF1: 0.0, 0xF2: 0.148, 0xF3: 0.121, 0xF4: 0.138,  # emoji, U+10000+
 }  # fmt: skip
 
 # Shape counts and their costs in tokens.
-_WORD = 0.582  # each run of ASCII letters
-_LONG_WORD_12 = 1.671  # per 12 lowercase letters in a row
-_LONG_WORD_16 = 8.482  # per 16 lowercase letters in a row (hashes, run-ons)
-_CASE_HUMP = 1.378  # lowercase followed by uppercase, as in camelCase
-_CONSONANTS_3 = 0.654  # per 3 consonants in a row
-_CONSONANTS_4 = 1.767  # per 4 consonants in a row
-_PUNCT_PAIR = 0.411  # per 2 ASCII punctuation characters in a row
-_DIGIT_RUN = 1.431  # each run of digits
-_SPACE_BEFORE_NON_ASCII = 0.821  # BPE often cannot merge the space into it
-_LETTER_AFTER_MARK = 0.45  # zalgo and decomposed accents split words
+_WORD = 0.608  # each run of ASCII letters
+_LONG_WORD_12 = 2.034  # per 12 lowercase letters in a row
+_LONG_WORD_16 = 5.918  # per 16 lowercase letters in a row (hashes, run-ons)
+_CASE_HUMP = 1.298  # lowercase followed by uppercase, as in camelCase
+_CONSONANTS_3 = 0.92  # per 3 consonants in a row
+_CONSONANTS_4 = 1.499  # per 4 consonants in a row
+_PUNCT_PAIR = 0.259  # per 2 ASCII punctuation characters in a row
+_SPACE_RUN = 1.545  # each run of 2+ whitespace characters (indentation, alignment)
+_DIGIT_RUN = 1.295  # each run of digits
+_SPACE_BEFORE_NON_ASCII = 0.95  # BPE often cannot merge the space into it
+_LETTER_AFTER_MARK = 0.443  # zalgo and decomposed accents split words
 _RUSSIAN_LOWERCASE = -1.0  # а-я: the common half of the Cyrillic block
 _COMMON_PUNCTUATION = -2.156  # ’ ‘ “ ” — – … •: one token, often merged
-_KANA = -0.993
-_CJK_PUNCTUATION = -1.175  # U+3000-303F 、 。 「 」
+_KANA = -0.978
+_CJK_PUNCTUATION = -1.231  # U+3000-303F 、 。 「 」
 _FULLWIDTH = -1.04  # U+FF00-FF7F ， ！ ？ （ ）
 
 
@@ -175,7 +185,7 @@ def _table(mapping: Iterable[tuple[bytes, str]], default: bytes = b" ") -> bytes
 
 
 def _byte_units() -> bytes:
-    """Cost of every byte value, in units of 1/128 token, rounded up."""
+    """Cost of every byte value, in units of 1/192 token, rounded up."""
     costs = [0.0] * 256
     for chars, cost in _ASCII_COST.items():
         for char in chars:
@@ -186,7 +196,10 @@ def _byte_units() -> bytes:
         costs[byte] = _CONTINUATION_COST
     for byte in range(0xC0, 0x100):  # lead bytes; C0, C1, F5-FF never occur
         costs[byte] = _LEAD_COST.get(byte, 1.0)
-    return bytes(min(255, math.ceil(cost * _SCALE)) for cost in costs)
+    units = [math.ceil(cost * _SCALE) for cost in costs]
+    if max(units) > 255:  # a refit raised a cost: lower _SCALE
+        raise ValueError("byte costs do not fit a byte at this scale")
+    return bytes(units)
 
 
 _LOWER = string.ascii_lowercase.encode()
@@ -201,15 +214,22 @@ _ADLER_CHUNK = 65519 // max(_BYTE_UNITS)
 _WORDS = _table([(_LOWER, "a"), (_UPPER, "A")])
 _SHAPES = _table([(_CONSONANTS, "c"), (string.punctuation.encode(), "p")])
 _DIGITS = _table([(string.digits.encode(), "d")])
+_WHITESPACE = _table([(string.whitespace.encode(), "s")])
 _SPACE_LEADS = _table([(b" ", "s"), (_LEADS, "u")])
 _MARKS = _table([(b"\xcc\xcd", "m"), (_CONTINUATIONS, "c"), (_LOWER + _UPPER, "a")])
-# Cyrillic lead bytes with the continuation byte's last quarter (B0-BF) and
-# first quarter (80-8F): "A3" and "B1" are а-п and р-я.
-_CYRILLIC = _table([(b"\xd0", "A"), (b"\xd1", "B"), (bytes(range(0x80, 0x90)), "1")])
-_CYRILLIC = _CYRILLIC[:0xB0] + b"3" * 16 + _CYRILLIC[0xC0:]
-# Lead bytes E2, E3, EF and the continuation bytes that single out, after them,
-# common punctuation (E2 80 ...), CJK punctuation (E3 80), kana (E3 81-83) and
-# fullwidth forms (EF BC-BD).
+# Cyrillic lead bytes and two ranges of continuation bytes: "A3" is а-п
+# (D0 B0-BF) and "B1" is р-я (D1 80-8F).
+_CYRILLIC = _table(
+    [
+        (b"\xd0", "A"),
+        (b"\xd1", "B"),
+        (bytes(range(0x80, 0x90)), "1"),
+        (bytes(range(0xB0, 0xC0)), "3"),
+    ]
+)
+# Lead bytes E2, E3, EF and the continuation bytes that, after them, single out
+# common punctuation ("E0q": E2 80 and the last byte of ’ ‘ “ ” — – … •), CJK
+# punctuation ("K0": E3 80), kana ("K1": E3 81-83) and fullwidth forms ("F2").
 _THREE_BYTE = _table(
     [
         (b"\xe2", "E"),
@@ -218,7 +238,7 @@ _THREE_BYTE = _table(
         (b"\x80", "0"),
         (b"\x81\x82\x83", "1"),
         (b"\xbc\xbd", "2"),
-        ("’‘“”—–…•".encode()[2::3], "q"),
+        (bytes(char.encode()[2] for char in "’‘“”—–…•"), "q"),
     ]
 )
 
@@ -249,6 +269,7 @@ def estimate_text(text: str) -> int:
     shapes = data.translate(_SHAPES)
     cost += _CONSONANTS_3 * shapes.count(b"ccc") + _CONSONANTS_4 * shapes.count(b"cccc")
     cost += _PUNCT_PAIR * shapes.count(b"pp")
+    cost += _SPACE_RUN * (b" " + data.translate(_WHITESPACE)).count(b" ss")
     cost += _DIGIT_RUN * (data.translate(_DIGITS) + b" ").count(b"d ")
 
     if not data.isascii():
