@@ -12,7 +12,8 @@ tokens each, English letters ~0.2, so any flat weight is either unsafe or 2.5x
 high on English.
 
 How: the text is encoded to UTF-8 once and priced with a few C-speed passes
-(``bytes.translate`` then ``sum`` or ``bytes.count``), never a Python loop:
+(``bytes.translate``, then ``bytes.count`` or a checksum that sums the bytes),
+never a Python loop per character:
 
 * every byte has a cost. Letters that are frequent in English cost nothing
   beyond their word, because BPE keeps common words whole; rare letters (j, q,
@@ -21,24 +22,26 @@ How: the text is encoded to UTF-8 once and priced with a few C-speed passes
   (which names its script block) plus one price per continuation byte;
 * shape counts: words, long words, camelCase humps, consonant clusters,
   punctuation pairs, whitespace runs, digit groups;
-* a few script corrections: lowercase Russian and basic Arabic letters, kana,
-  CJK and fullwidth punctuation, and curly quotes and dashes cost less than the
-  rest of their block; a space before a non-ASCII character, or a letter after a
-  combining mark, costs more.
+* a few script corrections: lowercase Russian letters, kana, CJK and fullwidth
+  punctuation, and curly quotes and dashes cost less than the rest of their
+  block; a space before a non-ASCII character, or a letter after a combining
+  mark, costs more.
 
 The weights were fitted by linear programming against OpenAI's cl100k_base:
 every sample of ``tests/corpus/estimator``, a larger set of English prose and
-code, tens of thousands of random strings per script (what the property tests
-draw) and Hypothesis' own "naughty strings" must be counted at least as high
-as the real tokenizer (real text with 10% to spare), while English prose is
-overcounted as little as possible. The result is never more than the UTF-8
-byte count, which a byte-level BPE cannot exceed.
+code, their sentences recombined, tens of thousands of random strings per
+script (what the property tests draw), every character block repeated, and
+Hypothesis' own "naughty strings" must be counted at least as high as the real
+tokenizer (whole texts with 8% to spare), while English prose is overcounted
+as little as possible; then every weight was rounded up. The result is never
+more than the UTF-8 byte count, which a byte-level BPE cannot exceed.
 
-What it costs (see ``tests/test_estimator.py``, which writes the table): English
-prose about 1.2x, code and JSON 1.2-1.6x, German 1.2x; scripts with a large
-alphabet are priced at their worst case, because a tokenizer may split any rare
-character into bytes: Russian and Japanese about 1.9x, Chinese, Arabic, Hindi
-and Korean 2-2.5x. Tokenizers with small vocabularies (Llama 2, Mistral) fare
+What it costs (``python -m tests.test_estimator`` prints the table): English
+prose 1.2-1.3x, German 1.3x, code and JSON 1.3-1.6x, short chat lines up to 2x
+(a fixed 4 tokens per text, capped at the byte count). Scripts with large
+alphabets are priced near their worst case, because cl100k splits each rare
+character into bytes: Russian and Japanese about 2x, Chinese, Arabic, Hindi and
+Korean about 2.5x. Tokenizers with small vocabularies (Llama 2, Mistral) fare
 worse than cl100k on those scripts, so this is also their safety margin.
 Per-model calibration (a factor >= 1) is applied elsewhere, on top.
 """
@@ -68,88 +71,90 @@ IMAGE_PART_TOKENS = 1600
 _TEXT_COST = 4.0
 """Fixed cost of any non-empty text: covers short random strings cheaply."""
 
+_SAFETY = 1.01
+"""The fit leaves random text no slack; 1% more covers what 100,000 more random
+samples (a sweep of the property tests) found: shortfalls of 1-2 tokens."""
+
 _SCALE = 192
 """Byte costs are stored as integers in units of 1/192 token (all are below 1.33)."""
 
 # Cost of ASCII characters in tokens, grouped by cost. "\x00" stands for every
 # other control character.
 _ASCII_COST: dict[str, float] = {
-    "adt": 0.0,
-    "n": 0.001,
-    "b": 0.015,
-    "r": 0.02,
-    "s": 0.029,
-    " ": 0.051,
-    "\n": 0.075,
-    "m": 0.096,
-    "c": 0.098,
-    "e": 0.123,
-    "h": 0.157,
-    "i": 0.172,
-    "g": 0.182,
-    "o": 0.185,
-    "w": 0.224,
-    "f": 0.262,
-    "=": 0.275,
-    ":": 0.283,
-    "l": 0.287,
-    "k": 0.329,
-    '"': 0.331,
-    ",": 0.346,
-    "y": 0.353,
-    "'": 0.361,
-    "[": 0.371,
-    ";": 0.372,
-    "u)": 0.391,
-    "v": 0.407,
-    "p": 0.418,
-    string.digits: 0.452,
-    "/": 0.473,
-    "\\": 0.532,
-    ">": 0.542,
-    "{": 0.551,
-    "_": 0.56,
-    "-": 0.573,
-    "!": 0.607,
-    "x": 0.609,
-    "?": 0.629,
+    "dnrst": 0.0,
+    "a": 0.052,
+    "b": 0.07,
+    "c": 0.072,
+    " ": 0.079,
+    "i": 0.091,
+    "h": 0.111,
+    "k": 0.127,
+    "e": 0.138,
+    "\n": 0.148,
+    "=": 0.201,
+    "m": 0.202,
+    "g": 0.214,
+    "y": 0.228,
+    "o": 0.236,
+    "l": 0.256,
+    ":": 0.266,
+    "w": 0.281,
+    ",": 0.333,
+    '"': 0.334,
+    ";": 0.354,
+    "'": 0.364,
+    "[": 0.374,
+    "u": 0.404,
+    "p": 0.424,
+    "v": 0.431,
+    ")": 0.433,
+    "/": 0.442,
+    string.digits: 0.469,
+    "f": 0.48,
+    "?": 0.542,
+    "\\": 0.544,
+    ">{": 0.548,
+    "-": 0.582,
+    "!": 0.602,
+    "_": 0.621,
+    "(": 0.627,
     string.ascii_uppercase: 0.652,
-    "%": 0.662,
-    "}": 0.671,
-    "(": 0.675,
-    "*": 0.678,
-    "$": 0.736,
-    ".": 0.765,
-    "]": 0.845,
-    "\t": 0.87,
-    "|": 0.875,
-    "@": 0.913,
+    "%": 0.668,
+    "*": 0.695,
+    "}": 0.697,
+    ".": 0.701,
+    "$": 0.747,
+    "\t": 0.779,
+    "x": 0.789,
+    "|": 0.876,
+    "]": 0.889,
+    "&": 0.907,
     "\x00": 0.974,
-    "~": 0.992,
-    "jqz#&+<^`\r": 1.0,
+    "jqz#+<@^`~\r": 1.0,
 }
 
 _CONTINUATION_COST = 1.285
 """Cost of each UTF-8 continuation byte (0x80-0xBF) of a non-ASCII character."""
 
 # Cost of the lead byte of a non-ASCII character, by lead byte; the comment
-# names the code points it starts.
+# names the code points it starts. 0.715 makes a two-byte character cost its two
+# bytes, the most it can: rare blocks are priced at that ceiling.
 _LEAD_COST: dict[int, float] = {
-    0xC2: 0.69, 0xC3: 0.55,  # U+0080-00FF Latin-1: symbols, accented letters
-    0xC4: 0.706, 0xC5: 0.666,  # U+0100-017F Latin Extended-A
-    0xC6: 0.69, 0xC7: 0.716, 0xC8: 0.69, 0xC9: 0.716,  # Latin Extended-B, IPA
+    0xC2: 0.715, 0xC3: 0.55,  # U+0080-00FF Latin-1: symbols, accented letters
+    0xC4: 0.715, 0xC5: 0.715,  # U+0100-017F Latin Extended-A
+    0xC6: 0.715, 0xC7: 0.716, 0xC8: 0.715, 0xC9: 0.716,  # Latin Extended-B, IPA
     0xCA: 0.716, 0xCB: 0.716,  # U+0280-02FF IPA, spacing modifiers
-    0xCC: 0.706, 0xCD: 0.583,  # U+0300-037F combining marks
-    0xCE: 0.55, 0xCF: 0.583,  # U+0380-03FF Greek
-    0xD0: 0.636, 0xD1: 0.706, 0xD2: 0.615, 0xD3: 0.654,  # U+0400-04FF Cyrillic
-    0xD4: 0.615, 0xD5: 0.583,  # U+0500-057F Cyrillic Supplement, Armenian
-    0xD6: 0.636, 0xD7: 0.706,  # U+0580-05FF Armenian, Hebrew
-    0xD8: 0.706, 0xD9: 0.55, 0xDA: 0.55, 0xDB: 0.583,  # U+0600-06FF Arabic
-    0xDC: 0.615, 0xDD: 0.583, 0xDE: 0.583, 0xDF: 0.615,  # Syriac, Thaana, NKo
+    0xCC: 0.715, 0xCD: 0.715,  # U+0300-037F combining marks
+    0xCE: 0.715, 0xCF: 0.715,  # U+0380-03FF Greek
+    0xD0: 0.636, 0xD1: 0.715, 0xD2: 0.715, 0xD3: 0.715,  # U+0400-04FF Cyrillic
+    0xD4: 0.715, 0xD5: 0.715,  # U+0500-057F Cyrillic Supplement, Armenian
+    0xD6: 0.715, 0xD7: 0.715,  # U+0580-05FF Armenian, Hebrew
+    0xD8: 0.715, 0xD9: 0.715, 0xDA: 0.715, 0xDB: 0.715,  # U+0600-06FF Arabic
+    0xDC: 0.715, 0xDD: 0.715, 0xDE: 0.715, 0xDF: 0.715,  # Syriac, Thaana, NKo
     0xE0: 0.299,  # U+0800-0FFF Indic scripts, Thai, Lao, Tibetan
     0xE1: 0.432,  # U+1000-1FFF Georgian, Hangul Jamo, Vietnamese, ...
     0xE2: 0.422,  # U+2000-2FFF punctuation, symbols, arrows, dingbats
-    0xE3: 0.33,  # U+3000-3FFF CJK punctuation, kana, CJK Extension A
+    0xE3: 0.32,  # U+3000-3FFF CJK punctuation, kana, CJK Extension A
     0xE4: 0.299, 0xE5: 0.299, 0xE6: 0.382, 0xE7: 0.382, 0xE8: 0.422, 0xE9: 0.422,  # CJK
     0xEA: 0.352, 0xEB: 0.299, 0xEC: 0.422, 0xED: 0.422,  # Yi, Hangul syllables
     0xEE: 0.299, 0xEF: 0.422,  # U+E000-FFFF private use, fullwidth forms
@@ -157,21 +162,21 @@ _LEAD_COST: dict[int, float] = {
 }  # fmt: skip
 
 # Shape counts and their costs in tokens.
-_WORD = 0.608  # each run of ASCII letters
-_LONG_WORD_12 = 2.034  # per 12 lowercase letters in a row
-_LONG_WORD_16 = 5.918  # per 16 lowercase letters in a row (hashes, run-ons)
-_CASE_HUMP = 1.298  # lowercase followed by uppercase, as in camelCase
-_CONSONANTS_3 = 0.92  # per 3 consonants in a row
-_CONSONANTS_4 = 1.499  # per 4 consonants in a row
-_PUNCT_PAIR = 0.259  # per 2 ASCII punctuation characters in a row
-_SPACE_RUN = 1.545  # each run of 2+ whitespace characters (indentation, alignment)
-_DIGIT_RUN = 1.295  # each run of digits
-_SPACE_BEFORE_NON_ASCII = 0.95  # BPE often cannot merge the space into it
-_LETTER_AFTER_MARK = 0.443  # zalgo and decomposed accents split words
+_WORD = 0.554  # each run of ASCII letters
+_LONG_WORD_12 = 1.9  # per 12 lowercase letters in a row
+_LONG_WORD_16 = 6.044  # per 16 lowercase letters in a row (hashes, run-ons)
+_CASE_HUMP = 1.192  # lowercase followed by uppercase, as in camelCase
+_CONSONANTS_3 = 0.909  # per 3 consonants in a row
+_CONSONANTS_4 = 1.424  # per 4 consonants in a row
+_PUNCT_PAIR = 0.253  # per 2 ASCII punctuation characters in a row
+_SPACE_RUN = 1.354  # each run of 2+ whitespace characters (indentation, alignment)
+_DIGIT_RUN = 1.202  # each run of digits
+_SPACE_BEFORE_NON_ASCII = 0.962  # BPE often cannot merge the space into it
+_LETTER_AFTER_MARK = 0.505  # zalgo and decomposed accents split words
 _RUSSIAN_LOWERCASE = -1.0  # а-я: the common half of the Cyrillic block
 _COMMON_PUNCTUATION = -2.156  # ’ ‘ “ ” — – … •: one token, often merged
-_KANA = -0.978
-_CJK_PUNCTUATION = -1.231  # U+3000-303F 、 。 「 」
+_KANA = -0.967
+_CJK_PUNCTUATION = -1.261  # U+3000-303F 、 。 「 」
 _FULLWIDTH = -1.04  # U+FF00-FF7F ， ！ ？ （ ）
 
 
@@ -274,7 +279,7 @@ def estimate_text(text: str) -> int:
 
     if not data.isascii():
         cost += _non_ascii_corrections(data)
-    return min(math.ceil(cost), len(data))
+    return min(math.ceil(cost * _SAFETY), len(data))
 
 
 def _non_ascii_corrections(data: bytes) -> float:
@@ -287,8 +292,12 @@ def _non_ascii_corrections(data: bytes) -> float:
         cost += _RUSSIAN_LOWERCASE * (cyrillic.count(b"A3") + cyrillic.count(b"B1"))
     if b"\xe2" in data or b"\xe3" in data or b"\xef" in data:
         marks = data.translate(_THREE_BYTE)
-        cost += _COMMON_PUNCTUATION * marks.count(b"E0q") + _KANA * marks.count(b"K1")
-        cost += _CJK_PUNCTUATION * marks.count(b"K0") + _FULLWIDTH * marks.count(b"F2")
+        if b"\xe2" in data:
+            cost += _COMMON_PUNCTUATION * marks.count(b"E0q")
+        if b"\xe3" in data:
+            cost += _KANA * marks.count(b"K1") + _CJK_PUNCTUATION * marks.count(b"K0")
+        if b"\xef" in data:
+            cost += _FULLWIDTH * marks.count(b"F2")
     return cost
 
 
