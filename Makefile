@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint format bench bench-fit bench-stream clean
+.PHONY: run test lint format bench bench-fit bench-stream bench-page clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,13 +35,16 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff format webapp tests bench
 	$(BIN)/ruff check --fix webapp tests bench
 
-bench: bench-fit bench-stream
+bench: bench-fit bench-stream bench-page
 
 bench-fit: $(VENV)/.installed-test
 	$(BIN)/python -m bench.fit_and_load
 
 bench-stream: $(VENV)/.installed-test
 	$(BIN)/python -m bench.stream_overhead
+
+bench-page: $(VENV)/.installed-test
+	$(BIN)/python -m bench.page_render
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -59,6 +59,7 @@ def csrf_from(html: str) -> str:
 
 async def sign_in(client: AsyncTestClient, username: str) -> str:
     page = await client.get("/login")
+    assert page.headers["content-type"].startswith("text/html")
     response = await client.post(
         "/login",
         data={"username": username, "password": PASSWORD, "_csrf_token": csrf_from(page.text)},
@@ -75,6 +76,7 @@ async def test_first_run_setup_creates_the_admin_once(browser: AsyncTestClient) 
     assert login.status_code == 303 and login.headers["location"] == "/setup"
     form = await browser.get("/setup")
     assert "Create the admin account" in form.text
+    assert form.headers["content-type"].startswith("text/html")
     token = csrf_from(form.text)
     refused = await browser.post(
         "/setup", data={"username": "root", "password": PASSWORD, "password2": PASSWORD}

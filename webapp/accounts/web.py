@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, MediaType, Request, get, post
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 from litestar.exceptions import NotAuthorizedException
@@ -75,14 +75,14 @@ async def _form(request: Request[Any, Any, Any]) -> dict[str, str]:
 class AccountPages(Controller):
     include_in_schema = False
 
-    @get("/login", exclude_from_auth=True)
+    @get("/login", exclude_from_auth=True, media_type=MediaType.HTML)
     async def login_form(self, request: Request[Any, Any, Any], next: str | None = None) -> Any:
         accounts: AccountService = request.app.state.accounts
         if not await accounts.has_users():
             return Redirect("/setup", status_code=303)
         return Template("accounts/login.html", context={"next": safe_next(next), "error": None})
 
-    @post("/login", exclude_from_auth=True)
+    @post("/login", exclude_from_auth=True, media_type=MediaType.HTML)
     async def login(self, request: Request[Any, Any, Any]) -> Any:
         accounts: AccountService = request.app.state.accounts
         form = await _form(request)
@@ -109,14 +109,14 @@ class AccountPages(Controller):
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
 
-    @get("/setup", exclude_from_auth=True)
+    @get("/setup", exclude_from_auth=True, media_type=MediaType.HTML)
     async def setup_form(self, request: Request[Any, Any, Any]) -> Any:
         accounts: AccountService = request.app.state.accounts
         if await accounts.has_users():
             return Redirect("/login", status_code=303)
         return Template("accounts/setup.html", context={"error": None, "username": ""})
 
-    @post("/setup", exclude_from_auth=True)
+    @post("/setup", exclude_from_auth=True, media_type=MediaType.HTML)
     async def setup(self, request: Request[Any, Any, Any]) -> Any:
         accounts: AccountService = request.app.state.accounts
         form = await _form(request)
