@@ -72,7 +72,8 @@ def postgres_url() -> str:
     return POSTGRES_URL
 
 
-async def _truncate(url: str) -> None:
+async def truncate_tables(url: str) -> None:
+    """Empty every table of the app (the schema stays), for a test that needs a clean slate."""
     engine = create_async_engine(url)
     async with engine.begin() as connection:
         await connection.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
@@ -90,7 +91,7 @@ def database_url(
         yield f"sqlite+aiosqlite:///{path}"
         return
     url = request.getfixturevalue("postgres_url")
-    asyncio.run(_truncate(url))
+    asyncio.run(truncate_tables(url))
     yield url
 
 

@@ -30,13 +30,13 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.testing import AsyncTestClient
 from litestar.types import ASGIApp, Receive, Scope, Send
-from sqlalchemy import text, update
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import write_upstream_catalog
-from tests.conftest import TABLES
+from tests.conftest import truncate_tables
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
 from webapp.admin import queries
@@ -174,15 +174,8 @@ def admin_database_url(
         shutil.copy(sqlite_template, path)
         return f"sqlite+aiosqlite:///{path}"
     url: str = request.getfixturevalue("postgres_url")
-    asyncio.run(_truncate(url))
+    asyncio.run(truncate_tables(url))
     return url
-
-
-async def _truncate(url: str) -> None:
-    engine = create_async_engine(url)
-    async with engine.begin() as connection:
-        await connection.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-    await engine.dispose()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
