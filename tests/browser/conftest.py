@@ -359,9 +359,22 @@ def upstream(upstream_server: FakeUpstream) -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture(scope="package")
-def catalog_file(tmp_path_factory: pytest.TempPathFactory, upstream_server: FakeUpstream) -> Path:
+def embed_host_port() -> int:
+    """The port of the host page that the catalog's embed allows to frame it."""
+    return free_port()
+
+
+@pytest.fixture(scope="package")
+def catalog_file(
+    tmp_path_factory: pytest.TempPathFactory, upstream_server: FakeUpstream, embed_host_port: int
+) -> Path:
     path = tmp_path_factory.mktemp("catalog") / "catalog.toml"
-    return write_upstream_catalog(path, upstream_server, extra=EXTRA_CATALOG)
+    embed = (
+        '\n[[embeds]]\nname = "help"\nconfiguration = "small"\n'
+        f'allowed_origins = ["http://127.0.0.1:{embed_host_port}"]\n'
+        'title = "Ask us"\ngreeting = "Hello from the help desk."\n'
+    )
+    return write_upstream_catalog(path, upstream_server, extra=EXTRA_CATALOG + embed)
 
 
 # ---- servers -------------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""Accounts, admin review and the embed, in Chromium against the served app."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.browser.conftest import PASSWORD, USERNAME, OpenPage, Server, Servers, outside_playwright
+from tests.browser.test_chat_ui import create_conversation, send_by_api, turn_text
+from tests.upstream import FakeUpstream
+from webapp.accounts.service import AccountService
+from webapp.db import create_engine, session_factory
+
+
+def add_user(database_url: str, name: str) -> None:
+    async def create() -> None:
+        engine = create_engine(database_url)
+        try:
+            await AccountService(session_factory(engine)).create_user(name, PASSWORD)
+        finally:
+            await engine.dispose()
+
+    outside_playwright(asyncio.run, create())
+
+
+@pytest.fixture
+def host_page(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
+    """Serve an HTML page framing the embed, on a port of our choosing (another origin)."""
+    started: list[http.server.ThreadingHTTPServer] = []
+
+    def serve(port: int, embed_url: str) -> str:
+        folder = tmp_path / f"host-{port}"
+        folder.mkdir()
+        (folder / "index.html").write_text(
+            f'<!doctype html><h1>A shop</h1><iframe id="chat" src="{embed_url}" '
+            'width="480" height="620" title="Chat"></iframe>'
+        )
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return f"http://127.0.0.1:{port}/"
+
+    yield serve
+    for server in started:
+        server.shutdown()
+
+
+def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -> None:
+    database = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    from webapp.migrate import upgrade
+
+    upgrade(database)
+    servers.tokens[database] = ""  # no account: the first visitor creates the admin
+    server = servers._launch(database, "fresh", None)
+    server.wait_until_ready()
+    page = browser.new_context(base_url=server.url).new_page()
+    page.goto("/")
+    expect(page).to_have_url(f"{server.url}/setup")
+    page.fill('input[name="username"]', "owner")
+    page.fill('input[name="password"]', PASSWORD)
+    page.fill('input[name="password2"]', PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("form#composer")).to_be_visible()
+    expect(page.get_by_text("Trimmed conversations")).to_be_visible()
+    page.click("text=Sign out")
+    expect(page).to_have_url(f"{server.url}/login")
+    page.goto("/setup")
+    expect(page).to_have_url(f"{server.url}/login"), "setup is offered only once"
+    page.fill('input[name="username"]', "owner")
+    page.fill('input[name="password"]', "wrong password")
+    page.click("button[type=submit]")
+    expect(page.locator(".inline-error")).to_contain_text("Wrong username or password")
+    page.fill('input[name="username"]', "owner")
+    page.fill('input[name="password"]', PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("form#composer")).to_be_visible()
+
+
+def test_a_second_user_gets_404_for_the_first_users_conversation(
+    browser: Browser, live_server: Server
+) -> None:
+    conversation_id = create_conversation(live_server)
+    send_by_api(live_server, conversation_id, "my private plans")
+    add_user(live_server.database_url, "second")
+    page = browser.new_context(base_url=live_server.url).new_page()
+    page.goto("/login")
+    page.fill('input[name="username"]', "second")
+    page.fill('input[name="password"]', PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("form#composer")).to_be_visible()
+    response = page.goto(f"/c/{conversation_id}")
+    assert response is not None and response.status == 404
+    expect(page.locator("body")).not_to_contain_text("my private plans")
+    admin_page = page.goto("/admin/trimmed")
+    assert admin_page is not None and admin_page.status == 403
+
+
+def test_admin_sees_the_trimmed_conversation_and_its_review(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    conversation_id = create_conversation(live_server, "tiny")
+    for number in range(1, 8):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, "/admin/trimmed")  # the test user is the admin
+    row = page.locator(f'[data-conversation-id="{conversation_id}"]')
+    expect(row).to_be_visible()
+    expect(page.locator("svg").first).to_be_visible()
+    page.goto(f"/admin/c/{conversation_id}")
+    trimmed = page.locator('[data-role="user"][data-dropped-turns]')
+    assert trimmed.count() >= 1
+    expect(page.locator("body")).to_contain_text("left out by")
+    assert USERNAME in page.locator("body").inner_text()
+
+
+def test_the_embed_chats_inside_an_allowed_host_and_is_refused_elsewhere(
+    browser: Browser,
+    live_server: Server,
+    upstream: FakeUpstream,
+    host_page,  # type: ignore[no-untyped-def]
+    embed_host_port: int,
+) -> None:
+    from tests.browser.conftest import free_port
+
+    embed_url = f"{live_server.url}/embed/help"
+    page = browser.new_context().new_page()
+    page.goto(host_page(embed_host_port, embed_url))
+    frame = page.frame_locator("#chat")
+    expect(frame.get_by_text("Hello from the help desk.")).to_be_visible()
+    frame.locator("#composer textarea").fill("Where is my parcel?")
+    frame.locator("#composer textarea").press("Enter")
+    answer = frame.locator('[data-role="assistant"][data-status="complete"]')
+    expect(answer).to_contain_text("Echo from small")
+    page.reload()
+    expect(page.frame_locator("#chat").get_by_text("Where is my parcel?", exact=True)).to_be_visible()
+
+    refused = browser.new_context().new_page()
+    messages: list[str] = []
+    refused.on("console", lambda message: messages.append(message.text))
+    refused.goto(host_page(free_port(), embed_url))
+    refused.wait_for_timeout(1000)
+    assert refused.frame_locator("#chat").locator("#composer").count() == 0
+    assert any("frame-ancestors" in text for text in messages), messages
