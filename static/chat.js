@@ -93,6 +93,17 @@
   });
   document.addEventListener("htmx:sse:close", syncComposer);
 
+  // The final snapshot morphs an answer without its hx-sse:connect attribute; htmx then cleans
+  // the element up and hx-sse would reconnect a moment later, to an answer already finished,
+  // whose final snapshot would re-render the turn again (closing a trim marker just opened).
+  // Only a streaming answer reconnects.
+  document.addEventListener("htmx:sse:before:connection", (event) => {
+    const answer = event.target;
+    if (answer.dataset && answer.dataset.role === "assistant" && answer.dataset.status !== "streaming") {
+      event.preventDefault();
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
     scrollToBottom();
     syncComposer();

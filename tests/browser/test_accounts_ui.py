@@ -139,7 +139,8 @@ def test_the_embed_chats_inside_an_allowed_host_and_is_refused_elsewhere(
     answer = frame.locator('[data-role="assistant"][data-status="complete"]')
     expect(answer).to_contain_text("Echo from small")
     page.reload()
-    expect(page.frame_locator("#chat").get_by_text("Where is my parcel?", exact=True)).to_be_visible()
+    reloaded = page.frame_locator("#chat")
+    expect(reloaded.get_by_text("Where is my parcel?", exact=True)).to_be_visible()
 
     refused = browser.new_context().new_page()
     messages: list[str] = []
