@@ -36,7 +36,9 @@ def create_engine(url: str) -> AsyncEngine:
     database = make_url(url).database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, connect_args={"timeout": 10})
+    # Sessions always end their transaction (commit, or rollback on close), so the pool's own
+    # rollback on return would only be one more round trip to the driver's thread.
+    engine = create_async_engine(url, connect_args={"timeout": 10}, pool_reset_on_return=None)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
