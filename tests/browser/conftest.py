@@ -218,28 +218,27 @@ class Server:
 
     def stop(self) -> None:
         """Shut down gracefully (SIGTERM), killing it if it takes too long."""
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+        self._end(graceful=True)
 
     def kill(self) -> None:
         """Die at once (SIGKILL): no shutdown hook runs, as when a machine loses power."""
+        self._end(graceful=False)
+
+    def _end(self, *, graceful: bool) -> None:
         if self.client is not None:
             self.client.close()
             self.client = None
         if self.process is None:
             return
         if self.process.poll() is None:
+            if graceful:
+                self.process.terminate()
+                try:
+                    self.process.wait(timeout=10)
+                    self.process = None
+                    return
+                except subprocess.TimeoutExpired:
+                    pass
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
         self.process = None
