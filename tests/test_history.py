@@ -15,7 +15,7 @@ from webapp.chat.history import (
     left_out,
     left_out_spans,
     load_transcript,
-    next_turn,
+    read_tail,
     replayable_user_seqs,
 )
 from webapp.chat.models import Conversation, Message, Status
@@ -23,18 +23,19 @@ from webapp.db import create_engine, session_factory
 from webapp.llm.calibration import Calibrator
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.window import FitResult
 
 STATUSES = [Status.COMPLETE] * 6 + [Status.FAILED, Status.STOPPED, Status.INTERRUPTED]
 
 
-@pytest.fixture
-async def stored(database_url: str) -> AsyncIterator[tuple]:  # type: ignore[type-arg]
-    """A conversation of 300 turns with failed, stopped, empty and interrupted answers."""
-    rng = random.Random(3)
+async def store(database_url: str, turns: int, seed: int = 3) -> tuple:  # type: ignore[type-arg]
+    """A conversation of `turns` turns with failed, stopped, empty and interrupted answers:
+    (engine, its id, the replayable turns, their count)."""
+    rng = random.Random(seed)
     engine = create_engine(database_url)
     conversation = Conversation(owner="t", configuration="small")
     rows, full, prior = [], [], 0
-    for turn in range(300):
+    for turn in range(turns):
         user = f"turn {turn}: " + "word " * rng.randint(1, 60)
         status = rng.choice(STATUSES)
         answer = (
@@ -61,34 +62,20 @@ async def stored(database_url: str) -> AsyncIterator[tuple]:  # type: ignore[typ
             prior += 1
     async with engine.begin() as connection:
         await connection.execute(insert(Conversation).values(conversation.model_dump()))
-        await connection.execute(insert(Message), rows)
-    yield engine, conversation.id, full, prior
+        if rows:
+            await connection.execute(insert(Message), rows)
+    return engine, conversation.id, full, prior
+
+
+@pytest.fixture
+async def stored(database_url: str) -> AsyncIterator[tuple]:  # type: ignore[type-arg]
+    """A conversation of 300 turns."""
+    engine, *rest = await store(database_url, 300)
+    yield engine, *rest
     await engine.dispose()
 
 
-@pytest.mark.parametrize("model", ["small", "medium", "large"])
-async def test_bounded_load_equals_fitting_everything(
-    stored: tuple,
-    model: str,
-    tmp_path: Path,
-    upstream: FakeUpstream,  # type: ignore[type-arg]
-) -> None:
-    engine, conversation_id, full, prior = stored
-    manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
-    route = manager.route(model)
-    newest = {"role": "user", "content": "and now?"}
-    newest_seq = 601
-    async with session_factory(engine)() as session:
-        assert await next_turn(session, conversation_id) == (601, prior)
-        bounded = await load_transcript(
-            session,
-            conversation_id,
-            newest,
-            estimate_message(newest),
-            newest_seq,
-            prior,
-            budget=manager.largest_budget(route),
-        )
+def fit_everything(manager: LLMManager, route, full, newest) -> FitResult:  # type: ignore[no-untyped-def]
     everything = Transcript(
         [
             m
@@ -102,12 +89,62 @@ async def test_bounded_load_equals_fitting_everything(
         [e for _, u, a in full for e in (u["estimated_tokens"], a["estimated_tokens"])]
         + [estimate_message(newest)],
     )
-    fast = manager.fit_for(route, route.primary, bounded)
-    slow = manager.fit_for(route, route.primary, everything)
+    return manager.fit_for(route, route.primary, everything)
+
+
+async def bounded_fit(manager: LLMManager, route, engine, conversation_id, newest):  # type: ignore[no-untyped-def]
+    async with engine.connect() as connection:
+        tail = await read_tail(connection, conversation_id)
+        transcript = await load_transcript(
+            connection,
+            conversation_id,
+            tail,
+            newest,
+            estimate_message(newest),
+            budget=manager.largest_budget(route),
+        )
+    return tail, transcript, manager.fit_for(route, route.primary, transcript)
+
+
+@pytest.mark.parametrize("model", ["small", "medium", "large"])
+async def test_bounded_load_equals_fitting_everything(
+    stored: tuple,
+    model: str,
+    tmp_path: Path,
+    upstream: FakeUpstream,  # type: ignore[type-arg]
+) -> None:
+    engine, conversation_id, full, prior = stored
+    manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+    route = manager.route(model)
+    newest = {"role": "user", "content": "and now?"}
+    tail, bounded, fast = await bounded_fit(manager, route, engine, conversation_id, newest)
+    assert (tail.next_seq, tail.prior_turns) == (601, prior)
+    slow = fit_everything(manager, route, full, newest)
     assert fast.messages == slow.messages
     assert fast.dropped_turns == slow.dropped_turns
     assert fast.estimated_tokens == slow.estimated_tokens
-    assert len(bounded.messages) < len(everything.messages) or model == "large"
+    assert len(bounded.messages) < 2 * len(full) + 1 or model == "large", "read less"
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 31, 32, 33, 40, 97])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_every_length_around_the_first_batch_loads_like_everything(
+    database_url: str, turns: int, seed: int, tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """The tail a send reads first may hold the whole conversation, end exactly at its
+    start, or stop mid-way (on an answer whose question is older): each loads the same."""
+    engine, conversation_id, full, prior = await store(database_url, turns, seed)
+    manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+    newest = {"role": "user", "content": "and now?"}
+    try:
+        for model in ("small", "large"):
+            route = manager.route(model)
+            tail, _, fast = await bounded_fit(manager, route, engine, conversation_id, newest)
+            assert (tail.next_seq, tail.prior_turns) == (2 * turns + 1, prior)
+            slow = fit_everything(manager, route, full, newest)
+            assert (fast.messages, fast.dropped_turns) == (slow.messages, slow.dropped_turns)
+    finally:
+        await engine.dispose()
 
 
 async def test_left_out_span_matches_the_rebuilt_list(stored: tuple) -> None:  # type: ignore[type-arg]

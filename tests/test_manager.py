@@ -50,8 +50,9 @@ def manager(tmp_path: Path, upstream: FakeUpstream) -> LLMManager:
 
 
 async def collect(manager: LLMManager, configuration: str, transcript: Transcript, **kw):  # type: ignore[no-untyped-def]
-    events = [event async for event in manager.stream(configuration, transcript, **kw)]
-    return events
+    """Every fit in the order it was made (the plan's first), then what the stream said."""
+    plan = manager.plan(manager.route(configuration), transcript, **kw)
+    return [Fitted(plan.fit)] + [event async for event in manager.stream(plan)]
 
 
 async def test_stream_is_bounded_before_the_first_chunk(
@@ -137,8 +138,9 @@ async def test_tool_calls_are_bounded_with_their_schemas_counted(
 ) -> None:
     transcript = long_transcript(40)
     transcript.messages[-1]["content"] = "please use tool weather for Oslo"
-    plain = await manager.chat("small", transcript)
-    answer, fit, model = await manager.chat("small", transcript, tools=[TOOL] * 6)
+    route = manager.route("small")
+    plain = await manager.chat(manager.plan(route, transcript))
+    answer, fit, model = await manager.chat(manager.plan(route, transcript, tools=[TOOL] * 6))
     assert fit.dropped_turns > plain[1].dropped_turns
     assert answer.tool_calls and answer.tool_calls[0]["function"]["name"] == "weather"
     body = upstream.requests[-1]["body"]

@@ -14,7 +14,12 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 SQLITE_PRAGMAS = (
@@ -38,7 +43,9 @@ def create_engine(url: str) -> AsyncEngine:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     # Sessions always end their transaction (commit, or rollback on close), so the pool's own
     # rollback on return would only be one more round trip to the driver's thread.
-    engine = create_async_engine(url, connect_args={"timeout": 10}, pool_reset_on_return=None)
+    engine = create_async_engine(
+        url, connect_args={"timeout": 10}, pool_reset_on_return=None, pool_use_lifo=True
+    )
 
     @event.listens_for(engine.sync_engine, "connect")
     def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -61,3 +68,13 @@ async def transaction(
     """A short write transaction: committed on success, rolled back on error."""
     async with sessions() as session, session.begin():
         yield session
+
+
+@asynccontextmanager
+async def core_transaction(
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncConnection]:
+    """A write transaction on a bare connection, for Core statements on a hot path: on
+    SQLite a session's own bookkeeping costs as much as a short statement."""
+    async with sessions.kw["bind"].begin() as connection:
+        yield connection

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from webapp.chat.models import REPLAYABLE, Message, Role
+from webapp.chat.models import REPLAYABLE, Message, Role, Status
 from webapp.llm.manager import Transcript
 from webapp.llm.providers.base import Message as WireMessage
 
@@ -90,129 +91,156 @@ def _turns(rows: Sequence[tuple], *, newest_first: bool) -> list[StoredTurn]:  #
     return turns[::-1] if newest_first else turns
 
 
-async def _rows(
-    session: AsyncSession, conversation_id: str, low: int, high: int, *, newest_first: bool
-) -> list[tuple]:  # type: ignore[type-arg]
-    """Rows with low <= seq < high, in one index range scan, as plain tuples."""
-    order = col(Message.seq).desc() if newest_first else col(Message.seq)
-    query = (
+def _range(*conditions: ColumnElement[bool], newest_first: bool) -> Select:  # type: ignore[type-arg]
+    seq = col(Message.seq)
+    return (
         select(*_COLUMNS)
-        .where(
-            Message.conversation_id == conversation_id,
-            col(Message.seq) >= low,
-            col(Message.seq) < high,
-        )
-        .order_by(order)
+        .where(Message.conversation_id == bindparam("conversation_id"), *conditions)
+        .order_by(seq.desc() if newest_first else seq)
+        .limit(bindparam("limit"))
     )
-    connection = await session.connection()
-    return [tuple(row) for row in await connection.execute(query)]
+
+
+# Built once: a send runs them every time, and on SQLite building costs what running does.
+_NEWEST = _range(newest_first=True)
+_NEWEST_BELOW = _range(col(Message.seq) < bindparam("below"), newest_first=True)
+_OLDEST_FROM = _range(col(Message.seq) >= bindparam("start"), newest_first=False)
+
+
+async def _rows(connection: AsyncConnection, statement: Select, **params: object) -> list[tuple]:  # type: ignore[type-arg]
+    """Rows as plain tuples, in one index range scan."""
+    return [tuple(row) for row in await connection.execute(statement, params)]
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The newest rows of a conversation, newest first, read once by a send under the
+    conversation's lock. They say where the next turn goes and whether an answer is still
+    being written, and they are the first batch of the walk back through the history."""
+
+    rows: list[tuple]  # type: ignore[type-arg]
+    complete: bool
+    """The rows reach back to the conversation's first message."""
+
+    @property
+    def next_seq(self) -> int:
+        return self.rows[0][0] + 1 if self.rows else 1
+
+    @property
+    def prior_turns(self) -> int:
+        """`prior_turns` of the user row about to be written: the last turn's count plus
+        one if that turn is replayable. Every earlier answer is final by now, so the count
+        can never change later."""
+        if len(self.rows) < 2 or self.rows[1][1] != USER:
+            return 0
+        answer, user = self.rows[0], self.rows[1]
+        return (user[5] or 0) + int(is_replayable(answer[2], answer[3]))
+
+    @property
+    def answering(self) -> bool:
+        """The newest answer is still marked as being written (a send's answer is always
+        the newest row, and only one is written at a time)."""
+        return bool(self.rows) and self.rows[0][2] == Status.STREAMING.value
+
+
+async def read_tail(connection: AsyncConnection, conversation_id: str) -> Tail:
+    rows = await _rows(connection, _NEWEST, conversation_id=conversation_id, limit=FIRST_BATCH)
+    return Tail(rows, complete=len(rows) < FIRST_BATCH)
 
 
 async def head_turn(
-    session: AsyncSession, conversation_id: str, before_seq: int
+    connection: AsyncConnection, conversation_id: str, tail: Tail
 ) -> StoredTurn | None:
     """The first replayable turn: almost always the first two rows."""
-    low, size = 1, 8
-    while low < before_seq:
-        high = min(before_seq, low + size)
-        turns = _turns(
-            await _rows(session, conversation_id, low, high, newest_first=False),
-            newest_first=False,
+    if tail.complete:
+        turns = _turns(tail.rows, newest_first=True)
+        return turns[-1] if turns else None
+    start, size = 1, 8
+    while start < tail.next_seq:
+        rows = await _rows(
+            connection, _OLDEST_FROM, conversation_id=conversation_id, start=start, limit=size
         )
+        turns = _turns(rows, newest_first=False)
         if turns:
             return turns[0]
-        low, size = high - 1, size * 2  # re-read one row: a turn may straddle the edge
-        if high == before_seq:
+        if len(rows) < size:
             return None
+        start, size = rows[-1][0], size * 2  # re-read one row: a turn may straddle the edge
     return None
 
 
 async def newest_turns(
-    session: AsyncSession, conversation_id: str, before_seq: int, after_seq: int, budget: int
+    connection: AsyncConnection, conversation_id: str, tail: Tail, after_seq: int, budget: int
 ) -> list[StoredTurn]:
     """Replayable turns after `after_seq`, newest first, until their estimates pass `budget`.
 
-    The first batch is small; each next one is sized from the tokens per row seen so far
-    and the budget left, so a large window is read in two or three queries and a small
-    one in one, without reading much past the cut.
+    The walk starts from the tail the send already read; each next batch is sized from
+    the tokens per row seen so far and the budget left, so a large window is read in two
+    or three queries and a small one in none, without reading much past the cut.
     """
     kept: list[StoredTurn] = []
     spent = 0
     rows_read = 0
-    high, size = before_seq, FIRST_BATCH
-    while high > after_seq + 1:
-        low = max(after_seq + 1, high - size)
-        rows = await _rows(session, conversation_id, low, high, newest_first=True)
-        # A batch may start on an answer whose user row is in the next batch: leave it.
-        if rows and rows[-1][1] == ASSISTANT and low > after_seq + 1:
+    batch, complete = tail.rows, tail.complete
+    while True:
+        rows = [row for row in batch if row[0] > after_seq]
+        complete = complete or len(rows) < len(batch)
+        # A batch may end on an answer whose user row is in the next batch: leave it.
+        if not complete and rows and rows[-1][1] == ASSISTANT:
             rows.pop()
         for turn in _turns(rows, newest_first=True):
             spent += turn.tokens
             if spent > budget:
                 return kept
             kept.append(turn)
+        if complete or not rows:
+            return kept
         rows_read += len(rows)
-        high = rows[-1][0] if rows else low
-        per_row = max(1.0, spent / max(1, rows_read))
+        per_row = max(1.0, spent / rows_read)
         size = max(FIRST_BATCH, int((budget - spent) / per_row * 1.1) + 8)
-    return kept
+        batch = await _rows(
+            connection,
+            _NEWEST_BELOW,
+            conversation_id=conversation_id,
+            below=rows[-1][0],
+            limit=size,
+        )
+        complete = len(batch) < size
 
 
 async def load_transcript(
-    session: AsyncSession,
+    connection: AsyncConnection,
     conversation_id: str,
+    tail: Tail,
     newest: WireMessage,
     newest_tokens: int,
-    newest_seq: int,
-    newest_prior_turns: int,
     *,
     budget: int,
     system_prompt: WireMessage | None = None,
     system_tokens: int = 0,
 ) -> Transcript:
-    """The transcript for sending `newest` (stored at `newest_seq`), with only the history
-    that `budget` (the largest budget of the route, in raw tokens) could hold."""
+    """The transcript for sending `newest` (to be stored right after `tail`), with only
+    the history that `budget` (the largest budget of the route, in raw tokens) could hold."""
     messages: list[WireMessage] = []
     estimates: list[int] = []
     if system_prompt is not None:
         messages.append(system_prompt)
         estimates.append(system_tokens)
-    head = await head_turn(session, conversation_id, newest_seq)
+    head = await head_turn(connection, conversation_id, tail)
     omitted = 0
     if head is not None:
         messages.extend(head.wire())
         estimates.extend((head.user_tokens, head.answer_tokens))
-        tail = await newest_turns(session, conversation_id, newest_seq, head.seq + 1, budget)
+        rest = await newest_turns(connection, conversation_id, tail, head.seq + 1, budget)
         # prior_turns counts the head too: what lies between is one less.
-        oldest_prior = tail[-1].prior_turns if tail else newest_prior_turns
+        oldest_prior = rest[-1].prior_turns if rest else tail.prior_turns
         omitted = max(0, oldest_prior - 1)
-        for turn in reversed(tail):
+        for turn in reversed(rest):
             messages.extend(turn.wire())
             estimates.extend((turn.user_tokens, turn.answer_tokens))
     messages.append(newest)
     estimates.append(newest_tokens)
     return Transcript(messages=messages, estimates=estimates, omitted_turns=omitted)
-
-
-async def next_turn(session: AsyncSession, conversation_id: str) -> tuple[int, int]:
-    """The seq and `prior_turns` of a user row about to be written: one look at the last
-    two rows. The last turn's count plus one if that turn is replayable; every earlier
-    answer is final by now, so the count can never change later."""
-    query = (
-        select(*_COLUMNS)
-        .where(Message.conversation_id == conversation_id)
-        .order_by(col(Message.seq).desc())
-        .limit(2)
-    )
-    connection = await session.connection()
-    rows = [tuple(row) for row in await connection.execute(query)]
-    if not rows:
-        return 1, 0
-    seq = rows[0][0] + 1
-    if len(rows) < 2 or rows[1][1] != USER:
-        return seq, 0
-    answer, user = rows
-    return seq, (user[5] or 0) + int(is_replayable(answer[2], answer[3]))
 
 
 async def left_out_spans(

@@ -15,21 +15,21 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import delete, update
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy import bindparam, delete, func, insert, update
+from sqlalchemy.ext.asyncio import AsyncConnection, async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
-from webapp.chat.history import left_out_spans, load_transcript, next_turn
+from webapp.chat.history import Tail, left_out_spans, load_transcript, read_tail
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
-from webapp.db import transaction
+from webapp.db import core_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import Delta, Finished, Fitted, LLMManager
+from webapp.llm.manager import Delta, Finished, Fitted, LLMManager, Plan
 from webapp.llm.providers.base import ProviderError, StreamBroken
 from webapp.llm.routing import RoutingError
 from webapp.llm.window import FitResult
@@ -43,6 +43,59 @@ DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
 EMBED_OWNER_PREFIX = "embed:"
+
+# The statements every send runs, built once: on SQLite, building and caching a statement
+# costs about as much as running it.
+_RECENT_SENDS = (
+    select(Message.created_at)
+    .where(
+        col(Message.conversation_id).in_(
+            select(Conversation.id).where(col(Conversation.owner) == bindparam("owned_by"))
+        ),
+        col(Message.role) == Role.USER,
+        col(Message.created_at) > bindparam("since"),
+    )
+    .order_by(col(Message.created_at))
+    .limit(bindparam("limit"))
+)
+"""The owner's sends in the rate limit's window, oldest first, as many as the limit. (No
+join: SQLite's RETURNING, where it is also counted, names columns without their table.)"""
+_TOUCH_CONVERSATION = (
+    update(Conversation)
+    .where(
+        col(Conversation.id) == bindparam("conversation_id"),
+        col(Conversation.owner) == bindparam("owned_by"),
+    )
+    .values(updated_at=bindparam("now"))
+    .returning(
+        Conversation,
+        select(func.count()).select_from(_RECENT_SENDS.subquery()).scalar_subquery(),
+    )
+)
+"""Takes the conversation's lock and counts the owner's recent sends, in one round trip."""
+_INSERT_MESSAGES = insert(Message).returning(col(Message.seq), col(Message.id))
+"""Both rows of a turn in one statement; ids come back by seq (SQLite does not promise
+RETURNING in VALUES order, and asking for that order costs a statement per row)."""
+_UPDATE_MESSAGE = update(Message).where(col(Message.id) == bindparam("message_id"))
+"""Sets the columns named by the parameters it is executed with."""
+
+
+def fit_columns(fit: FitResult) -> dict[str, object]:
+    """The facts of a bound, as the user row stores them."""
+    return {
+        "dropped_turns": fit.dropped_turns,
+        "fit_model": fit.model,
+        "fit_window": fit.window,
+        "fit_reserve": fit.reserve,
+        "fit_budget": fit.budget,
+        "fit_estimated_tokens": fit.estimated_tokens,
+        "fit_overflow_at_floor": fit.overflow_at_floor,
+    }
+
+
+def updated(row: Message, values: dict[str, object]) -> Message:
+    """`row` as it reads after an UPDATE that set `values`; no need to read it back."""
+    return Message(**{**row.model_dump(), **values})
 
 
 @dataclass(slots=True)
@@ -247,57 +300,108 @@ class ConversationService:
         return content
 
     async def send(self, owner: str, conversation_id: str, content: object) -> Send:
-        """Store the message and a placeholder answer, then start writing the answer."""
+        """Store the message, bounded for the model that will answer first, and a placeholder
+        for the answer; then start writing the answer.
+
+        Everything happens in one short transaction that starts by taking the conversation's
+        lock (a row lock on PostgreSQL, the write lock on SQLite): two sends can never
+        interleave their rows, and the history the bound reads is exactly the history the
+        new row follows.
+        """
         text = self.validate_content(content)
-        user_tokens = estimate_message({"role": Role.USER.value, "content": text})
-        async with transaction(self.sessions) as session:
+        newest = {"role": Role.USER.value, "content": text}
+        user_tokens = estimate_message(newest)
+        async with core_transaction(self.sessions) as connection:
             now = utcnow()
-            # Writing first takes the conversation's lock (a row lock on PostgreSQL, the
-            # write lock on SQLite), so two sends can never interleave their rows.
-            conversation = (
-                await session.scalars(
-                    update(Conversation)
-                    .where(
-                        col(Conversation.id) == conversation_id, col(Conversation.owner) == owner
-                    )
-                    .values(updated_at=now)
-                    .returning(Conversation)
-                )
-            ).first()
-            if conversation is None:
+            limit = self.rate_limit_for(owner)
+            touched = await connection.execute(
+                _TOUCH_CONVERSATION,
+                {
+                    "conversation_id": conversation_id,
+                    "owned_by": owner,
+                    "now": now,
+                    "since": now - timedelta(seconds=self.settings.rate_limit_window),
+                    "limit": max(limit, 0),
+                },
+            )
+            found = touched.first()
+            if found is None:
                 raise NotFound("no such conversation")
-            await self._check_rate(session, owner)
-            await self._refuse_if_busy(session, conversation_id)
-            seq, prior_turns = await next_turn(session, conversation_id)
-            if seq == 1 and conversation.title == DEFAULT_TITLE:
-                conversation.title = title_from(text)
-                session.add(conversation)
+            *columns, recent_sends = found
+            conversation = Conversation(**dict(zip(found._fields, columns, strict=False)))
+            if limit > 0 and recent_sends >= limit:
+                await self._refuse_too_many(connection, owner, limit, now)
+            tail = await read_tail(connection, conversation_id)
+            if tail.answering:
+                await self._refuse_if_busy(connection, conversation_id)
+                tail = await read_tail(connection, conversation_id)
+            planned = await self._plan(connection, conversation, tail, newest, user_tokens)
             user = Message(
                 conversation_id=conversation_id,
-                seq=seq,
+                seq=tail.next_seq,
                 role=Role.USER,
                 content=text,
                 estimated_tokens=user_tokens,
-                prior_turns=prior_turns,
+                prior_turns=tail.prior_turns,
                 created_at=now,
                 updated_at=now,
+                **(fit_columns(planned.fit) if isinstance(planned, Plan) else {}),
             )
             answer = Message(
                 conversation_id=conversation_id,
-                seq=seq + 1,
+                seq=tail.next_seq + 1,
                 role=Role.ASSISTANT,
                 status=Status.STREAMING,
                 created_at=now,
                 updated_at=now,
             )
-            session.add_all([user, answer])
-            await session.flush()
-        assert answer.id is not None
+            inserted = await connection.execute(
+                _INSERT_MESSAGES,
+                [row.model_dump(exclude={"id"}) for row in (user, answer)],
+            )
+            ids = dict(inserted.tuples().all())
+            user.id, answer.id = ids[user.seq], ids[answer.seq]
+            if user.seq == 1 and conversation.title == DEFAULT_TITLE:
+                conversation.title = title_from(text)
+                await connection.execute(
+                    update(Conversation)
+                    .where(col(Conversation.id) == conversation_id)
+                    .values(title=conversation.title)
+                )
         running = self.answers.start(
             answer.id,
-            lambda channel, stop: self._write_answer(conversation, user, answer, channel, stop),
+            lambda channel, stop: self._write_answer(user, answer, planned, channel, stop),
         )
         return Send(conversation, user, answer, running)
+
+    async def _plan(
+        self,
+        connection: AsyncConnection,
+        conversation: Conversation,
+        tail: Tail,
+        newest: dict[str, str],
+        newest_tokens: int,
+    ) -> Plan | RoutingError:
+        """Read as much history as the route could send and fit it for the model that will
+        be asked first. A configuration that no longer routes anywhere is the answer's
+        failure, not the send's: the message is kept all the same."""
+        try:
+            route = self.manager.route(conversation.configuration)
+        except RoutingError as error:
+            return error
+        system = route.configuration.system_prompt
+        system_message = {"role": "system", "content": system} if system else None
+        transcript = await load_transcript(
+            connection,
+            conversation.id,
+            tail,
+            newest,  # type: ignore[arg-type]
+            newest_tokens,
+            budget=self.manager.largest_budget(route),
+            system_prompt=system_message,  # type: ignore[arg-type]
+            system_tokens=estimate_message(system_message) if system_message else 0,
+        )
+        return self.manager.plan(route, transcript)
 
     async def settle(self, send: Send) -> tuple[Message, Message]:
         """Wait for the answer (it goes on even if the caller goes away) and reload both rows."""
@@ -326,8 +430,8 @@ class ConversationService:
 
     async def reap_stale(self, conversation_id: str | None = None) -> int:
         """Mark answers whose writer died (no heartbeat for a while) as interrupted."""
-        async with transaction(self.sessions) as session:
-            return await self._reap(session, conversation_id)
+        async with core_transaction(self.sessions) as connection:
+            return await self._reap(connection, conversation_id)
 
     # Internals
 
@@ -353,15 +457,15 @@ class ConversationService:
         if running is not None:
             await asyncio.wait([running.task], timeout=timeout)
 
-    async def _refuse_if_busy(self, session: AsyncSession, conversation_id: str) -> None:
+    async def _refuse_if_busy(self, connection: AsyncConnection, conversation_id: str) -> None:
         """One answer at a time per conversation; an answer whose writer died is reaped."""
-        streaming = await session.exec(
+        streaming = await connection.execute(
             select(Message.updated_at).where(
                 Message.conversation_id == conversation_id,
                 Message.status == Status.STREAMING,
             )
         )
-        heartbeats = [as_utc(updated) for updated in streaming]
+        heartbeats = [as_utc(updated) for updated in streaming.scalars()]
         cutoff = utcnow() - timedelta(seconds=self.settings.stale_stream_after)
         if any(beat >= cutoff for beat in heartbeats):
             raise Conflict(
@@ -369,99 +473,62 @@ class ConversationService:
                 "wait for it or stop it first"
             )
         if heartbeats:
-            await self._reap(session, conversation_id)
+            await self._reap(connection, conversation_id)
 
     def rate_limit_for(self, owner: str) -> int:
         if owner.startswith(EMBED_OWNER_PREFIX):
             return self.settings.embed_rate_limit_messages
         return self.settings.rate_limit_messages
 
-    async def _check_rate(self, session: AsyncSession, owner: str) -> None:
-        """Refuse a send past the owner's limit, before anything is written. The count
-        comes from the stored messages themselves, so every worker sees the same."""
-        limit = self.rate_limit_for(owner)
-        if limit <= 0:
-            return
+    async def _refuse_too_many(
+        self, connection: AsyncConnection, owner: str, limit: int, now: datetime
+    ) -> None:
+        """The owner has sent `limit` messages within the window: say when the oldest of
+        them leaves it. The count comes from the stored messages themselves, so every
+        worker sees the same."""
         window = self.settings.rate_limit_window
-        since = utcnow() - timedelta(seconds=window)
-        recent = await session.exec(
-            select(Message.created_at)
-            .join(Conversation, col(Conversation.id) == col(Message.conversation_id))
-            .where(
-                Conversation.owner == owner,
-                Message.role == Role.USER,
-                col(Message.created_at) > since,
-            )
-            .order_by(col(Message.created_at))
-            .limit(limit)
+        since = now - timedelta(seconds=window)
+        recent = await connection.execute(
+            _RECENT_SENDS, {"owned_by": owner, "since": since, "limit": limit}
         )
-        times = list(recent)
-        if len(times) < limit:
-            return
-        wait = max(1, math.ceil((as_utc(times[0]) - since).total_seconds()))
+        oldest = recent.scalars().first()
+        wait = max(1, math.ceil((as_utc(oldest) - since).total_seconds())) if oldest else 1
         raise TooManyRequests(
             f"You have sent {limit} messages in the last {window:g} seconds; "
             f"try again in {wait} seconds.",
             retry_after=wait,
         )
 
-    async def _reap(self, session: AsyncSession, conversation_id: str | None) -> int:
+    async def _reap(self, connection: AsyncConnection, conversation_id: str | None) -> int:
         cutoff = utcnow() - timedelta(seconds=self.settings.stale_stream_after)
         statement = update(Message).where(
             col(Message.status) == Status.STREAMING, col(Message.updated_at) < cutoff
         )
         if conversation_id is not None:
             statement = statement.where(col(Message.conversation_id) == conversation_id)
-        result = await session.execute(
+        result = await connection.execute(
             statement.values(status=Status.INTERRUPTED, error=INTERRUPTED_ERROR)
         )
         return result.rowcount
 
-    async def _record_fit(self, user_id: int, fit: FitResult) -> Message:
-        async with transaction(self.sessions) as session:
-            row = await session.scalars(
-                update(Message)
-                .where(col(Message.id) == user_id)
-                .values(
-                    dropped_turns=fit.dropped_turns,
-                    fit_model=fit.model,
-                    fit_window=fit.window,
-                    fit_reserve=fit.reserve,
-                    fit_budget=fit.budget,
-                    fit_estimated_tokens=fit.estimated_tokens,
-                    fit_overflow_at_floor=fit.overflow_at_floor,
-                )
-                .returning(Message)
-            )
-            return row.one()
+    async def _record_fit(self, user: Message, fit: FitResult) -> Message:
+        """Store a fit made after the send's own: a fallback model's, or a retry's."""
+        columns = fit_columns(fit)
+        await self._update_message(user, columns)
+        return updated(user, columns)
 
     async def _read_provider(
-        self,
-        conversation: Conversation,
-        user: Message,
-        progress: Progress,
-        channel: Channel,
+        self, user: Message, planned: Plan | RoutingError, progress: Progress, channel: Channel
     ) -> None:
-        route = self.manager.route(conversation.configuration)
-        system = route.configuration.system_prompt
-        system_message = {"role": "system", "content": system} if system else None
-        async with self.sessions() as session:
-            transcript = await load_transcript(
-                session,
-                conversation.id,
-                {"role": Role.USER.value, "content": user.content},
-                user.estimated_tokens,
-                user.seq,
-                user.prior_turns or 0,
-                budget=self.manager.largest_budget(route),
-                system_prompt=system_message,
-                system_tokens=estimate_message(system_message) if system_message else 0,
-            )
-        async for event in self.manager.stream(conversation.configuration, transcript):
+        if isinstance(planned, RoutingError):
+            raise planned
+        progress.trying = planned.fit.model
+        await channel.publish(Event("fit", message_dict(user)))
+        async for event in self.manager.stream(planned):
             if isinstance(event, Fitted):
                 progress.trying = event.fit.model
-                row = await self._record_fit(user.id, event.fit)  # type: ignore[arg-type]
-                await channel.publish(Event("fit", message_dict(row)))
+                user = await self._record_fit(user, event.fit)
+                await channel.publish(Event("fit", message_dict(user)))
             elif isinstance(event, Delta):
                 progress.add(event.text)
                 await channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
@@ -494,15 +561,15 @@ class ConversationService:
 
     async def _write_answer(
         self,
-        conversation: Conversation,
         user: Message,
         answer: Message,
+        planned: Plan | RoutingError,
         channel: Channel,
         stop: asyncio.Event,
     ) -> None:
         assert answer.id is not None
         progress = Progress()
-        reader = asyncio.create_task(self._read_provider(conversation, user, progress, channel))
+        reader = asyncio.create_task(self._read_provider(user, planned, progress, channel))
         finished = asyncio.Event()
         flusher = asyncio.create_task(
             self._flush_while_running(answer.id, progress, stop, finished)
@@ -526,7 +593,7 @@ class ConversationService:
             finished.set()
             stopped.cancel()
             await asyncio.gather(flusher, stopped, return_exceptions=True)
-            row = await asyncio.shield(self._finish(answer.id, progress, status, error))
+            row = await asyncio.shield(self._finish(answer, progress, status, error))
             final = message_dict(row)
             if status in (Status.COMPLETE, Status.STOPPED):
                 await channel.publish(Event("done", final), last=True)
@@ -548,31 +615,28 @@ class ConversationService:
         return Status.FAILED, "The answer failed because of an internal error."
 
     async def _finish(
-        self, answer_id: int, progress: Progress, status: Status, error: str | None
+        self, answer: Message, progress: Progress, status: Status, error: str | None
     ) -> Message:
         text = progress.text
         finished = progress.finished
         usage = finished.usage if finished is not None else None
-        async with transaction(self.sessions) as session:
-            row = await session.scalars(
-                update(Message)
-                .where(col(Message.id) == answer_id)
-                .values(
-                    content=text,
-                    content_html=str(render_markdown(text)),
-                    status=status,
-                    error=error,
-                    updated_at=utcnow(),
-                    estimated_tokens=(
-                        estimate_message({"role": Role.ASSISTANT.value, "content": text})
-                        if text
-                        else 0
-                    ),
-                    model=finished.model if finished is not None else progress.model,
-                    finish_reason=finished.finish_reason if finished is not None else None,
-                    prompt_tokens=usage.prompt_tokens if usage is not None else None,
-                    completion_tokens=usage.completion_tokens if usage is not None else None,
-                )
-                .returning(Message)
-            )
-            return row.one()
+        values: dict[str, object] = {
+            "content": text,
+            "content_html": str(render_markdown(text)),
+            "status": status,
+            "error": error,
+            "updated_at": utcnow(),
+            "estimated_tokens": (
+                estimate_message({"role": Role.ASSISTANT.value, "content": text}) if text else 0
+            ),
+            "model": finished.model if finished is not None else progress.model,
+            "finish_reason": finished.finish_reason if finished is not None else None,
+            "prompt_tokens": usage.prompt_tokens if usage is not None else None,
+            "completion_tokens": usage.completion_tokens if usage is not None else None,
+        }
+        await self._update_message(answer, values)
+        return updated(answer, values)
+
+    async def _update_message(self, row: Message, values: dict[str, object]) -> None:
+        async with core_transaction(self.sessions) as connection:
+            await connection.execute(_UPDATE_MESSAGE, {**values, "message_id": row.id})

@@ -70,6 +70,22 @@ class Finished:
 StreamEvent = Fitted | Delta | Finished
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A call bounded for the first model of its route, before anything is sent.
+
+    Making the plan is separate from sending it so a caller can store the fit (a
+    conversation stores it on the user's turn) before the provider is called; the
+    route is resolved once, so the model planned for is the model asked first.
+    """
+
+    route: Route
+    transcript: Transcript
+    fit: FitResult
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int | None = None
+
+
 class AllModelsFailed(ProviderError):
     """Every model of the route failed with a retryable error; the last one is kept."""
 
@@ -151,29 +167,44 @@ class LLMManager:
             )
         return result
 
-    async def stream(
+    def plan(
         self,
-        configuration: str,
+        route: Route,
         transcript: Transcript,
         *,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
-    ) -> AsyncIterator[StreamEvent]:
-        """Bound, then stream. Everything that can go wrong before the first chunk (a
-        refused prompt, a model that is down) is handled here; after it, nothing can be
-        pruned any more and errors reach the caller."""
-        route = self.route(configuration)
+    ) -> Plan:
+        fit = self.fit_for(route, route.primary, transcript, tools=tools, max_tokens=max_tokens)
+        return Plan(route, transcript, fit, tools, max_tokens)
+
+    def _fits(self, plan: Plan, model: ModelSpec, first: bool) -> FitResult:
+        """The plan's own fit for its first try, a fresh one (new window or calibration)
+        for every other."""
+        if first:
+            return plan.fit
+        return self.fit_for(
+            plan.route, model, plan.transcript, tools=plan.tools, max_tokens=plan.max_tokens
+        )
+
+    async def stream(self, plan: Plan) -> AsyncIterator[StreamEvent]:
+        """Send a plan and stream the answer. Everything that can go wrong before the first
+        chunk (a refused prompt, a model that is down) is handled here, with a `Fitted`
+        for every fit made after the plan's; after the first chunk nothing can be pruned
+        any more and errors reach the caller."""
+        route = plan.route
         failures: list[tuple[str, ProviderError]] = []
-        for model in route.models:
+        for index, model in enumerate(route.models):
             retried = False
             while True:
-                result = self.fit_for(route, model, transcript, tools=tools, max_tokens=max_tokens)
-                yield Fitted(result)
+                result = self._fits(plan, model, first=index == 0 and not retried)
+                if result is not plan.fit:
+                    yield Fitted(result)
                 chunks = self.provider_for(model).stream_chat(
                     model.model_id,
                     result.messages,
-                    max_tokens=self.max_tokens_for(route, max_tokens),
-                    tools=tools,
+                    max_tokens=self.max_tokens_for(route, plan.max_tokens),
+                    tools=plan.tools,
                     info=_call_info(result),
                 )
                 async with aclosing(chunks):
@@ -207,26 +238,19 @@ class LLMManager:
                 return
         raise AllModelsFailed(failures)
 
-    async def chat(
-        self,
-        configuration: str,
-        transcript: Transcript,
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-    ) -> tuple[ChatResult, FitResult, str]:
+    async def chat(self, plan: Plan) -> tuple[ChatResult, FitResult, str]:
         """A bounded, non-streamed chat or tool call: (answer, the fit that was sent, model)."""
-        route = self.route(configuration)
+        route = plan.route
         failures: list[tuple[str, ProviderError]] = []
-        for model in route.models:
+        for index, model in enumerate(route.models):
             for attempt in range(2):
-                result = self.fit_for(route, model, transcript, tools=tools, max_tokens=max_tokens)
+                result = self._fits(plan, model, first=index == 0 and attempt == 0)
                 try:
                     answer = await self.provider_for(model).chat(
                         model.model_id,
                         result.messages,
-                        max_tokens=self.max_tokens_for(route, max_tokens),
-                        tools=tools,
+                        max_tokens=self.max_tokens_for(route, plan.max_tokens),
+                        tools=plan.tools,
                         info=_call_info(result),
                     )
                 except ContextLengthExceeded as error:
