@@ -15,7 +15,6 @@ limit included.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import statistics

@@ -98,3 +98,12 @@ class Message(SQLModel, table=True):
     completion_tokens: int | None = None
     finish_reason: str | None = Field(default=None, max_length=32)
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+MESSAGE_DEFAULTS: dict[str, object] = {
+    name: field.default
+    for name, field in Message.model_fields.items()
+    if name != "id" and field.default_factory is None and not field.is_required()
+}
+"""Every column a new message row may leave out, with its default: what an INSERT of a
+row built from it (plus the required columns) stores."""

@@ -24,9 +24,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
 from webapp.chat.history import Tail, left_out_spans, load_transcript, read_tail
-from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
-from webapp.db import core_transaction, transaction
+from webapp.db import as_loaded, core_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Delta, Finished, Fitted, LLMManager, Plan
@@ -95,7 +95,7 @@ def fit_columns(fit: FitResult) -> dict[str, object]:
 
 def updated(row: Message, values: dict[str, object]) -> Message:
     """`row` as it reads after an UPDATE that set `values`; no need to read it back."""
-    return Message(**{**row.model_dump(), **values})
+    return as_loaded(Message, {**row.model_dump(), **values})
 
 
 @dataclass(slots=True)
@@ -328,7 +328,7 @@ class ConversationService:
             if found is None:
                 raise NotFound("no such conversation")
             *columns, recent_sends = found
-            conversation = Conversation(**dict(zip(found._fields, columns, strict=False)))
+            conversation = as_loaded(Conversation, dict(zip(found._fields, columns, strict=False)))
             if limit > 0 and recent_sends >= limit:
                 await self._refuse_too_many(connection, owner, limit, now)
             tail = await read_tail(connection, conversation_id)
@@ -336,31 +336,28 @@ class ConversationService:
                 await self._refuse_if_busy(connection, conversation_id)
                 tail = await read_tail(connection, conversation_id)
             planned = await self._plan(connection, conversation, tail, newest, user_tokens)
-            user = Message(
-                conversation_id=conversation_id,
-                seq=tail.next_seq,
-                role=Role.USER,
-                content=text,
-                estimated_tokens=user_tokens,
-                prior_turns=tail.prior_turns,
-                created_at=now,
-                updated_at=now,
-                **(fit_columns(planned.fit) if isinstance(planned, Plan) else {}),
-            )
-            answer = Message(
-                conversation_id=conversation_id,
-                seq=tail.next_seq + 1,
-                role=Role.ASSISTANT,
-                status=Status.STREAMING,
-                created_at=now,
-                updated_at=now,
-            )
-            inserted = await connection.execute(
-                _INSERT_MESSAGES,
-                [row.model_dump(exclude={"id"}) for row in (user, answer)],
-            )
-            ids = dict(inserted.tuples().all())
-            user.id, answer.id = ids[user.seq], ids[answer.seq]
+            common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
+            rows = [
+                {
+                    **MESSAGE_DEFAULTS,
+                    **common,
+                    "seq": tail.next_seq,
+                    "role": Role.USER,
+                    "content": text,
+                    "estimated_tokens": user_tokens,
+                    "prior_turns": tail.prior_turns,
+                    **(fit_columns(planned.fit) if isinstance(planned, Plan) else {}),
+                },
+                {
+                    **MESSAGE_DEFAULTS,
+                    **common,
+                    "seq": tail.next_seq + 1,
+                    "role": Role.ASSISTANT,
+                    "status": Status.STREAMING,
+                },
+            ]
+            ids = dict((await connection.execute(_INSERT_MESSAGES, rows)).all())
+            user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
             if user.seq == 1 and conversation.title == DEFAULT_TITLE:
                 conversation.title = title_from(text)
                 await connection.execute(
