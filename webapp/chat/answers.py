@@ -23,38 +23,42 @@ class Event:
 
 
 class Channel:
-    """An append-only log of one answer's events with any number of live readers."""
+    """An append-only log of one answer's events with any number of live readers.
+
+    Readers wait on one shared future that the next publish resolves: a delta costs an
+    append and a wake-up, however many readers there are.
+    """
 
     def __init__(self) -> None:
         self._events: list[Event] = []
         self._closed = False
-        self._changed = asyncio.Condition()
+        self._next: asyncio.Future[None] | None = None
 
-    async def publish(self, event: Event, *, last: bool = False) -> None:
-        async with self._changed:
-            self._events.append(event)
-            self._closed = self._closed or last
-            self._changed.notify_all()
+    def publish(self, event: Event, *, last: bool = False) -> None:
+        self._events.append(event)
+        self._closed = self._closed or last
+        self._wake()
 
-    async def close(self) -> None:
-        async with self._changed:
-            self._closed = True
-            self._changed.notify_all()
+    def close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiting, self._next = self._next, None
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
 
     async def follow(self) -> AsyncIterator[Event]:
         position = 0
         while True:
-            async with self._changed:
-                await self._changed.wait_for(
-                    lambda seen=position: seen < len(self._events) or self._closed
-                )
-                pending = self._events[position:]
-                closed = self._closed
-            position += len(pending)
-            for event in pending:
-                yield event
-            if closed and position >= len(self._events):
+            while position < len(self._events):
+                position += 1
+                yield self._events[position - 1]
+            if self._closed:
                 return
+            if self._next is None:
+                self._next = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._next)
 
 
 @dataclass(slots=True)

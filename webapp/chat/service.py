@@ -520,15 +520,15 @@ class ConversationService:
         if isinstance(planned, RoutingError):
             raise planned
         progress.trying = planned.fit.model
-        await channel.publish(Event("fit", message_dict(user)))
+        channel.publish(Event("fit", message_dict(user)))
         async for event in self.manager.stream(planned):
             if isinstance(event, Fitted):
                 progress.trying = event.fit.model
                 user = await self._record_fit(user, event.fit)
-                await channel.publish(Event("fit", message_dict(user)))
+                channel.publish(Event("fit", message_dict(user)))
             elif isinstance(event, Delta):
                 progress.add(event.text)
-                await channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
+                channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
             else:
                 progress.finished = event
 
@@ -593,9 +593,9 @@ class ConversationService:
             row = await asyncio.shield(self._finish(answer, progress, status, error))
             final = message_dict(row)
             if status in (Status.COMPLETE, Status.STOPPED):
-                await channel.publish(Event("done", final), last=True)
+                channel.publish(Event("done", final), last=True)
             else:
-                await channel.publish(
+                channel.publish(
                     Event("error", {"message": error or "the answer failed", "assistant": final}),
                     last=True,
                 )
