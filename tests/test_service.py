@@ -8,16 +8,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from tests.catalogs import write_upstream_catalog
 from tests.upstream import FakeUpstream, count_chat_tokens
 from webapp.chat.models import Message, Status
-from webapp.chat.service import ConversationService
+from webapp.chat.service import _RECENT_SENDS, ConversationService
 from webapp.db import create_engine, session_factory, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.manager import LLMManager
+from webapp.migrate import upgrade
 from webapp.settings import Settings
 from webapp.timeutil import utcnow
 
@@ -314,14 +315,16 @@ async def test_sends_are_rate_limited_per_owner_and_nothing_is_lost(
     chat = await build_service(limited)
     try:
         conversation = await chat.create(OWNER, "small")
-        for index in range(3):
+        elsewhere = await chat.create(OWNER, "small")
+        await say(chat, elsewhere.id, "message 0")  # the limit is the owner's, not a chat's
+        for index in range(1, 3):
             await say(chat, conversation.id, f"message {index}")
         with pytest.raises(TooManyRequests) as refused:
             await chat.send(OWNER, conversation.id, "one too many")
         assert 0 < refused.value.retry_after <= 60
         assert "try again in" in refused.value.message
         _, messages = await chat.history(OWNER, conversation.id)
-        assert len(messages) == 6, "the refused message was not stored; nothing else changed"
+        assert len(messages) == 4, "the refused message was not stored; nothing else changed"
         # Another owner has their own budget; an embed visitor has the embed limit.
         other = await chat.create("bob", "small")
         await chat.settle(await chat.send("bob", other.id, "hello"))
@@ -331,3 +334,25 @@ async def test_sends_are_rate_limited_per_owner_and_nothing_is_lost(
             await chat.send("embed:support:abc", visitor.id, "again")
     finally:
         await close_service(chat)
+
+
+async def test_counting_recent_sends_reads_only_the_window(tmp_path: Path) -> None:
+    """The rate limit's count must not walk a long conversation's whole history. (The plan
+    is read from SQLite, whose planner needs no statistics to choose.)"""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'plan.db'}"
+    upgrade(url)
+    engine = create_engine(url)
+    try:
+        count = select(func.count()).select_from(_RECENT_SENDS.subquery())
+        compiled = count.compile(dialect=engine.dialect)
+        values = compiled.construct_params({"owned_by": OWNER, "since": utcnow(), "limit": 30})
+        async with engine.connect() as connection:
+            plan = await connection.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {compiled}",
+                tuple(str(values[name]) for name in compiled.positiontup or ()),
+            )
+            details = [row[-1] for row in plan]
+    finally:
+        await engine.dispose()
+    assert any("ix_message_conversation_created" in line for line in details), details
+    assert any("(owner=? AND updated_at>?)" in line for line in details), details

@@ -61,6 +61,7 @@ class Message(SQLModel, table=True):
         Index("ix_message_conversation_status", "conversation_id", "status"),
         Index("ix_message_status_updated", "status", "updated_at"),
         Index("ix_message_created_at", "created_at"),
+        Index("ix_message_conversation_created", "conversation_id", "created_at"),
         Index("ix_message_prior_turns", "conversation_id", "prior_turns", "seq"),
     )
 

@@ -49,8 +49,13 @@ EMBED_OWNER_PREFIX = "embed:"
 _RECENT_SENDS = (
     select(Message.created_at)
     .where(
+        # Every send touches its conversation, so only conversations touched inside the
+        # window can hold sends inside it; each is read by (conversation_id, created_at).
         col(Message.conversation_id).in_(
-            select(Conversation.id).where(col(Conversation.owner) == bindparam("owned_by"))
+            select(Conversation.id).where(
+                col(Conversation.owner) == bindparam("owned_by"),
+                col(Conversation.updated_at) > bindparam("since"),
+            )
         ),
         col(Message.role) == Role.USER,
         col(Message.created_at) > bindparam("since"),
