@@ -36,7 +36,7 @@ from webapp.llm.manager import LLMManager
 from webapp.llm.providers.openai import OpenAIProvider
 from webapp.settings import Settings
 
-ROUNDS = 200
+ROUNDS = 400
 WARMUP = 10
 EARLIER = ["Hello! Can you help me with git?", "What is a good branch name for a bug fix?"]
 QUESTION = "Give me three short tips for writing clear commit messages."

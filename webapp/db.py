@@ -89,7 +89,8 @@ def as_loaded(model: type[Model], values: Mapping[str, Any]) -> Model:
     """An instance built the way the ORM builds one from a fetched row: the values go
     straight into its state. For a row the code has just written itself, whose values
     are complete and valid already; the constructor's per-attribute bookkeeping costs
-    some forty times more, and a send builds several rows."""
+    some forty times more, and a send builds several rows. No session tracks the
+    instance: to change the row later, load it in one."""
     missing = model.model_fields.keys() - values.keys()
     if missing:
         raise ValueError(f"{model.__name__} row without {', '.join(sorted(missing))}")
