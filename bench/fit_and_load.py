@@ -16,13 +16,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from sqlalchemy import insert, text
+from sqlalchemy import Connection, insert, text
 from sqlmodel import col, select
 
 from bench.common import fresh_sqlite, machine, pin_to_one_core, summary, timed
-from webapp.chat.history import load_transcript
+from webapp.chat.history import load_transcript, read_tail
 from webapp.chat.models import Conversation, Message, Role, Status
-from webapp.db import create_engine, session_factory
+from webapp.db import create_engine, in_transaction, session_factory
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ConfigurationSpec, ModelSpec, ProviderSpec
 from webapp.llm.estimator import estimate_message
@@ -111,21 +111,20 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
     newest_seq = 2 * TURNS + 1
     results: dict[str, list[float]] = {}
 
+    def load(connection: Connection, budget: int) -> Transcript:
+        """What a send reads, in the transaction a send reads it in."""
+        tail = read_tail(connection, conversation_id)
+        assert tail.next_seq == newest_seq and tail.prior_turns == TURNS
+        return load_transcript(
+            connection, conversation_id, tail, newest, newest_tokens, budget=budget
+        )
+
     for name in ("big", "small"):
         route = manager.route(name)
         model = route.primary
 
         async def bounded(route=route, model=model) -> None:  # type: ignore[no-untyped-def]
-            async with sessions() as session:
-                transcript = await load_transcript(
-                    session,
-                    conversation_id,
-                    newest,
-                    newest_tokens,
-                    newest_seq,
-                    TURNS,
-                    budget=manager.largest_budget(route),
-                )
+            transcript = await in_transaction(sessions, load, manager.largest_budget(route))
             manager.fit_for(route, model, transcript)
 
         async def naive(route=route, model=model) -> None:  # type: ignore[no-untyped-def]
@@ -144,16 +143,9 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
         results[f"fit-and-load, {model.window:,}-token model"] = await timed(bounded, 200)
         results[f"naive load-all, {model.window:,}-token model"] = await timed(naive, 5, warmup=1)
 
-    async with sessions() as session:
-        transcript = await load_transcript(
-            session,
-            conversation_id,
-            newest,
-            newest_tokens,
-            newest_seq,
-            TURNS,
-            budget=manager.largest_budget(manager.route("small")),
-        )
+    transcript = await in_transaction(
+        sessions, load, manager.largest_budget(manager.route("small"))
+    )
     result = manager.fit_for(manager.route("small"), manager.route("small").primary, transcript)
     print(f"  4k model: {result.kept_turns} turns kept, {result.dropped_turns:,} left out")
     await engine.dispose()

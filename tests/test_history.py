@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import Connection, insert
 
 from tests.catalogs import upstream_catalog
 from tests.upstream import FakeUpstream
 from webapp.chat.history import (
+    Tail,
     left_out,
     left_out_spans,
     load_transcript,
@@ -19,7 +20,7 @@ from webapp.chat.history import (
     replayable_user_seqs,
 )
 from webapp.chat.models import Conversation, Message, Status
-from webapp.db import create_engine, session_factory
+from webapp.db import create_engine, in_transaction, session_factory
 from webapp.llm.calibration import Calibrator
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Transcript
@@ -93,9 +94,11 @@ def fit_everything(manager: LLMManager, route, full, newest) -> FitResult:  # ty
 
 
 async def bounded_fit(manager: LLMManager, route, engine, conversation_id, newest):  # type: ignore[no-untyped-def]
-    async with engine.connect() as connection:
-        tail = await read_tail(connection, conversation_id)
-        transcript = await load_transcript(
+    """What a send does: read the tail, then as much history as the route could send."""
+
+    def load(connection: Connection) -> tuple[Tail, Transcript]:
+        tail = read_tail(connection, conversation_id)
+        transcript = load_transcript(
             connection,
             conversation_id,
             tail,
@@ -103,6 +106,9 @@ async def bounded_fit(manager: LLMManager, route, engine, conversation_id, newes
             estimate_message(newest),
             budget=manager.largest_budget(route),
         )
+        return tail, transcript
+
+    tail, transcript = await in_transaction(session_factory(engine), load)
     return tail, transcript, manager.fit_for(route, route.primary, transcript)
 
 

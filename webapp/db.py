@@ -4,19 +4,27 @@ SQLite is the embedded default and needs a few pragmas to behave under a web
 server (WAL so readers never block the writer, a busy timeout instead of
 instant "database is locked", foreign keys enforced). PostgreSQL needs nothing
 special.
+
+The transactions of a send run through `in_transaction`: plain synchronous Core
+code, which a file-backed SQLite database runs whole on a thread of its own
+with the sqlite3 driver. Through aiosqlite every statement costs four hops to
+the driver's thread and a greenlet, which on SQLite is most of a send's time.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import event
+from sqlalchemy import Connection, Engine, event
+from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
-    AsyncConnection,
     AsyncEngine,
     async_sessionmaker,
     create_async_engine,
@@ -26,6 +34,8 @@ from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 Model = TypeVar("Model", bound=SQLModel)
+Result = TypeVar("Result")
+Args = ParamSpec("Args")
 
 SQLITE_PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -39,27 +49,80 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    cursor = dbapi_connection.cursor()
+    for pragma in SQLITE_PRAGMAS:
+        cursor.execute(pragma)
+    cursor.close()
+
+
+# Sessions and transactions always end (commit, or rollback on close), so a pool's own
+# rollback on return would only be one more round trip to the driver.
+_SQLITE_POOL = {"pool_reset_on_return": None, "pool_use_lifo": True}
+
+
+class _SQLiteThread:
+    """One SQLite file's `in_transaction` work, run on one thread with the sqlite3 driver.
+    One thread is enough: SQLite lets one transaction write at a time anyway."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = create_sync_engine(
+            make_url(url).set(drivername="sqlite+pysqlite"),
+            connect_args={"timeout": 10, "check_same_thread": False},
+            **_SQLITE_POOL,  # type: ignore[arg-type]
+        )
+        event.listen(self.engine, "connect", _set_pragmas)
+        self._thread: ThreadPoolExecutor | None = None
+
+    async def run(
+        self, work: Callable[Concatenate[Connection, Args], Result], *args: Args.args
+    ) -> Result:
+        def transaction() -> Result:
+            with self.engine.begin() as connection:
+                return work(connection, *args)
+
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+        return await asyncio.get_running_loop().run_in_executor(self._thread, transaction)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown()
+            self._thread = None
+        self.engine.dispose()
+
+
+_threads: WeakKeyDictionary[Engine, _SQLiteThread] = WeakKeyDictionary()
+
+
 def create_engine(url: str) -> AsyncEngine:
     """An async engine; for a file-backed SQLite the folder is created on first use."""
     if not is_sqlite(url):
         return create_async_engine(url, pool_pre_ping=True)
+    engine = create_async_engine(url, connect_args={"timeout": 10}, **_SQLITE_POOL)
+    event.listen(engine.sync_engine, "connect", _set_pragmas)
     database = make_url(url).database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    # Sessions always end their transaction (commit, or rollback on close), so the pool's own
-    # rollback on return would only be one more round trip to the driver's thread.
-    engine = create_async_engine(
-        url, connect_args={"timeout": 10}, pool_reset_on_return=None, pool_use_lifo=True
-    )
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
-        cursor = dbapi_connection.cursor()
-        for pragma in SQLITE_PRAGMAS:
-            cursor.execute(pragma)
-        cursor.close()
-
+        thread = _threads[engine.sync_engine] = _SQLiteThread(url)
+        event.listen(engine.sync_engine, "engine_disposed", lambda _engine: thread.close())
     return engine
+
+
+async def in_transaction(
+    sessions: async_sessionmaker[AsyncSession],
+    work: Callable[Concatenate[Connection, Args], Result],
+    *args: Args.args,
+) -> Result:
+    """Run `work(connection, *args)`, synchronous Core code, in one transaction: committed
+    when it returns, rolled back when it raises. A file-backed SQLite database runs it on
+    its own thread; any other database runs it on the async engine, through run_sync."""
+    engine: AsyncEngine = sessions.kw["bind"]
+    thread = _threads.get(engine.sync_engine)
+    if thread is not None:
+        return await thread.run(work, *args)
+    async with engine.begin() as connection:
+        return await connection.run_sync(work, *args)
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -73,16 +136,6 @@ async def transaction(
     """A short write transaction: committed on success, rolled back on error."""
     async with sessions() as session, session.begin():
         yield session
-
-
-@asynccontextmanager
-async def core_transaction(
-    sessions: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[AsyncConnection]:
-    """A write transaction on a bare connection, for Core statements on a hot path: on
-    SQLite a session's own bookkeeping costs as much as a short statement."""
-    async with sessions.kw["bind"].begin() as connection:
-        yield connection
 
 
 def as_loaded(model: type[Model], values: Mapping[str, Any]) -> Model:

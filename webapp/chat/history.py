@@ -11,6 +11,9 @@ were stored when each row was written, so nothing here re-estimates old text.
 
 A turn is replayed only if its answer is worth replaying: complete, stopped or
 interrupted with some text. A failed answer stays in the record but is not sent.
+
+What a send reads runs inside its write transaction (see `webapp.db.in_transaction`),
+so those functions are synchronous; the page helpers at the end are not.
 """
 
 from __future__ import annotations
@@ -19,8 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import ColumnElement, Connection, Select, and_, bindparam, func, select
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -107,9 +109,9 @@ _NEWEST_BELOW = _range(col(Message.seq) < bindparam("below"), newest_first=True)
 _OLDEST_FROM = _range(col(Message.seq) >= bindparam("start"), newest_first=False)
 
 
-async def _rows(connection: AsyncConnection, statement: Select, **params: object) -> list[tuple]:  # type: ignore[type-arg]
+def _rows(connection: Connection, statement: Select, **params: object) -> list[tuple]:  # type: ignore[type-arg]
     """Rows as plain tuples, in one index range scan."""
-    return [tuple(row) for row in await connection.execute(statement, params)]
+    return [tuple(row) for row in connection.execute(statement, params)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,21 +145,19 @@ class Tail:
         return bool(self.rows) and self.rows[0][2] == Status.STREAMING.value
 
 
-async def read_tail(connection: AsyncConnection, conversation_id: str) -> Tail:
-    rows = await _rows(connection, _NEWEST, conversation_id=conversation_id, limit=FIRST_BATCH)
+def read_tail(connection: Connection, conversation_id: str) -> Tail:
+    rows = _rows(connection, _NEWEST, conversation_id=conversation_id, limit=FIRST_BATCH)
     return Tail(rows, complete=len(rows) < FIRST_BATCH)
 
 
-async def head_turn(
-    connection: AsyncConnection, conversation_id: str, tail: Tail
-) -> StoredTurn | None:
+def head_turn(connection: Connection, conversation_id: str, tail: Tail) -> StoredTurn | None:
     """The first replayable turn: almost always the first two rows."""
     if tail.complete:
         turns = _turns(tail.rows, newest_first=True)
         return turns[-1] if turns else None
     start, size = 1, 8
     while start < tail.next_seq:
-        rows = await _rows(
+        rows = _rows(
             connection, _OLDEST_FROM, conversation_id=conversation_id, start=start, limit=size
         )
         turns = _turns(rows, newest_first=False)
@@ -169,8 +169,8 @@ async def head_turn(
     return None
 
 
-async def newest_turns(
-    connection: AsyncConnection, conversation_id: str, tail: Tail, after_seq: int, budget: int
+def newest_turns(
+    connection: Connection, conversation_id: str, tail: Tail, after_seq: int, budget: int
 ) -> list[StoredTurn]:
     """Replayable turns after `after_seq`, newest first, until their estimates pass `budget`.
 
@@ -198,7 +198,7 @@ async def newest_turns(
         rows_read += len(rows)
         per_row = max(1.0, spent / rows_read)
         size = max(FIRST_BATCH, int((budget - spent) / per_row * 1.1) + 8)
-        batch = await _rows(
+        batch = _rows(
             connection,
             _NEWEST_BELOW,
             conversation_id=conversation_id,
@@ -208,8 +208,8 @@ async def newest_turns(
         complete = len(batch) < size
 
 
-async def load_transcript(
-    connection: AsyncConnection,
+def load_transcript(
+    connection: Connection,
     conversation_id: str,
     tail: Tail,
     newest: WireMessage,
@@ -226,12 +226,12 @@ async def load_transcript(
     if system_prompt is not None:
         messages.append(system_prompt)
         estimates.append(system_tokens)
-    head = await head_turn(connection, conversation_id, tail)
+    head = head_turn(connection, conversation_id, tail)
     omitted = 0
     if head is not None:
         messages.extend(head.wire())
         estimates.extend((head.user_tokens, head.answer_tokens))
-        rest = await newest_turns(connection, conversation_id, tail, head.seq + 1, budget)
+        rest = newest_turns(connection, conversation_id, tail, head.seq + 1, budget)
         # prior_turns counts the head too: what lies between is one less.
         oldest_prior = rest[-1].prior_turns if rest else tail.prior_turns
         omitted = max(0, oldest_prior - 1)

@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, delete, func, insert, update
-from sqlalchemy.ext.asyncio import AsyncConnection, async_sessionmaker
+from sqlalchemy import Connection, bindparam, delete, func, insert, update
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -26,7 +26,7 @@ from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
 from webapp.chat.history import Tail, left_out_spans, load_transcript, read_tail
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
-from webapp.db import as_loaded, core_transaction, transaction
+from webapp.db import as_loaded, in_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Delta, Finished, Fitted, LLMManager, Plan
@@ -96,6 +96,20 @@ def fit_columns(fit: FitResult) -> dict[str, object]:
         "fit_estimated_tokens": fit.estimated_tokens,
         "fit_overflow_at_floor": fit.overflow_at_floor,
     }
+
+
+def _set_columns(connection: Connection, message_id: int, values: dict[str, object]) -> None:
+    connection.execute(_UPDATE_MESSAGE, {**values, "message_id": message_id})
+
+
+def _flush(connection: Connection, answer_id: int, text: str) -> bool:
+    """Store an answer's text so far, unless it was stopped meanwhile: whether it wasn't."""
+    result = connection.execute(
+        update(Message)
+        .where(col(Message.id) == answer_id, col(Message.status) == Status.STREAMING)
+        .values(content=text, updated_at=utcnow())
+    )
+    return result.rowcount > 0
 
 
 def updated(row: Message, values: dict[str, object]) -> Message:
@@ -306,79 +320,87 @@ class ConversationService:
 
     async def send(self, owner: str, conversation_id: str, content: object) -> Send:
         """Store the message, bounded for the model that will answer first, and a placeholder
-        for the answer; then start writing the answer.
-
-        Everything happens in one short transaction that starts by taking the conversation's
-        lock (a row lock on PostgreSQL, the write lock on SQLite): two sends can never
-        interleave their rows, and the history the bound reads is exactly the history the
-        new row follows.
-        """
+        for the answer; then start writing the answer. Once begun, a send finishes even if
+        its caller goes away: the message is stored and answered all the same."""
         text = self.validate_content(content)
-        newest = {"role": Role.USER.value, "content": text}
-        user_tokens = estimate_message(newest)
-        async with core_transaction(self.sessions) as connection:
-            now = utcnow()
-            limit = self.rate_limit_for(owner)
-            touched = await connection.execute(
-                _TOUCH_CONVERSATION,
-                {
-                    "conversation_id": conversation_id,
-                    "owned_by": owner,
-                    "now": now,
-                    "since": now - timedelta(seconds=self.settings.rate_limit_window),
-                    "limit": max(limit, 0),
-                },
-            )
-            found = touched.first()
-            if found is None:
-                raise NotFound("no such conversation")
-            *columns, recent_sends = found
-            conversation = as_loaded(Conversation, dict(zip(found._fields, columns, strict=False)))
-            if limit > 0 and recent_sends >= limit:
-                await self._refuse_too_many(connection, owner, limit, now)
-            tail = await read_tail(connection, conversation_id)
-            if tail.answering:
-                await self._refuse_if_busy(connection, conversation_id)
-                tail = await read_tail(connection, conversation_id)
-            planned = await self._plan(connection, conversation, tail, newest, user_tokens)
-            common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
-            rows = [
-                {
-                    **MESSAGE_DEFAULTS,
-                    **common,
-                    "seq": tail.next_seq,
-                    "role": Role.USER,
-                    "content": text,
-                    "estimated_tokens": user_tokens,
-                    "prior_turns": tail.prior_turns,
-                    **(fit_columns(planned.fit) if isinstance(planned, Plan) else {}),
-                },
-                {
-                    **MESSAGE_DEFAULTS,
-                    **common,
-                    "seq": tail.next_seq + 1,
-                    "role": Role.ASSISTANT,
-                    "status": Status.STREAMING,
-                },
-            ]
-            ids = dict((await connection.execute(_INSERT_MESSAGES, rows)).all())
-            user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
-            if user.seq == 1 and conversation.title == DEFAULT_TITLE:
-                conversation.title = title_from(text)
-                await connection.execute(
-                    update(Conversation)
-                    .where(col(Conversation.id) == conversation_id)
-                    .values(title=conversation.title)
-                )
+        return await asyncio.shield(self._send(owner, conversation_id, text))
+
+    async def _send(self, owner: str, conversation_id: str, text: str) -> Send:
+        conversation, user, answer, planned = await in_transaction(
+            self.sessions, self._store_turn, owner, conversation_id, text
+        )
         running = self.answers.start(
-            answer.id,
+            answer.id,  # type: ignore[arg-type]
             lambda channel, stop: self._write_answer(user, answer, planned, channel, stop),
         )
         return Send(conversation, user, answer, running)
 
-    async def _plan(
+    def _store_turn(
+        self, connection: Connection, owner: str, conversation_id: str, text: str
+    ) -> tuple[Conversation, Message, Message, Plan | RoutingError]:
+        """The send's one transaction. It starts by taking the conversation's lock (a row
+        lock on PostgreSQL, the write lock on SQLite), so two sends can never interleave
+        their rows, and the history the bound reads is exactly the history the new row
+        follows."""
+        now = utcnow()
+        limit = self.rate_limit_for(owner)
+        touched = connection.execute(
+            _TOUCH_CONVERSATION,
+            {
+                "conversation_id": conversation_id,
+                "owned_by": owner,
+                "now": now,
+                "since": now - timedelta(seconds=self.settings.rate_limit_window),
+                "limit": max(limit, 0),
+            },
+        ).first()
+        if touched is None:
+            raise NotFound("no such conversation")
+        *columns, recent_sends = touched
+        conversation = as_loaded(Conversation, dict(zip(touched._fields, columns, strict=False)))
+        if limit > 0 and recent_sends >= limit:
+            self._refuse_too_many(connection, owner, limit, now)
+        tail = read_tail(connection, conversation_id)
+        if tail.answering:
+            self._refuse_if_busy(connection, conversation_id)
+            tail = read_tail(connection, conversation_id)
+        newest = {"role": Role.USER.value, "content": text}
+        user_tokens = estimate_message(newest)
+        planned = self._plan(connection, conversation, tail, newest, user_tokens)
+        common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
+        rows = [
+            {
+                **MESSAGE_DEFAULTS,
+                **common,
+                "seq": tail.next_seq,
+                "role": Role.USER,
+                "content": text,
+                "estimated_tokens": user_tokens,
+                "prior_turns": tail.prior_turns,
+                **(fit_columns(planned.fit) if isinstance(planned, Plan) else {}),
+            },
+            {
+                **MESSAGE_DEFAULTS,
+                **common,
+                "seq": tail.next_seq + 1,
+                "role": Role.ASSISTANT,
+                "status": Status.STREAMING,
+            },
+        ]
+        ids = dict(connection.execute(_INSERT_MESSAGES, rows).all())
+        user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
+        if user.seq == 1 and conversation.title == DEFAULT_TITLE:
+            conversation.title = title_from(text)
+            connection.execute(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id)
+                .values(title=conversation.title)
+            )
+        return conversation, user, answer, planned
+
+    def _plan(
         self,
-        connection: AsyncConnection,
+        connection: Connection,
         conversation: Conversation,
         tail: Tail,
         newest: dict[str, str],
@@ -393,7 +415,7 @@ class ConversationService:
             return error
         system = route.configuration.system_prompt
         system_message = {"role": "system", "content": system} if system else None
-        transcript = await load_transcript(
+        transcript = load_transcript(
             connection,
             conversation.id,
             tail,
@@ -432,8 +454,7 @@ class ConversationService:
 
     async def reap_stale(self, conversation_id: str | None = None) -> int:
         """Mark answers whose writer died (no heartbeat for a while) as interrupted."""
-        async with core_transaction(self.sessions) as connection:
-            return await self._reap(connection, conversation_id)
+        return await in_transaction(self.sessions, self._reap, conversation_id)
 
     # Internals
 
@@ -459,9 +480,9 @@ class ConversationService:
         if running is not None:
             await asyncio.wait([running.task], timeout=timeout)
 
-    async def _refuse_if_busy(self, connection: AsyncConnection, conversation_id: str) -> None:
+    def _refuse_if_busy(self, connection: Connection, conversation_id: str) -> None:
         """One answer at a time per conversation; an answer whose writer died is reaped."""
-        streaming = await connection.execute(
+        streaming = connection.execute(
             select(Message.updated_at).where(
                 Message.conversation_id == conversation_id,
                 Message.status == Status.STREAMING,
@@ -475,22 +496,22 @@ class ConversationService:
                 "wait for it or stop it first"
             )
         if heartbeats:
-            await self._reap(connection, conversation_id)
+            self._reap(connection, conversation_id)
 
     def rate_limit_for(self, owner: str) -> int:
         if owner.startswith(EMBED_OWNER_PREFIX):
             return self.settings.embed_rate_limit_messages
         return self.settings.rate_limit_messages
 
-    async def _refuse_too_many(
-        self, connection: AsyncConnection, owner: str, limit: int, now: datetime
+    def _refuse_too_many(
+        self, connection: Connection, owner: str, limit: int, now: datetime
     ) -> None:
         """The owner has sent `limit` messages within the window: say when the oldest of
         them leaves it. The count comes from the stored messages themselves, so every
         worker sees the same."""
         window = self.settings.rate_limit_window
         since = now - timedelta(seconds=window)
-        recent = await connection.execute(
+        recent = connection.execute(
             _RECENT_SENDS, {"owned_by": owner, "since": since, "limit": limit}
         )
         oldest = recent.scalars().first()
@@ -501,14 +522,14 @@ class ConversationService:
             retry_after=wait,
         )
 
-    async def _reap(self, connection: AsyncConnection, conversation_id: str | None) -> int:
+    def _reap(self, connection: Connection, conversation_id: str | None) -> int:
         cutoff = utcnow() - timedelta(seconds=self.settings.stale_stream_after)
         statement = update(Message).where(
             col(Message.status) == Status.STREAMING, col(Message.updated_at) < cutoff
         )
         if conversation_id is not None:
             statement = statement.where(col(Message.conversation_id) == conversation_id)
-        result = await connection.execute(
+        result = connection.execute(
             statement.values(status=Status.INTERRUPTED, error=INTERRUPTED_ERROR)
         )
         return result.rowcount
@@ -550,14 +571,9 @@ class ConversationService:
             except TimeoutError:
                 pass
             text = progress.text
-            async with transaction(self.sessions) as session:
-                result = await session.execute(
-                    update(Message)
-                    .where(col(Message.id) == answer_id, col(Message.status) == Status.STREAMING)
-                    .values(content=text, updated_at=utcnow())
-                )
+            still_streaming = await in_transaction(self.sessions, _flush, answer_id, text)
             progress.flushed = len(text)
-            if result.rowcount == 0:
+            if not still_streaming:
                 stop.set()
                 return
 
@@ -640,5 +656,4 @@ class ConversationService:
         return updated(answer, values)
 
     async def _update_message(self, row: Message, values: dict[str, object]) -> None:
-        async with core_transaction(self.sessions) as connection:
-            await connection.execute(_UPDATE_MESSAGE, {**values, "message_id": row.id})
+        await in_transaction(self.sessions, _set_columns, row.id, values)
