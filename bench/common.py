@@ -7,8 +7,11 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
+
+import uvloop
 
 from webapp.migrate import upgrade
 
@@ -20,6 +23,11 @@ def pin_to_one_core() -> str:
         os.sched_setaffinity(0, {core})
         return f"pinned to core {core}"
     return "not pinned (no sched_setaffinity)"
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """On the event loop `webapp serve` runs on: uvicorn picks uvloop when it is there."""
+    uvloop.run(main)
 
 
 def machine() -> str:

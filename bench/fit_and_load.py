@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy import Connection, insert, text
 from sqlmodel import col, select
 
-from bench.common import fresh_sqlite, machine, pin_to_one_core, summary, timed
+from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, timed
 from webapp.chat.history import load_transcript, read_tail
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.db import create_engine, in_transaction, session_factory
@@ -187,4 +187,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 from sqlalchemy import insert
 
-from bench.common import fresh_sqlite, machine, pin_to_one_core, summary, timed
+from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, timed
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.models import Conversation, Message, Role, Status
@@ -340,4 +340,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main())

@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 
 import httpx
-import uvloop
 
-from bench.common import fresh_sqlite, machine, pin_to_one_core, summary
+from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary
 from tests.catalogs import write_upstream_catalog
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
@@ -73,7 +72,7 @@ class Upstream:
         self.process.wait(timeout=10)
 
 
-async def run(upstream: Upstream, folder: Path) -> None:
+async def measure(upstream: Upstream, folder: Path) -> None:
     settings = Settings(
         database_url=fresh_sqlite(folder / "bench.db"),
         config=write_upstream_catalog(folder / "catalog.toml", upstream),  # type: ignore[arg-type]
@@ -145,7 +144,7 @@ def main() -> None:
     upstream = Upstream()
     try:
         with tempfile.TemporaryDirectory() as folder:
-            uvloop.run(run(upstream, Path(folder)))
+            run(measure(upstream, Path(folder)))
     finally:
         upstream.stop()
 
