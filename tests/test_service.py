@@ -113,7 +113,7 @@ async def test_a_failed_call_keeps_the_message_and_its_fit(
     assert user.content == "Are you there?" and user.dropped_turns == 0
     assert user.fit_model == "small"
     assert answer.status == Status.FAILED and answer.content == ""
-    assert "503" in (answer.error or "") or "unavailable" in (answer.error or "").lower()
+    assert answer.error == "No model could answer: small is unavailable (HTTP 503)."
     # The failed turn is kept but not replayed to the model.
     _, answer2 = await say(chat, conversation.id, "Second try")
     assert answer2.status == Status.COMPLETE
@@ -156,7 +156,24 @@ async def test_a_broken_stream_keeps_the_partial_answer(
     _, answer = await say(chat, conversation.id, "Tell me a story")
     assert answer.status == Status.INTERRUPTED
     assert answer.content.strip() == "one two three"
-    assert "broke" in (answer.error or "")
+    assert answer.error == "small broke off its answer part of the way."
+
+
+@pytest.mark.parametrize("status", [401, 404, 500])
+async def test_what_users_read_of_a_failure_names_the_model_not_the_address(
+    chat: ConversationService, upstream: FakeUpstream, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An answer's error is shown to the user, and to an embed's visitors: the provider's
+    address and its own words stay in the operator's log."""
+    conversation = await chat.create(OWNER, "small")
+    upstream.fail_next(status, count=3)
+    _, answer = await say(chat, conversation.id, "hello")
+    assert answer.status == Status.FAILED
+    error = answer.error or ""
+    assert "small" in error and f"HTTP {status}" in error
+    assert "://" not in error and str(upstream.port) not in error
+    logged = " ".join(record.getMessage() for record in caplog.records)
+    assert upstream.base_url in logged, "the details reach the log"
 
 
 async def test_stop_keeps_what_was_written(

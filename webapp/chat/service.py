@@ -622,11 +622,14 @@ class ConversationService:
                 )
 
     def _failure(self, failure: BaseException, progress: Progress) -> tuple[Status, str]:
-        if isinstance(failure, StreamBroken):
-            return Status.INTERRUPTED, f"The provider's stream broke off: {failure.message}"
+        """What the answer's row says went wrong. It is read by the user (and by an embed's
+        visitors), so it names the model, never the provider's address: the details go
+        to the log."""
         if isinstance(failure, ProviderError):
-            status = Status.INTERRUPTED if progress.length else Status.FAILED
-            return status, failure.message
+            log.warning("answer failed: %s", failure.message)
+            interrupted = isinstance(failure, StreamBroken) or progress.length > 0
+            status = Status.INTERRUPTED if interrupted else Status.FAILED
+            return status, failure.public(progress.trying or "The model")
         if isinstance(failure, RoutingError):
             return Status.FAILED, str(failure)
         log.error("answer failed", exc_info=failure)

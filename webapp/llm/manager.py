@@ -96,6 +96,10 @@ class AllModelsFailed(ProviderError):
         self.errors = errors
         self.retry_after = getattr(last, "retry_after", None)
 
+    def public(self, model: str) -> str:
+        reasons = "; ".join(f"{name} {error.reason}" for name, error in self.errors)
+        return f"No model could answer: {reasons}."
+
 
 @dataclass(frozen=True, slots=True)
 class CompletionReport:

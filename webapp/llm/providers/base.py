@@ -57,14 +57,26 @@ class CallInfo:
 
 
 class ProviderError(Exception):
-    """A provider call failed. `retryable` says whether another model may be tried."""
+    """A provider call failed. `retryable` says whether another model may be tried.
+
+    `message` is for the operator's log: it names the endpoint and quotes the provider.
+    `reason` is what a user may read, said of the model ("is unavailable (HTTP 503)"):
+    the kind of failure, without the address or the provider's words.
+    """
 
     retryable: bool = False
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, reason: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.reason = reason or (f"failed (HTTP {status})" if status is not None else "failed")
+
+    def public(self, model: str) -> str:
+        """The failure as a user may read it, naming the model by its catalog name."""
+        return f"{model} {self.reason}."
 
 
 class ProviderUnavailable(ProviderError):
@@ -79,9 +91,14 @@ class RateLimited(ProviderError):
     retryable = True
 
     def __init__(
-        self, message: str, *, status: int | None = 429, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        status: int | None = 429,
+        retry_after: float | None = None,
+        reason: str | None = None,
     ) -> None:
-        super().__init__(message, status=status)
+        super().__init__(message, status=status, reason=reason or "is rate-limited by its provider")
         self.retry_after = retry_after
 
 
@@ -99,8 +116,11 @@ class ContextLengthExceeded(ProviderError):
         status: int | None = 400,
         prompt_tokens: int | None = None,
         limit: int | None = None,
+        reason: str | None = None,
     ) -> None:
-        super().__init__(message, status=status)
+        super().__init__(
+            message, status=status, reason=reason or "refused the conversation as too long"
+        )
         self.prompt_tokens = prompt_tokens
         self.limit = limit
 

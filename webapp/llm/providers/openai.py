@@ -426,7 +426,8 @@ class OpenAIProvider:
         if len(vectors) != len(inputs):
             raise ProviderError(
                 f"{self._where('embeddings', model_id)} returned {len(vectors)} vectors "
-                f"for {len(inputs)} inputs"
+                f"for {len(inputs)} inputs",
+                reason="sent an answer this app cannot read",
             )
         return vectors
 
@@ -465,6 +466,7 @@ class OpenAIProvider:
                 f"{self._where(path, model_id)} answered HTTP {response.status_code} "
                 f"with a body that is not JSON: {self._snippet(response.text)!r}",
                 status=response.status_code,
+                reason="sent an answer this app cannot read",
             ) from None
         if not isinstance(data, dict):
             raise self._malformed(path, model_id, ValueError("the answer is not an object"))
@@ -522,6 +524,7 @@ class OpenAIProvider:
                     f"{self._where(path, model_id)} broke off the stream: "
                     f"{self._clean(message or 'an error event')}",
                     status=status,
+                    reason="broke off its answer part of the way",
                 )
             raise self._error_from_payload(status, event, httpx.Headers(), path, model_id)
         return event
@@ -548,29 +551,43 @@ class OpenAIProvider:
     def _transport_error(self, exc: httpx.HTTPError, path: str, model_id: str) -> ProviderError:
         where = self._where(path, model_id)
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
-            return ProviderError(f"{where}: bad base_url: {self._describe(exc)}")
+            return ProviderError(
+                f"{where}: bad base_url: {self._describe(exc)}",
+                reason="is misconfigured (its provider's address)",
+            )
         if isinstance(exc, httpx.ConnectTimeout):
-            reason = f"could not connect within {min(CONNECT_TIMEOUT, self._timeout):g} s"
+            reason = f"could not be reached within {min(CONNECT_TIMEOUT, self._timeout):g} s"
         elif isinstance(exc, httpx.PoolTimeout):
-            reason = f"no free connection within {self._timeout:g} s (too many calls at once)"
+            reason = f"had no free connection within {self._timeout:g} s (too many calls at once)"
         elif isinstance(exc, httpx.TimeoutException):
-            reason = f"no answer within {self._timeout:g} s"
+            reason = f"did not answer within {self._timeout:g} s"
         elif isinstance(exc, httpx.ConnectError):
-            reason = f"cannot connect ({self._describe(exc)})"
+            return ProviderUnavailable(
+                f"{where}: cannot connect ({self._describe(exc)})", reason="cannot be reached"
+            )
         else:
-            reason = f"connection failed ({self._describe(exc)})"
-        return ProviderUnavailable(f"{where}: {reason}")
+            return ProviderUnavailable(
+                f"{where}: connection failed ({self._describe(exc)})", reason="lost its connection"
+            )
+        return ProviderUnavailable(f"{where}: {reason}", reason=reason)
 
     def _cut_short(self, model_id: str, yielded: bool, reason: str) -> ProviderError:
         """Before any text: unavailable (fall back). After: the answer is partial."""
         where = self._where("chat/completions", model_id)
         if yielded:
-            return StreamBroken(f"{where}: stream broken after partial answer: {reason}")
-        return ProviderUnavailable(f"{where}: stream failed before any text: {reason}")
+            return StreamBroken(
+                f"{where}: stream broken after partial answer: {reason}",
+                reason="broke off its answer part of the way",
+            )
+        return ProviderUnavailable(
+            f"{where}: stream failed before any text: {reason}",
+            reason="failed before sending any text",
+        )
 
     def _malformed(self, path: str, model_id: str, exc: Exception) -> ProviderError:
         return ProviderError(
-            f"{self._where(path, model_id)} sent an answer this client cannot read: {exc}"
+            f"{self._where(path, model_id)} sent an answer this client cannot read: {exc}",
+            reason="sent an answer this app cannot read",
         )
 
     def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
@@ -612,8 +629,13 @@ class OpenAIProvider:
                 text, status=status, prompt_tokens=prompt_tokens, limit=limit
             )
         if status is None or status >= 500 or status == 408:
-            return ProviderUnavailable(text, status=status)
-        return ProviderError(text, status=status)
+            reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
+            return ProviderUnavailable(text, status=status, reason=reason)
+        if status in (401, 403):
+            return ProviderError(
+                text, status=status, reason=f"refused this app's credentials (HTTP {status})"
+            )
+        return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
 
 
 def _as_int(value: Any) -> int | None:
