@@ -141,6 +141,8 @@ def test_enter_sends_and_the_answer_streams_in_several_swaps(
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
     expect(page.locator("#meter")).to_contain_text("Nothing sent yet")
+    # A stream cut by a restart reconnects within seconds (hx-sse's own ceiling is a minute).
+    assert page.evaluate("htmx.config.sse.reconnectMaxDelay") == 5000
 
     sends: list[str] = []
     streams: list[str] = []
