@@ -24,6 +24,7 @@ TABLES = (
     "model_calibration",
     "api_token",
     "login_session",
+    "sign_in_failure",
     "user_account",
 )
 

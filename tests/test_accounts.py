@@ -16,10 +16,10 @@ from argon2 import PasswordHasher
 from sqlalchemy import delete, update
 from sqlmodel import select
 
-from webapp.accounts.models import ApiToken, LoginSession, User
+from webapp.accounts.models import ApiToken, LoginSession, SignInFailure, User
 from webapp.accounts.service import AccountService
 from webapp.db import create_engine, session_factory, transaction
-from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.timeutil import as_utc, utcnow
 
 PASSWORD = "correct horse battery"
@@ -427,3 +427,52 @@ def test_cli_on_an_unmigrated_database_points_at_migrate(tmp_path: Path) -> None
     url = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
     result = webapp(url, "token", "create", "alice")
     assert result.returncode == 1 and "webapp migrate" in result.stderr
+
+
+async def test_failed_sign_ins_throttle_the_username_before_any_password_is_checked(
+    accounts: AccountService,
+) -> None:
+    await accounts.create_user("alice", PASSWORD)
+    hasher = accounts.passwords.hasher
+    assert isinstance(hasher, CountingHasher)
+    for _ in range(5):
+        assert await accounts.authenticate("Alice", "not the password") is None
+    checked = hasher.verifications
+    with pytest.raises(TooManyRequests) as refused:
+        await accounts.authenticate("alice", PASSWORD)
+    assert hasher.verifications == checked, "a throttled attempt costs no Argon2 at all"
+    assert 14 * 60 < refused.value.retry_after <= 15 * 60
+    assert "try again in 15 minutes" in refused.value.message
+    # Unknown names are throttled alike (the throttle tells nothing of who exists);
+    # other names are not affected.
+    for _ in range(5):
+        assert await accounts.authenticate("nobody", PASSWORD) is None
+    with pytest.raises(TooManyRequests):
+        await accounts.authenticate("nobody", PASSWORD)
+    assert await accounts.authenticate("bob", PASSWORD) is None
+
+    # Once the failures are older than the window, the password works again and the
+    # slate is cleaned.
+    async with transaction(accounts.sessions) as session:
+        await session.exec(update(SignInFailure).values(failed_at=utcnow() - timedelta(minutes=16)))
+    assert await accounts.authenticate("alice", PASSWORD) is not None
+    assert "alice" not in {f.username_key for f in await rows(accounts, SignInFailure)}
+    # The next failure forgets every failure that has left the window.
+    assert await accounts.authenticate("bob", "still wrong") is None
+    assert [f.username_key for f in await rows(accounts, SignInFailure)] == ["bob"]
+
+
+async def test_a_successful_sign_in_forgets_earlier_failures(accounts: AccountService) -> None:
+    await accounts.create_user("carol", PASSWORD)
+    for _ in range(4):
+        assert await accounts.authenticate("carol", "wrong password") is None
+    assert await accounts.authenticate("carol", PASSWORD) is not None
+    for _ in range(4):
+        assert await accounts.authenticate("carol", "wrong password") is None
+    assert await accounts.authenticate("carol", PASSWORD) is not None
+
+
+async def test_absurd_usernames_fail_like_any_other(accounts: AccountService) -> None:
+    """A username longer than any account's is a failure like another, not an error."""
+    assert await accounts.authenticate("x" * 5000, PASSWORD) is None
+    assert len(await rows(accounts, SignInFailure)) == 1

@@ -296,3 +296,24 @@ async def test_api_tokens_are_shown_once_and_can_be_revoked(
     revoked = await browser.post(f"/settings/tokens/{token_id}/revoke", data={"_csrf_token": csrf})
     assert revoked.status_code == 303
     assert (await browser.get("/api/conversations", headers=auth)).status_code == 401
+
+
+async def test_the_sign_in_page_says_when_a_throttled_username_may_try_again(
+    browser: AsyncTestClient, database_url: str
+) -> None:
+    await make_user(database_url, "alice")
+    page = await browser.get("/login")
+    token = csrf_from(page.text)
+    for _ in range(5):
+        wrong = await browser.post(
+            "/login", data={"username": "alice", "password": "nope", "_csrf_token": token}
+        )
+        assert wrong.status_code == 400 and "Wrong username or password." in wrong.text
+    refused = await browser.post(
+        "/login", data={"username": "alice", "password": PASSWORD, "_csrf_token": token}
+    )
+    assert refused.status_code == 429
+    assert refused.headers["content-type"].startswith("text/html")
+    assert 0 < int(refused.headers["retry-after"]) <= 900
+    assert "Too many failed sign-ins for this username; try again in 15 minutes." in refused.text
+    assert "webapp_session" not in refused.headers.get("set-cookie", "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from functools import partial
 from typing import Any
 from urllib.parse import urlencode
@@ -117,7 +118,11 @@ def create_app(
     calibrator = Calibrator(sessions)
     manager = LLMManager(catalog, calibrator, providers)
     chat = ConversationService(sessions, manager, settings)
-    accounts = AccountService(sessions)
+    accounts = AccountService(
+        sessions,
+        failures_allowed=settings.sign_in_failures_allowed,
+        failure_window=timedelta(seconds=settings.sign_in_failure_window),
+    )
 
     async def start() -> None:
         await calibrator.load()

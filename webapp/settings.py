@@ -43,6 +43,13 @@ class Settings(BaseSettings):
     rate_limit_window: float = Field(default=60.0, gt=0)
     """The rate limits' window, in seconds."""
 
+    sign_in_failures_allowed: int = Field(default=5, ge=0)
+    """Failed sign-ins one username may have within sign_in_failure_window before further
+    attempts are refused until the oldest leaves it; 0 turns the throttle off."""
+
+    sign_in_failure_window: float = Field(default=900.0, gt=0)
+    """The sign-in throttle's window, in seconds."""
+
     @field_validator("config", mode="before")
     @classmethod
     def _empty_means_unset(cls, value: object) -> object:

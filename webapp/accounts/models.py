@@ -98,3 +98,19 @@ class ApiToken(SQLModel, table=True):
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+
+class SignInFailure(SQLModel, table=True):
+    """One failed sign-in, by the username it tried (whether or not that account exists,
+    so the throttle says nothing about which names are taken). Kept for the throttle's
+    window only."""
+
+    __tablename__ = "sign_in_failure"
+    __table_args__ = (
+        Index("ix_sign_in_failure_key_time", "username_key", "failed_at"),
+        Index("ix_sign_in_failure_time", "failed_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    username_key: str = Field(max_length=USERNAME_MAX_LENGTH)
+    failed_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())

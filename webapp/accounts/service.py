@@ -13,6 +13,7 @@ or token: on SQLite every write takes the single writer lock.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import secrets
 from datetime import datetime, timedelta
@@ -25,10 +26,17 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from webapp.accounts.models import USERNAME_MAX_LENGTH, ApiToken, LoginSession, User, username_key
+from webapp.accounts.models import (
+    USERNAME_MAX_LENGTH,
+    ApiToken,
+    LoginSession,
+    SignInFailure,
+    User,
+    username_key,
+)
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
 from webapp.db import transaction
-from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -37,6 +45,11 @@ USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
 SESSION_LIFETIME = timedelta(days=14)
 TOUCH_INTERVAL = timedelta(minutes=1)
 """The least time between two writes of a session's last_seen_at or a token's last_used_at."""
+
+SIGN_IN_FAILURES_ALLOWED = 5
+SIGN_IN_FAILURE_WINDOW = timedelta(minutes=15)
+"""A username that failed to sign in this many times within the window is refused, without
+a password check, until the oldest failure leaves the window."""
 
 TOKEN_PREFIX = "wa_"
 TOKEN_NAME_MAX_LENGTH = 100
@@ -67,9 +80,13 @@ class AccountService:
         sessions: async_sessionmaker[AsyncSession],
         *,
         hasher: PasswordHasher | None = None,
+        failures_allowed: int = SIGN_IN_FAILURES_ALLOWED,
+        failure_window: timedelta = SIGN_IN_FAILURE_WINDOW,
     ) -> None:
         self.sessions = sessions
         self.passwords = Passwords(hasher)
+        self.failures_allowed = failures_allowed
+        self.failure_window = failure_window
 
     # Users
 
@@ -140,22 +157,69 @@ class AccountService:
         """The user whose credentials these are, or None; records the sign-in.
 
         An unknown username costs the same time as a wrong password. A hash
-        made with weaker parameters than today's is replaced on success.
+        made with weaker parameters than today's is replaced on success. After
+        too many failures for one username, attempts are refused (TooManyRequests)
+        before any password is checked: guessing stays slow, and so does burning
+        the server's CPU on Argon2.
         """
-        if len(password) > MAX_PASSWORD_LENGTH:
-            return None
+        key = username_key(username)[:USERNAME_MAX_LENGTH]
+        await self._refuse_if_throttled(key)
         user = await self.get_user_by_name(username)
-        verdict = await self.passwords.verify(user.password_hash if user else None, password)
-        if user is None or not verdict.ok:
+        verdict = (
+            await self.passwords.verify(user.password_hash if user else None, password)
+            if len(password) <= MAX_PASSWORD_LENGTH
+            else None
+        )
+        if user is None or verdict is None or not verdict.ok:
+            await self._record_failure(key)
             return None
         values: dict[str, object] = {"last_login_at": utcnow()}
         if verdict.new_hash is not None:
             values["password_hash"] = verdict.new_hash
         async with transaction(self.sessions) as session:
             await session.exec(update(User).where(col(User.id) == user.id).values(**values))
+            await session.exec(delete(SignInFailure).where(col(SignInFailure.username_key) == key))
         for name, value in values.items():
             setattr(user, name, value)
         return user
+
+    async def _refuse_if_throttled(self, key: str) -> None:
+        if self.failures_allowed <= 0:
+            return
+        now = utcnow()
+        async with self.sessions() as session:
+            recent = await session.exec(
+                select(SignInFailure.failed_at)
+                .where(
+                    SignInFailure.username_key == key,
+                    col(SignInFailure.failed_at) > now - self.failure_window,
+                )
+                .order_by(col(SignInFailure.failed_at))
+                .limit(self.failures_allowed)
+            )
+            failures = list(recent)
+        if len(failures) < self.failures_allowed:
+            return
+        wait = max(1, math.ceil((as_utc(failures[0]) + self.failure_window - now).total_seconds()))
+        minutes = math.ceil(wait / 60)
+        raise TooManyRequests(
+            f"Too many failed sign-ins for this username; try again in "
+            f"{minutes} minute{'s' if minutes != 1 else ''}.",
+            retry_after=wait,
+        )
+
+    async def _record_failure(self, key: str) -> None:
+        """Keep this failure, and forget every one that has left the window."""
+        if self.failures_allowed <= 0:
+            return
+        now = utcnow()
+        async with transaction(self.sessions) as session:
+            await session.exec(
+                delete(SignInFailure).where(
+                    col(SignInFailure.failed_at) <= now - self.failure_window
+                )
+            )
+            session.add(SignInFailure(username_key=key, failed_at=now))
 
     async def get_user(self, user_id: int) -> User | None:
         async with self.sessions() as session:

@@ -15,7 +15,7 @@ from litestar.response import Redirect, Template
 
 from webapp.accounts.models import User
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
-from webapp.errors import AppError, Conflict
+from webapp.errors import AppError, Conflict, TooManyRequests
 from webapp.web.security import bearer_token
 
 SESSION_COOKIE = "webapp_session"
@@ -86,8 +86,16 @@ class AccountPages(Controller):
     async def login(self, request: Request[Any, Any, Any]) -> Any:
         accounts: AccountService = request.app.state.accounts
         form = await _form(request)
-        user = await accounts.authenticate(form.get("username", ""), form.get("password", ""))
         target = safe_next(form.get("next"))
+        try:
+            user = await accounts.authenticate(form.get("username", ""), form.get("password", ""))
+        except TooManyRequests as refused:
+            return Template(
+                "accounts/login.html",
+                context={"next": target, "error": refused.message},
+                status_code=429,
+                headers={"Retry-After": str(refused.retry_after)},
+            )
         if user is None or user.id is None:
             return Template(
                 "accounts/login.html",
