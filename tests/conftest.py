@@ -24,7 +24,7 @@ TABLES = (
     "model_calibration",
     "api_token",
     "login_session",
-    "sign_in_failure",
+    "sign_in_attempt",
     "user_account",
 )
 

@@ -16,7 +16,7 @@ from argon2 import PasswordHasher
 from sqlalchemy import delete, update
 from sqlmodel import select
 
-from webapp.accounts.models import ApiToken, LoginSession, SignInFailure, User
+from webapp.accounts.models import ApiToken, LoginSession, SignInAttempt, User
 from webapp.accounts.service import AccountService
 from webapp.db import create_engine, session_factory, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
@@ -454,12 +454,14 @@ async def test_failed_sign_ins_throttle_the_username_before_any_password_is_chec
     # Once the failures are older than the window, the password works again and the
     # slate is cleaned.
     async with transaction(accounts.sessions) as session:
-        await session.exec(update(SignInFailure).values(failed_at=utcnow() - timedelta(minutes=16)))
+        await session.exec(
+            update(SignInAttempt).values(attempted_at=utcnow() - timedelta(minutes=16))
+        )
     assert await accounts.authenticate("alice", PASSWORD) is not None
-    assert "alice" not in {f.username_key for f in await rows(accounts, SignInFailure)}
+    assert "alice" not in {f.username_key for f in await rows(accounts, SignInAttempt)}
     # The next failure forgets every failure that has left the window.
     assert await accounts.authenticate("bob", "still wrong") is None
-    assert [f.username_key for f in await rows(accounts, SignInFailure)] == ["bob"]
+    assert [f.username_key for f in await rows(accounts, SignInAttempt)] == ["bob"]
 
 
 async def test_a_successful_sign_in_forgets_earlier_failures(accounts: AccountService) -> None:
@@ -473,6 +475,29 @@ async def test_a_successful_sign_in_forgets_earlier_failures(accounts: AccountSe
 
 
 async def test_absurd_usernames_fail_like_any_other(accounts: AccountService) -> None:
-    """A username longer than any account's is a failure like another, not an error."""
-    assert await accounts.authenticate("x" * 5000, PASSWORD) is None
-    assert len(await rows(accounts, SignInFailure)) == 1
+    """No account can have such a name: refused at once, and nothing is stored."""
+    for name in ("x" * 5000, "nul\x00byte", "spaced name", ""):
+        assert await accounts.authenticate(name, PASSWORD) is None
+    assert await rows(accounts, SignInAttempt) == []
+
+
+async def test_one_clients_failures_do_not_lock_the_owner_out(accounts: AccountService) -> None:
+    await accounts.create_user("dora", PASSWORD)
+    for _ in range(5):
+        assert await accounts.authenticate("dora", "guess", client="203.0.113.9") is None
+    with pytest.raises(TooManyRequests):
+        await accounts.authenticate("dora", PASSWORD, client="203.0.113.9")
+    assert await accounts.authenticate("dora", PASSWORD, client="198.51.100.7") is not None
+
+
+async def test_parallel_attempts_cannot_slip_past_the_limit(accounts: AccountService) -> None:
+    await accounts.create_user("erin", PASSWORD)
+    hasher = accounts.passwords.hasher
+    assert isinstance(hasher, CountingHasher)
+    before = hasher.verifications
+    outcomes = await asyncio.gather(
+        *(accounts.authenticate("erin", f"guess {n}") for n in range(20)),
+        return_exceptions=True,
+    )
+    refused = [o for o in outcomes if isinstance(o, TooManyRequests)]
+    assert len(refused) == 15 and hasher.verifications - before == 5

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime
+from pathlib import Path
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import Connection, insert, select
 
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
 from webapp.chat.serialize import message_dict
-from webapp.db import as_loaded, create_engine, session_factory
+from webapp.db import as_loaded, create_engine, in_transaction, session_factory
+from webapp.migrate import upgrade
 from webapp.timeutil import as_utc, utcnow
 
 
@@ -58,3 +61,31 @@ async def test_a_row_built_from_written_values_equals_the_row_read_back(
 def test_an_incomplete_row_is_refused() -> None:
     with pytest.raises(ValueError, match="created_at"):
         as_loaded(Message, {**MESSAGE_DEFAULTS, "conversation_id": "c", "seq": 1, "role": "user"})
+
+
+async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
+    tmp_path: Path,
+) -> None:
+    """What a send reads under its lock cannot change before it writes."""
+    path = tmp_path / "lock.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    upgrade(url)
+    engine = create_engine(url)
+
+    def read_then_try_a_write_elsewhere(connection: Connection) -> str:
+        connection.execute(select(Conversation.id)).all()
+        other = sqlite3.connect(path, timeout=0)
+        try:
+            other.execute("INSERT INTO model_calibration VALUES ('m', 1.0, 0, '2026-01-01')")
+            other.commit()
+            return "the other writer got in"
+        except sqlite3.OperationalError as refused:
+            return str(refused)
+        finally:
+            other.close()
+
+    try:
+        outcome = await in_transaction(session_factory(engine), read_then_try_a_write_elsewhere)
+    finally:
+        await engine.dispose()
+    assert outcome == "database is locked"

@@ -373,3 +373,21 @@ async def test_counting_recent_sends_reads_only_the_window(tmp_path: Path) -> No
         await engine.dispose()
     assert any("ix_message_conversation_created" in line for line in details), details
     assert any("(owner=? AND updated_at>?)" in line for line in details), details
+
+
+async def test_watchers_hear_the_end_even_when_it_cannot_be_stored(
+    chat: ConversationService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database failing at the very end must not leave a watcher waiting forever."""
+
+    async def fails(*_args: object) -> None:
+        raise RuntimeError("disk I/O error (simulated)")
+
+    conversation = await chat.create(OWNER, "small")
+    monkeypatch.setattr(chat, "_finish", fails)
+    send = await chat.send(OWNER, conversation.id, "hello")
+    events = [event async for event in send.running.channel.follow()]
+    assert events[0].name == "fit" and events[-1].name == "error"
+    assert events[-1].data["message"] == "The answer could not be stored."
+    with pytest.raises(RuntimeError):
+        await send.running.task

@@ -56,6 +56,17 @@ def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-
     cursor.close()
 
 
+def _no_implicit_begin(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    dbapi_connection.isolation_level = None
+
+
+def _begin_immediate(connection: Connection) -> None:
+    """A transaction run by `in_transaction` holds SQLite's write lock from its first
+    statement, reads included (the sqlite3 driver would begin only before the first
+    write): what it reads cannot change before it writes."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 # Sessions and transactions always end (commit, or rollback on close), so a pool's own
 # rollback on return would only be one more round trip to the driver.
 _SQLITE_POOL = {"pool_reset_on_return": None, "pool_use_lifo": True}
@@ -72,6 +83,8 @@ class _SQLiteThread:
             **_SQLITE_POOL,  # type: ignore[arg-type]
         )
         event.listen(self.engine, "connect", _set_pragmas)
+        event.listen(self.engine, "connect", _no_implicit_begin)
+        event.listen(self.engine, "begin", _begin_immediate)
         self._thread: ThreadPoolExecutor | None = None
 
     async def run(

@@ -16,6 +16,7 @@ from sqlmodel import Field, SQLModel
 from webapp.timeutil import utcnow
 
 USERNAME_MAX_LENGTH = 64
+CLIENT_MAX_LENGTH = 64
 
 
 def username_key(username: str) -> str:
@@ -100,17 +101,20 @@ class ApiToken(SQLModel, table=True):
         return self.revoked_at is not None
 
 
-class SignInFailure(SQLModel, table=True):
-    """One failed sign-in, by the username it tried (whether or not that account exists,
-    so the throttle says nothing about which names are taken). Kept for the throttle's
-    window only."""
+class SignInAttempt(SQLModel, table=True):
+    """A sign-in attempt for a username from one client address, written before the password
+    is checked and deleted when it succeeds: what remains are failures (and attempts in
+    flight), which the throttle counts. Kept for the throttle's window only. The username
+    need not exist, so the throttle says nothing about which names are taken."""
 
-    __tablename__ = "sign_in_failure"
+    __tablename__ = "sign_in_attempt"
     __table_args__ = (
-        Index("ix_sign_in_failure_key_time", "username_key", "failed_at"),
-        Index("ix_sign_in_failure_time", "failed_at"),
+        Index("ix_sign_in_attempt_key_client_time", "username_key", "client", "attempted_at"),
+        Index("ix_sign_in_attempt_time", "attempted_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
     username_key: str = Field(max_length=USERNAME_MAX_LENGTH)
-    failed_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    client: str = Field(default="", max_length=CLIENT_MAX_LENGTH)
+    """The client's address as the server saw it (behind a proxy: the proxy's)."""
+    attempted_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())

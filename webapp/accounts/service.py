@@ -19,7 +19,7 @@ import secrets
 from datetime import datetime, timedelta
 
 from argon2 import PasswordHasher
-from sqlalchemy import Boolean, DateTime, String, delete, insert, literal, text, update
+from sqlalchemy import Boolean, DateTime, String, delete, func, insert, literal, text, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -27,10 +27,11 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import (
+    CLIENT_MAX_LENGTH,
     USERNAME_MAX_LENGTH,
     ApiToken,
     LoginSession,
-    SignInFailure,
+    SignInAttempt,
     User,
     username_key,
 )
@@ -48,8 +49,8 @@ TOUCH_INTERVAL = timedelta(minutes=1)
 
 SIGN_IN_FAILURES_ALLOWED = 5
 SIGN_IN_FAILURE_WINDOW = timedelta(minutes=15)
-"""A username that failed to sign in this many times within the window is refused, without
-a password check, until the oldest failure leaves the window."""
+"""A username that failed to sign in this many times within the window from one client
+address is refused there, without a password check, until the failures leave the window."""
 
 TOKEN_PREFIX = "wa_"
 TOKEN_NAME_MAX_LENGTH = 100
@@ -153,73 +154,90 @@ class AccountService:
             created = await session.exec(select(User).where(User.username_key == key))
             return created.one()
 
-    async def authenticate(self, username: str, password: str) -> User | None:
+    async def authenticate(self, username: str, password: str, client: str = "") -> User | None:
         """The user whose credentials these are, or None; records the sign-in.
 
-        An unknown username costs the same time as a wrong password. A hash
-        made with weaker parameters than today's is replaced on success. After
-        too many failures for one username, attempts are refused (TooManyRequests)
-        before any password is checked: guessing stays slow, and so does burning
-        the server's CPU on Argon2.
+        An unknown username costs the same time as a wrong password. A hash made with
+        weaker parameters than today's is replaced on success. Each attempt is written
+        before the password is checked; after too many failures for one username from
+        one client address, attempts are refused (TooManyRequests) without checking any
+        password: guessing stays slow, burning the server's CPU on Argon2 is not free,
+        and nobody elsewhere can lock the account's owner out.
         """
-        key = username_key(username)[:USERNAME_MAX_LENGTH]
-        await self._refuse_if_throttled(key)
+        if len(password) > MAX_PASSWORD_LENGTH:
+            return None
+        if not USERNAME_PATTERN.fullmatch(username):
+            # No account has such a name (it may not even be storable): nothing to throttle
+            # or look up, but the answer takes as long as any other.
+            await self.passwords.verify(None, password)
+            return None
+        key, client = username_key(username), client[:CLIENT_MAX_LENGTH]
+        attempt = await self._record_attempt(key, client)
         user = await self.get_user_by_name(username)
-        verdict = (
-            await self.passwords.verify(user.password_hash if user else None, password)
-            if len(password) <= MAX_PASSWORD_LENGTH
-            else None
-        )
-        if user is None or verdict is None or not verdict.ok:
-            await self._record_failure(key)
+        verdict = await self.passwords.verify(user.password_hash if user else None, password)
+        if user is None or not verdict.ok:
             return None
         values: dict[str, object] = {"last_login_at": utcnow()}
         if verdict.new_hash is not None:
             values["password_hash"] = verdict.new_hash
         async with transaction(self.sessions) as session:
             await session.exec(update(User).where(col(User.id) == user.id).values(**values))
-            await session.exec(delete(SignInFailure).where(col(SignInFailure.username_key) == key))
+            await session.exec(
+                delete(SignInAttempt).where(
+                    col(SignInAttempt.username_key) == key,
+                    col(SignInAttempt.client) == client,
+                    col(SignInAttempt.attempted_at) <= attempt,
+                )
+            )
         for name, value in values.items():
             setattr(user, name, value)
         return user
 
-    async def _refuse_if_throttled(self, key: str) -> None:
-        if self.failures_allowed <= 0:
-            return
+    async def _record_attempt(self, key: str, client: str) -> datetime:
+        """Write this attempt, forget those that have left the window, and refuse it if
+        the ones before it in the window already reach the limit. Writing first and
+        counting after, in one transaction, means parallel attempts cannot all slip
+        through between a count and a check."""
         now = utcnow()
-        async with self.sessions() as session:
-            recent = await session.exec(
-                select(SignInFailure.failed_at)
-                .where(
-                    SignInFailure.username_key == key,
-                    col(SignInFailure.failed_at) > now - self.failure_window,
-                )
-                .order_by(col(SignInFailure.failed_at))
-                .limit(self.failures_allowed)
+        allowed = self.failures_allowed
+        if allowed <= 0:
+            return now
+        since = now - self.failure_window
+        async with transaction(self.sessions) as session:
+            if session.bind.dialect.name == "postgresql":
+                # Under READ COMMITTED, parallel transactions would each count without the
+                # others' attempts: one at a time per username and client. (SQLite runs one
+                # writing transaction at a time anyway.)
+                lock = func.hashtext(f"{key} {client}")
+                await session.exec(select(func.pg_advisory_xact_lock(lock)))
+            await session.exec(
+                delete(SignInAttempt).where(col(SignInAttempt.attempted_at) <= since)
             )
-            failures = list(recent)
-        if len(failures) < self.failures_allowed:
-            return
-        wait = max(1, math.ceil((as_utc(failures[0]) + self.failure_window - now).total_seconds()))
+            session.add(SignInAttempt(username_key=key, client=client, attempted_at=now))
+            await session.flush()
+            newest_first = list(
+                await session.exec(
+                    select(SignInAttempt.attempted_at)
+                    .where(
+                        SignInAttempt.username_key == key,
+                        SignInAttempt.client == client,
+                        col(SignInAttempt.attempted_at) > since,
+                    )
+                    .order_by(col(SignInAttempt.attempted_at).desc(), col(SignInAttempt.id).desc())
+                    .limit(allowed + 1)
+                )
+            )
+        if len(newest_first) <= allowed:
+            return now
+        # This attempt is the newest; it may go ahead once the `allowed`-th before it has
+        # left the window.
+        wait = max(1, math.ceil((as_utc(newest_first[allowed]) - since).total_seconds()))
         minutes = math.ceil(wait / 60)
         raise TooManyRequests(
             f"Too many failed sign-ins for this username; try again in "
             f"{minutes} minute{'s' if minutes != 1 else ''}.",
             retry_after=wait,
         )
-
-    async def _record_failure(self, key: str) -> None:
-        """Keep this failure, and forget every one that has left the window."""
-        if self.failures_allowed <= 0:
-            return
-        now = utcnow()
-        async with transaction(self.sessions) as session:
-            await session.exec(
-                delete(SignInFailure).where(
-                    col(SignInFailure.failed_at) <= now - self.failure_window
-                )
-            )
-            session.add(SignInFailure(username_key=key, failed_at=now))
 
     async def get_user(self, user_id: int) -> User | None:
         async with self.sessions() as session:

@@ -88,7 +88,11 @@ class AccountPages(Controller):
         form = await _form(request)
         target = safe_next(form.get("next"))
         try:
-            user = await accounts.authenticate(form.get("username", ""), form.get("password", ""))
+            user = await accounts.authenticate(
+                form.get("username", ""),
+                form.get("password", ""),
+                client=request.client.host if request.client else "",
+            )
         except TooManyRequests as refused:
             return Template(
                 "accounts/login.html",

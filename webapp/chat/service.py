@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
+UNSTORED_ERROR = "The answer could not be stored."
 EMBED_OWNER_PREFIX = "embed:"
 
 # The statements every send runs, built once: on SQLite, building and caching a statement
@@ -611,15 +612,21 @@ class ConversationService:
             finished.set()
             stopped.cancel()
             await asyncio.gather(flusher, stopped, return_exceptions=True)
-            row = await asyncio.shield(self._finish(answer, progress, status, error))
-            final = message_dict(row)
-            if status in (Status.COMPLETE, Status.STOPPED):
-                channel.publish(Event("done", final), last=True)
-            else:
-                channel.publish(
-                    Event("error", {"message": error or "the answer failed", "assistant": final}),
-                    last=True,
-                )
+            stored: Message | None = None
+            try:
+                stored = await asyncio.shield(self._finish(answer, progress, status, error))
+            finally:
+                # Whoever watches hears the end, even when the end could not be stored.
+                if stored is None:
+                    status, error = Status.FAILED, UNSTORED_ERROR
+                final = message_dict(stored or answer)
+                if status in (Status.COMPLETE, Status.STOPPED):
+                    channel.publish(Event("done", final), last=True)
+                else:
+                    message = error or "the answer failed"
+                    channel.publish(
+                        Event("error", {"message": message, "assistant": final}), last=True
+                    )
 
     def _failure(self, failure: BaseException, progress: Progress) -> tuple[Status, str]:
         """What the answer's row says went wrong. It is read by the user (and by an embed's
