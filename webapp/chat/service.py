@@ -16,8 +16,9 @@ import logging
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, update
+from sqlalchemy import Connection, Select, Update, bindparam, delete, func, insert, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -38,6 +39,7 @@ from webapp.timeutil import as_utc, utcnow
 from webapp.web.markdown import render_markdown
 
 log = logging.getLogger(__name__)
+Statement = TypeVar("Statement", bound=Select | Update)  # type: ignore[type-arg]
 
 DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
@@ -454,7 +456,13 @@ class ConversationService:
             return await session.get(Message, answer_id)
 
     async def reap_stale(self, conversation_id: str | None = None) -> int:
-        """Mark answers whose writer died (no heartbeat for a while) as interrupted."""
+        """Mark answers whose writer died (no heartbeat for a while) as interrupted. Pages
+        and watchers ask often and there is almost never anything to reap: a read answers
+        that, and only a reap takes the write lock."""
+        async with self.sessions() as session:
+            stale = await session.exec(self._stale(select(Message.id), conversation_id).limit(1))
+            if stale.first() is None:
+                return 0
         return await in_transaction(self.sessions, self._reap, conversation_id)
 
     # Internals
@@ -523,13 +531,18 @@ class ConversationService:
             retry_after=wait,
         )
 
-    def _reap(self, connection: Connection, conversation_id: str | None) -> int:
+    def _stale(self, statement: Statement, conversation_id: str | None) -> Statement:
+        """`statement` narrowed to answers still marked streaming whose writer went quiet."""
         cutoff = utcnow() - timedelta(seconds=self.settings.stale_stream_after)
-        statement = update(Message).where(
+        statement = statement.where(
             col(Message.status) == Status.STREAMING, col(Message.updated_at) < cutoff
         )
         if conversation_id is not None:
             statement = statement.where(col(Message.conversation_id) == conversation_id)
+        return statement
+
+    def _reap(self, connection: Connection, conversation_id: str | None) -> int:
+        statement = self._stale(update(Message), conversation_id)
         result = connection.execute(
             statement.values(status=Status.INTERRUPTED, error=INTERRUPTED_ERROR)
         )
