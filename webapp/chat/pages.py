@@ -76,12 +76,11 @@ class ConversationPages(Controller):
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, turns=PAGE_TURNS
         )
-        left_out = await chat.left_out_spans(conversation.id, rows)
         context: dict[str, Any] = {
             "conversation": row,
             "base": conversation.base,
             "embed": conversation.embed,
-            "messages": message_views(rows, left_out),
+            "messages": message_views(rows),
             "has_older": has_older,
             "meter": last_fit(rows),
             "streaming": any(r.status == "streaming" for r in rows),
@@ -98,13 +97,12 @@ class ConversationPages(Controller):
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
         )
-        left_out = await chat.left_out_spans(conversation.id, rows)
         return Template(
             "chat/_messages.html",
             context={
                 "conversation": row,
                 "base": conversation.base,
-                "messages": message_views(rows, left_out),
+                "messages": message_views(rows),
                 "has_older": has_older,
             },
         )
@@ -145,19 +143,12 @@ class ConversationPages(Controller):
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             snapshot = first
-            # The trim marker names the span of turns it left out (what opening it highlights):
-            # look them up once the fit is known, not on every snapshot.
-            dropped: int | None = None
-            left_out: dict[int, tuple[int, int]] = {}
             while True:
-                if snapshot.user.dropped_turns != dropped:
-                    dropped = snapshot.user.dropped_turns
-                    left_out = await chat.left_out_spans(conversation.id, [snapshot.user])
                 yield {
                     "data": render_fragment(
                         "chat/_stream_update.html",
                         answer=message_views([snapshot.answer])[0],
-                        user=message_views([snapshot.user], left_out)[0],
+                        user=message_views([snapshot.user])[0],
                         base=conversation.base,
                     ),
                     "id": str(len(snapshot.answer.content)),

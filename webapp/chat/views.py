@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -24,8 +25,15 @@ def plural(count: int, one: str, many: str) -> str:
 @dataclass(slots=True)
 class MessageView:
     row: Message
-    left_out: tuple[int, int] | None = None
-    """First and last seq of the turns this send left out (trimmed user rows only)."""
+
+    @property
+    def left_out(self) -> list[list[int]]:
+        """The [first, last] seq spans this send left out, as stored when it was sent."""
+        return self.row.fit_left_out or []
+
+    @property
+    def left_out_json(self) -> str:
+        return json.dumps(self.left_out, separators=(",", ":"))
 
     @property
     def is_user(self) -> bool:
@@ -59,11 +67,8 @@ class MessageView:
         return min(100, round(100 * row.fit_estimated_tokens / row.fit_window))
 
 
-def message_views(
-    rows: list[Message], left_out: dict[int, tuple[int, int]] | None = None
-) -> list[MessageView]:
-    left_out = left_out or {}
-    return [MessageView(row, left_out.get(row.seq)) for row in rows]
+def message_views(rows: list[Message]) -> list[MessageView]:
+    return [MessageView(row) for row in rows]
 
 
 def last_fit(rows: list[Message]) -> MessageView | None:
