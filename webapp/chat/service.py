@@ -353,6 +353,8 @@ class ConversationService:
     ) -> Message:
         """Pin (or unpin) a user turn: a pinned turn is sent on every later send, after the
         head, as long as head, pins and the newest turn fit."""
+        if not 0 < message_id < 2**63:
+            raise NotFound("no such message")
         async with transaction(self.sessions) as session:
             await self._owned(session, owner, conversation_id)
             row = await session.get(Message, message_id)
