@@ -1206,6 +1206,30 @@ def _stop_session_upstream() -> None:
         _session_upstream = None
 
 
+_engine_upstream: FakeUpstream | None = None
+
+
+@pytest.fixture
+def engine_upstream(request: pytest.FixtureRequest) -> Iterator[FakeUpstream]:
+    """A second session server that counts with Qwen's vocabulary (one the estimate was
+    not fitted to); it starts as engine "openai", and tests pick theirs with
+    `set_engine`. Reset before and after each test, like `upstream`."""
+    global _engine_upstream
+    if _engine_upstream is None:
+        _engine_upstream = FakeUpstream(tokenizer="qwen").start()
+        request.config.add_cleanup(_stop_engine_upstream)
+    _engine_upstream.reset()
+    yield _engine_upstream
+    _engine_upstream.reset()
+
+
+def _stop_engine_upstream() -> None:
+    global _engine_upstream
+    if _engine_upstream is not None:
+        _engine_upstream.stop()
+        _engine_upstream = None
+
+
 # ---- standalone ----------------------------------------------------------------------------
 
 
