@@ -255,12 +255,18 @@ class ServerTokenizer:
                 f"{self.shape} at {self.url} is resting after a failure: {self.last_error}"
             )
         try:
-            async with asyncio.timeout(self.timeout):
-                return list(await asyncio.gather(*(self._one(text) for text in texts)))
+            # A task group, not gather: the first failure cancels the requests still
+            # in flight instead of leaving them to load a server that is failing.
+            async with asyncio.timeout(self.timeout), asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._one(text)) for text in texts]
         except TimeoutError:
             raise self._failed(f"no answer within {self.timeout:g} s") from None
-        except (httpx.HTTPError, ValueError) as exc:
-            raise self._failed(str(exc) or type(exc).__name__) from exc
+        except ExceptionGroup as failures:
+            first = failures.exceptions[0]
+            if not isinstance(first, httpx.HTTPError | ValueError):
+                raise
+            raise self._failed(str(first) or type(first).__name__) from first
+        return [task.result() for task in tasks]
 
     async def _one(self, text: str) -> int:
         async with self._limit:
