@@ -253,7 +253,7 @@ def test_check_config_lists_windows_tokenizers_and_where_they_came_from(
     assert "model 'fixed': window 9,000 (configured)" in out
     assert "warning: configured window 9,000 is larger than the server's 3,000" in out
     assert f"model 'gone': window 8,192 ({NOT_DISCOVERABLE})" in out
-    assert "'server': no tokenize endpoint answered at http://127.0.0.1:9" in out
+    assert "'server' but no tokenize endpoint answered: cannot connect to http://127.0.0.1:9" in out
     assert "model 'd': window 2,048 (configured)" in out
     assert "configuration 'c': served by m (window 3,000)" in out
     assert elapsed < 20

@@ -264,6 +264,7 @@ async def test_probing_is_bounded_in_time_and_never_raises(
         assert time.monotonic() - started < 1.5, "all models are probed at once"
         for model in catalog.models.values():
             assert isinstance(tokenizers.for_model(model), EstimateTokenizer)
+            assert "within 0.5 s" in tokenizers.describe(model)
         assert sorted(tokenizers.errors) == ["m1", "m3", "m5"]
 
 
@@ -274,6 +275,22 @@ async def test_an_unreachable_server_is_found_out_at_once(tmp_path: Path) -> Non
         await tokenizers.probe(catalog)
         assert time.monotonic() - started < 1.0
         assert tokenizers.for_model(catalog.models["m"]).id == "estimate"
+        assert tokenizers.describe(catalog.models["m"]) == (
+            "estimate (cannot connect to http://127.0.0.1:9 (ConnectError))"
+        )
+
+
+async def test_a_refused_key_is_told_apart_from_a_missing_endpoint(
+    engine_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    engine_upstream.set_engine("llamacpp")
+    engine_upstream.fail_tokenize(401, count=3)
+    catalog = catalog_for(tmp_path, engine_upstream)
+    async with Tokenizers() as tokenizers:
+        await tokenizers.probe(catalog)
+        assert "refused the key (HTTP 401): check api_key_env" in tokenizers.describe(
+            catalog.models["m"]
+        )
 
 
 async def test_an_unprobed_model_counts_with_the_estimate() -> None:

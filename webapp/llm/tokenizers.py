@@ -299,23 +299,30 @@ async def probe_shape(
     model: ModelSpec,
     provider: ProviderSpec,
     timeout: float = PROBE_TIMEOUT,
-) -> TokenizeShape | None:
+) -> tuple[TokenizeShape | None, str]:
     """The first endpoint shape that counts PROBE_TEXT as a positive number of tokens,
-    or None. Shapes are tried in order (they may share a path), all within `timeout`;
-    nothing raises."""
+    and what was found; or None and why not ("no tokenize endpoint found at ...",
+    "cannot connect to ...", ...), so check-config can tell a missing endpoint from a
+    server that is down. Shapes are tried in order (they may share a path), all within
+    `timeout`; nothing raises."""
+    assert provider.base_url is not None
+    root = server_root(provider.base_url)
     try:
         async with asyncio.timeout(timeout):
-            return await _first_shape(client, model, provider, timeout)
+            return await _first_shape(client, model, provider, root, timeout)
     except TimeoutError:
-        return None
+        return None, f"no answer from {root} within {timeout:g} s"
 
 
 async def _first_shape(
-    client: httpx.AsyncClient, model: ModelSpec, provider: ProviderSpec, timeout: float
-) -> TokenizeShape | None:
-    assert provider.base_url is not None
-    root = server_root(provider.base_url)
+    client: httpx.AsyncClient,
+    model: ModelSpec,
+    provider: ProviderSpec,
+    root: str,
+    timeout: float,
+) -> tuple[TokenizeShape | None, str]:
     headers = auth_headers(provider)
+    refused: int | None = None
     for shape in SHAPES:
         try:
             response = await client.post(
@@ -325,12 +332,19 @@ async def _first_shape(
                 timeout=timeout,
             )
             if response.status_code == 200 and _token_count(response.json()) > 0:
-                return shape
-        except httpx.TransportError:
-            return None  # nothing listens, or too slow: no other path will do better
+                return shape, str(shape)
+            if response.status_code in (401, 403):
+                refused = response.status_code
+        except httpx.TimeoutException:
+            return None, f"no answer from {root} within {timeout:g} s"
+        except httpx.TransportError as exc:
+            # Nothing listens: no other path will do better.
+            return None, f"cannot connect to {root} ({type(exc).__name__})"
         except (httpx.HTTPError, ValueError):
             continue
-    return None
+    if refused is not None:
+        return None, f"{root} refused the key (HTTP {refused}): check api_key_env"
+    return None, f"no tokenize endpoint found at {root}"
 
 
 # --------------------------------------------------------------------------- registry
@@ -422,7 +436,7 @@ class Tokenizers:
             return model.name, _Resolved(estimate, "estimate (configured)")
         if provider.kind != "openai" or provider.base_url is None:
             return model.name, _Resolved(estimate, f"estimate ({provider.kind} provider)")
-        shape = await probe_shape(self._client, model, provider, self.timeout)
+        shape, found = await probe_shape(self._client, model, provider, self.timeout)
         if shape is not None:
             tokenizer = ServerTokenizer(
                 model,
@@ -434,8 +448,7 @@ class Tokenizers:
                 concurrency=self.concurrency,
             )
             return model.name, _Resolved(tokenizer, f"server ({shape})")
-        root = server_root(provider.base_url)
         if kind == "server":
-            error = f"'server': no tokenize endpoint answered at {root}"
+            error = f"'server' but no tokenize endpoint answered: {found}"
             return model.name, _Resolved(estimate, f"estimate (ERROR: {error})", error)
-        return model.name, _Resolved(estimate, f"estimate (no tokenize endpoint found at {root})")
+        return model.name, _Resolved(estimate, f"estimate ({found})")
