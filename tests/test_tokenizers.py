@@ -446,3 +446,16 @@ def test_a_missing_package_is_named_with_its_extra(
     [line] = caught.value.errors
     assert "models[0] 'm': field 'tokenizer'" in line
     assert f"needs the '{package}' package" in line and f"webapp[{extra}]" in line
+
+
+async def test_a_tokenizer_file_gone_by_start_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    path = train_tokenizer_json(tmp_path / "tokenizer.json")
+    catalog = load_catalog(
+        write_catalog(tmp_path, CLOSED_PORT_URL, model_toml(tokenizer=f"huggingface:{path}"))
+    )
+    path.write_text("{}")  # replaced by something unreadable after the catalog was checked
+    async with Tokenizers() as tokenizers:
+        await tokenizers.probe(catalog)
+        assert tokenizers.for_model(catalog.models["m"]).id == "estimate"
+        assert "cannot load tokenizer file" in tokenizers.errors["m"]
+        assert tokenizers.describe(catalog.models["m"]).startswith("estimate (ERROR: ")

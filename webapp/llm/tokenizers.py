@@ -425,11 +425,13 @@ class Tokenizers:
         kind, argument = split_tokenizer(model.tokenizer)
         estimate = self._estimate
         try:
+            # Loading a vocabulary takes a moment: in a thread, so probes go on meanwhile.
             if kind == "tiktoken":
-                return model.name, _Resolved(TiktokenTokenizer(argument), f"tiktoken {argument}")
+                local: Tokenizer = await asyncio.to_thread(TiktokenTokenizer, argument)
+                return model.name, _Resolved(local, f"tiktoken {argument}")
             if kind == "huggingface":
-                tokenizer = HuggingFaceTokenizer(argument)
-                return model.name, _Resolved(tokenizer, f"huggingface {argument}")
+                local = await asyncio.to_thread(HuggingFaceTokenizer, argument)
+                return model.name, _Resolved(local, f"huggingface {argument}")
         except TokenizerConfigError as exc:
             return model.name, _Resolved(estimate, f"estimate (ERROR: {exc})", str(exc))
         if kind == "estimate":
