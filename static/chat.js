@@ -1,5 +1,6 @@
 // The few behaviours htmx does not cover: Enter to send, the composer's busy state while an
-// answer streams, keeping the newest message in view, and highlighting left-out turns.
+// answer streams, keeping the newest message in view, highlighting left-out turns, editing a
+// message in place (Enter sends, Escape cancels) and copying a message.
 (() => {
   "use strict";
 
@@ -55,9 +56,57 @@
     if (first) first.scrollIntoView({ block: "nearest", behavior: "smooth" });
   }
 
+  function startEdit(message) {
+    const form = message.querySelector(".edit-form");
+    if (!form) return;
+    message.classList.add("editing");
+    form.hidden = false;
+    const area = form.querySelector("textarea");
+    area.focus();
+    area.setSelectionRange(area.value.length, area.value.length);
+  }
+
+  function cancelEdit(form) {
+    const message = form.closest(".message");
+    form.reset();
+    form.hidden = true;
+    message.classList.remove("editing");
+    const edit = message.querySelector('[data-action="edit"]');
+    if (edit) edit.focus();
+  }
+
+  async function copyMessage(button) {
+    const content = button.closest(".message").querySelector(".content");
+    try {
+      await navigator.clipboard.writeText(content.innerText.trim());
+      button.dataset.copied = "true";
+      button.textContent = "Copied";
+      setTimeout(() => {
+        delete button.dataset.copied;
+        button.textContent = "Copy";
+      }, 1500);
+    } catch (_) {
+      button.textContent = "Copy failed";
+    }
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest && event.target.closest("button[data-action]");
+    if (!button) return;
+    const action = button.dataset.action;
+    if (action === "edit") startEdit(button.closest(".message"));
+    else if (action === "cancel-edit") cancelEdit(button.closest(".edit-form"));
+    else if (action === "copy") copyMessage(button);
+  });
+
   document.addEventListener("keydown", (event) => {
     const area = event.target;
     if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
+    if (event.key === "Escape" && area.form && area.form.classList.contains("edit-form")) {
+      event.preventDefault();
+      cancelEdit(area.form);
+      return;
+    }
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       if (area.value.trim() && !area.disabled) area.form.requestSubmit();

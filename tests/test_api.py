@@ -19,6 +19,7 @@ from webapp.settings import Settings
 
 MESSAGE_FIELDS = {
     "id",
+    "alternatives",
     "seq",
     "role",
     "content",

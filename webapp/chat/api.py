@@ -16,7 +16,7 @@ from sse_starlette import EventSourceResponse
 
 from webapp.chat.answers import Channel
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
-from webapp.chat.service import ConversationService
+from webapp.chat.service import ConversationService, Send
 from webapp.errors import InvalidInput
 
 
@@ -35,6 +35,18 @@ class ConversationChanges:
 @dataclass
 class NewMessage:
     content: str
+    edit_of: int | None = None
+    """A user message id: send `content` as an alternative to that turn (a new branch)."""
+
+
+@dataclass
+class Preview:
+    content: str
+
+
+@dataclass
+class MessageRef:
+    message_id: int
 
 
 def wants_event_stream(request: Request) -> bool:
@@ -47,6 +59,32 @@ async def sse_events(channel: Channel) -> AsyncIterator[dict[str, Any]]:
         if event.id is not None:
             item["id"] = event.id
         yield item
+
+
+async def _answer(request: Request, chat: ConversationService, send: Send) -> ASGIApp:
+    """A send's answer: streamed when the client asks for events, else waited for."""
+    if wants_event_stream(request):
+        return EventSourceResponse(
+            sse_events(send.running.channel),
+            status_code=HTTP_201_CREATED,
+            ping=15,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+    user, answer = await chat.settle(send)
+    return ASGIResponse(
+        body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),
+        status_code=HTTP_201_CREATED,
+        media_type=MediaType.JSON,
+    )
+
+
+async def _with_branch(
+    chat: ConversationService, owner: str, conversation_id: str
+) -> dict[str, Any]:
+    """A conversation with its active branch and that branch's alternatives."""
+    conversation, messages = await chat.history(owner, conversation_id)
+    alternatives = await chat.alternatives_of(conversation_id, messages)
+    return conversation_dict(conversation, messages, alternatives)
 
 
 class ConversationController(Controller):
@@ -71,8 +109,7 @@ class ConversationController(Controller):
     async def read_conversation(
         self, chat: ConversationService, owner: str, conversation_id: str
     ) -> dict[str, Any]:
-        conversation, messages = await chat.history(owner, conversation_id)
-        return conversation_dict(conversation, messages)
+        return await _with_branch(chat, owner, conversation_id)
 
     @patch("/{conversation_id:str}")
     async def update_conversation(
@@ -107,24 +144,46 @@ class ConversationController(Controller):
     ) -> ASGIApp:
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
-        send = await chat.send(owner, conversation_id, data.content)
-        if wants_event_stream(request):
-            return EventSourceResponse(
-                sse_events(send.running.channel),
-                status_code=HTTP_201_CREATED,
-                ping=15,
-                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-            )
-        user, answer = await chat.settle(send)
-        return ASGIResponse(
-            body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),
-            status_code=HTTP_201_CREATED,
-            media_type=MediaType.JSON,
-        )
+        send = await chat.send(owner, conversation_id, data.content, data.edit_of)
+        return await _answer(request, chat, send)
+
+    @post(
+        "/{conversation_id:str}/messages/{message_id:int}/regenerate",
+        status_code=HTTP_201_CREATED,
+    )
+    async def regenerate(
+        self,
+        request: Request,
+        chat: ConversationService,
+        owner: str,
+        conversation_id: str,
+        message_id: int,
+    ) -> ASGIApp:
+        """A new answer to a user turn, as an alternative turn: 201 {user, assistant}, or
+        streamed like a send. The earlier answer stays on record."""
+        send = await chat.regenerate(owner, conversation_id, message_id)
+        return await _answer(request, chat, send)
+
+    @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)
+    async def switch_branch(
+        self, chat: ConversationService, owner: str, conversation_id: str, data: MessageRef
+    ) -> dict[str, Any]:
+        """Make the branch through a message active (down to its newest leaf): the next
+        send continues it. Answers the conversation with that branch."""
+        await chat.branch(owner, conversation_id, data.message_id)
+        return await _with_branch(chat, owner, conversation_id)
+
+    @post("/{conversation_id:str}/fork", status_code=HTTP_201_CREATED)
+    async def fork(
+        self, chat: ConversationService, owner: str, conversation_id: str, data: MessageRef
+    ) -> dict[str, Any]:
+        """A new conversation holding the branch up to and including a message's turn."""
+        fork = await chat.fork(owner, conversation_id, data.message_id)
+        return await _with_branch(chat, owner, fork.id)
 
     @post("/{conversation_id:str}/preview", status_code=HTTP_200_OK)
     async def preview_send(
-        self, chat: ConversationService, owner: str, conversation_id: str, data: NewMessage
+        self, chat: ConversationService, owner: str, conversation_id: str, data: Preview
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
         return preview_dict(await chat.preview(owner, conversation_id, data.content))

@@ -15,16 +15,41 @@ interrupted with some text. A failed answer stays in the record but is not sent.
 Pinned turns are read through a partial index, whatever their age. What a send reads
 runs inside its write transaction (see `webapp.db.in_transaction`), so these
 functions are synchronous.
+
+Branches. Editing or regenerating a turn never changes a stored row: it adds a new
+turn that continues an earlier row, and the conversation's history becomes a tree.
+A *branch* is the path from the root to one leaf. Every row still takes the next
+`seq` of the whole conversation, so seq space splits into *runs*: contiguous ranges
+of seqs appended to one branch. Only the first row of a run says where it attaches
+(`parent_seq`: the row it continues, 0 for the root); every other row continues the
+row before it. Hence the run holding row p starts at the greatest run start <= p,
+found through a partial index of run starts, and a branch is read newest first as
+at most one run per fork point: one recursive query (`read_branch`) lists them, and
+every history read (tail, head, the newest-first walk, pins, pages, the API's
+history) stays a range scan, now within each run. A conversation that never forked
+is one run, [1, newest], read with the same scans as before.
+
+Why runs and not one parent pointer per row: a pointer per row would make a branch a
+linked list, walked row by row, and the bound's range scans (its whole speed) would
+be lost. Why not copy the shared prefix into each branch: the record would then
+hold one send's rows several times, and stored spans and pins would have to be kept
+in step across the copies. Along a branch, seqs only grow (a child run starts after
+its parent row), so "the rows between two seqs" of a branch is the interval clipped
+to the branch's runs (`Branch.clip`), which is how what a send left out is stored.
+
+`conversation.active_seq` names the leaf of the branch being shown and continued;
+NULL means the conversation's newest row, which is what every send leaves behind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
-from sqlalchemy import ColumnElement, Connection, Select, bindparam, select
+from sqlalchemy import ColumnElement, Connection, Integer, Select, bindparam, select, text
 from sqlmodel import col
 
 from webapp.chat.models import REPLAYABLE, Message, Role, Status
@@ -147,12 +172,96 @@ def _turns(rows: Sequence[tuple], *, newest_first: bool) -> list[StoredTurn]:  #
 
 
 @dataclass(frozen=True, slots=True)
+class Branch:
+    """The path from the root to one leaf, as its runs: inclusive (first, last) seq
+    ranges, newest first. Empty for a conversation without rows (or a leaf of 0)."""
+
+    runs: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def leaf(self) -> int:
+        return self.runs[0][1] if self.runs else 0
+
+    @property
+    def first(self) -> int:
+        return self.runs[-1][0] if self.runs else 1
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        starts = self._starts()
+        i = bisect_right(starts, seq) - 1
+        return i >= 0 and seq <= self.runs[len(self.runs) - 1 - i][1]
+
+    def _starts(self) -> list[int]:
+        return [first for first, _ in reversed(self.runs)]
+
+    def clip(self, first: int, last: int) -> list[list[int]]:
+        """The branch's rows with seqs in [first, last], as inclusive spans, oldest first."""
+        return [
+            [max(first, start), min(last, end)]
+            for start, end in reversed(self.runs)
+            if start <= last and end >= first
+        ]
+
+    def newest_first(self, below: int) -> Iterator[tuple[int, int]]:
+        """The parts of the runs under `below`, newest first."""
+        for start, end in self.runs:
+            if start < below:
+                yield start, min(end, below - 1)
+
+    def oldest_first(self, start: int) -> Iterator[tuple[int, int]]:
+        """The parts of the runs from `start` on, oldest first."""
+        for first, last in reversed(self.runs):
+            if last >= start:
+                yield max(first, start), last
+
+
+_RUNS = text(
+    """
+    WITH RECURSIVE run(run_last, run_first) AS (
+        SELECT leaf.seq, COALESCE((
+            SELECT s.seq FROM message s
+            WHERE s.conversation_id = :conversation_id AND s.parent_seq IS NOT NULL
+              AND s.seq <= leaf.seq
+            ORDER BY s.seq DESC LIMIT 1), 1)
+        FROM (SELECT COALESCE(:leaf, (
+            SELECT max(n.seq) FROM message n WHERE n.conversation_id = :conversation_id
+        )) AS seq) AS leaf
+        WHERE leaf.seq > 0
+        UNION ALL
+        SELECT start.parent_seq, COALESCE((
+            SELECT s.seq FROM message s
+            WHERE s.conversation_id = :conversation_id AND s.parent_seq IS NOT NULL
+              AND s.seq <= start.parent_seq
+            ORDER BY s.seq DESC LIMIT 1), 1)
+        FROM run JOIN message start
+          ON start.conversation_id = :conversation_id AND start.seq = run.run_first
+        WHERE start.parent_seq > 0
+    )
+    SELECT run_first, run_last FROM run
+    """
+).bindparams(bindparam("leaf", type_=Integer))
+"""A branch's runs from its leaf (NULL: the newest row) back to the root, newest first:
+each step finds the run start at or before the row the previous run continues,
+through the partial index of run starts (matched literally: `parent_seq IS NOT NULL`)."""
+
+
+def read_branch(connection: Connection, conversation_id: str, leaf: int | None = None) -> Branch:
+    """The branch ending at `leaf` (None: at the conversation's newest row)."""
+    if leaf == 0:
+        return Branch()
+    result = connection.execute(_RUNS, {"conversation_id": conversation_id, "leaf": leaf})
+    return Branch(tuple((first, last) for first, last in result))
+
+
+@dataclass(frozen=True, slots=True)
 class _Statements:
     """The statements of a history walk, for one set of tokenizers."""
 
-    newest: Select  # type: ignore[type-arg]
-    newest_below: Select  # type: ignore[type-arg]
-    oldest_from: Select  # type: ignore[type-arg]
+    newest_in: Select  # type: ignore[type-arg]
+    """Rows of one run's part, newest first."""
+    oldest_in: Select  # type: ignore[type-arg]
     pinned_between: Select  # type: ignore[type-arg]
     """User seqs of pinned turns in a range, through the partial index on pinned rows."""
     seqs_in: Select  # type: ignore[type-arg]
@@ -174,10 +283,10 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
             .limit(bindparam("limit"))
         )
 
+    within = (seq >= bindparam("first"), seq <= bindparam("last"))
     return _Statements(
-        newest=ranged(newest_first=True),
-        newest_below=ranged(seq < bindparam("below"), newest_first=True),
-        oldest_from=ranged(seq >= bindparam("start"), newest_first=False),
+        newest_in=ranged(*within, newest_first=True),
+        oldest_in=ranged(*within, newest_first=False),
         pinned_between=select(seq).where(
             Message.conversation_id == bindparam("conversation_id"),
             col(Message.pinned),
@@ -198,21 +307,60 @@ def _rows(connection: Connection, statement: Select, **params: object) -> list[t
     return [tuple(row) for row in connection.execute(statement, params)]
 
 
+def rows_on_branch(
+    connection: Connection,
+    statement: Select,  # type: ignore[type-arg]
+    conversation_id: str,
+    parts: Iterator[tuple[int, int]],
+    limit: int,
+) -> list[tuple]:  # type: ignore[type-arg]
+    """Up to `limit` rows of a branch, one range scan per run part (`Branch.newest_first`
+    or `Branch.oldest_first`), in that order. `statement` takes :first, :last, :limit."""
+    rows: list[tuple] = []  # type: ignore[type-arg]
+    for first, last in parts:
+        rows += _rows(
+            connection,
+            statement,
+            conversation_id=conversation_id,
+            first=first,
+            last=last,
+            limit=limit - len(rows),
+        )
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+_NEWEST_ROW = text(
+    "SELECT seq, status FROM message WHERE conversation_id = :conversation_id"
+    " ORDER BY seq DESC LIMIT 1"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Tail:
-    """The newest rows of a conversation, newest first, read once by a send under the
-    conversation's lock. They say where the next turn goes and whether an answer is still
-    being written, and they are the first batch of the walk back through the history."""
+    """The newest rows of a branch, newest first, read once by a send under the
+    conversation's lock. They say what the next turn continues, and they are the first
+    batch of the walk back through the branch; `next_seq` and `answering` speak of the
+    whole conversation."""
 
     rows: list[tuple]  # type: ignore[type-arg]
     complete: bool
-    """The rows reach back to the conversation's first message."""
+    """The rows reach back to the branch's first message."""
     tokenizers: tuple[str, ...] = ()
     """The tokenizers whose counts the rows carry, after the fixed columns."""
+    branch: Branch = Branch()
+    next_seq: int = 1
+    """The seq the next row of the conversation takes, whichever branch it goes on."""
+    answering: bool = False
+    """The conversation's newest answer is still marked as being written (a send's answer
+    is always the newest row, and only one is written at a time)."""
 
     @property
-    def next_seq(self) -> int:
-        return self.rows[0][SEQ] + 1 if self.rows else 1
+    def parent_seq(self) -> int | None:
+        """`parent_seq` of the next row: the branch's leaf, unless that is the newest row."""
+        leaf = self.branch.leaf
+        return None if leaf == self.next_seq - 1 else leaf
 
     @property
     def prior_turns(self) -> int:
@@ -224,31 +372,44 @@ class Tail:
         answer, user = self.rows[0], self.rows[1]
         return (user[PRIOR] or 0) + int(is_replayable(answer[STATUS], answer[CONTENT]))
 
-    @property
-    def answering(self) -> bool:
-        """The newest answer is still marked as being written (a send's answer is always
-        the newest row, and only one is written at a time)."""
-        return bool(self.rows) and self.rows[0][STATUS] == Status.STREAMING.value
 
-
-def read_tail(connection: Connection, conversation_id: str, tokenizers: Sequence[str] = ()) -> Tail:
+def read_tail(
+    connection: Connection,
+    conversation_id: str,
+    tokenizers: Sequence[str] = (),
+    leaf: int | None = None,
+) -> Tail:
+    """The tail of the branch ending at `leaf` (None: the conversation's newest row)."""
     tokenizers = tuple(tokenizers)
-    statement = _statements(tokenizers).newest
-    rows = _rows(connection, statement, conversation_id=conversation_id, limit=FIRST_BATCH)
-    return Tail(rows, complete=len(rows) < FIRST_BATCH, tokenizers=tokenizers)
+    branch = read_branch(connection, conversation_id, leaf)
+    statement = _statements(tokenizers).newest_in
+    parts = branch.newest_first(branch.leaf + 1)
+    rows = rows_on_branch(connection, statement, conversation_id, parts, FIRST_BATCH)
+    if leaf is None:
+        newest = (rows[0][SEQ], rows[0][STATUS]) if rows else None
+    else:
+        newest = connection.execute(_NEWEST_ROW, {"conversation_id": conversation_id}).first()
+    return Tail(
+        rows,
+        complete=len(rows) < FIRST_BATCH,
+        tokenizers=tokenizers,
+        branch=branch,
+        next_seq=newest[0] + 1 if newest else 1,
+        answering=newest is not None and newest[1] == Status.STREAMING.value,
+    )
 
 
 def head_turn(connection: Connection, conversation_id: str, tail: Tail) -> StoredTurn | None:
-    """The first replayable turn: almost always the first two rows."""
+    """The branch's first replayable turn: almost always its first two rows."""
     if tail.complete:
         turns = _turns(tail.rows, newest_first=True)
         return turns[-1] if turns else None
-    statement = _statements(tail.tokenizers).oldest_from
-    start, size = 1, 8
-    while start < tail.next_seq:
-        rows = _rows(
-            connection, statement, conversation_id=conversation_id, start=start, limit=size
-        )
+    statement = _statements(tail.tokenizers).oldest_in
+    branch = tail.branch
+    start, size = branch.first, 8
+    while start <= branch.leaf:
+        parts = branch.oldest_first(start)
+        rows = rows_on_branch(connection, statement, conversation_id, parts, size)
         turns = _turns(rows, newest_first=False)
         if turns:
             return turns[0]
@@ -273,7 +434,7 @@ def newest_turns(
     or three queries and a small one in none, without reading much past the cut.
     """
     positions = {t: i for i, t in enumerate(tail.tokenizers)}
-    statement = _statements(tail.tokenizers).newest_below
+    statement = _statements(tail.tokenizers).newest_in
     kept: list[StoredTurn] = []
     spent = 0.0
     rows_read = 0
@@ -294,21 +455,17 @@ def newest_turns(
         rows_read += len(rows)
         per_row = max(1.0, spent / rows_read)
         size = max(FIRST_BATCH, int((budget - spent) / per_row * 1.1) + 8)
-        batch = _rows(
-            connection,
-            statement,
-            conversation_id=conversation_id,
-            below=rows[-1][SEQ],
-            limit=size,
-        )
+        parts = tail.branch.newest_first(rows[-1][SEQ])
+        batch = rows_on_branch(connection, statement, conversation_id, parts, size)
         complete = len(batch) < size
 
 
 def pinned_turns(
     connection: Connection, conversation_id: str, tail: Tail, after_seq: int, before_seq: int
 ) -> list[StoredTurn]:
-    """The pinned turns strictly between two seqs, oldest first, through the partial
-    index on pinned rows: as cheap in a conversation of ten thousand turns as in one of ten."""
+    """The pinned turns of the tail's branch strictly between two seqs, oldest first,
+    through the partial index on pinned rows: as cheap in a conversation of ten thousand
+    turns as in one of ten. Pins on other branches are read there too, and passed over."""
     if before_seq - after_seq <= 2:
         return []
     statements = _statements(tail.tokenizers)
@@ -316,7 +473,8 @@ def pinned_turns(
         statements.pinned_between,
         {"conversation_id": conversation_id, "after": after_seq, "before": before_seq},
     ).scalars()
-    seqs = [s for user in pinned for s in (user, user + 1)]
+    branch = tail.branch
+    seqs = [s for user in pinned if user in branch for s in (user, user + 1)]
     if not seqs:
         return []
     rows = _rows(connection, statements.seqs_in, conversation_id=conversation_id, seqs=seqs)
@@ -334,6 +492,8 @@ class StoredTranscript(Transcript):
     """User seq -> replayable turns before it, for every user message sent or not."""
     head_seq: int | None = None
     """The head turn's user seq, when there is a head."""
+    branch: Branch = Branch()
+    """The branch the send goes down (up to the row the new message continues)."""
 
 
 def load_transcript(
@@ -403,6 +563,7 @@ def load_transcript(
         seqs=tuple(seqs),
         prior_turns=prior_turns,
         head_seq=head.seq if head is not None else None,
+        branch=tail.branch,
     )
 
 
@@ -413,7 +574,9 @@ def left_out_seqs(transcript: StoredTranscript, fit: FitResult) -> list[list[int
     send did not include and that holds at least one turn left out to fit (a failed
     turn lying among them was not sent either; one alone is not a left-out turn). The
     runs come from the sent turns' seqs; whether a run holds left-out turns comes from
-    `prior_turns`, so turns never read (far back in a long conversation) count too.
+    `prior_turns`, so turns never read (far back in a long conversation) count too. On
+    a branch, the rows between two sent turns are clipped to the branch's runs, so the
+    spans never name a row of another branch.
     """
     if transcript.head_seq is None:
         return []
@@ -427,5 +590,5 @@ def left_out_seqs(transcript: StoredTranscript, fit: FitResult) -> list[list[int
     for before, after in pairwise(sent):
         between = transcript.prior_turns[after] - transcript.prior_turns[before] - 1
         if between > 0:
-            spans.append([before + 2, after - 1])
+            spans += transcript.branch.clip(before + 2, after - 1)
     return spans

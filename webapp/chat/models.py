@@ -69,6 +69,9 @@ class Conversation(SQLModel, table=True):
     title: str = Field(default="New conversation", max_length=200)
     created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    active_seq: int | None = None
+    """The newest row of the branch being shown and continued; NULL while that is the
+    conversation's newest row, as it is after every send (see chat.history)."""
 
 
 class Message(SQLModel, table=True):
@@ -86,6 +89,14 @@ class Message(SQLModel, table=True):
             sqlite_where=text("pinned = 1"),
             postgresql_where=text("pinned"),
         ),
+        Index(
+            "ix_message_run_start",
+            "conversation_id",
+            "seq",
+            sqlite_where=text("parent_seq IS NOT NULL"),
+            postgresql_where=text("parent_seq IS NOT NULL"),
+        ),
+        Index("ix_message_parent", "conversation_id", "parent_seq"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -96,6 +107,9 @@ class Message(SQLModel, table=True):
     )
     seq: int
     role: str = Field(max_length=16)
+    parent_seq: int | None = None
+    """Set on the first row of a run only: the seq of the row it continues (0: it starts
+    at the root). A row without it continues the row before it (see chat.history)."""
     content: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     content_html: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     """An answer's markdown rendered and sanitized once, when it was finished: pages of

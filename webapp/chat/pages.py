@@ -20,7 +20,7 @@ from sse_starlette import EventSourceResponse
 from webapp.chat.live import follow_answer
 from webapp.chat.models import Message
 from webapp.chat.service import ConversationService, Send
-from webapp.chat.views import Alternative, MessageView, Meter, last_fit, message_views
+from webapp.chat.views import Alternative, Meter, last_fit, message_views
 from webapp.errors import InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
@@ -77,11 +77,12 @@ class ConversationPages(Controller):
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, turns=PAGE_TURNS
         )
+        alternatives = await chat.alternatives_of(conversation.id, rows)
         context: dict[str, Any] = {
             "conversation": row,
             "base": conversation.base,
             "embed": conversation.embed,
-            "messages": message_views(rows),
+            "messages": message_views(rows, alternatives),
             "has_older": has_older,
             "meter": last_fit(rows),
             "streaming": any(r.status == "streaming" for r in rows),
@@ -95,18 +96,7 @@ class ConversationPages(Controller):
     async def older_messages(
         self, chat: ConversationService, conversation: ConversationRef, before: int
     ) -> Template:
-        row, rows, has_older = await chat.page(
-            conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
-        )
-        return Template(
-            "chat/_messages.html",
-            context={
-                "conversation": row,
-                "base": conversation.base,
-                "messages": message_views(rows),
-                "has_older": has_older,
-            },
-        )
+        return await _branch_page(chat, conversation, before)
 
     @post("/send")
     async def send(
@@ -122,13 +112,53 @@ class ConversationPages(Controller):
     async def retry(
         self, chat: ConversationService, conversation: ConversationRef, answer_id: int
     ) -> Template:
-        """Send a failed turn's message again, as a new turn; the failed one stays on record."""
-        answer = await chat.message(conversation.owner, conversation.id, answer_id)
-        if answer.role != "assistant":
-            raise InvalidInput("retry names the answer that failed")
-        original = await chat.user_row_of(answer)
-        send = await chat.send(conversation.owner, conversation.id, original.content)
-        return _turn(send, conversation)
+        """A failed answer's Retry: a regenerate of its turn, shown in its place (the failed
+        answer stays on record as an alternative)."""
+        return await _regenerate(chat, conversation, answer_id)
+
+    @post("/regenerate/{message_id:int}")
+    async def regenerate(
+        self, chat: ConversationService, conversation: ConversationRef, message_id: int
+    ) -> Template:
+        """A new answer to a turn (named by its user message or its answer): the branch
+        is shown again, with the new turn streaming where the old one was."""
+        return await _regenerate(chat, conversation, message_id)
+
+    @post("/edit/{message_id:int}")
+    async def edit(
+        self,
+        request: Request[Any, Any, Any],
+        chat: ConversationService,
+        conversation: ConversationRef,
+        message_id: int,
+    ) -> Template:
+        """Send an edited user message as an alternative to its turn."""
+        content = await form_field(request, "content")
+        await chat.send(conversation.owner, conversation.id, content, edit_of=message_id)
+        return await _branch_page(chat, conversation)
+
+    @post("/branch/{message_id:int}")
+    async def switch_branch(
+        self, chat: ConversationService, conversation: ConversationRef, message_id: int
+    ) -> Template:
+        """Show another alternative of a turn: the branch through that message."""
+        await chat.branch(conversation.owner, conversation.id, message_id)
+        return await _branch_page(chat, conversation)
+
+    @post("/fork/{message_id:int}")
+    async def fork(
+        self,
+        request: Request[Any, Any, Any],
+        chat: ConversationService,
+        conversation: ConversationRef,
+        message_id: int,
+    ) -> Response[Any]:
+        """Copy the branch up to this message's turn into a new conversation and open it
+        (not for embeds: a visitor has one conversation)."""
+        if conversation.embed is not None:
+            raise InvalidInput("an embedded chat has one conversation")
+        fork = await chat.fork(conversation.owner, conversation.id, message_id)
+        return go_to(request, f"/c/{fork.id}")
 
     @post("/preview")
     async def preview(
@@ -154,14 +184,14 @@ class ConversationPages(Controller):
         self, chat: ConversationService, conversation: ConversationRef, message_id: int
     ) -> Template:
         row = await chat.pin(conversation.owner, conversation.id, message_id, True)
-        return _message(row, conversation)
+        return await _message(chat, row, conversation)
 
     @post("/unpin/{message_id:int}")
     async def unpin(
         self, chat: ConversationService, conversation: ConversationRef, message_id: int
     ) -> Template:
         row = await chat.pin(conversation.owner, conversation.id, message_id, False)
-        return _message(row, conversation)
+        return await _message(chat, row, conversation)
 
     @post("/configuration")
     async def switch_configuration(
@@ -189,6 +219,8 @@ class ConversationPages(Controller):
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
         snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)
         first = await anext(snapshots)  # checks ownership before the stream opens
+        # The user row is re-rendered with each snapshot: it keeps its "‹ i/n ›".
+        alternatives = await chat.alternatives_of(conversation.id, [first.user])
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             snapshot = first
@@ -197,7 +229,7 @@ class ConversationPages(Controller):
                     "data": render_fragment(
                         "chat/_stream_update.html",
                         answer=message_views([snapshot.answer])[0],
-                        user=message_views([snapshot.user])[0],
+                        user=message_views([snapshot.user], alternatives)[0],
                         base=conversation.base,
                     ),
                     "id": str(len(snapshot.answer.content)),
@@ -269,10 +301,44 @@ def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative,
     return tuple(sorted(found, key=lambda alt: -alt.window)[:2])
 
 
-def _message(row: Message, conversation: ConversationRef) -> Template:
+async def _regenerate(
+    chat: ConversationService, conversation: ConversationRef, message_id: int
+) -> Template:
+    row = await chat.message(conversation.owner, conversation.id, message_id)
+    user = row if row.role == "user" else await chat.user_row_of(row)
+    await chat.regenerate(conversation.owner, conversation.id, user.id)  # type: ignore[arg-type]
+    return await _branch_page(chat, conversation)
+
+
+async def _branch_page(
+    chat: ConversationService, conversation: ConversationRef, before: int | None = None
+) -> Template:
+    """The active branch's newest page (or the page before seq `before`), as the messages
+    pane shows it: what regenerate, edit and switching branches swap in."""
+    if before is not None:
+        before = min(before, 2**62)  # seqs start at 1: a larger `before` is simply "all"
+    row, rows, has_older = await chat.page(
+        conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
+    )
+    alternatives = await chat.alternatives_of(conversation.id, rows)
+    return Template(
+        "chat/_messages.html",
+        context={
+            "conversation": row,
+            "base": conversation.base,
+            "messages": message_views(rows, alternatives),
+            "has_older": has_older,
+        },
+    )
+
+
+async def _message(
+    chat: ConversationService, row: Message, conversation: ConversationRef
+) -> Template:
+    alternatives = await chat.alternatives_of(conversation.id, [row])
     return Template(
         "chat/_message.html",
-        context={"message": MessageView(row), "base": conversation.base},
+        context={"message": message_views([row], alternatives)[0], "base": conversation.base},
     )
 
 

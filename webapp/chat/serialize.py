@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from webapp.chat.branches import Alternatives
 from webapp.chat.models import Conversation, Message
 from webapp.timeutil import as_utc
 
@@ -29,7 +31,9 @@ def fit_dict(row: Message) -> dict[str, Any] | None:
     }
 
 
-def message_dict(row: Message) -> dict[str, Any]:
+def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict[str, Any]:
+    """Every stored field of a message, plus `alternatives` (null unless the caller read
+    the turn's alternatives and there are some)."""
     usage = None
     if row.prompt_tokens is not None or row.completion_tokens is not None:
         usage = {"prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens}
@@ -49,10 +53,17 @@ def message_dict(row: Message) -> dict[str, Any]:
         "usage": usage,
         "finish_reason": row.finish_reason,
         "error": row.error,
+        "alternatives": _alternatives(alternatives),
     }
 
 
-def conversation_dict(row: Conversation, messages: list[Message] | None = None) -> dict[str, Any]:
+def conversation_dict(
+    row: Conversation,
+    messages: list[Message] | None = None,
+    alternatives: Mapping[int, Alternatives] | None = None,
+) -> dict[str, Any]:
+    """A conversation; with `messages` (its active branch), each message also says its
+    `alternatives` (`{index, count, ids}`, or null when it has none)."""
     data: dict[str, Any] = {
         "id": row.id,
         "title": row.title,
@@ -61,8 +72,16 @@ def conversation_dict(row: Conversation, messages: list[Message] | None = None) 
         "updated_at": _iso(row.updated_at),
     }
     if messages is not None:
-        data["messages"] = [message_dict(m) for m in messages]
+        alternatives = alternatives or {}
+        data["messages"] = [
+            message_dict(m, alternatives.get(m.id))  # type: ignore[arg-type]
+            for m in messages
+        ]
     return data
+
+
+def _alternatives(found: Alternatives | None) -> dict[str, Any] | None:
+    return None if found is None else found.as_dict()
 
 
 def preview_dict(row: Message) -> dict[str, Any]:

@@ -26,11 +26,21 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
+from webapp.chat.branches import (
+    Alternatives,
+    alternatives,
+    leaf_through,
+    newest_on_branch,
+    parent_of,
+    renumbered,
+    whole_branch,
+)
 from webapp.chat.history import (
     StoredTranscript,
     Tail,
     left_out_seqs,
     load_transcript,
+    read_branch,
     read_tail,
 )
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
@@ -153,6 +163,44 @@ def _stored(plan: Plan) -> StoredTranscript:
     return transcript
 
 
+def _check_id(message_id: int) -> None:
+    """Ids are 63-bit: a larger one names no row (and must not reach the database)."""
+    if not 0 < message_id < 2**63:
+        raise NotFound("no such message")
+
+
+def _owned_in(connection: Connection, owner: str, conversation_id: str) -> Conversation:
+    row = connection.execute(
+        select(*Conversation.__table__.columns).where(  # type: ignore[attr-defined]
+            col(Conversation.id) == conversation_id, col(Conversation.owner) == owner
+        )
+    ).first()
+    if row is None:
+        raise NotFound("no such conversation")
+    return as_loaded(Conversation, dict(row._mapping))
+
+
+def _row_in(connection: Connection, conversation_id: str, message_id: int) -> Message:
+    """A message of this conversation (a message of another one is not found either)."""
+    row = connection.execute(
+        select(*Message.__table__.columns).where(  # type: ignore[attr-defined]
+            col(Message.id) == message_id, col(Message.conversation_id) == conversation_id
+        )
+    ).first()
+    if row is None:
+        raise NotFound("no such message")
+    return as_loaded(Message, dict(row._mapping))
+
+
+def _users(rows: list[Message]) -> list[Message]:
+    return [row for row in rows if row.role == Role.USER]
+
+
+def _fork_title(title: str) -> str:
+    suffix = " (fork)"
+    return title[: TITLE_MAX - len(suffix)] + suffix
+
+
 class _RecentConfigurations:
     """Which configuration this process last saw each conversation use: only a hint (for
     counting a new message before its send), so a stale entry costs a re-count, never a
@@ -268,36 +316,50 @@ class ConversationService:
             return await self._owned(session, owner, conversation_id)
 
     async def history(self, owner: str, conversation_id: str) -> tuple[Conversation, list[Message]]:
+        """The active branch, oldest first (see `alternatives_of` for its alternatives)."""
         await self.reap_stale(conversation_id)
         async with self.sessions() as session:
             conversation = await self._owned(session, owner, conversation_id)
-            query = (
-                select(Message)
-                .where(Message.conversation_id == conversation_id)
-                .order_by(col(Message.seq))
-            )
-            return conversation, list(await session.exec(query))
+
+            def read(connection: Connection) -> list[Message]:
+                branch = read_branch(connection, conversation_id, conversation.active_seq)
+                return whole_branch(connection, conversation_id, branch)
+
+            rows = await (await session.connection()).run_sync(read)
+            return conversation, rows
 
     async def page(
         self, owner: str, conversation_id: str, *, before_seq: int | None = None, turns: int = 50
     ) -> tuple[Conversation, list[Message], bool]:
-        """The newest `turns` turns before `before_seq` (default: the newest of all), oldest
-        first, and whether older ones exist. A page of a long conversation reads only that."""
+        """The newest `turns` turns of the active branch before `before_seq` (default: the
+        newest of all), oldest first, and whether older ones exist. A page of a long
+        conversation reads only that."""
         await self.reap_stale(conversation_id)
         async with self.sessions() as session:
             conversation = await self._owned(session, owner, conversation_id)
-            query = select(Message).where(Message.conversation_id == conversation_id)
-            if before_seq is not None:
-                query = query.where(Message.seq < before_seq)
-            query = query.order_by(col(Message.seq).desc()).limit(2 * turns)
-            rows = list(await session.exec(query))
-        rows = rows[: 2 * turns]
-        if rows and rows[-1].role == Role.ASSISTANT:
-            rows.pop()  # start a page on a user row so a turn is never split
-        rows.reverse()
-        return conversation, rows, bool(rows) and rows[0].seq > 1
+
+            def read(connection: Connection) -> tuple[list[Message], bool]:
+                branch = read_branch(connection, conversation_id, conversation.active_seq)
+                below = branch.leaf + 1 if before_seq is None else before_seq
+                rows = newest_on_branch(connection, conversation_id, branch, below, 2 * turns)
+                if rows and rows[-1].role == Role.ASSISTANT:
+                    rows.pop()  # start a page on a user row so a turn is never split
+                rows.reverse()
+                return rows, bool(rows) and rows[0].seq > branch.first
+
+            rows, has_older = await (await session.connection()).run_sync(read)
+        return conversation, rows, has_older
+
+    async def alternatives_of(
+        self, conversation_id: str, rows: list[Message]
+    ) -> dict[int, Alternatives]:
+        """The alternatives of the user rows among `rows` (of a conversation already checked)."""
+        async with self.sessions() as session:
+            connection = await session.connection()
+            return await connection.run_sync(alternatives, conversation_id, _users(rows))
 
     async def message(self, owner: str, conversation_id: str, message_id: int) -> Message:
+        _check_id(message_id)
         async with self.sessions() as session:
             await self._owned(session, owner, conversation_id)
             row = await session.get(Message, message_id)
@@ -383,7 +445,7 @@ class ConversationService:
 
         def plan(connection: Connection) -> Plan:
             tokenizers = self.manager.exact_tokenizers(route)
-            tail = read_tail(connection, conversation_id, tokenizers)
+            tail = read_tail(connection, conversation_id, tokenizers, conversation.active_seq)
             return self._plan(
                 connection, conversation, route, tail, newest, estimate_message(newest), counts
             )
@@ -440,17 +502,36 @@ class ConversationService:
             )
         return content
 
-    async def send(self, owner: str, conversation_id: str, content: object) -> Send:
+    async def send(
+        self, owner: str, conversation_id: str, content: object, edit_of: int | None = None
+    ) -> Send:
         """Store the message, bounded for the model that will answer first, and a placeholder
         for the answer; then start writing the answer. Once begun, a send finishes even if
-        its caller goes away: the message is stored and answered all the same."""
-        text = self.validate_content(content)
-        return await asyncio.shield(self._send(owner, conversation_id, text))
+        its caller goes away: the message is stored and answered all the same.
 
-    async def _send(self, owner: str, conversation_id: str, text: str) -> Send:
+        With `edit_of` (a user message id) the message is an alternative to that turn: it
+        continues what that turn continued, on a branch of its own."""
+        text = self.validate_content(content)
+        if edit_of is not None:
+            _check_id(edit_of)
+        return await asyncio.shield(self._send(owner, conversation_id, text, edit_of))
+
+    async def regenerate(self, owner: str, conversation_id: str, message_id: int) -> Send:
+        """A new answer to a user turn: the same message sent again as an alternative to it,
+        so the original send, its answer and its fit facts stay on record as they were."""
+        original = await self.message(owner, conversation_id, message_id)
+        if original.role != Role.USER:
+            raise InvalidInput("regenerate names a user's message: its turn gets a new answer")
+        return await asyncio.shield(
+            self._send(owner, conversation_id, original.content, message_id)
+        )
+
+    async def _send(
+        self, owner: str, conversation_id: str, text: str, alternative_to: int | None = None
+    ) -> Send:
         counts = await self._count_newest(conversation_id, text)
         conversation, user, answer, planned = await in_transaction(
-            self.sessions, self._store_turn, owner, conversation_id, text, counts
+            self.sessions, self._store_turn, owner, conversation_id, text, counts, alternative_to
         )
         self._configurations.remember(conversation.id, conversation.configuration)
         running = self.answers.start(
@@ -458,6 +539,59 @@ class ConversationService:
             lambda channel, stop: self._write_answer(user, answer, planned, channel, stop),
         )
         return Send(conversation, user, answer, running)
+
+    async def branch(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
+        """Show and continue the branch through a message, down to its newest leaf."""
+        _check_id(message_id)
+
+        def switch(connection: Connection) -> Conversation:
+            conversation = _owned_in(connection, owner, conversation_id)
+            row = _row_in(connection, conversation_id, message_id)
+            leaf = leaf_through(connection, conversation_id, row.seq)
+            newest = connection.execute(
+                select(func.max(Message.seq)).where(Message.conversation_id == conversation_id)
+            ).scalar()
+            active = None if leaf == newest else leaf
+            connection.execute(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id)
+                .values(active_seq=active)
+            )
+            return as_loaded(Conversation, {**conversation.model_dump(), "active_seq": active})
+
+        return await in_transaction(self.sessions, switch)
+
+    async def fork(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
+        """A new conversation (same owner and configuration) holding the branch up to and
+        including the turn of a message, renumbered from 1, every fit fact kept."""
+        _check_id(message_id)
+
+        def copy(connection: Connection) -> Conversation:
+            source = _owned_in(connection, owner, conversation_id)
+            row = _row_in(connection, conversation_id, message_id)
+            end = row.seq + 1 if row.role == Role.USER else row.seq
+            rows = whole_branch(
+                connection, conversation_id, read_branch(connection, conversation_id, end)
+            )
+            if any(r.status == Status.STREAMING for r in rows):
+                raise Conflict("this answer is still being written; fork it once it is done")
+            now = utcnow()
+            fork = Conversation(
+                owner=owner,
+                configuration=source.configuration,
+                title=_fork_title(source.title),
+                created_at=now,
+                updated_at=now,
+            )
+            connection.execute(insert(Conversation).values(fork.model_dump()))
+            copies = renumbered(rows, fork.id)
+            if copies:
+                connection.execute(insert(Message), copies)
+            return fork
+
+        fork = await in_transaction(self.sessions, copy)
+        self._configurations.remember(fork.id, fork.configuration)
+        return fork
 
     async def _count_newest(self, conversation_id: str, text: str) -> dict[str, int]:
         """Count a new message with the tokenizer of the model that will be asked first,
@@ -489,11 +623,13 @@ class ConversationService:
         conversation_id: str,
         text: str,
         counts: dict[str, int] | None = None,
+        alternative_to: int | None = None,
     ) -> tuple[Conversation, Message, Message, Plan | RoutingError]:
         """The send's one transaction. It starts by taking the conversation's lock (a row
         lock on PostgreSQL, the write lock on SQLite), so two sends can never interleave
         their rows, and the history the bound reads is exactly the history the new row
-        follows."""
+        follows: the active branch, or, for an alternative to a user turn, the branch up
+        to the row that turn continued. The new turn becomes the active branch's leaf."""
         now = utcnow()
         limit = self.rate_limit_for(owner)
         touched = connection.execute(
@@ -512,12 +648,18 @@ class ConversationService:
         conversation = as_loaded(Conversation, dict(zip(touched._fields, columns, strict=False)))
         if limit > 0 and recent_sends >= limit:
             self._refuse_too_many(connection, owner, limit, now)
+        leaf = conversation.active_seq
+        if alternative_to is not None:
+            original = _row_in(connection, conversation_id, alternative_to)
+            if original.role != Role.USER:
+                raise InvalidInput("edit_of names a user's message: an answer is regenerated")
+            leaf = parent_of(original)
         route = self._route(conversation)
         tokenizers = self.manager.exact_tokenizers(route) if isinstance(route, Route) else []
-        tail = read_tail(connection, conversation_id, tokenizers)
+        tail = read_tail(connection, conversation_id, tokenizers, leaf)
         if tail.answering:
             self._refuse_if_busy(connection, conversation_id)
-            tail = read_tail(connection, conversation_id, tokenizers)
+            tail = read_tail(connection, conversation_id, tokenizers, leaf)
         newest = {"role": Role.USER.value, "content": text}
         user_tokens = estimate_message(newest)
         planned = (
@@ -531,6 +673,7 @@ class ConversationService:
                 **MESSAGE_DEFAULTS,
                 **common,
                 "seq": tail.next_seq,
+                "parent_seq": tail.parent_seq,
                 "role": Role.USER,
                 "content": text,
                 "estimated_tokens": user_tokens,
@@ -553,6 +696,13 @@ class ConversationService:
             stored = _stored(planned)
             with_id = dataclasses.replace(stored, ids=[*(stored.ids or [])[:-1], user.id])
             planned = dataclasses.replace(planned, transcript=with_id)
+        if conversation.active_seq is not None:  # the new answer is the newest row again
+            connection.execute(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id)
+                .values(active_seq=None)
+            )
+            conversation.active_seq = None
         if user.seq == 1 and conversation.title == DEFAULT_TITLE:
             conversation.title = title_from(text)
             connection.execute(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
+from webapp.chat.branches import Alternatives
 from webapp.chat.models import Message, Role, Status
 from webapp.web.markdown import render_markdown
 
@@ -25,6 +27,8 @@ def plural(count: int, one: str, many: str) -> str:
 @dataclass(slots=True)
 class MessageView:
     row: Message
+    alternatives: Alternatives | None = None
+    """On a user row with alternatives: where it sits among them ("‹ 2/3 ›")."""
 
     @property
     def left_out(self) -> list[list[int]]:
@@ -139,8 +143,11 @@ class Meter:
         return f"Everything was sent to {self.model}"
 
 
-def message_views(rows: list[Message]) -> list[MessageView]:
-    return [MessageView(row) for row in rows]
+def message_views(
+    rows: list[Message], alternatives: Mapping[int, Alternatives] | None = None
+) -> list[MessageView]:
+    alternatives = alternatives or {}
+    return [MessageView(row, alternatives.get(row.id)) for row in rows]  # type: ignore[arg-type]
 
 
 def last_fit(rows: list[Message]) -> Meter | None:
