@@ -144,3 +144,119 @@ async def test_every_length_around_the_first_batch_loads_like_everything(
             assert (fast.messages, fast.dropped_turns) == (slow.messages, slow.dropped_turns)
     finally:
         await engine.dispose()
+
+
+async def store_tree(database_url: str, seed: int) -> tuple:  # type: ignore[type-arg]
+    """A conversation that forked many times, runs of every length (some shorter than a
+    turn's two rows are impossible: a turn is always written whole): (engine, its id,
+    rows by seq, the leaves)."""
+    rng = random.Random(seed)
+    engine = create_engine(database_url)
+    conversation = Conversation(owner="t", configuration="small")
+    by_seq: dict[int, dict] = {}  # type: ignore[type-arg]
+    leaves = [0]
+    next_seq = 1
+
+    def path(leaf: int) -> list[int]:
+        seqs = []
+        while leaf > 0:
+            seqs.append(leaf)
+            parent = by_seq[leaf]["parent_seq"]
+            leaf = parent if parent is not None else leaf - 1
+        return seqs[::-1]
+
+    for _ in range(rng.randint(3, 9)):
+        # Continue a random leaf, or a random turn boundary of an existing branch.
+        leaf = rng.choice(leaves)
+        if leaf and rng.random() < 0.6:
+            leaf = rng.choice([0, *[s for s in path(leaf) if by_seq[s]["role"] == "assistant"]])
+        prior = sum(
+            1
+            for s in path(leaf)
+            if by_seq[s]["role"] == "assistant"
+            and by_seq[s]["status"] != Status.FAILED.value
+            and by_seq[s]["content"]
+        )
+        for turn in range(rng.randint(1, 45)):
+            status = rng.choice(STATUSES)
+            answer = (
+                ""
+                if status == Status.INTERRUPTED and rng.random() < 0.5
+                else "ok " * rng.randint(1, 40)
+            )
+            user = {
+                "role": "user",
+                "content": f"t{next_seq}: " + "word " * rng.randint(1, 60),
+                "status": "complete",
+                "prior_turns": prior,
+            }
+            reply = {
+                "role": "assistant",
+                "content": answer,
+                "status": status.value,
+                "prior_turns": None,
+            }
+            for offset, row in enumerate((user, reply)):
+                row.update(
+                    conversation_id=conversation.id,
+                    seq=next_seq + offset,
+                    parent_seq=(leaf if leaf != next_seq - 1 else None)
+                    if turn == 0 and offset == 0
+                    else None,
+                    estimated_tokens=estimate_message(row) if row["content"] else 0,
+                )
+                by_seq[row["seq"]] = row
+            next_seq += 2
+            prior += int(status != Status.FAILED and bool(answer))
+        leaf = next_seq - 1
+        leaves.append(leaf)
+    async with engine.begin() as connection:
+        await connection.execute(insert(Conversation).values(conversation.model_dump()))
+        await connection.execute(insert(Message), list(by_seq.values()))
+    return engine, conversation.id, by_seq, leaves[1:], path
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+async def test_a_branch_loads_like_fitting_that_branch_whole(
+    database_url: str, seed: int, tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """On every leaf of a tree of runs, the bounded load (tail, head, walk over runs)
+    keeps what fitting the branch's own turns whole keeps."""
+    engine, conversation_id, by_seq, leaves, path = await store_tree(database_url, seed)
+    manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+    newest = {"role": "user", "content": "and now?"}
+    try:
+        for leaf in leaves:
+            seqs = path(leaf)
+            full = [
+                (s, by_seq[s], by_seq[s + 1])
+                for s in seqs
+                if by_seq[s]["role"] == "user"
+                and by_seq[s + 1]["status"] != Status.FAILED.value
+                and by_seq[s + 1]["content"]
+            ]
+            for model in ("small", "large"):
+                route = manager.route(model)
+
+                def load(connection: Connection, leaf: int = leaf, route=route) -> tuple:  # type: ignore[no-untyped-def, type-arg]
+                    tail = read_tail(connection, conversation_id, leaf=leaf)
+                    return tail, load_transcript(
+                        connection,
+                        conversation_id,
+                        tail,
+                        newest,
+                        estimate_message(newest),
+                        budget=manager.largest_budget(route),
+                    )
+
+                tail, transcript = await in_transaction(session_factory(engine), load)
+                assert [
+                    s for run in reversed(tail.branch.runs) for s in range(run[0], run[1] + 1)
+                ] == seqs
+                assert tail.next_seq == max(by_seq) + 1 and tail.prior_turns == len(full)
+                assert tail.parent_seq == (None if leaf == max(by_seq) else leaf)
+                fast = manager.fit_for(route, route.primary, transcript)
+                slow = fit_everything(manager, route, full, newest)
+                assert (fast.messages, fast.dropped_turns) == (slow.messages, slow.dropped_turns)
+    finally:
+        await engine.dispose()

@@ -1,0 +1,267 @@
+"""Branches through the conversation service against the real fake upstream, on SQLite
+and PostgreSQL: what the upstream received, the stored spans and counts, and the
+branch the API shows, all checked against a branch walked independently, row by row,
+through the stored parent pointers."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlmodel import col, select
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_pins import TINY, received_turns
+from tests.test_service import OWNER, build_service, close_service
+from tests.upstream import FakeUpstream
+from webapp.admin.queries import review
+from webapp.chat.models import REPLAYABLE, Message, Role
+from webapp.chat.service import ConversationService
+from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.settings import Settings
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
+    return Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, TINY),
+        stream_flush_interval=0.05,
+        rate_limit_messages=0,
+    )
+
+
+@pytest.fixture
+async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
+    service = await build_service(settings)
+    yield service
+    await close_service(service)
+
+
+async def all_rows(chat: ConversationService, conversation_id: str) -> list[Message]:
+    """Every stored row of every branch, by seq."""
+    async with chat.sessions() as session:
+        query = (
+            select(Message)
+            .where(Message.conversation_id == conversation_id)
+            .order_by(col(Message.seq))
+        )
+        return list(await session.exec(query))
+
+
+def path_to(rows: list[Message], leaf: int) -> list[int]:
+    """The seqs of the branch ending at `leaf`, oldest first, walked one row at a time
+    (independently of webapp.chat.history's runs)."""
+    by_seq = {r.seq: r for r in rows}
+    seqs = []
+    while leaf > 0:
+        seqs.append(leaf)
+        row = by_seq[leaf]
+        leaf = row.parent_seq if row.parent_seq is not None else leaf - 1
+    return seqs[::-1]
+
+
+def number(row: Message) -> int:
+    return int(re.match(r"turn (\d+):", row.content).group(1))  # type: ignore[union-attr]
+
+
+def replayable_on(rows: list[Message], branch: list[int]) -> dict[int, int]:
+    """User seq -> turn number, for the turns of `branch` whose answer is replayed."""
+    by_seq = {r.seq: r for r in rows}
+    on = set(branch)
+    return {
+        seq: number(by_seq[seq])
+        for seq in branch
+        if by_seq[seq].role == Role.USER
+        and seq + 1 in on
+        and by_seq[seq + 1].status in REPLAYABLE
+        and by_seq[seq + 1].content
+    }
+
+
+async def settle(chat: ConversationService, send) -> tuple[Message, Message]:  # type: ignore[no-untyped-def]
+    return await chat.settle(send)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_every_send_carries_exactly_its_branch(
+    chat: ConversationService, upstream: FakeUpstream, seed: int
+) -> None:
+    """Random sends, edits, regenerates, branch switches, pins and failed answers in a
+    window that trims: each send's request holds only turns of the branch it went down,
+    its stored spans name only rows of that branch and exactly the replayable ones it did
+    not carry, `prior_turns` counts that branch, and the API shows the active branch."""
+    rng = random.Random(seed)
+    conversation = await chat.create(OWNER, "tiny")
+    counter = 0
+    sent: list[int] = []  # user seqs, in the order of the upstream's requests
+    for step in range(30):
+        rows = await all_rows(chat, conversation.id)
+        users = [r for r in rows if r.role == Role.USER]
+        if step > 3 and rng.random() < 0.12:
+            upstream.fail_next(400)
+        roll = rng.random()
+        counter += 1
+        words = "lorem ipsum dolor " * rng.randint(5, 14)
+        if users and roll < 0.12:
+            send = await chat.send(
+                OWNER, conversation.id, f"turn {counter}: edited {words}", rng.choice(users[-6:]).id
+            )
+        elif users and roll < 0.24:
+            counter -= 1  # the same message again: its number stays
+            send = await chat.regenerate(OWNER, conversation.id, rng.choice(users).id)  # type: ignore[arg-type]
+        else:
+            if users and roll > 0.85:
+                switched = await chat.branch(OWNER, conversation.id, rng.choice(rows).id)  # type: ignore[arg-type]
+                _, shown = await chat.history(OWNER, conversation.id)
+                leaf = switched.active_seq or max(r.seq for r in rows)
+                assert [r.seq for r in shown] == path_to(rows, leaf)
+            send = await chat.send(OWNER, conversation.id, f"turn {counter}: {words}")
+        user, answer = await settle(chat, send)
+        sent.append(user.seq)
+        _, shown = await chat.history(OWNER, conversation.id)
+        rows = await all_rows(chat, conversation.id)
+        assert [r.seq for r in shown] == path_to(rows, answer.seq), "the new turn is active"
+        if rng.random() < 0.25:
+            await chat.pin(OWNER, conversation.id, rng.choice(shown[::2]).id, True)  # type: ignore[arg-type]
+
+    rows = await all_rows(chat, conversation.id)
+    by_seq = {r.seq: r for r in rows}
+    chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
+    assert len(chats) == len(sent) == len([r for r in rows if r.role == Role.USER])
+    assert any(r.parent_seq is not None for r in rows), "the walk branched"
+    trimmed = 0
+    for seq, request in zip(sent, chats, strict=True):
+        user = by_seq[seq]
+        branch = path_to(rows, seq)[:-1]  # what the send continued
+        replayable = replayable_on(rows, branch)
+        received = received_turns(request) - {number(user)}
+        assert received <= set(replayable.values()), (seq, received, replayable)
+        spans = {s for first, last in user.fit_left_out or [] for s in range(first, last + 1)}
+        assert spans <= set(branch), (seq, user.fit_left_out, branch)
+        left_out = {s for s in replayable if s in spans}
+        assert left_out == {s for s, n in replayable.items() if n not in received}
+        assert user.dropped_turns == len(left_out)
+        assert user.prior_turns == len(replayable)
+        trimmed += bool(user.dropped_turns)
+    assert trimmed >= 3, "the tiny window trims"
+
+    # The admin review reads the stored spans: it names left-out turns of each send's branch.
+    async with chat.sessions() as session:
+        found = await review(session, conversation.id)
+    for turn in found.trimmed:
+        branch = set(path_to(rows, turn.seq))
+        assert set(found.left_out(turn)) <= branch
+
+
+async def test_edit_regenerate_and_alternatives(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "tiny")
+    first, _ = await settle(chat, await chat.send(OWNER, conversation.id, "turn 1: hello"))
+    second, answer = await settle(chat, await chat.send(OWNER, conversation.id, "turn 2: more"))
+    # Edit the first message: the branch restarts from the root.
+    edited, _ = await settle(
+        chat, await chat.send(OWNER, conversation.id, "turn 3: hi", edit_of=first.id)
+    )
+    assert edited.parent_seq == 0 and received_turns(upstream.requests[-1]) == {3}
+    _, shown = await chat.history(OWNER, conversation.id)
+    assert [r.content for r in shown if r.role == Role.USER] == ["turn 3: hi"]
+    alternatives = await chat.alternatives_of(conversation.id, shown)
+    assert alternatives[edited.id].as_dict() == {  # type: ignore[index]
+        "index": 1,
+        "count": 2,
+        "ids": [first.id, edited.id],
+    }
+    # Back to the first branch, then regenerate its second turn.
+    await chat.branch(OWNER, conversation.id, first.id)  # type: ignore[arg-type]
+    _, shown = await chat.history(OWNER, conversation.id)
+    assert [r.id for r in shown] == [first.id, first.id + 1, second.id, answer.id]
+    again, _ = await settle(chat, await chat.regenerate(OWNER, conversation.id, second.id))  # type: ignore[arg-type]
+    assert again.content == second.content and again.parent_seq == second.seq - 1
+    assert received_turns(upstream.requests[-1]) == {1, 2}
+    _, shown = await chat.history(OWNER, conversation.id)
+    assert [r.id for r in shown][:2] == [first.id, first.id + 1] and shown[2].id == again.id
+    alternatives = await chat.alternatives_of(conversation.id, shown)
+    assert alternatives[again.id].ids == (second.id, again.id)  # type: ignore[index]
+    assert alternatives[first.id].count == 2  # type: ignore[index]
+    # Nothing was deleted: every row of every branch is still there.
+    assert len(await all_rows(chat, conversation.id)) == 8
+
+
+async def test_fork_copies_the_branch_with_its_fit_facts(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "tiny", "Source")
+    for n in range(1, 9):
+        await settle(chat, await chat.send(OWNER, conversation.id, f"turn {n}: " + "lorem " * 70))
+    rows = await all_rows(chat, conversation.id)
+    third = rows[4]
+    await settle(chat, await chat.send(OWNER, conversation.id, "turn 9: x", edit_of=third.id))
+    for n in range(10, 17):
+        await settle(chat, await chat.send(OWNER, conversation.id, f"turn {n}: " + "lorem " * 70))
+    _, branch = await chat.history(OWNER, conversation.id)
+    trimmed = [r for r in branch if r.dropped_turns]
+    assert trimmed, "some send on the branch left turns out"
+    fork = await chat.fork(OWNER, conversation.id, branch[-2].id)  # type: ignore[arg-type]
+    assert fork.id != conversation.id and fork.configuration == "tiny"
+    assert fork.title == "Source (fork)" and fork.owner == OWNER
+    copied = await all_rows(chat, fork.id)
+    assert [r.seq for r in copied] == list(range(1, len(branch) + 1))
+    assert [r.content for r in copied] == [r.content for r in branch]
+    assert all(r.parent_seq is None for r in copied)
+    new_seq = {old.seq: new.seq for old, new in zip(branch, copied, strict=True)}
+    for old, new in zip(branch, copied, strict=True):
+        assert (new.dropped_turns, new.fit_budget, new.prior_turns) == (
+            old.dropped_turns,
+            old.fit_budget,
+            old.prior_turns,
+        )
+        for (a, b), (c, d) in zip(old.fit_left_out or [], new.fit_left_out or [], strict=True):
+            assert (new_seq[a], new_seq[b]) == (c, d)
+    # A fork from a user row holds its answer; the source is untouched.
+    half = await chat.fork(OWNER, conversation.id, branch[2].id)  # type: ignore[arg-type]
+    assert [r.content for r in await all_rows(chat, half.id)] == [r.content for r in branch[:4]]
+    assert len(await all_rows(chat, conversation.id)) == len(rows) + 16
+    # The fork goes on from its copy, as a linear conversation.
+    user, _ = await settle(chat, await chat.send(OWNER, fork.id, "turn 17: and on"))
+    assert user.seq == len(branch) + 1 and user.prior_turns == copied[-2].prior_turns + 1
+
+
+async def test_bad_ids_are_refused_clearly(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "tiny")
+    user, answer = await settle(chat, await chat.send(OWNER, conversation.id, "turn 1: a"))
+    other = await chat.create(OWNER, "tiny")
+    elsewhere, _ = await settle(chat, await chat.send(OWNER, other.id, "turn 1: b"))
+    for bad in (0, -1, 10**9, 2**63, 2**70, elsewhere.id):
+        with pytest.raises(NotFound):
+            await chat.send(OWNER, conversation.id, "turn 2: x", edit_of=bad)  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            await chat.regenerate(OWNER, conversation.id, bad)  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            await chat.branch(OWNER, conversation.id, bad)  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            await chat.fork(OWNER, conversation.id, bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="user's message"):
+        await chat.send(OWNER, conversation.id, "turn 2: x", edit_of=answer.id)
+    with pytest.raises(InvalidInput, match="user's message"):
+        await chat.regenerate(OWNER, conversation.id, answer.id)  # type: ignore[arg-type]
+    for call in (chat.branch, chat.fork, chat.regenerate):
+        with pytest.raises(NotFound):
+            await call("mallory", conversation.id, user.id)  # type: ignore[operator, arg-type]
+    with pytest.raises(NotFound):
+        await chat.send("mallory", conversation.id, "x", edit_of=user.id)
+    # An edit while an answer is being written waits its turn, like any send.
+    upstream.stall(1.0)
+    busy = await chat.send(OWNER, conversation.id, "turn 2: slow")
+    with pytest.raises(Conflict):
+        await chat.send(OWNER, conversation.id, "turn 3: x", edit_of=user.id)
+    with pytest.raises(Conflict):
+        await chat.regenerate(OWNER, conversation.id, user.id)  # type: ignore[arg-type]
+    await chat.settle(busy)
+    assert len(await all_rows(chat, conversation.id)) == 4
