@@ -66,6 +66,13 @@ def app_error(request: Request, error: AppError) -> Response[Any]:
     return response
 
 
+def too_deep(request: Request, error: RecursionError) -> Response[Any]:
+    """JSON nested deeper than the decoder's recursion limit (msgspec raises RecursionError,
+    not a decode error): the client's input is at fault, so a 400, never a 500."""
+    log.warning("refused a request nested too deeply: %s %s", request.method, request.url.path)
+    return error_response(request, 400, "invalid request: the body is nested too deeply")
+
+
 def http_error(request: Request, error: HTTPException) -> Response[Any]:
     if isinstance(error, NotAuthorizedException) and not request.url.path.startswith(API_PATHS):
         return sign_in_first(request)
@@ -153,7 +160,11 @@ def create_app(
             "chat": Provide(lambda: chat, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
         },
-        exception_handlers={AppError: app_error, HTTPException: http_error},
+        exception_handlers={
+            AppError: app_error,
+            HTTPException: http_error,
+            RecursionError: too_deep,
+        },
         middleware=[
             DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key),
             DefineMiddleware(SessionOrTokenAuth, exclude=PUBLIC_PATHS),

@@ -24,8 +24,12 @@ MAX_PASSWORD_LENGTH = 1024
 
 
 def check_password(password: str) -> None:
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise InvalidInput(f"the password must be at least {MIN_PASSWORD_LENGTH} characters long")
+    """Length is counted without the spaces at either end: eight spaces are no password."""
+    if len(password.strip()) < MIN_PASSWORD_LENGTH:
+        raise InvalidInput(
+            f"the password must be at least {MIN_PASSWORD_LENGTH} characters long, "
+            "not counting spaces at either end"
+        )
     if len(password) > MAX_PASSWORD_LENGTH:
         raise InvalidInput(f"the password must be at most {MAX_PASSWORD_LENGTH} characters long")
 

@@ -37,7 +37,7 @@ from webapp.accounts.models import (
 )
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
 from webapp.db import transaction
-from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -324,7 +324,7 @@ class AccountService:
 
     async def create_token(self, user_id: int, name: str) -> tuple[ApiToken, str]:
         """Issue a token; the plain token is returned now and never again."""
-        name = name.strip()
+        name = refuse_nul(name, "the token name").strip()
         if not name or len(name) > TOKEN_NAME_MAX_LENGTH:
             raise InvalidInput(f"the token name must be 1 to {TOKEN_NAME_MAX_LENGTH} characters")
         plain = new_token()

@@ -16,6 +16,7 @@ from litestar.response import Redirect, Template
 from webapp.accounts.models import User
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
 from webapp.errors import AppError, Conflict, TooManyRequests
+from webapp.web.params import RowId
 from webapp.web.security import bearer_token
 
 SESSION_COOKIE = "webapp_session"
@@ -167,7 +168,7 @@ class AccountPages(Controller):
         return await _settings_page(request, new_token=plain)
 
     @post("/settings/tokens/{token_id:int}/revoke")
-    async def revoke_token(self, request: Request[Any, Any, Any], token_id: int) -> Redirect:
+    async def revoke_token(self, request: Request[Any, Any, Any], token_id: RowId) -> Redirect:
         accounts: AccountService = request.app.state.accounts
         await accounts.revoke_token(request.user.id, token_id)
         return Redirect("/settings", status_code=303)

@@ -538,10 +538,15 @@ CSV_COLUMNS = (
 )
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", ";", "\t", "\r", "\n")
+"""What makes a spreadsheet read a cell as a formula (`;` too: some take it as a separator
+and read what follows it)."""
+
+
 def _cell(value: str) -> str:
-    """Titles and names are typed by users: a leading =, +, - or @ would make a
-    spreadsheet run it as a formula, so such a cell is quoted with an apostrophe."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    """Titles and names are typed by users: a cell starting like a formula is quoted with
+    an apostrophe, so a spreadsheet shows it rather than running it."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
 
 
 def to_csv(rows: Iterable[TrimmedRow]) -> str:

@@ -33,6 +33,8 @@ class Status(StrEnum):
 
 REPLAYABLE = (Status.COMPLETE, Status.STOPPED, Status.INTERRUPTED)
 """Answers the model sees again on later sends; a failed answer is kept but not replayed."""
+RETRYABLE = (Status.FAILED, Status.INTERRUPTED)
+"""Answers whose turn may be sent again (the page offers "Retry" on exactly these)."""
 
 
 def new_conversation_id() -> str:

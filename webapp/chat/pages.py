@@ -18,11 +18,13 @@ from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
+from webapp.chat.models import RETRYABLE, Role
 from webapp.chat.service import ConversationService, Send
 from webapp.chat.views import last_fit, message_views
-from webapp.errors import InvalidInput
+from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
+from webapp.web.params import RowId, Seq
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
@@ -93,7 +95,7 @@ class ConversationPages(Controller):
 
     @get("/older")
     async def older_messages(
-        self, chat: ConversationService, conversation: ConversationRef, before: int
+        self, chat: ConversationService, conversation: ConversationRef, before: Seq
     ) -> Template:
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
@@ -121,12 +123,14 @@ class ConversationPages(Controller):
 
     @post("/retry/{answer_id:int}")
     async def retry(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
     ) -> Template:
         """Send a failed turn's message again, as a new turn; the failed one stays on record."""
         answer = await chat.message(conversation.owner, conversation.id, answer_id)
-        if answer.role != "assistant":
+        if answer.role != Role.ASSISTANT:
             raise InvalidInput("retry names the answer that failed")
+        if answer.status not in RETRYABLE:
+            raise Conflict("only a failed or interrupted answer can be sent again")
         original = await chat.user_row_of(answer)
         send = await chat.send(conversation.owner, conversation.id, original.content)
         return _turn(send, conversation)
@@ -137,7 +141,7 @@ class ConversationPages(Controller):
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
     ) -> ASGIApp:
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
         snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)

@@ -28,7 +28,7 @@ from webapp.chat.history import Tail, left_out_spans, load_transcript, read_tail
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
 from webapp.db import as_loaded, in_transaction, transaction
-from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Delta, Finished, Fitted, LLMManager, Plan
 from webapp.llm.providers.base import ProviderError, StreamBroken
@@ -154,7 +154,7 @@ class Progress:
 
 
 def clean_title(title: str) -> str:
-    title = " ".join(title.split())
+    title = " ".join(refuse_nul(title, "the title").split())
     if not title:
         raise InvalidInput("the title is empty")
     if len(title) > TITLE_MAX:
@@ -314,6 +314,7 @@ class ConversationService:
             raise InvalidInput("content must be a string")
         if not content.strip():
             raise InvalidInput("the message is empty")
+        refuse_nul(content, "the message")
         limit = self.settings.max_message_chars
         if len(content) > limit:
             raise InvalidInput(

@@ -30,6 +30,7 @@ CSRF_HEADER = "x-csrftoken"
 CSRF_FIELD = "_csrf_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 EMBED_PREFIX = "/embed/"
+STATIC_PREFIX = "/static/"
 
 
 def csrf_token(secret_key: str, anchor: str) -> str:
@@ -96,8 +97,12 @@ def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
 
 
 async def csrf_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Refuse a state-changing request from a browser that does not carry its CSRF token."""
-    if connection.scope["method"] in SAFE_METHODS or bearer_token(connection):
+    """Refuse a state-changing request from a browser that does not carry its CSRF token.
+
+    Only a request the authentication middleware accepted by a valid API token is exempt:
+    the mere header (`Bearer x`) proves nothing, and routes that need no sign-in (sign-in,
+    sign-out, the embed) never validate one."""
+    if connection.scope["method"] in SAFE_METHODS or connection.scope.get("auth") == "token":
         return
     expected = connection.scope["state"].get("csrf_token")
     given = connection.headers.get(CSRF_HEADER)
@@ -135,6 +140,10 @@ def security_headers(
         headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(ancestors=ancestors)
         if not allowed:
             headers["X-Frame-Options"] = "DENY"
+        if "cache-control" not in headers and not scope.get("path", "").startswith(STATIC_PREFIX):
+            # Pages and JSON are someone's conversations: no shared cache or back-forward
+            # history may keep them. Static files set their own caching.
+            headers["Cache-Control"] = "no-store"
         headers["X-Content-Type-Options"] = "nosniff"
         headers["Referrer-Policy"] = "strict-origin-when-cross-origin"
         headers["Cross-Origin-Opener-Policy"] = "same-origin"
