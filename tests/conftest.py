@@ -29,6 +29,7 @@ TABLES = (
     "api_token",
     "login_session",
     "sign_in_attempt",
+    "embed_send",
     "user_account",
 )
 

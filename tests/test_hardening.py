@@ -95,3 +95,51 @@ async def test_the_setup_page_refuses_a_password_of_spaces(
     )
     assert refused.status_code == 400
     assert re.search(r"at least 8 characters", refused.text)
+
+
+async def test_the_csrf_token_is_bound_to_the_session(
+    browser: AsyncTestClient,  # noqa: F811
+    database_url: str,
+) -> None:
+    await make_user(database_url, "alice")
+    before = csrf_from((await browser.get("/login")).text)
+    after = await sign_in(browser, "alice")
+    assert after != before, "signing in gives a new CSRF token"
+    stale = await browser.post("/settings/tokens", data={"name": "x", "_csrf_token": before})
+    assert stale.status_code == 403, "the token from before sign-in no longer works"
+    fresh = await browser.post("/settings/tokens", data={"name": "x", "_csrf_token": after})
+    assert fresh.status_code == 200
+    # Another anchor cookie (tossed in by a sibling site, say) changes nothing once signed in.
+    browser.cookies.set("webapp_csrf", "attacker-known", domain="testserver.local")
+    home = await browser.get("/", follow_redirects=True)
+    assert csrf_from(home.text) == after
+
+
+async def test_a_client_chosen_anchor_is_replaced(app: Litestar) -> None:  # noqa: F811
+    async with Client(app=app, base_url="https://chat.test") as client:
+        client.cookies.set("webapp_csrf", "chosen", domain="chat.test")
+        page = await client.get("/login")
+        cookie = page.headers["set-cookie"]
+        assert cookie.startswith("webapp_csrf=") and "chosen" not in cookie
+        assert "Secure" in cookie, "over https the anchor is Secure"
+        again = await client.get("/login")
+        assert "set-cookie" not in again.headers, "the server's own anchor is kept"
+
+
+async def test_signing_in_rotates_the_anchor(
+    browser: AsyncTestClient,  # noqa: F811
+    database_url: str,
+) -> None:
+    await make_user(database_url, "alice")
+    page = await browser.get("/login")
+    anchor = browser.cookies["webapp_csrf"]
+    signed_in = await browser.post(
+        "/login",
+        data={
+            "username": "alice",
+            "password": "correct horse battery",
+            "_csrf_token": csrf_from(page.text),
+        },
+    )
+    assert signed_in.status_code == 303
+    assert browser.cookies["webapp_csrf"] != anchor

@@ -25,6 +25,7 @@ from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
 from webapp.embed.pages import EmbedPages, frame_ancestors
+from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
@@ -177,5 +178,11 @@ def create_app(
     )
     app.state.chat = chat
     app.state.accounts = accounts
+    app.state.embed_quota = EmbedQuota(
+        sessions,
+        per_client=settings.embed_rate_limit_messages,
+        per_embed=settings.embed_rate_limit_total,
+        window=timedelta(seconds=settings.rate_limit_window),
+    )
     app.state.settings = settings
     return app

@@ -38,7 +38,12 @@ class Settings(BaseSettings):
     """Messages a signed-in user may send per rate_limit_window; 0 turns the limit off."""
 
     embed_rate_limit_messages: int = Field(default=10, ge=0)
-    """Messages one anonymous embed visitor may send per rate_limit_window; 0 turns it off."""
+    """Messages one anonymous embed visitor, and one client address through an embed, may
+    send per rate_limit_window; 0 turns it off."""
+
+    embed_rate_limit_total: int = Field(default=200, ge=0)
+    """Messages all visitors of one embed together may send per rate_limit_window: what an
+    embed may cost at most, however many addresses its visitors come from; 0: no ceiling."""
 
     rate_limit_window: float = Field(default=60.0, gt=0)
     """The rate limits' window, in seconds."""

@@ -17,9 +17,7 @@ from webapp.accounts.models import User
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
 from webapp.errors import AppError, Conflict, TooManyRequests
 from webapp.web.params import RowId
-from webapp.web.security import bearer_token
-
-SESSION_COOKIE = "webapp_session"
+from webapp.web.security import SESSION_COOKIE, bearer_token, fresh_anchor_cookie
 
 
 class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
@@ -107,10 +105,7 @@ class AccountPages(Controller):
                 context={"next": target, "error": "Wrong username or password."},
                 status_code=400,
             )
-        secret = await accounts.start_session(user.id)
-        return Redirect(
-            target, status_code=303, cookies=[session_cookie(secret, secure=_https(request))]
-        )
+        return await _signed_in(request, user.id, target)
 
     @post("/logout", exclude_from_auth=True)
     async def logout(self, request: Request[Any, Any, Any]) -> Redirect:
@@ -151,10 +146,7 @@ class AccountPages(Controller):
                 status_code=error.status_code,
             )
         assert user.id is not None
-        secret = await accounts.start_session(user.id)
-        return Redirect(
-            "/", status_code=303, cookies=[session_cookie(secret, secure=_https(request))]
-        )
+        return await _signed_in(request, user.id, "/")
 
     @get("/settings")
     async def settings(self, request: Request[Any, Any, Any]) -> Template:
@@ -172,6 +164,23 @@ class AccountPages(Controller):
         accounts: AccountService = request.app.state.accounts
         await accounts.revoke_token(request.user.id, token_id)
         return Redirect("/settings", status_code=303)
+
+
+async def _signed_in(request: Request[Any, Any, Any], user_id: int, target: str) -> Redirect:
+    """Open a session and go on. The CSRF token follows the session from now on (see
+    webapp.web.security); the anchor cookie used before signing in is replaced too, so
+    nothing a page showed before sign-in works after it."""
+    accounts: AccountService = request.app.state.accounts
+    secret = await accounts.start_session(user_id)
+    secure = _https(request)
+    return Redirect(
+        target,
+        status_code=303,
+        cookies=[
+            session_cookie(secret, secure=secure),
+            fresh_anchor_cookie(request.app.state.settings.secret_key, secure=secure),
+        ],
+    )
 
 
 async def _settings_page(request: Request[Any, Any, Any], new_token: str | None) -> Template:

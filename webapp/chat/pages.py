@@ -18,7 +18,7 @@ from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
-from webapp.chat.models import RETRYABLE, Role
+from webapp.chat.models import RETRYABLE, Conversation, Role
 from webapp.chat.service import ConversationService, Send
 from webapp.chat.views import last_fit, message_views
 from webapp.errors import Conflict, InvalidInput
@@ -38,6 +38,16 @@ class ConversationRef:
     id: str
     base: str
     embed: EmbedSpec | None = None
+    draft: Conversation | None = None
+    """A conversation not stored yet (an embed visitor's before the first send): shown
+    empty, stored by the first send. Reading a page never creates a row."""
+
+    async def stored_id(self, chat: ConversationService) -> str:
+        """The conversation's id, storing the draft first if this is its first send."""
+        if self.draft is None:
+            return self.id
+        created = await chat.create(self.owner, self.draft.configuration, self.draft.title)
+        return created.id
 
 
 async def form_field(request: Request[Any, Any, Any], name: str) -> str:
@@ -75,9 +85,12 @@ class ConversationPages(Controller):
     async def conversation_page(
         self, chat: ConversationService, conversation: ConversationRef
     ) -> Template:
-        row, rows, has_older = await chat.page(
-            conversation.owner, conversation.id, turns=PAGE_TURNS
-        )
+        if conversation.draft is not None:
+            row, rows, has_older = conversation.draft, [], False
+        else:
+            row, rows, has_older = await chat.page(
+                conversation.owner, conversation.id, turns=PAGE_TURNS
+            )
         left_out = await chat.left_out_spans(conversation.id, rows)
         context: dict[str, Any] = {
             "conversation": row,
@@ -119,7 +132,8 @@ class ConversationPages(Controller):
         conversation: ConversationRef,
     ) -> Template:
         content = await form_field(request, "content")
-        return _turn(await chat.send(conversation.owner, conversation.id, content), conversation)
+        conversation_id = await conversation.stored_id(chat)
+        return _turn(await chat.send(conversation.owner, conversation_id, content), conversation)
 
     @post("/retry/{answer_id:int}")
     async def retry(
