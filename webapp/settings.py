@@ -55,6 +55,22 @@ class Settings(BaseSettings):
     sign_in_failure_window: float = Field(default=900.0, gt=0)
     """The sign-in throttle's window, in seconds."""
 
+    trusted_proxies: str = ""
+    """Comma-separated addresses (or networks) of the reverse proxies in front of the app.
+    Only a connection from one of them may say, in X-Forwarded-For and X-Forwarded-Proto,
+    who the client is and whether it came over https; empty: nobody may."""
+
+    request_timeout: float = Field(default=15.0, gt=0)
+    """A request's headers and body must arrive within this many seconds (from when the
+    connection opens or the previous response ends), or the connection is closed."""
+
+    keep_alive_timeout: float = Field(default=5.0, gt=0)
+    """An idle keep-alive connection is closed after this many seconds."""
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        return [item.strip() for item in self.trusted_proxies.split(",") if item.strip()]
+
     @field_validator("config", mode="before")
     @classmethod
     def _empty_means_unset(cls, value: object) -> object:

@@ -157,7 +157,8 @@ class AccountService:
     async def authenticate(self, username: str, password: str, client: str = "") -> User | None:
         """The user whose credentials these are, or None; records the sign-in.
 
-        An unknown username costs the same time as a wrong password. A hash made with
+        An unknown (but possible) username costs the same time as a wrong password; a name
+        no account can have costs nothing. A hash made with
         weaker parameters than today's is replaced on success. Each attempt is written
         before the password is checked; after too many failures for one username from
         one client address, attempts are refused (TooManyRequests) without checking any
@@ -167,9 +168,9 @@ class AccountService:
         if len(password) > MAX_PASSWORD_LENGTH:
             return None
         if not USERNAME_PATTERN.fullmatch(username):
-            # No account has such a name (it may not even be storable): nothing to throttle
-            # or look up, but the answer takes as long as any other.
-            await self.passwords.verify(None, password)
+            # No account can have such a name, and the rule is public: answering at once
+            # tells nobody anything, while a dummy check would let anyone burn a core and
+            # 64 MiB per request.
             return None
         key, client = username_key(username), client[:CLIENT_MAX_LENGTH]
         attempt = await self._record_attempt(key, client)
