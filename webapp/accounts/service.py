@@ -254,6 +254,14 @@ class AccountService:
             )
             return rows.first()
 
+    async def delete_user(self, user_id: int) -> bool:
+        """Delete an account and everything that is its own: sessions, API tokens and
+        conversations go with it (ON DELETE CASCADE), so none of them works again and no
+        later account can inherit them. False if there was no such user."""
+        async with transaction(self.sessions) as session:
+            result = await session.exec(delete(User).where(col(User.id) == user_id))
+            return result.rowcount > 0
+
     async def list_users(self) -> list[User]:
         """Every account, by username (case-insensitively)."""
         async with self.sessions() as session:

@@ -15,6 +15,7 @@ from litestar.response import Redirect, Template
 
 from webapp.accounts.models import User
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
+from webapp.chat.models import user_owner
 from webapp.errors import AppError, Conflict, TooManyRequests
 from webapp.web.params import RowId
 from webapp.web.security import SESSION_COOKIE, bearer_token, fresh_anchor_cookie
@@ -41,7 +42,8 @@ class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
 def owner_of(request: Request[Any, Any, Any]) -> str:
     """Conversations belong to an owner string: `user:<id>` here, `embed:...` for visitors."""
     user: User = request.user
-    return f"user:{user.id}"
+    assert user.id is not None
+    return user_owner(user.id)
 
 
 def session_cookie(secret: str, *, secure: bool) -> Cookie:

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Generic, TypeVar, overload
 
-from sqlalchemy import ColumnElement, Date, String, cast, exists, func, literal, literal_column, or_
+from sqlalchemy import ColumnElement, Date, cast, exists, func, literal_column, or_
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User, username_key
 from webapp.chat.history import left_out, replayable_user_seqs
-from webapp.chat.models import Conversation, Message, Role
+from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role
 from webapp.errors import InvalidInput, NotFound
 from webapp.timeutil import as_utc, utcnow
 
@@ -257,8 +257,7 @@ def _day_start(day: date) -> datetime:
 
 
 def _owner_user_join() -> ColumnElement[bool]:
-    """Conversation.owner is `user:<id>`; compared as text so embed owners simply miss."""
-    return col(Conversation.owner) == literal("user:").concat(cast(col(User.id), String))
+    return col(Conversation.user_id) == col(User.id)
 
 
 async def _dialect(session: AsyncSession) -> str:
@@ -348,8 +347,8 @@ async def trimmed_conversations(
             col(Conversation.owner) == owner,
             col(User.username_key) == username_key(owner),
         ]
-        if owner.startswith("embed:") and owner.count(":") == 1:
-            matches.append(col(Conversation.owner).startswith(owner + ":", autoescape=True))
+        if owner.startswith(EMBED_OWNER_PREFIX) and owner.count(":") == 1:
+            matches.append(col(Conversation.embed_name) == owner[len(EMBED_OWNER_PREFIX) :])
         query = query.where(or_(*matches))
     if since is not None:
         query = query.where(col(Conversation.updated_at) >= _day_start(since))
@@ -482,7 +481,7 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         .order_by(col(Message.seq))
     )
     messages = list((await session.exec(query)).all())
-    username = await _username(session, conversation.owner)
+    username = await _username(session, conversation.user_id)
 
     trimmed_rows = [m for m in messages if m.role == Role.USER and m.dropped_turns]
     trimmed: list[TrimmedTurn] = []
@@ -517,11 +516,8 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
     )
 
 
-async def _username(session: AsyncSession, owner: str) -> str | None:
-    kind, _, ident = owner.partition(":")
-    if kind != "user" or not ident.isdecimal():
-        return None
-    user = await session.get(User, int(ident))
+async def _username(session: AsyncSession, user_id: int | None) -> str | None:
+    user = await session.get(User, user_id) if user_id is not None else None
     return user.username if user is not None else None
 
 

@@ -25,7 +25,15 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
 from webapp.chat.history import Tail, left_out_spans, load_transcript, read_tail
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.models import (
+    EMBED_OWNER_PREFIX,
+    MESSAGE_DEFAULTS,
+    Conversation,
+    Message,
+    Role,
+    Status,
+    owner_columns,
+)
 from webapp.chat.serialize import message_dict
 from webapp.db import as_loaded, in_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
@@ -45,7 +53,6 @@ DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
 UNSTORED_ERROR = "The answer could not be stored."
-EMBED_OWNER_PREFIX = "embed:"
 
 # The statements every send runs, built once: on SQLite, building and caching a statement
 # costs about as much as running it.
@@ -192,6 +199,7 @@ class ConversationService:
             raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
         conversation = Conversation(
             owner=owner,
+            **owner_columns(owner),
             configuration=configuration,
             title=clean_title(title) if title is not None else DEFAULT_TITLE,
         )

@@ -18,9 +18,9 @@ from litestar.di import Provide
 from litestar.handlers import BaseRouteHandler
 
 from webapp.accounts.service import digest
-from webapp.chat.models import Conversation
+from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation
 from webapp.chat.pages import ConversationPages, ConversationRef
-from webapp.chat.service import EMBED_OWNER_PREFIX, ConversationService, clean_title
+from webapp.chat.service import ConversationService, clean_title
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
