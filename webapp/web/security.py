@@ -26,7 +26,6 @@ import hmac
 import json
 import secrets
 from collections.abc import Callable
-from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from litestar.connection import ASGIConnection
@@ -72,19 +71,6 @@ def unsign(secret_key: str, purpose: str, signed: str | None) -> str | None:
     if not value or not hmac.compare_digest(mac, _mac(secret_key, purpose, value)):
         return None
     return value
-
-
-def cookie(request_headers: list[tuple[bytes, bytes]], name: str) -> str | None:
-    for key, value in request_headers:
-        if key == b"cookie":
-            jar = SimpleCookie()
-            try:
-                jar.load(value.decode("latin-1"))
-            except CookieError:
-                continue
-            if name in jar:
-                return jar[name].value
-    return None
 
 
 def header(request_headers: list[tuple[bytes, bytes]], name: str) -> str | None:
@@ -138,7 +124,10 @@ class CSRFAnchorMiddleware:
         headers = scope["headers"]
         embed = is_embed(scope["path"])
         name = VISITOR_COOKIE if embed else ANCHOR_COOKIE
-        in_cookie = unsign(self.secret_key, name, cookie(headers, name))
+        # Parsed as the authentication middleware parses them: the session the CSRF token
+        # is bound to is exactly the session that signs the request in.
+        cookies = ASGIConnection(scope).cookies
+        in_cookie = unsign(self.secret_key, name, cookies.get(name))
         anchor = in_cookie
         if embed:
             anchor = unsign(self.secret_key, name, header(headers, VISITOR_HEADER)) or anchor
@@ -147,7 +136,7 @@ class CSRFAnchorMiddleware:
             anchor = secrets.token_urlsafe(24)
         state = scope.setdefault("state", {})
         state["anchor"] = anchor
-        session = None if embed else cookie(headers, SESSION_COOKIE)
+        session = None if embed else cookies.get(SESSION_COOKIE)
         bound = f"session:{hashlib.sha256(session.encode()).hexdigest()}" if session else anchor
         state["csrf_token"] = csrf_token(self.secret_key, bound)
         signed = sign(self.secret_key, name, anchor)
