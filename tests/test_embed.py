@@ -91,12 +91,11 @@ async def test_reading_the_embed_stores_nothing(app: Litestar, database_url: str
             assert (await client.get("/embed/support")).status_code == 200
             older = await client.get("/embed/support/older?before=5")
             assert older.status_code == 404
-    assert await conversations(database_url) == 0
-    async with Client(app=app) as client:
+        assert await conversations(database_url) == 0
         headers = htmx_headers((await client.get("/embed/support")).text)
         sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=headers)
         assert sent.status_code == 200
-    assert await conversations(database_url) == 1, "the first send stores the conversation"
+        assert await conversations(database_url) == 1, "the first send stores the conversation"
 
 
 async def test_fresh_visitor_ids_do_not_reset_the_quota(app: Litestar, database_url: str) -> None:
