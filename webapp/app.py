@@ -25,6 +25,7 @@ from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
 from webapp.embed.pages import EmbedPages, frame_ancestors
+from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
@@ -66,6 +67,13 @@ def app_error(request: Request, error: AppError) -> Response[Any]:
     if isinstance(error, TooManyRequests):
         response.headers["Retry-After"] = str(error.retry_after)
     return response
+
+
+def too_deep(request: Request, error: RecursionError) -> Response[Any]:
+    """JSON nested deeper than the decoder's recursion limit (msgspec raises RecursionError,
+    not a decode error): the client's input is at fault, so a 400, never a 500."""
+    log.warning("refused a request nested too deeply: %s %s", request.method, request.url.path)
+    return error_response(request, 400, "invalid request: the body is nested too deeply")
 
 
 def http_error(request: Request, error: HTTPException) -> Response[Any]:
@@ -161,7 +169,11 @@ def create_app(
             "chat": Provide(lambda: chat, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
         },
-        exception_handlers={AppError: app_error, HTTPException: http_error},
+        exception_handlers={
+            AppError: app_error,
+            HTTPException: http_error,
+            RecursionError: too_deep,
+        },
         middleware=[
             DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key),
             DefineMiddleware(SessionOrTokenAuth, exclude=PUBLIC_PATHS),
@@ -174,5 +186,11 @@ def create_app(
     )
     app.state.chat = chat
     app.state.accounts = accounts
+    app.state.embed_quota = EmbedQuota(
+        sessions,
+        per_client=settings.embed_rate_limit_messages,
+        per_embed=settings.embed_rate_limit_total,
+        window=timedelta(seconds=settings.rate_limit_window),
+    )
     app.state.settings = settings
     return app
