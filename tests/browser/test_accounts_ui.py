@@ -53,6 +53,7 @@ def host_page(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
     yield serve
     for server in started:
         server.shutdown()
+        server.server_close()  # the next test's host page binds the same port
 
 
 def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -> None:
