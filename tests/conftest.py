@@ -25,6 +25,7 @@ TABLES = (
     "api_token",
     "login_session",
     "sign_in_attempt",
+    "gateway_call",
     "user_account",
 )
 

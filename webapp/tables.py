@@ -2,6 +2,15 @@
 
 from webapp.accounts.models import ApiToken, LoginSession, User
 from webapp.chat.models import Conversation, Message
+from webapp.gateway.limits import GatewayCall
 from webapp.llm.calibration import ModelCalibration
 
-__all__ = ["ApiToken", "Conversation", "LoginSession", "Message", "ModelCalibration", "User"]
+__all__ = [
+    "ApiToken",
+    "Conversation",
+    "GatewayCall",
+    "LoginSession",
+    "Message",
+    "ModelCalibration",
+    "User",
+]
