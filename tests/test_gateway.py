@@ -513,6 +513,114 @@ def test_chat_sends_and_gateway_calls_share_the_limit(
     alice.chat.completions.create(model="small", messages=hello)
     with pytest.raises(openai.RateLimitError):
         alice.chat.completions.create(model="small", messages=hello)
+    # A call into a conversation is counted by its stored message, and sees the calls too.
+    with pytest.raises(openai.RateLimitError) as refused:
+        alice.chat.completions.create(
+            model="small", messages=hello, extra_headers={"x-conversation-id": conversation["id"]}
+        )
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    with gateway.http() as http:
+        assert len(http.get(f"/api/conversations/{conversation['id']}").json()["messages"]) == 2
     # Each user has a limit of their own.
     bob.chat.completions.create(model="small", messages=hello)
     bob.chat.completions.create(model="small", messages=hello)
+
+
+# ---- x-conversation-id ----------------------------------------------------------------------
+
+
+def _conversation(gateway: Gateway, user: str = "alice", configuration: str = "small") -> str:
+    with gateway.http(user) as http:
+        response = http.post("/api/conversations", json={"configuration": configuration})
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+
+def test_a_call_in_a_conversation_is_stored_with_its_fit(
+    serve: Callable[..., Gateway], database_url: str, upstream: FakeUpstream
+) -> None:
+    gateway = serve(database_url)
+    conversation_id = _conversation(gateway)
+    client = gateway.client()
+    header = {"x-conversation-id": conversation_id}
+    reports = []
+    for turn in range(6):
+        text = f"Turn {turn}: " + " ".join(f"word{turn}x{i}" for i in range(60))
+        raw = client.chat.completions.with_raw_response.create(
+            model="small",
+            # Only the last message is new: the conversation holds the history.
+            messages=[{"role": "user", "content": "DECOY"}, {"role": "user", "content": text}],
+            extra_headers=header,
+        )
+        assert raw.headers["x-conversation-id"] == conversation_id
+        answer = raw.parse()
+        reports.append((int(raw.headers["x-dropped-turns"]), webapp_of(answer)))
+        assert answer.choices[0].message.content.startswith("Echo from small")
+        sent = upstream.requests[-1]["body"]["messages"]
+        assert sent[0] == {"role": "system", "content": "You are a test model."}
+        assert sent[-1]["content"] == text and "DECOY" not in json.dumps(sent)
+    dropped, report = reports[-1]
+    assert dropped == report["dropped_turns"] > 0 and report["model"] == "small"
+    assert report["conversation_id"] == conversation_id
+    # Stored: every message (history is never shortened), the fit on the user row, the
+    # serving model and usage on the answer; `left_out` names stored seqs (turn 1 onward).
+    with gateway.http() as http:
+        stored = http.get(f"/api/conversations/{conversation_id}").json()["messages"]
+        page = http.get(f"/c/{conversation_id}").text
+    assert len(stored) == 12
+    user_row, answer_row = stored[-2], stored[-1]
+    assert user_row["id"] == report["user_message_id"]
+    assert answer_row["id"] == report["assistant_message_id"]
+    assert user_row["dropped_turns"] == dropped and user_row["fit"]["budget"] == report["budget"]
+    assert answer_row["model"] == "small" and answer_row["usage"]["prompt_tokens"] > 0
+    assert report["left_out"] == [[3, 2 + 2 * dropped]]
+    assert f'data-dropped-turns="{dropped}"' in page
+
+
+def test_a_streamed_call_in_a_conversation(gateway: Gateway) -> None:
+    conversation_id = _conversation(gateway)
+    with gateway.client().chat.completions.with_streaming_response.create(
+        model="small",
+        messages=[{"role": "user", "content": "Stream into my conversation"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"x-conversation-id": conversation_id},
+    ) as response:
+        assert response.headers["x-dropped-turns"] == "0"
+        chunks = list(response.parse())
+    assert webapp_of(chunks[0])["conversation_id"] == conversation_id
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].usage.prompt_tokens > 0
+    with gateway.http() as http:
+        stored = http.get(f"/api/conversations/{conversation_id}").json()["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["content"] == text and stored[1]["status"] == "complete"
+
+
+def test_conversation_calls_are_the_callers_own_and_checked(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    client = gateway.client()
+    hello = [{"role": "user", "content": "hello"}]
+    theirs = _conversation(gateway, "bob")
+    with pytest.raises(openai.NotFoundError) as foreign:
+        client.chat.completions.create(
+            model="small", messages=hello, extra_headers={"x-conversation-id": theirs}
+        )
+    assert foreign.value.code == "conversation_not_found"
+    mine = _conversation(gateway)
+    header = {"x-conversation-id": mine}
+    for kwargs, param in [
+        ({"model": "medium"}, "model"),
+        ({"tools": [WEATHER_TOOL]}, "tools"),
+        ({"max_tokens": 20}, "max_tokens"),
+        ({"messages": [*hello, {"role": "assistant", "content": "hi"}]}, "messages"),
+    ]:
+        call = {"model": "small", "messages": hello, **kwargs}
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(**call, extra_headers=header)
+        assert refused.value.param == param
+    assert upstream.requests == []
+    with gateway.http() as http:
+        assert http.get(f"/api/conversations/{mine}").json()["messages"] == []
+        assert http.get(f"/api/conversations/{theirs}").status_code == 404

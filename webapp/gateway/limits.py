@@ -72,11 +72,12 @@ class RateLimit:
         self.limit = limit
         self.window = window
 
-    async def admit(self, owner: str) -> None:
-        """Count this call, or refuse it (429 with Retry-After) and count nothing."""
+    async def admit(self, owner: str, *, record: bool = True) -> None:
+        """Count this call, or refuse it (429 with Retry-After) and count nothing. A call
+        that will store a message (`record=False`) is only checked: its message counts."""
         if self.limit <= 0:
             return
-        wait = await in_transaction(self.sessions, self._admit, owner, utcnow())
+        wait = await in_transaction(self.sessions, self._admit, owner, utcnow(), record)
         if wait is not None:
             raise too_many(
                 f"You have made {self.limit} calls in the last {self.window:g} seconds; "
@@ -84,7 +85,7 @@ class RateLimit:
                 wait,
             )
 
-    def _admit(self, connection: Connection, owner: str, now: datetime) -> int | None:
+    def _admit(self, connection: Connection, owner: str, now: datetime, record: bool) -> int | None:
         if connection.dialect.name == "postgresql":
             # Under READ COMMITTED two calls would each count without the other: one at a
             # time per owner. (SQLite's transactions here hold its write lock from BEGIN.)
@@ -99,5 +100,6 @@ class RateLimit:
         if len(newest) >= self.limit:
             # Once the limit-th newest leaves the window, fewer than `limit` remain in it.
             return max(1, math.ceil((newest[self.limit - 1] - since).total_seconds()))
-        connection.execute(insert(GatewayCall).values(owner=owner, called_at=now))
+        if record:
+            connection.execute(insert(GatewayCall).values(owner=owner, called_at=now))
         return None

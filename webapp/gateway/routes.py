@@ -23,6 +23,7 @@ from litestar.response import Stream
 
 from webapp.chat.service import ConversationService
 from webapp.gateway.auth import BearerTokenAuth
+from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
 from webapp.gateway.errors import (
     GatewayError,
     from_provider,
@@ -119,9 +120,15 @@ async def read_model(chat: Chat, name: FromPath[str]) -> dict[str, Any]:
 async def chat_completions(
     request: Request[Any, Any, Any], chat: Chat, limit: Limit, owner: Owner
 ) -> Response[Any]:
+    """A chat call, fitted to the model that serves it; with `x-conversation-id`, a send
+    in one of the caller's conversations (see `webapp.gateway.conversation`)."""
     body: ChatCompletionRequest = parse(ChatCompletionRequest, await request.body())
     manager = chat.manager
     route = _route(manager, body.model)
+    conversation_id = request.headers.get(CONVERSATION_HEADER)
+    if conversation_id is not None:
+        await limit.admit(owner, record=False)
+        return await answer_in_conversation(chat, owner, conversation_id.strip(), body)
     await limit.admit(owner)
     messages = [message.wire() for message in body.messages]
     tools = body.wire_tools()
