@@ -76,7 +76,10 @@ async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
         connection.execute(select(Conversation.id)).all()
         other = sqlite3.connect(path, timeout=0)
         try:
-            other.execute("INSERT INTO model_calibration VALUES ('m', 1.0, 0, '2026-01-01')")
+            other.execute(
+                "INSERT INTO model_calibration (model, factor, samples, updated_at) "
+                "VALUES ('m', 1.0, 0, '2026-01-01')"
+            )
             other.commit()
             return "the other writer got in"
         except sqlite3.OperationalError as refused:

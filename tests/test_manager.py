@@ -9,7 +9,13 @@ import pytest
 
 from tests.catalogs import upstream_catalog
 from tests.upstream import FakeUpstream, count_chat_tokens
-from webapp.llm.calibration import Calibrator
+from webapp.llm.calibration import (
+    DEFAULT_OVERHEAD,
+    MAX_FACTOR,
+    MAX_OVERHEAD,
+    MIN_FACTOR,
+    Calibrator,
+)
 from webapp.llm.manager import (
     AllModelsFailed,
     Delta,
@@ -127,7 +133,7 @@ async def test_context_length_exceeded_tightens_and_retries_once(
 async def test_context_length_exceeded_twice_fails_the_call(
     manager: LLMManager, upstream: FakeUpstream
 ) -> None:
-    upstream.set_models({**upstream.models, "small": 120})
+    upstream.set_models({**upstream.models, "small": 80})
     with pytest.raises(ContextLengthExceeded):
         await collect(manager, "small", long_transcript(10))
     assert len(upstream.requests) == 2
@@ -208,7 +214,32 @@ async def test_calibration_learns_from_reported_usage(
     await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=150)
     assert manager.calibrator.factor("small") == pytest.approx(1.5 * 1.05)
     await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=10_000)
-    assert manager.calibrator.factor("small") == 3.0, "bounded above"
+    assert manager.calibrator.factor("small") == MAX_FACTOR, "bounded above"
+    # An over-count lowers the factor slowly, below 1.0 too (the estimate is 2.5x high on
+    # some scripts), but only within bounds.
+    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=50)
+    once = manager.calibrator.factor("small")
+    assert MAX_FACTOR * 0.8 < once < MAX_FACTOR, "one over-count moves it a little"
     for _ in range(200):
         await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=50)
-    assert manager.calibrator.factor("small") == 1.0, "never below 1.0"
+    assert manager.calibrator.factor("small") == pytest.approx(0.5 * 1.05, rel=0.05)
+    for _ in range(200):
+        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=5)
+    assert manager.calibrator.factor("small") == MIN_FACTOR, "bounded below"
+    # An under-count raises it at once.
+    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=120)
+    assert manager.calibrator.factor("small") == pytest.approx(1.2 * 1.05)
+
+
+async def test_template_overhead_is_learned_both_ways_and_bounded() -> None:
+    calibrator = Calibrator()
+    assert calibrator.overhead("m") == DEFAULT_OVERHEAD
+    # 10 messages, 500 content tokens, the provider counted 573: 7 per message (+3 priming).
+    assert await calibrator.observe_overhead("m", 500, 10, 573, fixed=3) == 8  # 7.0 + 0.5 up
+    assert await calibrator.observe_overhead("m", 500, 10, 503, fixed=3) == 8, "falls slowly"
+    for _ in range(100):
+        await calibrator.observe_overhead("m", 500, 10, 503, fixed=3)
+    assert calibrator.overhead("m") == 1, "settles just above what is observed (0)"
+    assert await calibrator.observe_overhead("m", 500, 10, 603, fixed=3) == 11, "up at once"
+    assert await calibrator.observe_overhead("m", 0, 1, 10_000, fixed=3) == MAX_OVERHEAD
+    assert await calibrator.tighten_overhead("m") == MAX_OVERHEAD

@@ -12,7 +12,19 @@ import secrets
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import Column, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
 from webapp.timeutil import utcnow
@@ -40,6 +52,10 @@ def new_conversation_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+JSON_TYPE = JSON().with_variant(JSONB(), "postgresql")
+"""JSON on SQLite, JSONB on PostgreSQL; both index into it with `column[key]`."""
+
+
 def _timestamp() -> Column:  # type: ignore[type-arg]
     return Column(DateTime(timezone=True), nullable=False, default=utcnow)
 
@@ -63,6 +79,13 @@ class Message(SQLModel, table=True):
         Index("ix_message_created_at", "created_at"),
         Index("ix_message_conversation_created", "conversation_id", "created_at"),
         Index("ix_message_prior_turns", "conversation_id", "prior_turns", "seq"),
+        Index(
+            "ix_message_pinned",
+            "conversation_id",
+            "seq",
+            sqlite_where=text("pinned"),
+            postgresql_where=text("pinned"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -83,6 +106,15 @@ class Message(SQLModel, table=True):
     estimated_tokens: int = 0
     prior_turns: int | None = None
     """On user rows: how many replayable turns came before this one (see chat.history)."""
+    token_counts: dict[str, int] | None = Field(
+        default=None, sa_column=Column(JSON_TYPE, nullable=True)
+    )
+    """Content tokens by tokenizer id (see webapp.llm.counting), counted once, when the
+    row is written or first needed: a send never counts old history again."""
+    pinned: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """On user rows: the user asked that this turn be sent on every later send."""
 
     # The bound, on user rows. dropped_turns: NULL = no fit evaluated, 0 = all sent, N = N left out.
     dropped_turns: int | None = None
@@ -92,6 +124,13 @@ class Message(SQLModel, table=True):
     fit_budget: int | None = None
     fit_estimated_tokens: int | None = None
     fit_overflow_at_floor: bool | None = None
+    fit_counted_by: str | None = Field(default=None, max_length=300)
+    fit_left_out: list[list[int]] | None = Field(
+        default=None, sa_column=Column(JSON_TYPE, nullable=True)
+    )
+    """Inclusive [first_seq, last_seq] spans of what the send left out, stored when it
+    was sent (and rewritten on a re-fit): the record never depends on today's rule."""
+    fit_pins_dropped: int | None = None
 
     # What the provider said, on assistant rows.
     model: str | None = Field(default=None, max_length=100)

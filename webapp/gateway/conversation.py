@@ -63,8 +63,12 @@ def _new_content(body: ChatCompletionRequest) -> str:
 async def _report(
     chat: ConversationService, conversation_id: str, configuration: str, user: Message
 ) -> dict[str, Any]:
-    spans = await chat.left_out_spans(conversation_id, [user])
-    span = spans.get(user.seq)
+    """The user row's stored fit facts; sends stored before spans were (or a service that
+    does not store them yet) get them rebuilt by the service from the stored count."""
+    left_out = user.fit_left_out
+    if left_out is None:
+        span = (await chat.left_out_spans(conversation_id, [user])).get(user.seq)
+        left_out = [list(span)] if span else []
     return {
         "configuration": configuration,
         "conversation_id": conversation_id,
@@ -75,9 +79,9 @@ async def _report(
         "reserve": user.fit_reserve,
         "estimated_tokens": user.fit_estimated_tokens,
         "dropped_turns": user.dropped_turns,
-        "left_out": [list(span)] if span else [],
+        "left_out": left_out,
         "overflow_at_floor": user.fit_overflow_at_floor,
-        "counted_by": "estimate",
+        "counted_by": user.fit_counted_by or "estimate",
     }
 
 

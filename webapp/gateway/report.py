@@ -17,17 +17,6 @@ DROPPED_TURNS_HEADER = "x-dropped-turns"
 COMPLETION_OVERFLOW_HEADER = "x-completion-overflow"
 
 
-def _left_out(fit: FitResult) -> list[list[int]] | None:
-    # TODO drop getattr once FitResult.left_out lands on main
-    spans = getattr(fit, "left_out", None)
-    return None if spans is None else [[first, last] for first, last in spans]
-
-
-def _counted_by(fit: FitResult) -> str:
-    # TODO drop getattr once FitResult.counted_by lands on main
-    return str(getattr(fit, "counted_by", "estimate"))
-
-
 def fit_report(configuration: str, fit: FitResult) -> dict[str, Any]:
     """The bound of a chat call. `left_out` holds inclusive [first, last] index spans into
     the request's `messages`: exactly the messages that were not sent."""
@@ -39,9 +28,9 @@ def fit_report(configuration: str, fit: FitResult) -> dict[str, Any]:
         "reserve": fit.reserve,
         "estimated_tokens": fit.estimated_tokens,
         "dropped_turns": fit.dropped_turns,
-        "left_out": _left_out(fit),
+        "left_out": [[first, last] for first, last in fit.left_out],
         "overflow_at_floor": fit.overflow_at_floor,
-        "counted_by": _counted_by(fit),
+        "counted_by": fit.counted_by,
     }
 
 

@@ -52,6 +52,7 @@ from webapp.llm.describe import configuration_dicts
 from webapp.llm.estimator import estimate_text
 from webapp.llm.manager import (
     AllModelsFailed,
+    Counted,
     Delta,
     Finished,
     Fitted,
@@ -160,8 +161,9 @@ async def _stream(manager: LLMManager, plan: Plan, body: ChatCompletionRequest) 
     fit = plan.fit
     try:
         first: StreamEvent | None = await anext(events, None)
-        while isinstance(first, Fitted):
-            fit = first.fit
+        while isinstance(first, Fitted | Counted):
+            if isinstance(first, Fitted):
+                fit = first.fit
             first = await anext(events, None)
     except ProviderError as error:
         await events.aclose()

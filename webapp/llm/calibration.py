@@ -1,12 +1,20 @@
-"""Per-model calibration of the token estimate, learned from what providers report.
+"""Per-model learning from what providers report: the estimate's factor and the
+template overhead of exact counts.
 
-The raw estimate errs high against common tokenizers, but a model's own
-tokenizer may count more. Each answer's reported prompt_tokens against our raw
-estimate tells us by how much; the factor rises at once when we undercounted
-(an undercount is what makes a provider refuse a prompt) and creeps down
-slowly when we overcount. It never goes below 1.0 (the estimator is already
-fitted to err high) nor above MAX_FACTOR (one odd reading must not starve every
-later send of history). Factors are stored, so a restart keeps what was learned.
+Two things are learned per model, both from each answer's reported prompt_tokens:
+
+* the estimate's factor. The raw estimate errs high against cl100k, but a
+  model's own tokenizer may count more (code on Gemma) or far less (Hindi on
+  Gemma is a ninth of the estimate). The factor rises at once when we
+  undercounted (an undercount is what makes a provider refuse a prompt) and
+  creeps down slowly when we overcounted, within [MIN_FACTOR, MAX_FACTOR]: one
+  odd reading must neither starve every later send of history nor let the
+  estimate fall far under.
+* the per-message overhead of the chat template, for models counted exactly by
+  their own tokenizer (which counts content only): what the provider counted
+  beyond the content, per message. It rises at once and falls slowly, too.
+
+Both are stored, so a restart keeps what was learned.
 """
 
 from __future__ import annotations
@@ -25,8 +33,13 @@ from webapp.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
-MIN_FACTOR = 1.0
-MAX_FACTOR = 3.0
+MIN_FACTOR = 0.35
+"""About the estimate's largest over-count of any script against a real vocabulary."""
+MAX_FACTOR = 4.0
+DEFAULT_OVERHEAD = 8
+"""Template tokens per message until learned: more than ChatML (5), Llama 3 (5) or
+Gemma (6) use, so an unlearned model errs high."""
+MAX_OVERHEAD = 64
 MARGIN = 1.05
 """Learned factors sit a little above the observed ratio: the next prompt may be denser."""
 DECAY = 0.1
@@ -41,6 +54,7 @@ class ModelCalibration(SQLModel, table=True):
     model: str = Field(primary_key=True, max_length=100)
     factor: float = 1.0
     samples: int = 0
+    message_overhead: float | None = None
     updated_at: datetime = Field(
         default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False)
     )
@@ -50,6 +64,11 @@ def _clamp(factor: float) -> float:
     return min(MAX_FACTOR, max(MIN_FACTOR, factor))
 
 
+def _learned(current: float, target: float) -> float:
+    """Up at once, down by a tenth of the way: the rule both learned values follow."""
+    return target if target > current else current + DECAY * (target - current)
+
+
 class Calibrator:
     """The factors in memory, written through to the database when they change."""
 
@@ -57,9 +76,14 @@ class Calibrator:
         self._sessions = sessions
         self._factors: dict[str, float] = {}
         self._samples: dict[str, int] = {}
+        self._overheads: dict[str, float] = {}
 
     def factor(self, model: str) -> float:
-        return self._factors.get(model, MIN_FACTOR)
+        return self._factors.get(model, 1.0)
+
+    def overhead(self, model: str) -> int:
+        """Template tokens per message to add to exact content counts."""
+        return math.ceil(self._overheads.get(model, DEFAULT_OVERHEAD))
 
     async def load(self) -> None:
         if self._sessions is None:
@@ -68,16 +92,40 @@ class Calibrator:
             for row in await session.exec(select(ModelCalibration)):
                 self._factors[row.model] = _clamp(row.factor)
                 self._samples[row.model] = row.samples
+                if row.message_overhead is not None:
+                    self._overheads[row.model] = row.message_overhead
 
     async def observe(self, model: str, raw_estimate: int, prompt_tokens: int) -> float:
         """Learn from one answer: the provider counted `prompt_tokens` for what we put at
         `raw_estimate`."""
         if raw_estimate <= 0 or prompt_tokens <= 0:
             return self.factor(model)
-        current = self.factor(model)
         target = prompt_tokens / raw_estimate * MARGIN
-        new = target if target > current else current + DECAY * (target - current)
-        return await self._set(model, _clamp(new))
+        return await self._set(model, _clamp(_learned(self.factor(model), target)))
+
+    async def observe_overhead(
+        self, model: str, counted_tokens: int, messages: int, prompt_tokens: int, fixed: int
+    ) -> int:
+        """Learn the template overhead: the provider counted `prompt_tokens` for `messages`
+        messages whose content its tokenizer put at `counted_tokens`, plus `fixed` tokens
+        (reply priming) that are not per message."""
+        if messages <= 0 or prompt_tokens <= 0:
+            return self.overhead(model)
+        observed = max(0.0, (prompt_tokens - counted_tokens - fixed) / messages)
+        current = self._overheads.get(model, DEFAULT_OVERHEAD)
+        new = min(float(MAX_OVERHEAD), _learned(current, observed + 0.5))
+        if abs(new - current) > 1e-3:
+            self._overheads[model] = new
+            await self._store(model)
+        return self.overhead(model)
+
+    async def tighten_overhead(self, model: str) -> int:
+        """An exactly counted prompt was still refused: the template costs more than we
+        thought. Double the overhead (bounded) so the re-fit lands inside."""
+        current = self._overheads.get(model, DEFAULT_OVERHEAD)
+        self._overheads[model] = min(float(MAX_OVERHEAD), max(current * 2, current + 4))
+        await self._store(model)
+        return self.overhead(model)
 
     async def tighten(
         self,
@@ -112,13 +160,18 @@ class Calibrator:
         if not changed:
             return self.factor(model)
         self._factors[model] = factor
-        if self._sessions is not None:
-            async with self._sessions() as session, session.begin():
-                row = await session.get(ModelCalibration, model)
-                if row is None:
-                    row = ModelCalibration(model=model)
-                row.factor = factor
-                row.samples = self._samples[model]
-                row.updated_at = utcnow()
-                session.add(row)
+        await self._store(model)
         return factor
+
+    async def _store(self, model: str) -> None:
+        if self._sessions is None:
+            return
+        async with self._sessions() as session, session.begin():
+            row = await session.get(ModelCalibration, model)
+            if row is None:
+                row = ModelCalibration(model=model)
+            row.factor = self.factor(model)
+            row.samples = self._samples.get(model, 0)
+            row.message_overhead = self._overheads.get(model)
+            row.updated_at = utcnow()
+            session.add(row)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
-from webapp.llm.estimator import REPLY_PRIMING, estimate_text
+from webapp.llm.estimator import REPLY_PRIMING, estimate_message, estimate_text
 from webapp.llm.providers import build_provider
 from webapp.llm.providers.base import (
     CallInfo,
@@ -48,11 +48,72 @@ class Transcript:
     messages: list[Message]
     estimates: list[int] | None = None
     omitted_turns: int = 0
+    counts: Mapping[str, Sequence[int | None]] = field(default_factory=dict)
+    """Exact content counts per tokenizer id, one per message (None: not counted yet)."""
+    pinned: tuple[int, ...] = ()
+    """Indices of the user messages whose turns are pinned."""
+    ids: Sequence[int | None] | None = None
+    """The stored row of each message, when it has one: where new counts are kept."""
+
+    def sizes(self) -> list[int]:
+        return (
+            self.estimates
+            if self.estimates is not None
+            else [estimate_message(m) for m in self.messages]
+        )
+
+
+class Counter(Protocol):
+    """A tokenizer as the pipeline uses it (see `webapp.llm.tokenizers`)."""
+
+    id: str
+    exact: bool
+
+    async def count(self, texts: Sequence[str]) -> list[int]: ...
+
+
+class CounterSource(Protocol):
+    def for_model(self, model: ModelSpec) -> Counter: ...
+
+
+class _EstimateCounter:
+    id = "estimate"
+    exact = False
+
+    async def count(self, texts: Sequence[str]) -> list[int]:
+        return [estimate_text(text) for text in texts]
+
+
+class _EstimateOnly:
+    """Until tokenizers are probed (and in tests that do not care): every model estimated."""
+
+    counter = _EstimateCounter()
+
+    def for_model(self, model: ModelSpec) -> Counter:
+        return self.counter
+
+
+def countable_text(message: Message) -> str | None:
+    """The text a tokenizer counts for a message, or None when only the estimate can
+    size it (tool calls, image parts): their wire form is the provider's business."""
+    if message.get("tool_calls") or message.get("role") == "tool":
+        return None
+    content = message.get("content")
+    return content if isinstance(content, str) else None
 
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
     fit: FitResult
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """Messages counted during a send (they had no count for this tokenizer yet): the
+    caller stores them by row id, so they are never counted again."""
+
+    tokenizer: str
+    counts: dict[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +128,7 @@ class Finished:
     usage: Usage | None
 
 
-StreamEvent = Fitted | Delta | Finished
+StreamEvent = Counted | Fitted | Delta | Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +177,36 @@ class LLMManager:
         catalog: Catalog,
         calibrator: Calibrator,
         providers: dict[str, Provider] | None = None,
+        tokenizers: CounterSource | None = None,
     ) -> None:
         self.catalog = catalog
         self.calibrator = calibrator
         self._providers = dict(providers or {})
+        self.tokenizers: CounterSource = tokenizers or _EstimateOnly()
+
+    def tokenizer_for(self, model: ModelSpec) -> Counter:
+        return self.tokenizers.for_model(model)
+
+    def exact_tokenizers(self, route: Route) -> list[str]:
+        """The ids of the exact tokenizers a send down `route` may count with."""
+        ids = (self.tokenizer_for(model) for model in route.models)
+        return list(dict.fromkeys(t.id for t in ids if t.exact))
+
+    def sizers(self, route: Route) -> list[tuple[str | None, float, int]]:
+        """How each model of the route sizes a message: (exact tokenizer id or None, the
+        estimate's factor, template overhead per counted message). A history walk keeps
+        reading while any model could still take more."""
+        sizers = []
+        for model in route.models:
+            tokenizer = self.tokenizer_for(model)
+            sizers.append(
+                (
+                    tokenizer.id if tokenizer.exact else None,
+                    self.calibrator.factor(model.name),
+                    self.calibrator.overhead(model.name),
+                )
+            )
+        return sizers
 
     def provider_for(self, model: ModelSpec) -> Provider:
         provider = self._providers.get(model.provider)
@@ -157,6 +244,14 @@ class LLMManager:
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
     ) -> FitResult:
+        tokenizer = self.tokenizer_for(model)
+        counts = transcript.counts.get(tokenizer.id) if tokenizer.exact else None
+        if not tokenizer.exact:
+            counted_by = "estimate"
+        elif counts is None:
+            counted_by = f"estimate ({tokenizer.id} unavailable)"
+        else:
+            counted_by = tokenizer.id
         result = fit(
             transcript.messages,
             model,
@@ -164,6 +259,10 @@ class LLMManager:
             self.reserve_for(route, model, max_tokens),
             estimates=transcript.estimates,
             calibration=self.calibrator.factor(model.name),
+            counts=counts,
+            overhead=self.calibrator.overhead(model.name),
+            pinned=transcript.pinned,
+            counted_by=counted_by,
         )
         if transcript.omitted_turns:
             result = dataclasses.replace(
@@ -182,14 +281,50 @@ class LLMManager:
         fit = self.fit_for(route, route.primary, transcript, tools=tools, max_tokens=max_tokens)
         return Plan(route, transcript, fit, tools, max_tokens)
 
-    def _fits(self, plan: Plan, model: ModelSpec, first: bool) -> FitResult:
-        """The plan's own fit for its first try, a fresh one (new window or calibration)
-        for every other."""
-        if first:
-            return plan.fit
-        return self.fit_for(
-            plan.route, model, plan.transcript, tools=plan.tools, max_tokens=plan.max_tokens
+    async def count_missing(
+        self, model: ModelSpec, transcript: Transcript
+    ) -> tuple[Transcript, Counted | None]:
+        """Count, with `model`'s own tokenizer, the messages that have no count for it yet
+        (history written before, or for another model). Counting never fails a send: a
+        tokenizer that is down leaves the estimate to size them."""
+        tokenizer = self.tokenizer_for(model)
+        if not tokenizer.exact:
+            return transcript, None
+        messages = transcript.messages
+        known = list(transcript.counts.get(tokenizer.id) or [None] * len(messages))
+        missing = [
+            i for i, c in enumerate(known) if c is None and countable_text(messages[i]) is not None
+        ]
+        if not missing:
+            return transcript, None
+        try:
+            counted = await tokenizer.count([countable_text(messages[i]) or "" for i in missing])
+        except Exception as error:  # a tokenizer may fail in any way; the send goes on
+            log.warning("could not count with %s: %s; estimating", tokenizer.id, error)
+            return transcript, None
+        for index, count in zip(missing, counted, strict=True):
+            known[index] = count
+        updated = dataclasses.replace(transcript, counts={**transcript.counts, tokenizer.id: known})
+        ids = transcript.ids
+        stored = {
+            row: count
+            for index, count in zip(missing, counted, strict=True)
+            if ids is not None and (row := ids[index]) is not None
+        }
+        return updated, Counted(tokenizer.id, stored) if stored else None
+
+    async def _attempt(
+        self, plan: Plan, transcript: Transcript, model: ModelSpec, first: bool
+    ) -> tuple[Transcript, FitResult, Counted | None]:
+        """The fit to send to `model`: the plan's own for its first try when nothing had to
+        be counted, a fresh one (new counts, window or calibration) for every other."""
+        transcript, counted = await self.count_missing(model, transcript)
+        if first and transcript is plan.transcript:
+            return transcript, plan.fit, None
+        result = self.fit_for(
+            plan.route, model, transcript, tools=plan.tools, max_tokens=plan.max_tokens
         )
+        return transcript, result, counted
 
     async def stream(self, plan: Plan) -> AsyncIterator[StreamEvent]:
         """Send a plan and stream the answer. Everything that can go wrong before the first
@@ -197,11 +332,15 @@ class LLMManager:
         for every fit made after the plan's; after the first chunk nothing can be pruned
         any more and errors reach the caller."""
         route = plan.route
+        transcript = plan.transcript
         failures: list[tuple[str, ProviderError]] = []
         for index, model in enumerate(route.models):
             retried = False
             while True:
-                result = self._fits(plan, model, first=index == 0 and not retried)
+                first = index == 0 and not retried
+                transcript, result, counted = await self._attempt(plan, transcript, model, first)
+                if counted is not None:
+                    yield counted
                 if result is not plan.fit:
                     yield Fitted(result)
                 chunks = self.provider_for(model).stream_chat(
@@ -237,7 +376,7 @@ class LLMManager:
                         finish_reason = chunk.finish_reason or finish_reason
                         usage = chunk.usage or usage
                         chunk = await anext(chunks, None)
-                await self._learn(model, result, usage)
+                await self._learn(model, result, usage, plan.tools)
                 yield Finished(model.name, finish_reason, usage)
                 return
         raise AllModelsFailed(failures)
@@ -245,10 +384,12 @@ class LLMManager:
     async def chat(self, plan: Plan) -> tuple[ChatResult, FitResult, str]:
         """A bounded, non-streamed chat or tool call: (answer, the fit that was sent, model)."""
         route = plan.route
+        transcript = plan.transcript
         failures: list[tuple[str, ProviderError]] = []
         for index, model in enumerate(route.models):
             for attempt in range(2):
-                result = self._fits(plan, model, first=index == 0 and attempt == 0)
+                first = index == 0 and attempt == 0
+                transcript, result, _ = await self._attempt(plan, transcript, model, first)
                 try:
                     answer = await self.provider_for(model).chat(
                         model.model_id,
@@ -267,7 +408,7 @@ class LLMManager:
                         raise
                     failures.append((model.name, error))
                     break
-                await self._learn(model, result, answer.usage)
+                await self._learn(model, result, answer.usage, plan.tools)
                 return answer, result, model.name
         raise AllModelsFailed(failures)
 
@@ -301,6 +442,10 @@ class LLMManager:
     async def _tighten(
         self, model: ModelSpec, result: FitResult, error: ContextLengthExceeded
     ) -> None:
+        if result.counted_tokens is not None:
+            # Counted exactly, refused all the same: the template costs more than we think.
+            await self.calibrator.tighten_overhead(model.name)
+            return
         await self.calibrator.tighten(
             model.name,
             result.raw_estimate,
@@ -310,9 +455,26 @@ class LLMManager:
             reserve=result.reserve,
         )
 
-    async def _learn(self, model: ModelSpec, result: FitResult, usage: Usage | None) -> None:
-        if usage is not None and usage.prompt_tokens:
-            await self.calibrator.observe(model.name, result.raw_estimate, usage.prompt_tokens)
+    async def _learn(
+        self,
+        model: ModelSpec,
+        result: FitResult,
+        usage: Usage | None,
+        tools: list[dict[str, Any]] | None,
+    ) -> None:
+        """Learn from what the provider counted. (llama-cpp-python reports no usage on
+        streams: then nothing is learned, and the defaults, which err high, stay.)"""
+        if usage is None or not usage.prompt_tokens:
+            return
+        await self.calibrator.observe(model.name, result.raw_estimate, usage.prompt_tokens)
+        if result.counted_tokens is not None and not tools:
+            await self.calibrator.observe_overhead(
+                model.name,
+                result.counted_tokens,
+                result.sent_messages,
+                usage.prompt_tokens,
+                fixed=REPLY_PRIMING,
+            )
 
 
 def _call_info(result: FitResult) -> CallInfo:

@@ -5,16 +5,16 @@ and holds everything that answers it (assistant text, tool calls and their
 results), so dropping whole turns can never separate a tool call from its
 result. The head (system prompt and opening exchange) and the newest turn are
 never dropped; when the rest does not fit, the oldest turns in between go
-first, so what is left out is always the contiguous run right after the head.
-That rule is what lets a review page rebuild, from the stored count alone,
-exactly which turns a send left out.
+first. Pinned turns outrank the rest: they are kept before any other old turn.
+What was left out is returned as spans and stored with the send, so no page ever
+has to rebuild it from a count and today's rule.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from webapp.llm.catalog import ModelSpec
@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 
 SAFETY_FRACTION = 0.03
 """Kept free of every window: the estimate is good, not exact."""
+
+
+Span = tuple[int, int]
+"""An inclusive run of indices (or, once stored, of sequence numbers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,16 @@ class FitResult:
     model: str
     raw_estimate: int
     """The estimate before the model's calibration factor; what calibration learns against."""
+    left_out: tuple[Span, ...] = ()
+    """Inclusive spans of indices into the messages given to fit() that were not sent."""
+    counted_by: str = "estimate"
+    """The tokenizer the sizes came from (see `webapp.llm.counting`)."""
+    pins_dropped: int = 0
+    """Pinned turns that had to go because head, pins and newest turn did not fit."""
+    counted_tokens: int | None = None
+    """The exact content tokens of what was sent, when every sent message had a count:
+    what the per-message template overhead learns against."""
+    sent_messages: int = 0
 
 
 def default_reserve(model: ModelSpec) -> int:
@@ -69,6 +83,17 @@ def split_turns(messages: Sequence[Message]) -> tuple[list[int], list[list[int]]
     return preamble, turns
 
 
+def _spans(indices: Sequence[int]) -> tuple[Span, ...]:
+    """Sorted indices as inclusive runs: [3, 4, 5, 9] -> ((3, 5), (9, 9))."""
+    spans: list[Span] = []
+    for index in indices:
+        if spans and spans[-1][1] == index - 1:
+            spans[-1] = (spans[-1][0], index)
+        else:
+            spans.append((index, index))
+    return tuple(spans)
+
+
 def fit(
     messages: Sequence[Message],
     model: ModelSpec,
@@ -77,41 +102,64 @@ def fit(
     *,
     estimates: Sequence[int] | None = None,
     calibration: float = 1.0,
+    counts: Sequence[int | None] | None = None,
+    overhead: int = 0,
+    pinned: Collection[int] = (),
+    counted_by: str = "estimate",
 ) -> FitResult:
-    """Keep what fits of `messages` for `model`, dropping whole turns oldest first.
+    """Keep what fits of `messages` for `model`: the head and the newest turn always, then
+    pinned turns (newest pins first), then the newest other turns, dropping whole turns.
 
-    `estimates` are the stored per-message raw estimates (so a send never
-    re-estimates history); `calibration` is the model's learned factor, >= 1.
+    Sizes: a message with an exact count (`counts`, from the model's own tokenizer)
+    costs that count plus the learned per-message template `overhead`; any other costs
+    its stored raw estimate (`estimates`, so a send never re-estimates history) times
+    the model's `calibration`. `pinned` are indices of user messages whose turns the
+    user pinned. Kept pins come before unpinned turns: once a pin has to go, so do all
+    older pins and every unpinned turn, which keeps what is left out easy to say.
     """
     reserve = default_reserve(model) if reserve is None else reserve
     budget = budget_for(model, reserve)
-    sizes = list(estimates) if estimates is not None else [estimate_message(m) for m in messages]
-    fixed_cost = estimate_tools(tools) + REPLY_PRIMING
-
-    def calibrated(raw: int) -> int:
-        return math.ceil(raw * calibration)
+    raw_sizes = (
+        list(estimates) if estimates is not None else [estimate_message(m) for m in messages]
+    )
+    exact = list(counts) if counts is not None else [None] * len(messages)
+    sizes = [
+        raw * calibration if count is None else count + overhead
+        for raw, count in zip(raw_sizes, exact, strict=True)
+    ]
+    fixed_raw = estimate_tools(tools) + REPLY_PRIMING
+    fixed = fixed_raw * calibration if counts is None else fixed_raw
 
     preamble, turns = split_turns(messages)
-    turn_sizes = [sum(sizes[i] for i in turn) for turn in turns]
-    floor_raw = fixed_cost + sum(sizes[i] for i in preamble)
-    if turns:
-        floor_raw += turn_sizes[0] + (turn_sizes[-1] if len(turns) > 1 else 0)
+    floor_turns = {0, len(turns) - 1} if turns else set()
+    kept = set(floor_turns)
+    spent = fixed + sum(sizes[i] for i in preamble)
+    spent += sum(sizes[i] for t in floor_turns for i in turns[t])
 
-    middle = list(range(1, len(turns) - 1))
-    kept_middle: list[int] = []
-    raw = floor_raw
-    for turn_index in reversed(middle):
-        if calibrated(raw + turn_sizes[turn_index]) > budget:
+    def turn_size(t: int) -> float:
+        return sum(sizes[i] for i in turns[t])
+
+    turn_of = {turn[0]: t for t, turn in enumerate(turns)}
+    pins = sorted({turn_of[i] for i in pinned if i in turn_of} - floor_turns, reverse=True)
+    pins_dropped = 0
+    for position, t in enumerate(pins):
+        if math.ceil(spent + turn_size(t)) > budget:
+            pins_dropped = len(pins) - position
             break
-        raw += turn_sizes[turn_index]
-        kept_middle.append(turn_index)
-    kept_middle.reverse()
+        spent += turn_size(t)
+        kept.add(t)
+    if not pins_dropped:
+        for t in range(len(turns) - 2, 0, -1):
+            if t in kept:
+                continue
+            if math.ceil(spent + turn_size(t)) > budget:
+                break
+            spent += turn_size(t)
+            kept.add(t)
 
-    kept_turn_indices = (
-        [0, *kept_middle, len(turns) - 1] if len(turns) > 1 else list(range(len(turns)))
-    )
-    kept_message_indices = preamble + [i for t in kept_turn_indices for i in turns[t]]
-    estimated = calibrated(raw)
+    kept_indices = sorted(preamble + [i for t in kept for i in turns[t]])
+    kept_set = set(kept_indices)
+    estimated = math.ceil(spent)
     overflow = estimated > budget
     if overflow:
         log.warning(
@@ -120,15 +168,24 @@ def fit(
             budget,
             estimated,
         )
+    kept_counts = [exact[i] for i in kept_indices]
+    all_counted = counts is not None and None not in kept_counts
+    if counts is not None and not all_counted:
+        counted_by = f"{counted_by}+estimate"
     return FitResult(
-        messages=[messages[i] for i in sorted(kept_message_indices)],
-        dropped_turns=len(middle) - len(kept_middle),
-        kept_turns=len(kept_turn_indices),
+        messages=[messages[i] for i in kept_indices],
+        dropped_turns=len(turns) - len(kept),
+        kept_turns=len(kept),
         estimated_tokens=estimated,
         budget=budget,
         window=model.window,
         reserve=reserve,
         overflow_at_floor=overflow,
         model=model.name,
-        raw_estimate=raw,
+        raw_estimate=fixed_raw + sum(raw_sizes[i] for i in kept_indices),
+        left_out=_spans([i for i in range(len(messages)) if i not in kept_set]),
+        counted_by=counted_by,
+        pins_dropped=pins_dropped,
+        counted_tokens=sum(c for c in kept_counts if c is not None) if all_counted else None,
+        sent_messages=len(kept_indices),
     )

@@ -1,8 +1,8 @@
 """count gateway calls
 
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-01 09:40:00.000000
+Revision ID: 0009
+Revises: 0008
+Create Date: 2026-12-01 10:00:00.000000
 
 A call through the OpenAI-compatible gateway that stores no message leaves its owner and
 time here, for the window of the rate limit, so that every worker counts it.
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision: str = "0008"
-down_revision: str | None = "0007"
+revision: str = "0009"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
