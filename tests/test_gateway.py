@@ -12,6 +12,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -495,6 +496,21 @@ def test_gateway_calls_are_rate_limited_per_user(
     assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
     assert len(upstream.requests) == calls  # refused before anything was sent
     assert [m.id for m in alice.models.list()]  # listing calls no model: never refused
+
+
+def test_parallel_calls_cannot_slip_past_the_limit(
+    serve: Callable[..., Gateway], database_url: str, upstream: FakeUpstream
+) -> None:
+    gateway = serve(database_url, rate_limit_messages=3, rate_limit_window=60)
+
+    def call(_: int) -> int:
+        with gateway.http() as http:
+            return http.post("/v1/embeddings", json={"model": "small", "input": "hi"}).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = sorted(pool.map(call, range(8)))
+    assert statuses == [200] * 3 + [429] * 5
+    assert len(upstream.requests) == 3
 
 
 def test_chat_sends_and_gateway_calls_share_the_limit(
