@@ -34,23 +34,23 @@
     if (box) box.scrollTop = box.scrollHeight;
   }
 
-  // A trim marker names the span of messages its send left out; failed turns inside the
-  // span were not replayed anyway, so only the turns that would have been sent light up.
+  // A trim marker carries the spans of messages its send left out, as the server stored them
+  // when it sent: light up exactly those, whatever their status.
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
     if (!marker.open) return;
-    const from = Number(marker.dataset.leftOutFrom);
-    const to = Number(marker.dataset.leftOutTo);
-    if (!from || !to) return;
+    let spans = [];
+    try {
+      spans = JSON.parse(marker.dataset.leftOut || "[]");
+    } catch (_) {
+      return;
+    }
     let first = null;
-    document.querySelectorAll('.message[data-role="user"]').forEach((user) => {
-      const seq = Number(user.dataset.seq);
-      if (seq < from || seq > to) return;
-      const answer = document.querySelector(`.message[data-seq="${seq + 1}"]`);
-      if (!answer || answer.dataset.status === "failed") return;
-      user.classList.add("left-out");
-      answer.classList.add("left-out");
-      first = first || user;
+    document.querySelectorAll(".message[data-seq]").forEach((el) => {
+      const seq = Number(el.dataset.seq);
+      if (!spans.some(([from, to]) => seq >= from && seq <= to)) return;
+      el.classList.add("left-out");
+      first = first || el;
     });
     if (first) first.scrollIntoView({ block: "nearest", behavior: "smooth" });
   }

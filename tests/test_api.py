@@ -25,6 +25,8 @@ MESSAGE_FIELDS = {
     "status",
     "created_at",
     "estimated_tokens",
+    "token_counts",
+    "pinned",
     "dropped_turns",
     "fit",
     "model",
@@ -123,7 +125,12 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
         "budget",
         "estimated_tokens",
         "overflow_at_floor",
+        "counted_by",
+        "left_out",
+        "pins_left_out",
     }
+    assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
+    assert user["token_counts"] == {"estimate": user["estimated_tokens"]}
     assert assistant["status"] == "complete" and assistant["model"] == "small"
     assert assistant["usage"]["prompt_tokens"] > 0 and assistant["fit"] is None
     full = (await client.get(f"/api/conversations/{conversation['id']}")).json()

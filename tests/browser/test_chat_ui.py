@@ -182,9 +182,12 @@ def test_enter_sends_and_the_answer_streams_in_several_swaps(
     assert rows[1]["content"] == reply
     # The context meter now shows this send's fit.
     meter = page.locator("#meter meter")
-    expect(meter).to_have_attribute("value", str(rows[0]["fit"]["estimated_tokens"]))
-    expect(page.locator("#meter")).to_contain_text("Context on last send")
-    expect(page.locator("#meter")).to_contain_text("small")
+    fit = rows[0]["fit"]
+    expect(meter).to_have_attribute(
+        "value", str(round(100 * fit["estimated_tokens"] / fit["budget"]))
+    )
+    expect(page.locator("#meter")).to_contain_text("Last send")
+    expect(page.locator("#meter")).to_contain_text("Everything was sent to small")
 
 
 # ---- trimming --------------------------------------------------------------------------------
@@ -276,11 +279,10 @@ def test_trim_markers_name_what_was_left_out(
         )
         for n in left_out
     )
-    # The meter shows the newest send's fit.
-    expect(page.locator("#meter meter")).to_have_attribute(
-        "value", str(newest["fit"]["estimated_tokens"])
-    )
-    expect(page.locator("#meter")).to_contain_text(f"{dropped} turns left out")
+    # The meter shows the newest send's fit, and says it is over.
+    expect(page.locator("#meter meter")).to_have_attribute("value", "100")
+    expect(page.locator("#meter")).to_contain_text("Over")
+    expect(page.locator("#meter")).to_contain_text(trim_label(dropped, "tiny"))
 
     # Closing it clears the highlight.
     summary = newest_article.locator(".trim-marker summary")

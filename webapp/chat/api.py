@@ -15,7 +15,7 @@ from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
 from webapp.chat.answers import Channel
-from webapp.chat.serialize import conversation_dict, message_dict
+from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService
 from webapp.errors import InvalidInput
 
@@ -29,6 +29,7 @@ class NewConversation:
 @dataclass
 class ConversationChanges:
     title: str | None = None
+    configuration: str | None = None
 
 
 @dataclass
@@ -81,9 +82,13 @@ class ConversationController(Controller):
         conversation_id: str,
         data: ConversationChanges,
     ) -> dict[str, Any]:
-        if data.title is None:
-            raise InvalidInput("nothing to change: send a title")
-        return conversation_dict(await chat.rename(owner, conversation_id, data.title))
+        if data.title is None and data.configuration is None:
+            raise InvalidInput("nothing to change: send a title or a configuration")
+        if data.configuration is not None:
+            await chat.set_configuration(owner, conversation_id, data.configuration)
+        if data.title is not None:
+            await chat.rename(owner, conversation_id, data.title)
+        return conversation_dict(await chat.get(owner, conversation_id))
 
     @delete("/{conversation_id:str}", status_code=204)
     async def delete_conversation(
@@ -116,6 +121,30 @@ class ConversationController(Controller):
             status_code=HTTP_201_CREATED,
             media_type=MediaType.JSON,
         )
+
+    @post("/{conversation_id:str}/preview", status_code=HTTP_200_OK)
+    async def preview_send(
+        self, chat: ConversationService, owner: str, conversation_id: str, data: NewMessage
+    ) -> dict[str, Any]:
+        """The fit sending `content` now would make: what would be left out, stored nowhere."""
+        fit, left_out = await chat.preview(owner, conversation_id, data.content)
+        return preview_dict(fit, left_out)
+
+    @post("/{conversation_id:str}/messages/{message_id:int}/pin", status_code=HTTP_200_OK)
+    async def pin_turn(
+        self, chat: ConversationService, owner: str, conversation_id: str, message_id: int
+    ) -> dict[str, Any]:
+        """Pin a user turn: it is sent on every later send, after the head."""
+        return message_dict(await chat.pin(owner, conversation_id, message_id, True))
+
+    @delete(
+        "/{conversation_id:str}/messages/{message_id:int}/pin",
+        status_code=HTTP_200_OK,
+    )
+    async def unpin_turn(
+        self, chat: ConversationService, owner: str, conversation_id: str, message_id: int
+    ) -> dict[str, Any]:
+        return message_dict(await chat.pin(owner, conversation_id, message_id, False))
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
     async def stop_answer(

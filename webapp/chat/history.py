@@ -18,11 +18,12 @@ so those functions are synchronous; the page helpers at the end are not.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import pairwise
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, bindparam, func, select
+from sqlalchemy import ColumnElement, Connection, Select, and_, bindparam, func, or_, select
 from sqlalchemy.orm import aliased
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -30,6 +31,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from webapp.chat.models import REPLAYABLE, Message, Role, Status
 from webapp.llm.manager import Transcript
 from webapp.llm.providers.base import Message as WireMessage
+from webapp.llm.window import FitResult
 
 FIRST_BATCH = 64
 """Rows read by the first query of a walk; the next ones are sized from what it found."""
@@ -42,7 +44,15 @@ _COLUMNS = (
     Message.content,
     Message.estimated_tokens,
     Message.prior_turns,
+    Message.id,
+    Message.pinned,
 )
+SEQ, ROLE, STATUS, CONTENT, ESTIMATE, PRIOR, ID, PINNED, COUNTS = range(9)
+"""Where each column sits in a row tuple; the counts of the route's tokenizers follow."""
+
+Sizer = tuple[str | None, float, int]
+"""How one model sizes a message: (its exact tokenizer or None, the estimate's factor,
+template tokens per counted message); see `LLMManager.sizers`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +64,44 @@ class StoredTurn:
     user_tokens: int
     answer_tokens: int
     prior_turns: int
+    user_id: int = 0
+    answer_id: int = 0
+    pinned: bool = False
+    user_counts: tuple[int | None, ...] = ()
+    answer_counts: tuple[int | None, ...] = ()
+    """Exact content counts, one per tokenizer the history was read for."""
 
     @property
     def tokens(self) -> int:
         return self.user_tokens + self.answer_tokens
+
+    def cost(self, sizers: Sequence[Sizer], positions: dict[str, int]) -> float:
+        """The least any model of the route would pay for this turn: a walk for the route
+        must read on while any of them could still take more."""
+        if not sizers:
+            return self.tokens
+        return min(
+            _cost(self.user_tokens, self.user_counts, sizer, positions)
+            + _cost(self.answer_tokens, self.answer_counts, sizer, positions)
+            for sizer in sizers
+        )
 
     def wire(self) -> list[WireMessage]:
         return [
             {"role": "user", "content": self.user},
             {"role": "assistant", "content": self.answer},
         ]
+
+
+def _cost(
+    estimate: int, counts: tuple[int | None, ...], sizer: Sizer, positions: dict[str, int]
+) -> float:
+    tokenizer, factor, overhead = sizer
+    if tokenizer is not None:
+        count = counts[positions[tokenizer]]
+        if count is not None:
+            return count + overhead
+    return estimate * factor
 
 
 def is_replayable(status: str, content: str) -> bool:
@@ -83,30 +121,79 @@ def _turns(rows: Sequence[tuple], *, newest_first: bool) -> list[StoredTurn]:  #
     turns = []
     for user, answer in pairwise(ordered):
         if (
-            user[1] == USER
-            and answer[1] == ASSISTANT
-            and answer[0] == user[0] + 1
-            and answer[2] in _REPLAYABLE
-            and answer[3]
+            user[ROLE] == USER
+            and answer[ROLE] == ASSISTANT
+            and answer[SEQ] == user[SEQ] + 1
+            and answer[STATUS] in _REPLAYABLE
+            and answer[CONTENT]
         ):
-            turns.append(StoredTurn(user[0], user[3], answer[3], user[4], answer[4], user[5] or 0))
+            turns.append(
+                StoredTurn(
+                    user[SEQ],
+                    user[CONTENT],
+                    answer[CONTENT],
+                    user[ESTIMATE],
+                    answer[ESTIMATE],
+                    user[PRIOR] or 0,
+                    user[ID],
+                    answer[ID],
+                    bool(user[PINNED]),
+                    user[COUNTS:],
+                    answer[COUNTS:],
+                )
+            )
     return turns[::-1] if newest_first else turns
 
 
-def _range(*conditions: ColumnElement[bool], newest_first: bool) -> Select:  # type: ignore[type-arg]
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    """The statements of a history walk, for one set of tokenizers."""
+
+    newest: Select  # type: ignore[type-arg]
+    newest_below: Select  # type: ignore[type-arg]
+    oldest_from: Select  # type: ignore[type-arg]
+    pinned_between: Select  # type: ignore[type-arg]
+    seqs_in: Select  # type: ignore[type-arg]
+
+
+@lru_cache(maxsize=64)
+def _statements(tokenizers: tuple[str, ...]) -> _Statements:
+    """Built once per set of tokenizers: a send runs them every time, and on SQLite
+    building costs what running does."""
+    counts = col(Message.token_counts)
+    columns = (*_COLUMNS, *(counts[t].as_integer() for t in tokenizers))
     seq = col(Message.seq)
-    return (
-        select(*_COLUMNS)
-        .where(Message.conversation_id == bindparam("conversation_id"), *conditions)
-        .order_by(seq.desc() if newest_first else seq)
-        .limit(bindparam("limit"))
+
+    def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Select:  # type: ignore[type-arg]
+        return (
+            select(*columns)
+            .where(Message.conversation_id == bindparam("conversation_id"), *conditions)
+            .order_by(seq.desc() if newest_first else seq)
+            .limit(bindparam("limit"))
+        )
+
+    pinned_users = (
+        select(seq)
+        .where(
+            Message.conversation_id == bindparam("conversation_id"),
+            col(Message.pinned),
+            seq > bindparam("after"),
+            seq < bindparam("before"),
+        )
+        .scalar_subquery()
     )
-
-
-# Built once: a send runs them every time, and on SQLite building costs what running does.
-_NEWEST = _range(newest_first=True)
-_NEWEST_BELOW = _range(col(Message.seq) < bindparam("below"), newest_first=True)
-_OLDEST_FROM = _range(col(Message.seq) >= bindparam("start"), newest_first=False)
+    return _Statements(
+        newest=ranged(newest_first=True),
+        newest_below=ranged(seq < bindparam("below"), newest_first=True),
+        oldest_from=ranged(seq >= bindparam("start"), newest_first=False),
+        pinned_between=select(*columns)
+        .where(
+            Message.conversation_id == bindparam("conversation_id"),
+            or_(seq.in_(pinned_users), (seq - 1).in_(pinned_users)),
+        )
+        .order_by(seq),
+        seqs_in=select(*columns),
+    )
 
 
 def _rows(connection: Connection, statement: Select, **params: object) -> list[tuple]:  # type: ignore[type-arg]
@@ -123,31 +210,35 @@ class Tail:
     rows: list[tuple]  # type: ignore[type-arg]
     complete: bool
     """The rows reach back to the conversation's first message."""
+    tokenizers: tuple[str, ...] = ()
+    """The tokenizers whose counts the rows carry, after the fixed columns."""
 
     @property
     def next_seq(self) -> int:
-        return self.rows[0][0] + 1 if self.rows else 1
+        return self.rows[0][SEQ] + 1 if self.rows else 1
 
     @property
     def prior_turns(self) -> int:
         """`prior_turns` of the user row about to be written: the last turn's count plus
         one if that turn is replayable. Every earlier answer is final by now, so the count
         can never change later."""
-        if len(self.rows) < 2 or self.rows[1][1] != USER:
+        if len(self.rows) < 2 or self.rows[1][ROLE] != USER:
             return 0
         answer, user = self.rows[0], self.rows[1]
-        return (user[5] or 0) + int(is_replayable(answer[2], answer[3]))
+        return (user[PRIOR] or 0) + int(is_replayable(answer[STATUS], answer[CONTENT]))
 
     @property
     def answering(self) -> bool:
         """The newest answer is still marked as being written (a send's answer is always
         the newest row, and only one is written at a time)."""
-        return bool(self.rows) and self.rows[0][2] == Status.STREAMING.value
+        return bool(self.rows) and self.rows[0][STATUS] == Status.STREAMING.value
 
 
-def read_tail(connection: Connection, conversation_id: str) -> Tail:
-    rows = _rows(connection, _NEWEST, conversation_id=conversation_id, limit=FIRST_BATCH)
-    return Tail(rows, complete=len(rows) < FIRST_BATCH)
+def read_tail(connection: Connection, conversation_id: str, tokenizers: Sequence[str] = ()) -> Tail:
+    tokenizers = tuple(tokenizers)
+    statement = _statements(tokenizers).newest
+    rows = _rows(connection, statement, conversation_id=conversation_id, limit=FIRST_BATCH)
+    return Tail(rows, complete=len(rows) < FIRST_BATCH, tokenizers=tokenizers)
 
 
 def head_turn(connection: Connection, conversation_id: str, tail: Tail) -> StoredTurn | None:
@@ -155,41 +246,49 @@ def head_turn(connection: Connection, conversation_id: str, tail: Tail) -> Store
     if tail.complete:
         turns = _turns(tail.rows, newest_first=True)
         return turns[-1] if turns else None
+    statement = _statements(tail.tokenizers).oldest_from
     start, size = 1, 8
     while start < tail.next_seq:
         rows = _rows(
-            connection, _OLDEST_FROM, conversation_id=conversation_id, start=start, limit=size
+            connection, statement, conversation_id=conversation_id, start=start, limit=size
         )
         turns = _turns(rows, newest_first=False)
         if turns:
             return turns[0]
         if len(rows) < size:
             return None
-        start, size = rows[-1][0], size * 2  # re-read one row: a turn may straddle the edge
+        start, size = rows[-1][SEQ], size * 2  # re-read one row: a turn may straddle the edge
     return None
 
 
 def newest_turns(
-    connection: Connection, conversation_id: str, tail: Tail, after_seq: int, budget: int
+    connection: Connection,
+    conversation_id: str,
+    tail: Tail,
+    after_seq: int,
+    budget: int,
+    sizers: Sequence[Sizer] = (),
 ) -> list[StoredTurn]:
-    """Replayable turns after `after_seq`, newest first, until their estimates pass `budget`.
+    """Replayable turns after `after_seq`, newest first, until their sizes pass `budget`.
 
     The walk starts from the tail the send already read; each next batch is sized from
     the tokens per row seen so far and the budget left, so a large window is read in two
     or three queries and a small one in none, without reading much past the cut.
     """
+    positions = {t: i for i, t in enumerate(tail.tokenizers)}
+    statement = _statements(tail.tokenizers).newest_below
     kept: list[StoredTurn] = []
-    spent = 0
+    spent = 0.0
     rows_read = 0
     batch, complete = tail.rows, tail.complete
     while True:
-        rows = [row for row in batch if row[0] > after_seq]
+        rows = [row for row in batch if row[SEQ] > after_seq]
         complete = complete or len(rows) < len(batch)
         # A batch may end on an answer whose user row is in the next batch: leave it.
-        if not complete and rows and rows[-1][1] == ASSISTANT:
+        if not complete and rows and rows[-1][ROLE] == ASSISTANT:
             rows.pop()
         for turn in _turns(rows, newest_first=True):
-            spent += turn.tokens
+            spent += turn.cost(sizers, positions)
             if spent > budget:
                 return kept
             kept.append(turn)
@@ -200,12 +299,42 @@ def newest_turns(
         size = max(FIRST_BATCH, int((budget - spent) / per_row * 1.1) + 8)
         batch = _rows(
             connection,
-            _NEWEST_BELOW,
+            statement,
             conversation_id=conversation_id,
-            below=rows[-1][0],
+            below=rows[-1][SEQ],
             limit=size,
         )
         complete = len(batch) < size
+
+
+def pinned_turns(
+    connection: Connection, conversation_id: str, tail: Tail, after_seq: int, before_seq: int
+) -> list[StoredTurn]:
+    """The pinned turns strictly between two seqs, oldest first, through the partial
+    index on pinned rows: as cheap in a conversation of ten thousand turns as in one of ten."""
+    if before_seq - after_seq <= 2:
+        return []
+    rows = _rows(
+        connection,
+        _statements(tail.tokenizers).pinned_between,
+        conversation_id=conversation_id,
+        after=after_seq,
+        before=before_seq,
+    )
+    return _turns(rows, newest_first=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTranscript(Transcript):
+    """A transcript read from a conversation, knowing where each message is stored, so a
+    fit's left-out messages can be said as stored seqs."""
+
+    seqs: tuple[int | None, ...] = ()
+    """Each message's seq (None for the system prompt)."""
+    prior_turns: dict[int, int] = field(default_factory=dict)
+    """User seq -> replayable turns before it, for every user message sent or not."""
+    head_seq: int | None = None
+    """The head turn's user seq, when there is a head."""
 
 
 def load_transcript(
@@ -218,29 +347,102 @@ def load_transcript(
     budget: int,
     system_prompt: WireMessage | None = None,
     system_tokens: int = 0,
-) -> Transcript:
+    sizers: Sequence[Sizer] = (),
+    newest_counts: Mapping[str, int] | None = None,
+    system_counts: Mapping[str, int] | None = None,
+) -> StoredTranscript:
     """The transcript for sending `newest` (to be stored right after `tail`), with only
-    the history that `budget` (the largest budget of the route, in raw tokens) could hold."""
+    the history that `budget` (the largest budget of the route) could hold: the head,
+    every pinned turn, and the newest turns. Sizes are what the route's models would
+    pay (`sizers`), so exact counts read as far back as they allow."""
     messages: list[WireMessage] = []
     estimates: list[int] = []
+    ids: list[int | None] = []
+    seqs: list[int | None] = []
+    counts: list[tuple[int | None, ...]] = []
+    pinned: list[int] = []
+    width = len(tail.tokenizers)
+
+    def add(
+        message: WireMessage, estimate: int, row: int | None, seq: int | None, count: tuple
+    ) -> None:  # type: ignore[type-arg]
+        messages.append(message)
+        estimates.append(estimate)
+        ids.append(row)
+        seqs.append(seq)
+        counts.append(count)
+
+    def given(known: Mapping[str, int] | None) -> tuple[int | None, ...]:
+        return tuple((known or {}).get(t) for t in tail.tokenizers)
+
+    def add_turn(turn: StoredTurn) -> None:
+        if turn.pinned:
+            pinned.append(len(messages))
+        user, answer = turn.wire()
+        add(user, turn.user_tokens, turn.user_id, turn.seq, turn.user_counts or (None,) * width)
+        add(
+            answer,
+            turn.answer_tokens,
+            turn.answer_id,
+            turn.seq + 1,
+            turn.answer_counts or (None,) * width,
+        )
+
     if system_prompt is not None:
-        messages.append(system_prompt)
-        estimates.append(system_tokens)
+        add(system_prompt, system_tokens, None, None, given(system_counts))
     head = head_turn(connection, conversation_id, tail)
     omitted = 0
+    prior_turns: dict[int, int] = {}
     if head is not None:
-        messages.extend(head.wire())
-        estimates.extend((head.user_tokens, head.answer_tokens))
-        rest = newest_turns(connection, conversation_id, tail, head.seq + 1, budget)
-        # prior_turns counts the head too: what lies between is one less.
+        add_turn(head)
+        prior_turns[head.seq] = head.prior_turns
+        rest = newest_turns(connection, conversation_id, tail, head.seq + 1, budget, sizers)
+        oldest_walked = rest[-1].seq if rest else tail.next_seq
+        pins = pinned_turns(connection, conversation_id, tail, head.seq + 1, oldest_walked)
+        # prior_turns counts the head too: what lies between, not read, is one less.
         oldest_prior = rest[-1].prior_turns if rest else tail.prior_turns
-        omitted = max(0, oldest_prior - 1)
-        for turn in reversed(rest):
-            messages.extend(turn.wire())
-            estimates.extend((turn.user_tokens, turn.answer_tokens))
-    messages.append(newest)
-    estimates.append(newest_tokens)
-    return Transcript(messages=messages, estimates=estimates, omitted_turns=omitted)
+        omitted = max(0, oldest_prior - 1 - len(pins))
+        for turn in [*pins, *reversed(rest)]:
+            add_turn(turn)
+            prior_turns[turn.seq] = turn.prior_turns
+    prior_turns[tail.next_seq] = tail.prior_turns
+    add(newest, newest_tokens, None, tail.next_seq, given(newest_counts))
+    return StoredTranscript(
+        messages=messages,
+        estimates=estimates,
+        omitted_turns=omitted,
+        counts={t: [c[i] for c in counts] for i, t in enumerate(tail.tokenizers)},
+        pinned=tuple(pinned),
+        ids=ids,
+        seqs=tuple(seqs),
+        prior_turns=prior_turns,
+        head_seq=head.seq if head is not None else None,
+    )
+
+
+def left_out_seqs(transcript: StoredTranscript, fit: FitResult) -> list[list[int]]:
+    """What a send left out, as inclusive [first_seq, last_seq] spans of stored messages.
+
+    A span is a run of stored messages between the head and the newest turn that the
+    send did not include and that holds at least one turn left out to fit (a failed
+    turn lying among them was not sent either; one alone is not a left-out turn). The
+    runs come from the sent turns' seqs; whether a run holds left-out turns comes from
+    `prior_turns`, so turns never read (far back in a long conversation) count too.
+    """
+    if transcript.head_seq is None:
+        return []
+    unsent = {i for first, last in fit.left_out for i in range(first, last + 1)}
+    sent = sorted(
+        seq
+        for index, seq in enumerate(transcript.seqs)
+        if seq is not None and index not in unsent and seq in transcript.prior_turns
+    )
+    spans = []
+    for before, after in pairwise(sent):
+        between = transcript.prior_turns[after] - transcript.prior_turns[before] - 1
+        if between > 0:
+            spans.append([before + 2, after - 1])
+    return spans
 
 
 async def left_out_spans(

@@ -18,8 +18,9 @@ from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
+from webapp.chat.models import Message
 from webapp.chat.service import ConversationService, Send
-from webapp.chat.views import last_fit, message_views
+from webapp.chat.views import Alternative, MessageView, Meter, last_fit, message_views
 from webapp.errors import InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
@@ -76,12 +77,11 @@ class ConversationPages(Controller):
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, turns=PAGE_TURNS
         )
-        left_out = await chat.left_out_spans(conversation.id, rows)
         context: dict[str, Any] = {
             "conversation": row,
             "base": conversation.base,
             "embed": conversation.embed,
-            "messages": message_views(rows, left_out),
+            "messages": message_views(rows),
             "has_older": has_older,
             "meter": last_fit(rows),
             "streaming": any(r.status == "streaming" for r in rows),
@@ -98,13 +98,12 @@ class ConversationPages(Controller):
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
         )
-        left_out = await chat.left_out_spans(conversation.id, rows)
         return Template(
             "chat/_messages.html",
             context={
                 "conversation": row,
                 "base": conversation.base,
-                "messages": message_views(rows, left_out),
+                "messages": message_views(rows),
                 "has_older": has_older,
             },
         )
@@ -131,6 +130,65 @@ class ConversationPages(Controller):
         send = await chat.send(conversation.owner, conversation.id, original.content)
         return _turn(send, conversation)
 
+    @post("/preview")
+    async def preview(
+        self,
+        request: Request[Any, Any, Any],
+        chat: ConversationService,
+        conversation: ConversationRef,
+    ) -> Template:
+        """The meter for what is being typed: what the next send would leave out, with
+        a remedy when one exists. An empty box shows the last send's meter again."""
+        content = await form_field(request, "content")
+        if not content.strip():
+            _, rows, _ = await chat.page(conversation.owner, conversation.id, turns=1)
+            meter = last_fit(rows)
+        else:
+            fit, _ = await chat.preview(conversation.owner, conversation.id, content)
+            alternatives = () if conversation.embed else larger_windows(chat, fit.window)
+            meter = Meter(
+                model=fit.model,
+                window=fit.window,
+                budget=fit.budget,
+                estimated_tokens=fit.estimated_tokens,
+                dropped_turns=fit.dropped_turns,
+                pins_dropped=fit.pins_dropped,
+                counted_by=fit.counted_by,
+                overflow_at_floor=fit.overflow_at_floor,
+                preview=True,
+                alternatives=alternatives,
+            )
+        return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
+
+    @post("/pin/{message_id:int}")
+    async def pin(
+        self, chat: ConversationService, conversation: ConversationRef, message_id: int
+    ) -> Template:
+        row = await chat.pin(conversation.owner, conversation.id, message_id, True)
+        return _message(row, conversation)
+
+    @post("/unpin/{message_id:int}")
+    async def unpin(
+        self, chat: ConversationService, conversation: ConversationRef, message_id: int
+    ) -> Template:
+        row = await chat.pin(conversation.owner, conversation.id, message_id, False)
+        return _message(row, conversation)
+
+    @post("/configuration")
+    async def switch_configuration(
+        self,
+        request: Request[Any, Any, Any],
+        chat: ConversationService,
+        conversation: ConversationRef,
+    ) -> Response[Any]:
+        """Bound the next send against another configuration's model (not for embeds,
+        whose configuration is the site owner's choice)."""
+        if conversation.embed is not None:
+            raise InvalidInput("an embedded chat keeps its site's configuration")
+        configuration = await form_field(request, "configuration")
+        await chat.set_configuration(conversation.owner, conversation.id, configuration)
+        return go_to(request, conversation.base)
+
     @post("/stop", status_code=204)
     async def stop(self, chat: ConversationService, conversation: ConversationRef) -> None:
         await chat.stop(conversation.owner, conversation.id)
@@ -145,19 +203,12 @@ class ConversationPages(Controller):
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             snapshot = first
-            # The trim marker names the span of turns it left out (what opening it highlights):
-            # look them up once the fit is known, not on every snapshot.
-            dropped: int | None = None
-            left_out: dict[int, tuple[int, int]] = {}
             while True:
-                if snapshot.user.dropped_turns != dropped:
-                    dropped = snapshot.user.dropped_turns
-                    left_out = await chat.left_out_spans(conversation.id, [snapshot.user])
                 yield {
                     "data": render_fragment(
                         "chat/_stream_update.html",
                         answer=message_views([snapshot.answer])[0],
-                        user=message_views([snapshot.user], left_out)[0],
+                        user=message_views([snapshot.user])[0],
                         base=conversation.base,
                     ),
                     "id": str(len(snapshot.answer.content)),
@@ -216,6 +267,24 @@ class ConversationAdmin(Controller):
     ) -> Response[Any]:
         await chat.delete(owner, conversation_id)
         return go_to(request, "/")
+
+
+def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative, ...]:
+    """Configurations whose serving model has a larger window than `window`, largest
+    first: switching to one is the meter's remedy for a trimmed send."""
+    found = [
+        Alternative(entry["name"], entry["serving_model"], entry["window"])
+        for entry in configuration_dicts(chat.manager.catalog)
+        if entry["window"] and entry["window"] > window
+    ]
+    return tuple(sorted(found, key=lambda alt: -alt.window)[:2])
+
+
+def _message(row: Message, conversation: ConversationRef) -> Template:
+    return Template(
+        "chat/_message.html",
+        context={"message": MessageView(row), "base": conversation.base},
+    )
 
 
 def _turn(send: Send, conversation: ConversationRef) -> Template:

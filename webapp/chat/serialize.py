@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from webapp.chat.models import Conversation, Message
+from webapp.llm.window import FitResult
 from webapp.timeutil import as_utc
 
 
@@ -22,6 +23,9 @@ def message_dict(row: Message) -> dict[str, Any]:
             "budget": row.fit_budget,
             "estimated_tokens": row.fit_estimated_tokens,
             "overflow_at_floor": row.fit_overflow_at_floor,
+            "counted_by": row.fit_counted_by,
+            "left_out": row.fit_left_out or [],
+            "pins_left_out": row.fit_pins_dropped or 0,
         }
     usage = None
     if row.prompt_tokens is not None or row.completion_tokens is not None:
@@ -34,6 +38,8 @@ def message_dict(row: Message) -> dict[str, Any]:
         "status": row.status,
         "created_at": _iso(row.created_at),
         "estimated_tokens": row.estimated_tokens,
+        "token_counts": {"estimate": row.estimated_tokens, **(row.token_counts or {})},
+        "pinned": bool(row.pinned),
         "dropped_turns": row.dropped_turns,
         "fit": fit,
         "model": row.model,
@@ -54,3 +60,22 @@ def conversation_dict(row: Conversation, messages: list[Message] | None = None) 
     if messages is not None:
         data["messages"] = [message_dict(m) for m in messages]
     return data
+
+
+def preview_dict(fit: FitResult, left_out: list[list[int]]) -> dict[str, Any]:
+    """What `POST .../preview` answers: the fit the next send would make."""
+    return {
+        "dropped_turns": fit.dropped_turns,
+        "left_out": left_out,
+        "fit": {
+            "model": fit.model,
+            "window": fit.window,
+            "reserve": fit.reserve,
+            "budget": fit.budget,
+            "estimated_tokens": fit.estimated_tokens,
+            "overflow_at_floor": fit.overflow_at_floor,
+            "counted_by": fit.counted_by,
+            "left_out": left_out,
+            "pins_left_out": fit.pins_dropped,
+        },
+    }

@@ -12,8 +12,10 @@ stopped from anywhere.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -24,15 +26,21 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
-from webapp.chat.history import Tail, left_out_spans, load_transcript, read_tail
+from webapp.chat.history import (
+    StoredTranscript,
+    Tail,
+    left_out_seqs,
+    load_transcript,
+    read_tail,
+)
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.serialize import message_dict
 from webapp.db import as_loaded, in_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import Delta, Finished, Fitted, LLMManager, Plan
+from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan
 from webapp.llm.providers.base import ProviderError, StreamBroken
-from webapp.llm.routing import RoutingError
+from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import FitResult
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
@@ -46,6 +54,8 @@ TITLE_MAX = 200
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
 UNSTORED_ERROR = "The answer could not be stored."
 EMBED_OWNER_PREFIX = "embed:"
+COUNT_TIMEOUT = 3.0
+"""The longest a send waits for its new message to be counted; then it estimates."""
 
 # The statements every send runs, built once: on SQLite, building and caching a statement
 # costs about as much as running it.
@@ -88,8 +98,9 @@ _UPDATE_MESSAGE = update(Message).where(col(Message.id) == bindparam("message_id
 """Sets the columns named by the parameters it is executed with."""
 
 
-def fit_columns(fit: FitResult) -> dict[str, object]:
-    """The facts of a bound, as the user row stores them."""
+def fit_columns(fit: FitResult, transcript: StoredTranscript) -> dict[str, object]:
+    """The facts of a bound, as the user row stores them: what was left out is written
+    as seq spans, so no reader has to rebuild it."""
     return {
         "dropped_turns": fit.dropped_turns,
         "fit_model": fit.model,
@@ -98,7 +109,22 @@ def fit_columns(fit: FitResult) -> dict[str, object]:
         "fit_budget": fit.budget,
         "fit_estimated_tokens": fit.estimated_tokens,
         "fit_overflow_at_floor": fit.overflow_at_floor,
+        "fit_counted_by": fit.counted_by,
+        "fit_left_out": left_out_seqs(transcript, fit),
+        "fit_pins_dropped": fit.pins_dropped,
     }
+
+
+def _store_counts(connection: Connection, tokenizer: str, counts: dict[int, int]) -> None:
+    """Add one tokenizer's counts to rows' `token_counts`, keeping the others'."""
+    rows = connection.execute(
+        select(Message.id, Message.token_counts).where(col(Message.id).in_(list(counts)))
+    )
+    for row_id, known in rows.all():
+        connection.execute(
+            _UPDATE_MESSAGE,
+            {"message_id": row_id, "token_counts": {**(known or {}), tokenizer: counts[row_id]}},
+        )
 
 
 def _set_columns(connection: Connection, message_id: int, values: dict[str, object]) -> None:
@@ -118,6 +144,31 @@ def _flush(connection: Connection, answer_id: int, text: str) -> bool:
 def updated(row: Message, values: dict[str, object]) -> Message:
     """`row` as it reads after an UPDATE that set `values`; no need to read it back."""
     return as_loaded(Message, {**row.model_dump(), **values})
+
+
+def _stored(plan: Plan) -> StoredTranscript:
+    transcript = plan.transcript
+    assert isinstance(transcript, StoredTranscript), "a conversation's sends read stored history"
+    return transcript
+
+
+class _RecentConfigurations:
+    """Which configuration this process last saw each conversation use: only a hint (for
+    counting a new message before its send), so a stale entry costs a re-count, never a
+    wrong fit."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._known: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, conversation_id: str) -> str | None:
+        return self._known.get(conversation_id)
+
+    def remember(self, conversation_id: str, configuration: str) -> None:
+        self._known[conversation_id] = configuration
+        self._known.move_to_end(conversation_id)
+        if len(self._known) > self._size:
+            self._known.popitem(last=False)
 
 
 @dataclass(slots=True)
@@ -179,6 +230,7 @@ class ConversationService:
         self.manager = manager
         self.settings = settings
         self.answers = answers or AnswerRegistry()
+        self._configurations = _RecentConfigurations()
 
     # Conversations
 
@@ -197,6 +249,7 @@ class ConversationService:
         )
         async with transaction(self.sessions) as session:
             session.add(conversation)
+        self._configurations.remember(conversation.id, conversation.configuration)
         return conversation
 
     async def list(self, owner: str, limit: int = 200) -> list[Conversation]:
@@ -243,17 +296,6 @@ class ConversationService:
         rows.reverse()
         return conversation, rows, bool(rows) and rows[0].seq > 1
 
-    async def left_out_spans(
-        self, conversation_id: str, rows: list[Message]
-    ) -> dict[int, tuple[int, int]]:
-        """For each trimmed user row among `rows`: the first and last seq of the turns its
-        send left out."""
-        sends = [(r.seq, r.dropped_turns) for r in rows if r.role == Role.USER and r.dropped_turns]
-        if not sends:
-            return {}
-        async with self.sessions() as session:
-            return await left_out_spans(session, conversation_id, sends)  # type: ignore[arg-type]
-
     async def message(self, owner: str, conversation_id: str, message_id: int) -> Message:
         async with self.sessions() as session:
             await self._owned(session, owner, conversation_id)
@@ -289,6 +331,67 @@ class ConversationService:
         async with transaction(self.sessions) as session:
             conversation = await self._owned(session, owner, conversation_id)
             await session.delete(conversation)
+
+    async def set_configuration(
+        self, owner: str, conversation_id: str, configuration: str
+    ) -> Conversation:
+        """Switch the conversation to another configuration: the next send is bounded
+        against its model. Nothing already stored changes."""
+        if configuration not in self.manager.catalog.configurations:
+            known = ", ".join(self.manager.catalog.configurations)
+            raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+        async with transaction(self.sessions) as session:
+            conversation = await self._owned(session, owner, conversation_id)
+            conversation.configuration = configuration
+            conversation.updated_at = utcnow()
+            session.add(conversation)
+        self._configurations.remember(conversation_id, configuration)
+        return conversation
+
+    async def pin(
+        self, owner: str, conversation_id: str, message_id: int, pinned: bool = True
+    ) -> Message:
+        """Pin (or unpin) a user turn: a pinned turn is sent on every later send, after the
+        head, as long as head, pins and the newest turn fit."""
+        async with transaction(self.sessions) as session:
+            await self._owned(session, owner, conversation_id)
+            row = await session.get(Message, message_id)
+            if row is None or row.conversation_id != conversation_id:
+                raise NotFound("no such message")
+            if row.role != Role.USER:
+                raise InvalidInput("only a user's message can be pinned: it pins its whole turn")
+            row.pinned = pinned
+            row.updated_at = utcnow()
+            session.add(row)
+        return row
+
+    async def preview(
+        self, owner: str, conversation_id: str, content: object
+    ) -> tuple[FitResult, list[list[int]]]:
+        """The fit the next send of `content` would make, stored nowhere: what the context
+        meter shows while the user types. Read without the conversation's lock, so it may
+        be a send behind; the send itself fits again."""
+        text = self.validate_content(content)
+        async with self.sessions() as session:
+            conversation = await self._owned(session, owner, conversation_id)
+        route = self._route(conversation)
+        if isinstance(route, RoutingError):
+            raise InvalidInput(str(route))
+        counts = await self._count_newest(conversation_id, text)
+        newest = {"role": Role.USER.value, "content": text}
+
+        def plan(connection: Connection) -> Plan:
+            tokenizers = self.manager.exact_tokenizers(route)
+            tail = read_tail(connection, conversation_id, tokenizers)
+            return self._plan(
+                connection, conversation, route, tail, newest, estimate_message(newest), counts
+            )
+
+        async with self.sessions() as session:
+            connection = await session.connection()
+            planned = await connection.run_sync(plan)
+            await session.rollback()
+        return planned.fit, left_out_seqs(_stored(planned), planned.fit)
 
     async def purge_idle(self, days: float, *, dry_run: bool = False) -> list[Conversation]:
         """Delete conversations nobody touched for `days` days (messages go with them)."""
@@ -329,17 +432,47 @@ class ConversationService:
         return await asyncio.shield(self._send(owner, conversation_id, text))
 
     async def _send(self, owner: str, conversation_id: str, text: str) -> Send:
+        counts = await self._count_newest(conversation_id, text)
         conversation, user, answer, planned = await in_transaction(
-            self.sessions, self._store_turn, owner, conversation_id, text
+            self.sessions, self._store_turn, owner, conversation_id, text, counts
         )
+        self._configurations.remember(conversation.id, conversation.configuration)
         running = self.answers.start(
             answer.id,  # type: ignore[arg-type]
             lambda channel, stop: self._write_answer(user, answer, planned, channel, stop),
         )
         return Send(conversation, user, answer, running)
 
+    async def _count_newest(self, conversation_id: str, text: str) -> dict[str, int]:
+        """Count a new message with the tokenizer of the model that will be asked first,
+        before the send's transaction (counting may mean a request to the engine, which
+        must not hold the conversation's lock). Which model that is comes from what this
+        process last saw of the conversation; when it does not know, or the tokenizer
+        fails, the answer task counts it instead (`LLMManager.count_missing`)."""
+        configuration = self._configurations.get(conversation_id)
+        if configuration is None:
+            return {}
+        try:
+            route = self.manager.route(configuration)
+        except RoutingError:
+            return {}
+        tokenizer = self.manager.tokenizer_for(route.primary)
+        if not tokenizer.exact:
+            return {}
+        try:
+            (count,) = await asyncio.wait_for(tokenizer.count([text]), COUNT_TIMEOUT)
+        except Exception as error:  # a tokenizer may fail in any way; the send goes on
+            log.warning("could not count a new message with %s: %s", tokenizer.id, error)
+            return {}
+        return {tokenizer.id: count}
+
     def _store_turn(
-        self, connection: Connection, owner: str, conversation_id: str, text: str
+        self,
+        connection: Connection,
+        owner: str,
+        conversation_id: str,
+        text: str,
+        counts: dict[str, int] | None = None,
     ) -> tuple[Conversation, Message, Message, Plan | RoutingError]:
         """The send's one transaction. It starts by taking the conversation's lock (a row
         lock on PostgreSQL, the write lock on SQLite), so two sends can never interleave
@@ -363,13 +496,19 @@ class ConversationService:
         conversation = as_loaded(Conversation, dict(zip(touched._fields, columns, strict=False)))
         if limit > 0 and recent_sends >= limit:
             self._refuse_too_many(connection, owner, limit, now)
-        tail = read_tail(connection, conversation_id)
+        route = self._route(conversation)
+        tokenizers = self.manager.exact_tokenizers(route) if isinstance(route, Route) else []
+        tail = read_tail(connection, conversation_id, tokenizers)
         if tail.answering:
             self._refuse_if_busy(connection, conversation_id)
-            tail = read_tail(connection, conversation_id)
+            tail = read_tail(connection, conversation_id, tokenizers)
         newest = {"role": Role.USER.value, "content": text}
         user_tokens = estimate_message(newest)
-        planned = self._plan(connection, conversation, tail, newest, user_tokens)
+        planned = (
+            self._plan(connection, conversation, route, tail, newest, user_tokens, counts)
+            if isinstance(route, Route)
+            else route
+        )
         common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
         rows = [
             {
@@ -380,7 +519,8 @@ class ConversationService:
                 "content": text,
                 "estimated_tokens": user_tokens,
                 "prior_turns": tail.prior_turns,
-                **(fit_columns(planned.fit) if isinstance(planned, Plan) else {}),
+                "token_counts": counts or None,
+                **(fit_columns(planned.fit, _stored(planned)) if isinstance(planned, Plan) else {}),
             },
             {
                 **MESSAGE_DEFAULTS,
@@ -392,6 +532,11 @@ class ConversationService:
         ]
         ids = dict(connection.execute(_INSERT_MESSAGES, rows).all())
         user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
+        if isinstance(planned, Plan):
+            # The new message is stored now: counts made for it later are kept on its row.
+            stored = _stored(planned)
+            with_id = dataclasses.replace(stored, ids=[*(stored.ids or [])[:-1], user.id])
+            planned = dataclasses.replace(planned, transcript=with_id)
         if user.seq == 1 and conversation.title == DEFAULT_TITLE:
             conversation.title = title_from(text)
             connection.execute(
@@ -401,21 +546,26 @@ class ConversationService:
             )
         return conversation, user, answer, planned
 
+    def _route(self, conversation: Conversation) -> Route | RoutingError:
+        """A configuration that no longer routes anywhere is the answer's failure, not the
+        send's: the message is kept all the same."""
+        try:
+            return self.manager.route(conversation.configuration)
+        except RoutingError as error:
+            return error
+
     def _plan(
         self,
         connection: Connection,
         conversation: Conversation,
+        route: Route,
         tail: Tail,
         newest: dict[str, str],
         newest_tokens: int,
-    ) -> Plan | RoutingError:
+        newest_counts: dict[str, int] | None = None,
+    ) -> Plan:
         """Read as much history as the route could send and fit it for the model that will
-        be asked first. A configuration that no longer routes anywhere is the answer's
-        failure, not the send's: the message is kept all the same."""
-        try:
-            route = self.manager.route(conversation.configuration)
-        except RoutingError as error:
-            return error
+        be asked first."""
         system = route.configuration.system_prompt
         system_message = {"role": "system", "content": system} if system else None
         transcript = load_transcript(
@@ -427,6 +577,8 @@ class ConversationService:
             budget=self.manager.largest_budget(route),
             system_prompt=system_message,  # type: ignore[arg-type]
             system_tokens=estimate_message(system_message) if system_message else 0,
+            sizers=self.manager.sizers(route),
+            newest_counts=newest_counts,
         )
         return self.manager.plan(route, transcript)
 
@@ -471,6 +623,7 @@ class ConversationService:
         conversation = await session.get(Conversation, conversation_id)
         if conversation is None or conversation.owner != owner:
             raise NotFound("no such conversation")
+        self._configurations.remember(conversation.id, conversation.configuration)
         return conversation
 
     async def _streaming_answer_id(self, owner: str, conversation_id: str) -> int | None:
@@ -548,9 +701,10 @@ class ConversationService:
         )
         return result.rowcount
 
-    async def _record_fit(self, user: Message, fit: FitResult) -> Message:
-        """Store a fit made after the send's own: a fallback model's, or a retry's."""
-        columns = fit_columns(fit)
+    async def _record_fit(self, user: Message, fit: FitResult, planned: Plan) -> Message:
+        """Store a fit made after the send's own: a fallback model's, a retry's, or one
+        made once history was counted."""
+        columns = fit_columns(fit, _stored(planned))
         await self._update_message(user, columns)
         return updated(user, columns)
 
@@ -562,9 +716,11 @@ class ConversationService:
         progress.trying = planned.fit.model
         channel.publish(Event("fit", message_dict(user)))
         async for event in self.manager.stream(planned):
-            if isinstance(event, Fitted):
+            if isinstance(event, Counted):
+                await in_transaction(self.sessions, _store_counts, event.tokenizer, event.counts)
+            elif isinstance(event, Fitted):
                 progress.trying = event.fit.model
-                user = await self._record_fit(user, event.fit)
+                user = await self._record_fit(user, event.fit, planned)
                 channel.publish(Event("fit", message_dict(user)))
             elif isinstance(event, Delta):
                 progress.add(event.text)
@@ -661,7 +817,9 @@ class ConversationService:
         text = progress.text
         finished = progress.finished
         usage = finished.usage if finished is not None else None
+        served_by = finished.model if finished is not None else progress.model
         values: dict[str, object] = {
+            "token_counts": await self._count_answer(served_by, text),
             "content": text,
             "content_html": str(render_markdown(text)),
             "status": status,
@@ -677,6 +835,21 @@ class ConversationService:
         }
         await self._update_message(answer, values)
         return updated(answer, values)
+
+    async def _count_answer(self, model: str | None, text: str) -> dict[str, int] | None:
+        """An answer is counted once, when it is final, by the model that wrote it."""
+        spec = self.manager.catalog.models.get(model) if model else None
+        if spec is None or not text:
+            return None
+        tokenizer = self.manager.tokenizer_for(spec)
+        if not tokenizer.exact:
+            return None
+        try:
+            (count,) = await asyncio.wait_for(tokenizer.count([text]), COUNT_TIMEOUT)
+        except Exception as error:  # the next send that needs it counts it instead
+            log.warning("could not count an answer with %s: %s", tokenizer.id, error)
+            return None
+        return {tokenizer.id: count}
 
     async def _update_message(self, row: Message, values: dict[str, object]) -> None:
         await in_transaction(self.sessions, _set_columns, row.id, values)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -24,8 +25,15 @@ def plural(count: int, one: str, many: str) -> str:
 @dataclass(slots=True)
 class MessageView:
     row: Message
-    left_out: tuple[int, int] | None = None
-    """First and last seq of the turns this send left out (trimmed user rows only)."""
+
+    @property
+    def left_out(self) -> list[list[int]]:
+        """The [first, last] seq spans this send left out, as stored when it was sent."""
+        return self.row.fit_left_out or []
+
+    @property
+    def left_out_json(self) -> str:
+        return json.dumps(self.left_out, separators=(",", ":"))
 
     @property
     def is_user(self) -> bool:
@@ -44,31 +52,95 @@ class MessageView:
         dropped = self.row.dropped_turns
         if not self.is_user or not dropped:
             return None
-        were = "turn was" if dropped == 1 else "turns were"
-        return f"{dropped:,} earlier {were} not sent to {self.row.fit_model}"
+        return left_out_words(dropped, self.row.fit_pins_dropped or 0, self.row.fit_model)
+
+    @property
+    def meter(self) -> Meter:
+        return Meter.of_row(self.row)
 
     @property
     def status_label(self) -> str | None:
         return STATUS_LABELS.get(Status(self.row.status))
 
+
+def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:
+    """'3 earlier turns were not sent to small (1 of them pinned)', said once for the
+    marker, the meter and the review."""
+    verb = "will not be" if will else ("was not" if dropped == 1 else "were not")
+    noun = "turn" if dropped == 1 else "turns"
+    pinned = f" ({pins:,} of them pinned)" if pins else ""
+    return f"{dropped:,} earlier {noun} {verb} sent to {model}{pinned}"
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """A configuration whose model has a larger window: the meter's one-click remedy."""
+
+    name: str
+    model: str
+    window: int
+
+
+@dataclass(frozen=True, slots=True)
+class Meter:
+    """The context meter: the last send's fit, or, while the user types, the next one's."""
+
+    model: str | None
+    window: int
+    budget: int
+    estimated_tokens: int
+    dropped_turns: int
+    pins_dropped: int = 0
+    counted_by: str | None = None
+    overflow_at_floor: bool = False
+    preview: bool = False
+    alternatives: tuple[Alternative, ...] = ()
+
+    @classmethod
+    def of_row(cls, row: Message) -> Meter:
+        return cls(
+            model=row.fit_model,
+            window=row.fit_window or 0,
+            budget=row.fit_budget or 0,
+            estimated_tokens=row.fit_estimated_tokens or 0,
+            dropped_turns=row.dropped_turns or 0,
+            pins_dropped=row.fit_pins_dropped or 0,
+            counted_by=row.fit_counted_by,
+            overflow_at_floor=bool(row.fit_overflow_at_floor),
+        )
+
     @property
-    def fill_percent(self) -> int | None:
-        row = self.row
-        if not row.fit_window or row.fit_estimated_tokens is None:
-            return None
-        return min(100, round(100 * row.fit_estimated_tokens / row.fit_window))
+    def over(self) -> bool:
+        """The conversation no longer fits: what is sent fills the budget and more was left
+        out (or even the floor was over)."""
+        return self.dropped_turns > 0 or self.overflow_at_floor
+
+    @property
+    def fill_percent(self) -> int:
+        if self.over:
+            return 100
+        return min(100, round(100 * self.estimated_tokens / self.budget)) if self.budget else 0
+
+    @property
+    def words(self) -> str:
+        if self.overflow_at_floor:
+            return "Over the window: even the opening exchange and this message do not fit"
+        if self.dropped_turns:
+            return left_out_words(
+                self.dropped_turns, self.pins_dropped, self.model, will=self.preview
+            )
+        if self.preview:
+            return f"Everything will be sent to {self.model}"
+        return f"Everything was sent to {self.model}"
 
 
-def message_views(
-    rows: list[Message], left_out: dict[int, tuple[int, int]] | None = None
-) -> list[MessageView]:
-    left_out = left_out or {}
-    return [MessageView(row, left_out.get(row.seq)) for row in rows]
+def message_views(rows: list[Message]) -> list[MessageView]:
+    return [MessageView(row) for row in rows]
 
 
-def last_fit(rows: list[Message]) -> MessageView | None:
+def last_fit(rows: list[Message]) -> Meter | None:
     """The newest user row whose fit was evaluated: what the context meter shows."""
     for row in reversed(rows):
         if row.role == Role.USER and row.dropped_turns is not None:
-            return MessageView(row)
+            return Meter.of_row(row)
     return None

@@ -60,15 +60,8 @@ def _new_content(body: ChatCompletionRequest) -> str:
     return "".join(part.text or "" for part in parts)
 
 
-async def _report(
-    chat: ConversationService, conversation_id: str, configuration: str, user: Message
-) -> dict[str, Any]:
-    """The user row's stored fit facts; sends stored before spans were (or a service that
-    does not store them yet) get them rebuilt by the service from the stored count."""
-    left_out = user.fit_left_out
-    if left_out is None:
-        span = (await chat.left_out_spans(conversation_id, [user])).get(user.seq)
-        left_out = [list(span)] if span else []
+def _report(conversation_id: str, configuration: str, user: Message) -> dict[str, Any]:
+    """The fit facts stored on the user row: what the send that was made sent."""
     return {
         "configuration": configuration,
         "conversation_id": conversation_id,
@@ -79,9 +72,10 @@ async def _report(
         "reserve": user.fit_reserve,
         "estimated_tokens": user.fit_estimated_tokens,
         "dropped_turns": user.dropped_turns,
-        "left_out": left_out,
+        "left_out": user.fit_left_out or [],
+        "pins_left_out": user.fit_pins_dropped or 0,
         "overflow_at_floor": user.fit_overflow_at_floor,
-        "counted_by": user.fit_counted_by or "estimate",
+        "counted_by": user.fit_counted_by,
     }
 
 
@@ -132,7 +126,7 @@ async def answer_in_conversation(
     if body.stream:
         return await _stream(chat, owner, send, body)
     user, answer = await chat.settle(send)
-    report = await _report(chat, conversation_id, body.model, user)
+    report = _report(conversation_id, body.model, user)
     if answer.status in FAILED:
         raise _failure(answer, report)
     usage = None
@@ -176,7 +170,7 @@ async def _stream(
             first = event
             break
     user = await chat.message(owner, send.conversation.id, send.user.id)  # type: ignore[arg-type]
-    report = await _report(chat, send.conversation.id, body.model, user)
+    report = _report(send.conversation.id, body.model, user)
     if first is not None and first.name == "error":
         answer = await chat.message(owner, send.conversation.id, send.answer.id)  # type: ignore[arg-type]
         raise _failure(answer, report)
