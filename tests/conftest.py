@@ -12,7 +12,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.upstream import upstream  # noqa: F401  (the fake OpenAI-compatible server)
+from tests.upstream import (  # noqa: F401  (the fake OpenAI-compatible servers)
+    engine_upstream,
+    upstream,
+)
 from webapp.migrate import upgrade
 
 POSTGRES_URL = os.environ.get(

@@ -49,7 +49,6 @@ from webapp.admin.web import (
     parse_listing,
 )
 from webapp.app import app_error, http_error
-from webapp.chat.history import left_out
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, is_sqlite, session_factory, transaction
@@ -540,10 +539,10 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
             replayable = replayable_before(messages, turn.seq)
             assert sent_seqs <= replayable
             assert min(replayable) in sent_seqs, "the head is always sent"
-            assert set(turn.left_out) == replayable - sent_seqs, (name, turn.seq)
-            assert set(turn.left_out) | sent_seqs == replayable
-            assert len(turn.left_out) == turn.dropped_turns == row.dropped_turns
-            assert turn.unexplained == 0
+            inside = set(review.left_out(turn))
+            assert inside & replayable == replayable - sent_seqs, (name, turn.seq)
+            assert not inside & sent_seqs, "a stored span never holds a sent turn"
+            assert len(inside & replayable) == turn.dropped_turns == row.dropped_turns
             assert turn.fit == queries.FitFacts(
                 row.fit_model,
                 row.fit_window,
@@ -559,9 +558,8 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
 
     async with world.chat.sessions() as session:
         long = await queries.review(session, world.ids["long"])
-    # The failed 4th turn is on record but was never replayed, so never "left out".
+    # The failed 4th turn is on record but was never replayed: a span may run over it.
     failed = next(m for m in long.messages if m.role == Role.ASSISTANT and m.status == "failed")
-    assert all(failed.seq - 1 not in t.left_out for t in long.trimmed)
     assert long.turn_numbers[failed.seq - 1] == 4
     assert long.owner_name == "Alice" and long.models == ["small"]
     # Some send of the long conversation dropped more than the loader ever read.
@@ -570,35 +568,43 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
     left_out_by = long.left_out_by()
     assert left_out_by
     for seq in long.turn_numbers:
-        senders = [t.seq for t in long.trimmed if seq in set(t.left_out)]
+        senders = [t.seq for t in long.trimmed if seq in set(long.left_out(t))]
         if not senders:
             assert seq not in left_out_by
             continue
         assert left_out_by[seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
-    # As runs of turn numbers, a left-out set is broken only by the never-sent turn 4.
+    # As runs of turn numbers, the spans cover exactly the turns inside them.
     numbers = long.turn_numbers
-    broken = 0
     for turn in long.trimmed:
         runs = left_out_spans(long, turn)
-        assert {n for a, b in runs for n in range(a, b + 1)} == {numbers[s] for s in turn.left_out}
-        broken += len(runs) > 1
-    assert broken and all(
-        4 not in range(a, b + 1) for t in long.trimmed for a, b in left_out_spans(long, t)
+        covered = {n for a, b in runs for n in range(a, b + 1)}
+        assert covered == {numbers[s] for s in long.left_out(turn)}
+
+
+def test_who_left_a_turn_out_matches_brute_force_on_overlapping_spans() -> None:
+    conversation = Conversation(owner="user:1", configuration="c")
+    users = [
+        Message(conversation_id=conversation.id, seq=2 * n + 1, role="user") for n in range(12)
+    ]
+    spans = {9: ((3, 6),), 13: ((3, 8),), 17: ((5, 6), (9, 10)), 21: ((7, 14),), 23: ((19, 20),)}
+    review = queries.Review(
+        conversation=conversation,
+        owner_name="x",
+        messages=users,
+        trimmed=[
+            queries.TrimmedTurn(seq, 1, spans[seq], queries.FitFacts.of(users[0]))
+            for seq in sorted(spans)
+        ],
+        models=[],
+        turn_numbers={m.seq: i + 1 for i, m in enumerate(users)},
     )
-
-
-def test_a_run_slices_like_a_list_without_copying() -> None:
-    items = [1, 3, 5, 9, 11, 13, 15]
-    run = queries.Run(items, 0, 5)
-    assert list(run) == items[:5] and len(run) == 5
-    assert run[0] == 1 and run[-1] == 11 and 9 in run and 13 not in run
-    with pytest.raises(IndexError):
-        run[5]
-    for dropped in range(8):
-        assert list(left_out(run, dropped)) == left_out(items[:5], dropped)  # type: ignore[arg-type]
-    inner = run[1:4][1:]
-    assert isinstance(inner, queries.Run) and list(inner) == [5, 9]
-    assert list(run[3:1]) == [] and list(run[-2:]) == [9, 11]
+    by = review.left_out_by()
+    for user in users:
+        senders = [t.seq for t in review.trimmed if user.seq in review.left_out(t)]
+        if senders:
+            assert by[user.seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
+        else:
+            assert user.seq not in by
 
 
 @module_loop
@@ -789,7 +795,8 @@ async def test_the_review_page_marks_trims_and_what_they_left_out(
     for turn in review.trimmed:
         assert f'data-dropped-turns="{turn.dropped_turns}"' in html
         marker = html.split(f'data-seq="{turn.seq}"', 1)[1].split("</dl>", 1)[0]
-        first, last = numbers[turn.left_out[0]], numbers[turn.left_out[-1]]
+        inside = review.left_out(turn)
+        first, last = numbers[inside[0]], numbers[inside[-1]]
         assert f'href="#turn-{first}">#{first}</a>' in marker
         assert f'href="#turn-{last}">#{last}</a>' in marker
     for seq, by in review.left_out_by().items():

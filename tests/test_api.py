@@ -231,3 +231,58 @@ async def test_stop_with_nothing_running(client: AsyncTestClient) -> None:
     conversation = await new_conversation(client)
     response = await client.post(f"/api/conversations/{conversation['id']}/stop")
     assert response.status_code == 200 and response.json() == {"stopped": False, "assistant": None}
+
+
+async def test_pin_preview_and_switch_configuration_over_the_api(
+    client: AsyncTestClient, database_url: str
+) -> None:
+    conversation = await new_conversation(client)
+    base = f"/api/conversations/{conversation['id']}"
+    rows = []
+    for number in range(1, 9):
+        sent = await client.post(f"{base}/messages", json={"content": f"turn {number} " * 60})
+        assert sent.status_code == 201, sent.text
+        rows.append(sent.json())
+    second = rows[1]["user"]
+    pinned = await client.post(f"{base}/messages/{second['id']}/pin")
+    assert pinned.status_code == 200 and pinned.json()["pinned"] is True
+    listed = (await client.get(base)).json()["messages"]
+    assert [m["pinned"] for m in listed if m["id"] == second["id"]] == [True]
+
+    preview = await client.post(f"{base}/preview", json={"content": "turn 9 " * 60})
+    assert preview.status_code == 200, preview.text
+    body = preview.json()
+    assert set(body) == {"dropped_turns", "left_out", "fit"}
+    assert body["dropped_turns"] > 0 and body["left_out"] == body["fit"]["left_out"]
+    assert body["fit"]["model"] == "small" and body["fit"]["counted_by"] == "estimate"
+    assert all(not (a <= second["seq"] <= b) for a, b in body["left_out"]), "the pin is kept"
+    assert len((await client.get(base)).json()["messages"]) == 16, "preview stored nothing"
+    sent = (await client.post(f"{base}/messages", json={"content": "turn 9 " * 60})).json()
+    assert sent["user"]["fit"]["left_out"] == body["left_out"]
+    assert sent["user"]["dropped_turns"] == body["dropped_turns"]
+
+    unpinned = await client.delete(f"{base}/messages/{second['id']}/pin")
+    assert unpinned.status_code == 200 and unpinned.json()["pinned"] is False
+
+    switched = await client.patch(base, json={"configuration": "large"})
+    assert switched.status_code == 200 and switched.json()["configuration"] == "large"
+    after = (await client.post(f"{base}/preview", json={"content": "and now?"})).json()
+    assert after["fit"]["model"] == "large" and after["dropped_turns"] == 0
+
+    # Bad input is a clear 4xx, and nobody else's data is reachable.
+    answer_id = rows[0]["assistant"]["id"]
+    assert (await client.post(f"{base}/messages/{answer_id}/pin")).status_code == 400
+    assert (await client.post(f"{base}/messages/999999/pin")).status_code == 404
+    assert (await client.post(f"{base}/messages/{2**63}/pin")).status_code in (400, 404)
+    assert (await client.patch(base, json={"configuration": "nope"})).status_code == 400
+    assert (await client.post(f"{base}/preview", json={"content": " "})).status_code == 400
+    assert (await client.post(f"{base}/preview", json={})).status_code == 400
+    other = await make_user(database_url, "bob")
+    theirs = {"Authorization": f"Bearer {other}"}
+    assert (
+        await client.post(f"{base}/preview", json={"content": "x"}, headers=theirs)
+    ).status_code == 404
+    foreign_pin = await client.post(f"{base}/messages/{second['id']}/pin", headers=theirs)
+    assert foreign_pin.status_code == 404
+    foreign_patch = await client.patch(base, json={"configuration": "large"}, headers=theirs)
+    assert foreign_patch.status_code == 404

@@ -11,14 +11,7 @@ from sqlalchemy import Connection, insert
 
 from tests.catalogs import upstream_catalog
 from tests.upstream import FakeUpstream
-from webapp.chat.history import (
-    Tail,
-    left_out,
-    left_out_spans,
-    load_transcript,
-    read_tail,
-    replayable_user_seqs,
-)
+from webapp.chat.history import Tail, load_transcript, read_tail
 from webapp.chat.models import Conversation, Message, Status
 from webapp.db import create_engine, in_transaction, session_factory
 from webapp.llm.calibration import Calibrator
@@ -151,19 +144,3 @@ async def test_every_length_around_the_first_batch_loads_like_everything(
             assert (fast.messages, fast.dropped_turns) == (slow.messages, slow.dropped_turns)
     finally:
         await engine.dispose()
-
-
-async def test_left_out_span_matches_the_rebuilt_list(stored: tuple) -> None:  # type: ignore[type-arg]
-    engine, conversation_id, full, _ = stored
-    async with session_factory(engine)() as session:
-        replayable = await replayable_user_seqs(session, conversation_id, 601, 1000)
-        assert replayable == [seq for seq, _, _ in full]
-        counts = (1, 5, 40, len(full) - 1)
-        spans = await left_out_spans(session, conversation_id, [(601, d) for d in counts])
-        assert len(spans) == 1, "keyed by the send's seq"
-        for dropped in counts:
-            (first, last) = (await left_out_spans(session, conversation_id, [(601, dropped)]))[601]
-            listed = left_out(replayable, dropped)
-            inside = [seq for seq in replayable if first <= seq <= last]
-            assert inside == listed
-        assert await left_out_spans(session, conversation_id, [(601, 0)]) == {}

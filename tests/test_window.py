@@ -193,3 +193,83 @@ def test_calibration_makes_the_bound_stricter() -> None:
     strict = fit(messages, model(2048), calibration=1.6)
     assert strict.dropped_turns > plain.dropped_turns
     assert strict.estimated_tokens <= strict.budget
+
+
+# ---- pins and exact counts ---------------------------------------------------------------
+
+
+@st.composite
+def pinned_conversations(draw: st.DrawFn) -> tuple[list[dict], list[int]]:
+    messages = draw(conversations())
+    _, turns = split_turns(messages)
+    middle = [turn[0] for turn in turns[1:-1]]
+    pins = draw(st.lists(st.sampled_from(middle), unique=True)) if middle else []
+    return messages, pins
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    drawn=pinned_conversations(),
+    window=st.integers(min_value=300, max_value=6000),
+    calibration=st.floats(min_value=0.35, max_value=4.0),
+)
+def test_a_fit_with_pins_keeps_every_pin_that_fits(
+    drawn: tuple[list[dict], list[int]], window: int, calibration: float
+) -> None:
+    messages, pins = drawn
+    result = fit(messages, model(window), reserve=50, calibration=calibration, pinned=pins)
+    preamble, turns = split_turns(messages)
+    kept = {id(m) for m in result.messages}
+    turn_kept = [all(id(messages[i]) in kept for i in turn) for turn in turns]
+    assert all(
+        turn_kept[t] or not any(id(messages[i]) in kept for i in turns[t])
+        for t in range(len(turns))
+    ), "whole turns"
+    assert turn_kept[0] and turn_kept[-1], "head and newest always"
+    assert result.messages == [m for m in messages if id(m) in kept], "order kept"
+    turn_of = {turn[0]: t for t, turn in enumerate(turns)}
+    pinned_turns = sorted(turn_of[i] for i in pins)
+    kept_pins = [t for t in pinned_turns if turn_kept[t]]
+    dropped_pins = [t for t in pinned_turns if not turn_kept[t]]
+    assert result.pins_dropped == len(dropped_pins)
+    # The newest pins are kept first: what goes is always the oldest ones.
+    assert all(d < k for d in dropped_pins for k in kept_pins)
+    sizes = [estimate_message(m) * calibration for m in messages]
+    floor = sum(sizes[i] for i in preamble) + sum(
+        sizes[i] for t in {0, len(turns) - 1} for i in turns[t]
+    )
+    fixed = REPLY_PRIMING * calibration
+    if dropped_pins:
+        # A pin went only because it did not fit; then no unpinned old turn was kept.
+        pins_cost = sum(sizes[i] for t in [*kept_pins, dropped_pins[-1]] for i in turns[t])
+        assert math.ceil(fixed + floor + pins_cost) > result.budget
+        unpinned = [t for t in range(1, len(turns) - 1) if t not in pinned_turns]
+        assert not any(turn_kept[t] for t in unpinned)
+    elif (
+        math.ceil(fixed + floor + sum(sizes[i] for t in pinned_turns for i in turns[t]))
+        <= result.budget
+    ):
+        assert len(kept_pins) == len(pinned_turns), "every pin that fits is kept"
+    # What was left out is exactly the rest, as spans of indices.
+    unsent = {i for a, b in result.left_out for i in range(a, b + 1)}
+    assert unsent == {i for i, m in enumerate(messages) if id(m) not in kept}
+    assert result.dropped_turns == turn_kept.count(False)
+
+
+def test_exact_counts_size_messages_with_the_template_overhead() -> None:
+    messages = [*turn("a " * 300, "b " * 300), *turn("c " * 300, "d " * 300)]
+    messages.append({"role": "user", "content": "last"})
+    counts = [10, 10, 10, 10, 2]
+    exact = fit(messages, model(300, 100), counts=counts, overhead=5, counted_by="server:m")
+    assert exact.dropped_turns == 0 and exact.counted_by == "server:m"
+    assert exact.estimated_tokens == sum(counts) + 5 * len(counts) + REPLY_PRIMING
+    assert exact.counted_tokens == sum(counts) and exact.sent_messages == 5
+    estimated = fit(messages, model(300, 100))
+    assert estimated.dropped_turns == 1 and estimated.counted_by == "estimate"
+    # A message without a count is estimated, and the fit says so.
+    partial = fit(messages, model(8000, 100), counts=[None, 10, 10, 10, 2], counted_by="server:m")
+    assert partial.counted_by == "server:m+estimate" and partial.counted_tokens is None
+    assert partial.estimated_tokens == estimate_message(messages[0]) + 32 + REPLY_PRIMING
+    # The one that was left out is said as a span of indices.
+    pinned_out = fit(messages, model(300, 100), counts=counts, overhead=60)
+    assert pinned_out.dropped_turns == 1 and pinned_out.left_out == ((2, 3),)

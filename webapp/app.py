@@ -30,8 +30,10 @@ from webapp.gateway import gateway_router
 from webapp.gateway.errors import GATEWAY_PREFIX, gateway_exception_handler
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
+from webapp.llm.discovery import discover
 from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
+from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
 from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
 from webapp.web.templates import STATIC, template_config
@@ -123,7 +125,8 @@ def create_app(
     engine = create_engine(settings.database_url)
     sessions = session_factory(engine)
     calibrator = Calibrator(sessions)
-    manager = LLMManager(catalog, calibrator, providers)
+    tokenizers = Tokenizers()
+    manager = LLMManager(catalog, calibrator, providers, tokenizers)
     chat = ConversationService(sessions, manager, settings)
     accounts = AccountService(
         sessions,
@@ -132,6 +135,10 @@ def create_app(
     )
 
     async def start() -> None:
+        # Windows and tokenizers come from the engines themselves, asked once per start
+        # (bounded in time; an engine that is down is estimated and assumed 8,192).
+        manager.catalog, _ = await discover(catalog)
+        await tokenizers.probe(manager.catalog)
         await calibrator.load()
         await accounts.purge_expired_sessions()
         reaped = await chat.reap_stale()
@@ -141,6 +148,7 @@ def create_app(
     async def stop() -> None:
         await chat.answers.shutdown()
         await manager.aclose()
+        await tokenizers.aclose()
         await engine.dispose()
 
     app = Litestar(

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from webapp.accounts.cli import add_token_parser, add_user_parser
-from webapp.llm.catalog import CatalogError, load_catalog
+from webapp.llm.catalog import Catalog, CatalogError, load_catalog
 from webapp.settings import Settings
 
 
@@ -48,12 +48,44 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     )
     from webapp.llm.describe import configuration_dicts
 
+    catalog = _report_models(catalog)
     for entry in configuration_dicts(catalog):
         print(
             f"  configuration {entry['name']!r}: served by {entry['serving_model']} "
             f"(window {entry['window']:,})"
         )
     return 0
+
+
+def _report_models(catalog: Catalog) -> Catalog:
+    """Print each model's window and tokenizer and where they came from; return the
+    catalog with discovered windows, so configurations are described as they will run.
+
+    Asks the servers as the app does at start (bounded: a few seconds at worst)."""
+    import asyncio
+
+    from webapp.llm.discovery import WindowSource, discover
+    from webapp.llm.tokenizers import Tokenizers
+
+    async def inspect() -> tuple[Catalog, dict[str, WindowSource], dict[str, str]]:
+        async with Tokenizers() as tokenizers:
+            (found, sources), _ = await asyncio.gather(discover(catalog), tokenizers.probe(catalog))
+            described = {name: tokenizers.describe(m) for name, m in catalog.models.items()}
+        return found, sources, described
+
+    # Discovery and the probe log what they find for the app's log; here the same facts
+    # are printed below, so keep them from also reaching stderr through logging's
+    # last-resort handler.
+    import logging
+
+    logging.getLogger("webapp.llm").addHandler(logging.NullHandler())
+    found, sources, tokenizers = asyncio.run(inspect())
+    for name, source in sources.items():
+        print(f"  model {name!r}: window {source.window:,} ({source.source})")
+        print(f"    tokenizer: {tokenizers[name]}")
+        for note in source.notes:
+            print(f"    warning: {note}")
+    return found
 
 
 def cmd_purge(args: argparse.Namespace) -> int:

@@ -7,9 +7,9 @@ PostgreSQL; the one place they differ, the UTC calendar day of a timestamp, is c
 by dialect in `_utc_day`.
 
 The review page is the one place that reads a whole history, because showing it whole
-is its purpose. Which turns a send left out is not stored; it is rebuilt from the stored
-count with the chat's own functions (`replayable_user_seqs`, `left_out`), so the review
-can never disagree with the rule the send itself followed.
+is its purpose. Which turns a send left out is read from the spans the send stored
+(`fit_left_out`), the same record the chat highlights: nothing is re-derived, so the
+review can never disagree with what was sent, whatever rule sent it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import ColumnElement, Date, String, cast, exists, func, literal, literal_column, or_
 from sqlalchemy.orm import aliased
@@ -29,7 +29,6 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User, username_key
-from webapp.chat.history import left_out, replayable_user_seqs
 from webapp.chat.models import Conversation, Message, Role
 from webapp.errors import InvalidInput, NotFound
 from webapp.timeutil import as_utc, utcnow
@@ -128,60 +127,15 @@ class FitFacts:
         )
 
 
-class Run(Sequence[int]):
-    """A read-only stretch of a list that copies nothing.
-
-    Each trimmed send's left-out turns are a slice of the same replayable list; a long
-    conversation where every send is trimmed would hold one copy of its history per
-    send (quadratic) if those slices were lists. A Run is three references, and
-    slicing a Run gives another Run, so `history.left_out` can cut it as it cuts a list.
-    """
-
-    __slots__ = ("_items", "_start", "_stop")
-
-    def __init__(self, items: Sequence[int], start: int = 0, stop: int | None = None) -> None:
-        self._items = items
-        self._start = start
-        self._stop = len(items) if stop is None else stop
-
-    def __len__(self) -> int:
-        return self._stop - self._start
-
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> Run: ...
-    def __getitem__(self, index: int | slice) -> int | Run:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                raise ValueError("a Run is sliced in steps of 1")
-            return Run(self._items, self._start + start, self._start + max(start, stop))
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self._items[self._start + index]
-
-    def __repr__(self) -> str:
-        return f"Run({list(self)!r})"
-
-
 @dataclass(frozen=True, slots=True)
 class TrimmedTurn:
     seq: int
     """The trimmed user row's sequence number."""
     dropped_turns: int
-    left_out: Run
-    """User seqs of the turns this send left out, oldest first (contiguous in the order
-    of replayable turns: turns whose answer failed are never sent, so never left out)."""
+    spans: tuple[tuple[int, int], ...]
+    """What this send left out, as stored: inclusive [first_seq, last_seq] spans."""
     fit: FitFacts
-
-    @property
-    def unexplained(self) -> int:
-        """Turns counted as dropped that the record can no longer point to (0 when the
-        stored history is consistent, which it is unless rows were edited by hand)."""
-        return self.dropped_turns - len(self.left_out)
+    pins_dropped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,43 +158,72 @@ class Review:
     models: list[str]
     turn_numbers: dict[int, int]
     """User seq -> its turn's number as people count them (1 for the first message)."""
-    replayable: list[int]
-    """User seqs of the replayable turns, oldest first, as far as any send left one out."""
-    unreplayable: list[int]
-    """User seqs within that stretch whose answer is not replayable (it failed): never
-    sent, so never left out, though they sit between turns that were."""
 
-    def unreplayable_between(self, first: int, last: int) -> list[int]:
-        """The never-sendable turns inside a left-out run from `first` to `last`."""
-        gaps = self.unreplayable
-        return gaps[bisect_right(gaps, first) : bisect_left(gaps, last)]
+    @property
+    def user_seqs(self) -> list[int]:
+        return list(self.turn_numbers)
+
+    def left_out(self, turn: TrimmedTurn) -> list[int]:
+        """User seqs of the turns inside `turn`'s stored spans, oldest first."""
+        users = self.user_seqs
+        return [
+            seq
+            for first, last in turn.spans
+            for seq in users[bisect_left(users, first) : bisect_right(users, last)]
+        ]
 
     def left_out_by(self) -> dict[int, LeftOutBy]:
         """User seq of each left-out turn -> the sends that left it out.
 
-        The k-th replayable turn after the head is left out by exactly the sends that
-        left out k or more turns (every such send came after it), so one pass over the
-        sends, bucketed by how many they left out, answers for every turn at once.
+        Each send's spans are intervals over the turns. Counts come from one running sum
+        over interval ends; the first (and last) sender of each turn from painting the
+        intervals in send order (and in reverse), each turn painted once, so a long
+        conversation where every send trims costs what its spans cost, not their square.
         """
-        most = max((len(turn.left_out) for turn in self.trimmed), default=0)
-        count = [0] * (most + 2)
-        first: list[int | None] = [None] * (most + 2)
-        last: list[int | None] = [None] * (most + 2)
-        for turn in self.trimmed:
-            k = len(turn.left_out)
-            count[k] += 1
-            first[k] = turn.seq if first[k] is None else first[k]
-            last[k] = turn.seq
-        by: dict[int, LeftOutBy] = {}
-        running, earliest, latest = 0, None, None
-        for k in range(most, 0, -1):
-            running += count[k]
-            if first[k] is not None:
-                earliest = first[k] if earliest is None else min(earliest, first[k])
-                latest = last[k] if latest is None else max(latest, last[k])
-            if running and earliest is not None and latest is not None:
-                by[self.replayable[k]] = LeftOutBy(running, earliest, latest)
-        return by
+        users = self.user_seqs
+        intervals = [
+            (turn.seq, bisect_left(users, first), bisect_right(users, last))
+            for turn in self.trimmed
+            for first, last in turn.spans
+        ]
+        delta = [0] * (len(users) + 1)
+        for _, start, stop in intervals:
+            delta[start] += 1
+            delta[stop] -= 1
+        counts, running = [], 0
+        for step in delta[:-1]:
+            running += step
+            counts.append(running)
+        first = _paint(len(users), intervals)
+        last = _paint(len(users), reversed(intervals))
+        return {
+            users[i]: LeftOutBy(counts[i], first[i], last[i])
+            for i in range(len(users))
+            if counts[i] and first[i] is not None and last[i] is not None
+        }
+
+
+def _paint(size: int, intervals: Iterable[tuple[int, int, int]]) -> list[int | None]:
+    """Give each position the label of the first interval covering it; a position is
+    never painted twice (skip pointers jump over painted stretches)."""
+    label: list[int | None] = [None] * size
+    skip = list(range(size + 1))
+
+    def next_free(i: int) -> int:
+        root = i
+        while skip[root] != root:
+            root = skip[root]
+        while skip[i] != root:
+            skip[i], i = root, skip[i]
+        return root
+
+    for name, start, stop in intervals:
+        i = next_free(start)
+        while i < stop:
+            label[i] = name
+            skip[i] = i + 1
+            i = next_free(i + 1)
+    return label
 
 
 def owner_name(owner: str, username: str | None) -> str:
@@ -484,26 +467,18 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
     messages = list((await session.exec(query)).all())
     username = await _username(session, conversation.owner)
 
-    trimmed_rows = [m for m in messages if m.role == Role.USER and m.dropped_turns]
-    trimmed: list[TrimmedTurn] = []
-    replayable: list[int] = []
-    if trimmed_rows:
-        # One query serves every trimmed send: the turns replayable before a send are a
-        # prefix of those replayable before the newest one, and none needs more than
-        # head + its dropped count. Each send's share is a Run over that one list.
-        newest = trimmed_rows[-1].seq
-        most = max(m.dropped_turns or 0 for m in trimmed_rows)
-        replayable = await replayable_user_seqs(session, conversation_id, newest, most + 1)
-        for row in trimmed_rows:
-            before = Run(replayable, 0, bisect_left(replayable, row.seq))
-            dropped = row.dropped_turns or 0
-            # `left_out` is typed for lists; it only slices, which a Run does without copying.
-            run = left_out(before, dropped)  # type: ignore[arg-type]
-            trimmed.append(TrimmedTurn(row.seq, dropped, run, FitFacts.of(row)))
-
+    trimmed = [
+        TrimmedTurn(
+            row.seq,
+            row.dropped_turns or 0,
+            tuple((first, last) for first, last in row.fit_left_out or []),
+            FitFacts.of(row),
+            row.fit_pins_dropped or 0,
+        )
+        for row in messages
+        if row.role == Role.USER and row.dropped_turns
+    ]
     users = [m.seq for m in messages if m.role == Role.USER]
-    sendable = set(replayable)
-    end = replayable[-1] if replayable else 0
     models = sorted({m.model for m in messages if m.role == Role.ASSISTANT and m.model})
     return Review(
         conversation=conversation,
@@ -512,8 +487,6 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         trimmed=trimmed,
         models=models,
         turn_numbers={seq: number for number, seq in enumerate(users, start=1)},
-        replayable=replayable,
-        unreplayable=[seq for seq in users if seq < end and seq not in sendable],
     )
 
 

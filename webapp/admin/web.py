@@ -9,6 +9,7 @@ state, so there is no CSRF token to carry.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import date
@@ -210,20 +211,14 @@ class ReviewTurn:
 
 
 def left_out_spans(review: Review, turn: TrimmedTurn) -> list[tuple[int, int]]:
-    """A send's left-out turns as runs of turn numbers, in time that does not grow with
-    how many it left out: from the first to the last, broken only where a turn in
-    between was never sendable (its answer failed)."""
-    if not turn.left_out:
-        return []
+    """A send's stored spans as runs of turn numbers, as people count turns."""
     numbers = review.turn_numbers
-    first, last = turn.left_out[0], turn.left_out[-1]
-    runs: list[tuple[int, int]] = []
-    start = numbers[first]
-    for gap in review.unreplayable_between(first, last):
-        if numbers[gap] > start:
-            runs.append((start, numbers[gap] - 1))
-        start = numbers[gap] + 1
-    runs.append((start, numbers[last]))
+    users = review.user_seqs
+    runs = []
+    for first, last in turn.spans:
+        inside = users[bisect_left(users, first) : bisect_right(users, last)]
+        if inside:
+            runs.append((numbers[inside[0]], numbers[inside[-1]]))
     return runs
 
 

@@ -12,8 +12,9 @@ were stored when each row was written, so nothing here re-estimates old text.
 A turn is replayed only if its answer is worth replaying: complete, stopped or
 interrupted with some text. A failed answer stays in the record but is not sent.
 
-What a send reads runs inside its write transaction (see `webapp.db.in_transaction`),
-so those functions are synchronous; the page helpers at the end are not.
+Pinned turns are read through a partial index, whatever their age. What a send reads
+runs inside its write transaction (see `webapp.db.in_transaction`), so these
+functions are synchronous.
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, bindparam, func, or_, select
-from sqlalchemy.orm import aliased
+from sqlalchemy import ColumnElement, Connection, Select, bindparam, or_, select
 from sqlmodel import col
-from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.models import REPLAYABLE, Message, Role, Status
 from webapp.llm.manager import Transcript
@@ -443,71 +442,3 @@ def left_out_seqs(transcript: StoredTranscript, fit: FitResult) -> list[list[int
         if between > 0:
             spans.append([before + 2, after - 1])
     return spans
-
-
-async def left_out_spans(
-    session: AsyncSession, conversation_id: str, sends: Sequence[tuple[int, int]]
-) -> dict[int, tuple[int, int]]:
-    """For each trimmed send, given as (user seq, dropped_turns): the seqs from the first
-    to the last row of the turns it left out, rebuilt from the stored count and the
-    bound's rule (the head is kept; the `dropped_turns` oldest replayable turns after it
-    are not sent). `prior_turns` grows by at most one per turn, so the first user row
-    with prior_turns == k exists for every k up to the newest: one indexed query answers
-    every send on a page."""
-    wanted = {1} | {dropped + 1 for _, dropped in sends if dropped > 0}
-    query = (
-        select(Message.prior_turns, func.min(Message.seq))
-        .where(
-            Message.conversation_id == conversation_id,
-            Message.role == Role.USER,
-            col(Message.prior_turns).in_(sorted(wanted)),
-        )
-        .group_by(Message.prior_turns)
-    )
-    connection = await session.connection()
-    first_with = {prior: seq for prior, seq in await connection.execute(query)}
-    start = first_with.get(1)
-    spans = {}
-    for seq, dropped in sends:
-        if dropped <= 0 or start is None or start >= seq:
-            continue
-        spans[seq] = (start, min(first_with.get(dropped + 1, seq), seq) - 1)
-    return spans
-
-
-_user = aliased(Message, name="u")
-_answer = aliased(Message, name="a")
-
-
-async def replayable_user_seqs(
-    session: AsyncSession, conversation_id: str, before_seq: int, limit: int
-) -> list[int]:
-    """The oldest `limit` replayable turns before `before_seq`, by their user row's seq."""
-    query = (
-        select(_user.seq)
-        .join(
-            _answer,
-            and_(
-                _answer.conversation_id == _user.conversation_id,
-                _answer.seq == _user.seq + 1,
-            ),
-        )
-        .where(
-            _user.conversation_id == conversation_id,
-            _user.role == Role.USER,
-            _user.seq < before_seq,
-            _answer.role == Role.ASSISTANT,
-            _answer.status.in_(_REPLAYABLE),
-            _answer.content != "",
-        )
-        .order_by(_user.seq)
-        .limit(limit)
-    )
-    return list((await session.exec(query)).scalars())  # type: ignore[call-overload]
-
-
-def left_out(replayable: list[int], dropped_turns: int) -> list[int]:
-    """Which turns a send left out, rebuilt from its stored count and the bound's rule:
-    the head (first replayable turn) is kept and the `dropped_turns` oldest turns after
-    it were not sent. `replayable` are the replayable turns before that send, in order."""
-    return replayable[1 : 1 + dropped_turns]

@@ -41,6 +41,7 @@ from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan
 from webapp.llm.providers.base import ProviderError, StreamBroken
 from webapp.llm.routing import Route, RoutingError
+from webapp.llm.tokenizers import TokenizerUnavailable
 from webapp.llm.window import FitResult
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
@@ -353,6 +354,8 @@ class ConversationService:
     ) -> Message:
         """Pin (or unpin) a user turn: a pinned turn is sent on every later send, after the
         head, as long as head, pins and the newest turn fit."""
+        if not 0 < message_id < 2**63:
+            raise NotFound("no such message")
         async with transaction(self.sessions) as session:
             await self._owned(session, owner, conversation_id)
             row = await session.get(Message, message_id)
@@ -461,7 +464,7 @@ class ConversationService:
             return {}
         try:
             (count,) = await asyncio.wait_for(tokenizer.count([text]), COUNT_TIMEOUT)
-        except Exception as error:  # a tokenizer may fail in any way; the send goes on
+        except (TokenizerUnavailable, TimeoutError) as error:
             log.warning("could not count a new message with %s: %s", tokenizer.id, error)
             return {}
         return {tokenizer.id: count}
@@ -846,7 +849,7 @@ class ConversationService:
             return None
         try:
             (count,) = await asyncio.wait_for(tokenizer.count([text]), COUNT_TIMEOUT)
-        except Exception as error:  # the next send that needs it counts it instead
+        except (TokenizerUnavailable, TimeoutError) as error:  # a later send counts it then
             log.warning("could not count an answer with %s: %s", tokenizer.id, error)
             return None
         return {tokenizer.id: count}

@@ -12,6 +12,7 @@ so a fresh checkout chats without any network or key.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import math
 import os
 import re
@@ -33,6 +34,10 @@ KNOWN_CAPABILITIES = frozenset({"chat", "tools", "vision", "completion", "embedd
 """What routing can ask of a model. Anything else is a typo that would silently never match."""
 
 PROVIDER_KINDS: tuple[str, ...] = ("openai", "demo")
+
+TOKENIZER_KINDS: tuple[str, ...] = ("auto", "server", "estimate", "tiktoken", "huggingface")
+"""How a model's tokens are counted: the first three stand alone, the last two take an
+argument after a colon ("tiktoken:cl100k_base", "huggingface:path/to/tokenizer.json")."""
 
 ProviderKind = Literal["openai", "demo"]
 
@@ -63,6 +68,8 @@ class ModelSpec:
     capabilities: frozenset[str] = frozenset()
     cost_input: float | None = None
     cost_output: float | None = None
+    tokenizer: str = "auto"
+    """The `tokenizer` setting, validated; a huggingface path is absolute."""
 
     @property
     def window(self) -> int:
@@ -154,6 +161,15 @@ class Catalog:
         return sorted(matching, key=lambda model: (-model.window, model.name))
 
 
+def split_tokenizer(setting: str) -> tuple[str, str]:
+    """("tiktoken", "cl100k_base") from "tiktoken:cl100k_base"; ("auto", "") from "auto".
+
+    The one place that reads a setting's shape, for the validator and the registry alike.
+    """
+    kind, _, argument = setting.partition(":")
+    return kind, argument
+
+
 def _cost_order(model: ModelSpec) -> tuple[bool, float, str]:
     cost = model.known_cost
     return (cost is None, cost if cost is not None else 0.0, model.name)
@@ -183,6 +199,7 @@ def builtin_catalog() -> Catalog:
         context_window=DEMO_WINDOW,
         max_output_tokens=256,
         capabilities=frozenset({"chat", "completion", "tools"}),
+        tokenizer="estimate",
     )
     configuration = ConfigurationSpec(
         name="demo",
@@ -421,6 +438,7 @@ _MODEL_KEYS = (
     "capabilities",
     "cost_input",
     "cost_output",
+    "tokenizer",
 )
 _CONFIGURATION_KEYS = ("name", "model", "criteria", "system_prompt", "max_tokens", "fallbacks")
 _CRITERIA_KEYS = ("capabilities", "min_context_window", "max_cost_input", "prefer_lowest_cost")
@@ -585,7 +603,9 @@ def _check_api_key_env(table: _Table, value: str) -> None:
         table.error("api_key_env", f"is not an environment variable name; {hint}")
 
 
-def _model(providers: _Section[ProviderSpec], table: _Table, name: str | None) -> ModelSpec | None:
+def _model(
+    providers: _Section[ProviderSpec], folder: Path, table: _Table, name: str | None
+) -> ModelSpec | None:
     provider = table.string("provider", required=True)
     if provider is not None and provider not in providers.declared:
         hint = _did_you_mean(provider, providers.declared)
@@ -596,16 +616,18 @@ def _model(providers: _Section[ProviderSpec], table: _Table, name: str | None) -
     if "context_window" not in table.data and served_by is not None and served_by.kind == "demo":
         context_window = DEMO_WINDOW
     max_output_tokens = table.positive_integer("max_output_tokens")
-    window_known = context_window is not None or "context_window" not in table.data
-    if max_output_tokens is not None and window_known:
-        window = context_window if context_window is not None else DEFAULT_WINDOW
-        assumed = "" if "context_window" in table.data else ", assumed when not given"
-        if max_output_tokens >= window:
-            table.error(
-                "max_output_tokens",
-                f"{max_output_tokens} must be less than context_window ({window}{assumed}): "
-                "the reply would leave no room for the prompt",
-            )
+    # A window left out is discovered from the server after loading (webapp.llm.discovery),
+    # which checks max_output_tokens against it then; here only a known window is checked.
+    if (
+        max_output_tokens is not None
+        and context_window is not None
+        and max_output_tokens >= context_window
+    ):
+        table.error(
+            "max_output_tokens",
+            f"{max_output_tokens} must be less than context_window ({context_window}): "
+            "the reply would leave no room for the prompt",
+        )
     capabilities = table.capabilities("capabilities")
     if capabilities is not None and not capabilities:
         table.error("capabilities", 'must list at least one capability (default is ["chat"])')
@@ -613,7 +635,8 @@ def _model(providers: _Section[ProviderSpec], table: _Table, name: str | None) -
         capabilities = frozenset({"chat"})
     cost_input = table.number("cost_input", minimum=0.0, inclusive=True)
     cost_output = table.number("cost_output", minimum=0.0, inclusive=True)
-    if name is None or provider is None or capabilities is None:
+    tokenizer = _tokenizer(table, served_by, folder)
+    if name is None or provider is None or capabilities is None or tokenizer is None:
         return None
     return ModelSpec(
         name=name,
@@ -624,7 +647,79 @@ def _model(providers: _Section[ProviderSpec], table: _Table, name: str | None) -
         capabilities=capabilities,
         cost_input=cost_input,
         cost_output=cost_output,
+        tokenizer=tokenizer,
     )
+
+
+def _tokenizer(table: _Table, served_by: ProviderSpec | None, folder: Path) -> str | None:
+    """The validated `tokenizer` setting, or None (with an error) when it cannot work.
+
+    Checked here, at start, rather than at the first send: a missing package or file
+    should stop the app with the entry named, not quietly count with the estimate.
+    """
+    demo = served_by is not None and served_by.kind == "demo"
+    if "tokenizer" not in table.data:
+        return "estimate" if demo else "auto"
+    setting = table.string("tokenizer")
+    if setting is None:
+        return None
+    kind, argument = split_tokenizer(setting.strip())
+    examples = "'auto', 'server', 'estimate', 'tiktoken:<encoding>' or 'huggingface:<path>'"
+    if kind not in TOKENIZER_KINDS:
+        hint = _did_you_mean(kind, TOKENIZER_KINDS)
+        table.error("tokenizer", f"unknown tokenizer '{setting}'{hint}; expected {examples}")
+        return None
+    if kind in ("auto", "server", "estimate"):
+        if argument:
+            table.error("tokenizer", f"'{kind}' takes no argument, got '{setting}'")
+            return None
+        if kind == "server" and demo:
+            table.error("tokenizer", "the demo provider has no tokenize endpoint; use 'estimate'")
+            return None
+        return kind
+    if not argument.strip():
+        what = (
+            "an encoding, e.g. 'tiktoken:cl100k_base'"
+            if kind == "tiktoken"
+            else ("the path of a tokenizer.json, e.g. 'huggingface:models/qwen/tokenizer.json'")
+        )
+        table.error("tokenizer", f"'{kind}:' needs {what}")
+        return None
+    if kind == "tiktoken":
+        problem = _tiktoken_problem(argument)
+        if problem:
+            table.error("tokenizer", problem)
+            return None
+        return setting
+    if importlib.util.find_spec("tokenizers") is None:
+        table.error(
+            "tokenizer",
+            "needs the 'tokenizers' package, which is not installed: "
+            "pip install 'webapp[huggingface]'",
+        )
+        return None
+    path = Path(argument).expanduser()
+    path = (path if path.is_absolute() else folder / path).resolve()
+    if not path.is_file():
+        table.error("tokenizer", f"tokenizer file not found: {path}")
+        return None
+    return f"huggingface:{path}"
+
+
+def _tiktoken_problem(encoding: str) -> str | None:
+    """Why `encoding` cannot be used, or None. Only names are checked here (no download);
+    the registry loads the vocabulary."""
+    if importlib.util.find_spec("tiktoken") is None:
+        return (
+            "needs the 'tiktoken' package, which is not installed: pip install 'webapp[tiktoken]'"
+        )
+    import tiktoken
+
+    known = [name for name in tiktoken.list_encoding_names() if not name.endswith("_offline")]
+    if encoding not in known:
+        hint = _did_you_mean(encoding, known)
+        return f"unknown tiktoken encoding '{encoding}'{hint}; known: {', '.join(known)}"
+    return None
 
 
 def _configuration(
@@ -650,7 +745,12 @@ def _configuration(
         table.error("criteria", f"no model in [[models]] matches {_describe_criteria(criteria)}")
     max_tokens = table.positive_integer("max_tokens")
     fixed = models.specs.get(model) if model is not None else None
-    if max_tokens is not None and fixed is not None and max_tokens >= fixed.window:
+    if (
+        max_tokens is not None
+        and fixed is not None
+        and fixed.context_window is not None
+        and max_tokens >= fixed.window
+    ):
         table.error(
             "max_tokens",
             f"{max_tokens} must be less than the window of model '{fixed.name}' ({fixed.window}): "
@@ -731,7 +831,8 @@ def _check_fallbacks(
             table.error("fallbacks", f"model '{fallback}' is the configuration's own model")
         else:
             spec = models.specs.get(fallback)
-            if spec is not None and max_tokens is not None and max_tokens >= spec.window:
+            known = spec is not None and spec.context_window is not None
+            if spec is not None and known and max_tokens is not None and max_tokens >= spec.window:
                 table.error(
                     "fallbacks",
                     f"model '{fallback}' has a window of {spec.window}, not more than "
@@ -799,7 +900,8 @@ def parse_catalog(data: dict[str, Any], source: str) -> Catalog:
                 "expected [[providers]], [[models]], [[configurations]] or [[embeds]]",
             )
     providers = _section(data, "providers", _PROVIDER_KEYS, problems, _provider)
-    models = _section(data, "models", _MODEL_KEYS, problems, partial(_model, providers))
+    folder = Path(source).resolve().parent
+    models = _section(data, "models", _MODEL_KEYS, problems, partial(_model, providers, folder))
     configurations = _section(
         data, "configurations", _CONFIGURATION_KEYS, problems, partial(_configuration, models)
     )

@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
@@ -31,6 +31,7 @@ from webapp.llm.providers.base import (
     Usage,
 )
 from webapp.llm.routing import Route, resolve
+from webapp.llm.tokenizers import Tokenizer, Tokenizers, TokenizerUnavailable
 from webapp.llm.window import FitResult, budget_for, default_reserve, fit
 
 log = logging.getLogger(__name__)
@@ -61,36 +62,6 @@ class Transcript:
             if self.estimates is not None
             else [estimate_message(m) for m in self.messages]
         )
-
-
-class Counter(Protocol):
-    """A tokenizer as the pipeline uses it (see `webapp.llm.tokenizers`)."""
-
-    id: str
-    exact: bool
-
-    async def count(self, texts: Sequence[str]) -> list[int]: ...
-
-
-class CounterSource(Protocol):
-    def for_model(self, model: ModelSpec) -> Counter: ...
-
-
-class _EstimateCounter:
-    id = "estimate"
-    exact = False
-
-    async def count(self, texts: Sequence[str]) -> list[int]:
-        return [estimate_text(text) for text in texts]
-
-
-class _EstimateOnly:
-    """Until tokenizers are probed (and in tests that do not care): every model estimated."""
-
-    counter = _EstimateCounter()
-
-    def for_model(self, model: ModelSpec) -> Counter:
-        return self.counter
 
 
 def countable_text(message: Message) -> str | None:
@@ -177,14 +148,15 @@ class LLMManager:
         catalog: Catalog,
         calibrator: Calibrator,
         providers: dict[str, Provider] | None = None,
-        tokenizers: CounterSource | None = None,
+        tokenizers: Tokenizers | None = None,
     ) -> None:
         self.catalog = catalog
         self.calibrator = calibrator
         self._providers = dict(providers or {})
-        self.tokenizers: CounterSource = tokenizers or _EstimateOnly()
+        self.tokenizers = tokenizers or Tokenizers()
+        """Unprobed (as in tests that do not care), every model is estimated."""
 
-    def tokenizer_for(self, model: ModelSpec) -> Counter:
+    def tokenizer_for(self, model: ModelSpec) -> Tokenizer:
         return self.tokenizers.for_model(model)
 
     def exact_tokenizers(self, route: Route) -> list[str]:
@@ -299,7 +271,7 @@ class LLMManager:
             return transcript, None
         try:
             counted = await tokenizer.count([countable_text(messages[i]) or "" for i in missing])
-        except Exception as error:  # a tokenizer may fail in any way; the send goes on
+        except TokenizerUnavailable as error:
             log.warning("could not count with %s: %s; estimating", tokenizer.id, error)
             return transcript, None
         for index, count in zip(missing, counted, strict=True):

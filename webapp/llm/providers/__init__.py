@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 from webapp.llm.catalog import ProviderSpec
+from webapp.llm.engine import provider_api_key
 from webapp.llm.providers.base import Provider
 
 
@@ -16,5 +15,4 @@ def build_provider(spec: ProviderSpec) -> Provider:
     from webapp.llm.providers.openai import OpenAIProvider
 
     assert spec.base_url is not None, "the catalog guarantees a base_url for openai providers"
-    api_key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-    return OpenAIProvider(spec.base_url, api_key=api_key, timeout=spec.timeout)
+    return OpenAIProvider(spec.base_url, api_key=provider_api_key(spec), timeout=spec.timeout)

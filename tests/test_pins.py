@@ -1,0 +1,202 @@
+"""Pins, the stored left-out spans, preview and switching configuration, through the
+conversation service against the real fake upstream, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_service import OWNER, build_service, close_service, say
+from tests.upstream import FakeUpstream
+from webapp.chat.models import REPLAYABLE, Message, Role
+from webapp.chat.service import ConversationService
+from webapp.errors import InvalidInput, NotFound
+from webapp.settings import Settings
+
+TINY = """
+[[models]]
+name = "tiny"
+provider = "up"
+model_id = "small"
+context_window = 700
+max_output_tokens = 60
+
+[[configurations]]
+name = "tiny"
+model = "tiny"
+system_prompt = "Be brief."
+"""
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
+    return Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, TINY),
+        stream_flush_interval=0.05,
+        rate_limit_messages=0,
+    )
+
+
+@pytest.fixture
+async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
+    service = await build_service(settings)
+    yield service
+    await close_service(service)
+
+
+def received_turns(request: dict) -> set[int]:  # type: ignore[type-arg]
+    """The turn numbers a chat request carried (every user message says 'turn N:')."""
+    found = set()
+    for message in request["body"]["messages"]:
+        match = re.match(r"turn (\d+):", str(message.get("content") or ""))
+        if message["role"] == "user" and match:
+            found.add(int(match.group(1)))
+    return found
+
+
+def replayable_users(rows: list[Message], before_seq: int) -> dict[int, int]:
+    """User seq -> turn number, for turns whose answer would be replayed (independently
+    of webapp.chat.history)."""
+    by_seq = {r.seq: r for r in rows}
+    found = {}
+    for row in rows:
+        answer = by_seq.get(row.seq + 1)
+        if (
+            row.role == Role.USER
+            and row.seq < before_seq
+            and answer is not None
+            and answer.status in REPLAYABLE
+            and answer.content
+        ):
+            found[row.seq] = int(re.match(r"turn (\d+):", row.content).group(1))  # type: ignore[union-attr]
+    return found
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_stored_left_out_is_exactly_what_the_upstream_did_not_receive(
+    chat: ConversationService, upstream: FakeUpstream, seed: int
+) -> None:
+    rng = random.Random(seed)
+    conversation = await chat.create(OWNER, "tiny")
+    pinned_at_send: dict[int, set[int]] = {}
+    for number in range(1, 19):
+        if number > 3 and rng.random() < 0.15:
+            upstream.fail_next(400)  # a failed turn: kept on record, never replayed
+        content = f"turn {number}: " + "lorem ipsum dolor " * rng.randint(2, 12)
+        user, _ = await say(chat, conversation.id, content)
+        _, rows = await chat.history(OWNER, conversation.id)
+        pinned_at_send[user.seq] = {r.seq for r in rows if r.pinned and r.seq < user.seq}
+        if rng.random() < 0.3:
+            candidates = [r for r in rows if r.role == Role.USER and not r.pinned]
+            await chat.pin(OWNER, conversation.id, rng.choice(candidates).id, True)  # type: ignore[arg-type]
+        if rng.random() < 0.1 and any(r.pinned for r in rows):
+            pinned = [r for r in rows if r.pinned]
+            await chat.pin(OWNER, conversation.id, rng.choice(pinned).id, False)  # type: ignore[arg-type]
+
+    _, rows = await chat.history(OWNER, conversation.id)
+    chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
+    users = [r for r in rows if r.role == Role.USER]
+    assert len(chats) == len(users)
+    trimmed = 0
+    for user, request in zip(users, chats, strict=True):
+        received = received_turns(request)
+        replayable = replayable_users(rows, user.seq)
+        in_spans = {
+            seq for first, last in user.fit_left_out or [] for seq in range(first, last + 1)
+        }
+        left_out = {seq for seq in replayable if seq in in_spans}
+        not_received = {seq for seq, n in replayable.items() if n not in received}
+        assert left_out == not_received, (user.seq, user.fit_left_out, received)
+        assert user.dropped_turns == len(left_out)
+        assert not any(n in received for seq, n in replayable.items() if seq in in_spans)
+        # Pins that were in place are sent unless the marker says pins had to go.
+        pins = pinned_at_send[user.seq] & set(replayable)
+        missing_pins = {seq for seq in pins if replayable[seq] not in received}
+        assert len(missing_pins) == (user.fit_pins_dropped or 0)
+        assert user.fit_counted_by == "estimate"
+        trimmed += bool(user.dropped_turns)
+    assert trimmed >= 5, "the tiny window trims most sends"
+
+
+async def test_a_pinned_turn_outlives_the_window(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "tiny")
+    for number in range(1, 4):
+        await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 12)
+    _, rows = await chat.history(OWNER, conversation.id)
+    second = next(r for r in rows if r.content.startswith("turn 2:"))
+    pinned = await chat.pin(OWNER, conversation.id, second.id, True)  # type: ignore[arg-type]
+    assert pinned.pinned
+    for number in range(4, 14):
+        user, _ = await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 12)
+    assert user.dropped_turns and user.dropped_turns > 3
+    assert 2 in received_turns(upstream.requests[-1]), "the pin was sent"
+    assert 3 not in received_turns(upstream.requests[-1])
+    # Unpinned, it goes the way of its neighbours.
+    await chat.pin(OWNER, conversation.id, second.id, False)  # type: ignore[arg-type]
+    await say(chat, conversation.id, "turn 14: " + "lorem ipsum " * 12)
+    assert 2 not in received_turns(upstream.requests[-1])
+
+
+async def test_pinning_refuses_what_it_cannot_pin(chat: ConversationService) -> None:
+    conversation = await chat.create(OWNER, "tiny")
+    user, answer = await say(chat, conversation.id, "turn 1: hello")
+    with pytest.raises(InvalidInput, match="only a user's message"):
+        await chat.pin(OWNER, conversation.id, answer.id, True)  # type: ignore[arg-type]
+    with pytest.raises(NotFound):
+        await chat.pin("mallory", conversation.id, user.id, True)  # type: ignore[arg-type]
+    other = await chat.create(OWNER, "tiny")
+    with pytest.raises(NotFound):
+        await chat.pin(OWNER, other.id, user.id, True)  # type: ignore[arg-type]
+    with pytest.raises(NotFound):
+        await chat.pin(OWNER, conversation.id, 10**9, True)
+
+
+async def test_preview_is_the_fit_the_send_makes_and_stores_nothing(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "tiny")
+    for number in range(1, 9):
+        await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 15)
+    _, before = await chat.history(OWNER, conversation.id)
+    requests_before = len(upstream.requests)
+    content = "turn 9: " + "lorem ipsum " * 15
+    fit, left_out = await chat.preview(OWNER, conversation.id, content)
+    _, after = await chat.history(OWNER, conversation.id)
+    assert [r.model_dump() for r in after] == [r.model_dump() for r in before], "nothing stored"
+    assert len(upstream.requests) == requests_before, "nothing sent"
+    user, _ = await say(chat, conversation.id, content)
+    assert fit.dropped_turns == user.dropped_turns > 0
+    assert left_out == user.fit_left_out
+    assert fit.estimated_tokens == user.fit_estimated_tokens
+    with pytest.raises(InvalidInput):
+        await chat.preview(OWNER, conversation.id, "   ")
+    with pytest.raises(NotFound):
+        await chat.preview("mallory", conversation.id, "hi")
+
+
+async def test_switching_configuration_bounds_the_next_send_against_its_model(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "tiny")
+    for number in range(1, 9):
+        user, _ = await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 15)
+    assert user.dropped_turns and user.fit_model == "tiny"
+    fit, _ = await chat.preview(OWNER, conversation.id, "turn 9: and now?")
+    assert fit.model == "tiny" and fit.dropped_turns
+    switched = await chat.set_configuration(OWNER, conversation.id, "large")
+    assert switched.configuration == "large"
+    user, answer = await say(chat, conversation.id, "turn 9: and now?")
+    assert user.fit_model == "large" and user.dropped_turns == 0 and answer.model == "large"
+    assert received_turns(upstream.requests[-1]) == set(range(1, 10))
+    with pytest.raises(InvalidInput, match="unknown configuration"):
+        await chat.set_configuration(OWNER, conversation.id, "nope")
+    with pytest.raises(NotFound):
+        await chat.set_configuration("mallory", conversation.id, "large")
