@@ -66,7 +66,7 @@ class MessageView:
 def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:
     """'3 earlier turns were not sent to small (1 of them pinned)', said once for the
     marker, the meter and the review."""
-    verb = "will not be" if will else ("was not" if dropped == 1 else "were not")
+    verb = ("will not be" if will else ("was not" if dropped == 1 else "were not"))
     noun = "turn" if dropped == 1 else "turns"
     pinned = f" ({pins:,} of them pinned)" if pins else ""
     return f"{dropped:,} earlier {noun} {verb} sent to {model}{pinned}"
