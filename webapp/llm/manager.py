@@ -218,6 +218,8 @@ class LLMManager:
     ) -> FitResult:
         tokenizer = self.tokenizer_for(model)
         counts = transcript.counts.get(tokenizer.id) if tokenizer.exact else None
+        if counts is not None and all(count is None for count in counts):
+            counts = None  # nothing could be counted: the tokenizer is down
         if not tokenizer.exact:
             counted_by = "estimate"
         elif counts is None:

@@ -1,0 +1,227 @@
+"""Counting with the serving model's own tokenizer, end to end: the conversation service
+against a fake engine that counts with Qwen's vocabulary (which the estimate was not
+fitted to) and enforces its window with it, over real HTTP, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.test_estimator import corpus
+from tests.test_service import OWNER, say
+from tests.upstream import FakeUpstream
+from webapp.chat.models import Status
+from webapp.chat.service import ConversationService
+from webapp.db import create_engine, session_factory
+from webapp.llm.calibration import Calibrator
+from webapp.llm.catalog import load_catalog
+from webapp.llm.manager import LLMManager
+from webapp.llm.tokenizers import Tokenizers
+from webapp.settings import Settings
+
+KINDS = ("english", "russian", "chinese", "hindi", "json", "python", "emoji", "arabic")
+
+
+def engine_toml(upstream: FakeUpstream) -> str:
+    return f"""
+[[providers]]
+name = "engine"
+kind = "openai"
+base_url = "{upstream.base_url}"
+timeout = 5
+
+[[models]]
+name = "gemma"
+provider = "engine"
+model_id = "medium"
+context_window = 4096
+max_output_tokens = 200
+
+[[models]]
+name = "gemma-twin"
+provider = "engine"
+model_id = "medium"
+context_window = 4096
+max_output_tokens = 200
+
+[[models]]
+name = "guess"
+provider = "engine"
+model_id = "medium"
+context_window = 4096
+max_output_tokens = 200
+tokenizer = "estimate"
+
+[[configurations]]
+name = "gemma"
+model = "gemma"
+
+[[configurations]]
+name = "twin"
+model = "gemma-twin"
+
+[[configurations]]
+name = "guess"
+model = "guess"
+"""
+
+
+@asynccontextmanager
+async def counting_service(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream, engine: str = "llamacpp"
+) -> AsyncIterator[ConversationService]:
+    """The service as the app builds it: tokenizers probed against the engine first."""
+    upstream.set_engine(engine)  # type: ignore[arg-type]
+    path = tmp_path / "engine.toml"
+    path.write_text(engine_toml(upstream), encoding="utf-8")
+    settings = Settings(
+        database_url=database_url,
+        config=path,
+        stream_flush_interval=0.05,
+        rate_limit_messages=0,
+        max_message_chars=20_000,
+    )
+    catalog = load_catalog(path)
+    tokenizers = Tokenizers()
+    await tokenizers.probe(catalog)
+    sessions = session_factory(create_engine(database_url))
+    manager = LLMManager(catalog, Calibrator(sessions), tokenizers=tokenizers)
+    service = ConversationService(sessions, manager, settings)
+    try:
+        yield service
+    finally:
+        await service.answers.shutdown()
+        await manager.aclose()
+        await tokenizers.aclose()
+        await sessions.kw["bind"].dispose()
+
+
+@pytest.fixture
+async def counted(
+    database_url: str, tmp_path: Path, engine_upstream: FakeUpstream
+) -> AsyncIterator[tuple[ConversationService, FakeUpstream]]:
+    async with counting_service(database_url, tmp_path, engine_upstream) as service:
+        yield service, engine_upstream
+
+
+def chats(upstream: FakeUpstream) -> list[dict]:  # type: ignore[type-arg]
+    return [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
+
+
+def tokenizes(upstream: FakeUpstream) -> int:
+    return sum(r["path"] == "/tokenize" for r in upstream.requests)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_exact_counts_fill_the_window_and_are_never_refused(
+    sqlite_url: str, tmp_path: Path, engine_upstream: FakeUpstream, kind: str
+) -> None:
+    """(On SQLite only: counting does not depend on the database; the rest of this file
+    runs on both.)"""
+    async with counting_service(sqlite_url, tmp_path, engine_upstream) as chat:
+        await _fill_and_check(chat, engine_upstream, kind)
+
+
+async def _fill_and_check(chat: ConversationService, upstream: FakeUpstream, kind: str) -> None:
+    samples = corpus()[kind]
+    conversation = await chat.create(OWNER, "gemma")
+    trimmed = []
+    for number in range(40):
+        text = f"{number}: " + samples[number % len(samples)]
+        user, answer = await say(chat, conversation.id, text)
+        assert answer.status == Status.COMPLETE, answer.error  # never refused
+        assert user.fit_counted_by == "server:gemma"
+        if user.dropped_turns:
+            sent = chats(upstream)[-1]["body"]["messages"]
+            charged = upstream.count_chat(sent)
+            assert charged <= user.fit_budget, "exact counts never overfill"  # type: ignore[operator]
+            trimmed.append(charged / user.fit_budget)  # type: ignore[operator]
+    assert trimmed, f"{kind}: 40 turns should outgrow 4,096 tokens"
+    assert min(trimmed) >= 0.80, (kind, trimmed)
+    assert answer.prompt_tokens == upstream.count_chat(chats(upstream)[-1]["body"]["messages"])
+
+
+async def test_counts_are_made_once_and_stored_per_tokenizer(
+    counted: tuple[ConversationService, FakeUpstream],
+) -> None:
+    chat, upstream = counted
+    conversation = await chat.create(OWNER, "gemma")
+    for number in range(6):
+        await say(chat, conversation.id, f"turn {number}: " + "tell me more " * 20)
+    _, rows = await chat.history(OWNER, conversation.id)
+    for row in rows:
+        assert row.token_counts == {"server:gemma": upstream.count(row.content)}, row.seq
+    # A send counts its new message and its answer, never the history again.
+    before = tokenizes(upstream)
+    await say(chat, conversation.id, "turn 6: and one more")
+    assert tokenizes(upstream) - before == 2
+    # Another model (its own tokenizer id): the history it may send is counted once,
+    # then, and kept beside the first model's counts.
+    await chat.set_configuration(OWNER, conversation.id, "twin")
+    user, _ = await say(chat, conversation.id, "turn 7: switched")
+    assert user.fit_counted_by == "server:gemma-twin" and user.fit_model == "gemma-twin"
+    _, rows = await chat.history(OWNER, conversation.id)
+    for row in rows[:-1]:
+        assert row.token_counts is not None
+        assert row.token_counts["server:gemma-twin"] == upstream.count(row.content), row.seq
+    assert rows[0].token_counts["server:gemma"] == upstream.count(rows[0].content)  # type: ignore[index]
+    before = tokenizes(upstream)
+    await say(chat, conversation.id, "turn 8: again")
+    assert tokenizes(upstream) - before == 2
+
+
+async def test_a_failing_or_slow_tokenizer_never_fails_or_stalls_a_send(
+    counted: tuple[ConversationService, FakeUpstream],
+) -> None:
+    chat, upstream = counted
+    conversation = await chat.create(OWNER, "gemma")
+    await say(chat, conversation.id, "first: hello there")
+    upstream.fail_tokenize(500, count=100)
+    user, answer = await say(chat, conversation.id, "second: the tokenizer is down")
+    assert answer.status == Status.COMPLETE
+    # The history had counts, the new message could not be counted: it was estimated.
+    assert user.fit_counted_by == "server:gemma+estimate"
+    assert user.token_counts is None
+    upstream.reset()
+    upstream.set_engine("llamacpp")
+    upstream.stall_tokenize(10, count=100)
+    fresh = await chat.create(OWNER, "gemma")
+    started = time.monotonic()
+    user, answer = await say(chat, fresh.id, "third: the tokenizer is slow")
+    assert time.monotonic() - started < 8, "a stalled tokenizer is given up on"
+    assert answer.status == Status.COMPLETE
+    assert user.fit_counted_by.startswith("estimate (server:gemma")  # type: ignore[union-attr]
+
+
+async def test_llama_cpp_python_counts_by_its_extras_endpoint_without_streamed_usage(
+    database_url: str, tmp_path: Path, engine_upstream: FakeUpstream
+) -> None:
+    async with counting_service(
+        database_url, tmp_path, engine_upstream, "llama-cpp-python"
+    ) as chat:
+        model = chat.manager.catalog.models["gemma"]
+        assert "extras" in chat.manager.tokenizers.describe(model)
+        conversation = await chat.create(OWNER, "gemma")
+        user, answer = await say(chat, conversation.id, "hello from llama-cpp-python")
+        assert answer.status == Status.COMPLETE and answer.prompt_tokens is None
+        assert user.fit_counted_by == "server:gemma"
+        assert user.token_counts == {"server:gemma": engine_upstream.count(user.content)}
+
+
+async def test_the_estimate_alone_never_undercounts_on_a_foreign_vocabulary(
+    counted: tuple[ConversationService, FakeUpstream],
+) -> None:
+    """A model set to "estimate" on the Qwen engine: never refused, never overfilled."""
+    chat, upstream = counted
+    conversation = await chat.create(OWNER, "guess")
+    samples = [text for kind in KINDS for text in corpus()[kind][:2]]
+    for number, text in enumerate(samples):
+        user, answer = await say(chat, conversation.id, f"{number}: {text}")
+        assert answer.status == Status.COMPLETE, answer.error
+        assert user.fit_counted_by == "estimate"
+        charged = upstream.count_chat(chats(upstream)[-1]["body"]["messages"])
+        assert charged <= user.fit_estimated_tokens, (number, charged)  # type: ignore[operator]
