@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint format bench bench-fit bench-stream bench-page clean
+.PHONY: run test lint format bench bench-fit bench-stream bench-page bench-window clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff format webapp tests bench
 	$(BIN)/ruff check --fix webapp tests bench
 
-bench: bench-fit bench-stream bench-page
+bench: bench-fit bench-stream bench-page bench-window
 
 bench-fit: $(VENV)/.installed-test
 	$(BIN)/python -m bench.fit_and_load
@@ -45,6 +45,9 @@ bench-stream: $(VENV)/.installed-test
 
 bench-page: $(VENV)/.installed-test
 	$(BIN)/python -m bench.page_render
+
+bench-window: $(VENV)/.installed-test
+	$(BIN)/python -m bench.window_fill
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -275,7 +275,7 @@ def test_missing_api_key_variable_is_not_an_error(
     assert catalog.providers["openai"].api_key_env == "OPENAI_API_KEY"
 
 
-@pytest.mark.parametrize("name", ["openai.toml", "ollama.toml", "llamacpp.toml"])
+@pytest.mark.parametrize("name", ["openai.toml", "ollama.toml", "llamacpp.toml", "vllm.toml"])
 def test_example_files_load(name: str) -> None:
     catalog = load_catalog(EXAMPLES / name)
     assert catalog.configurations
@@ -297,6 +297,11 @@ def test_local_examples_point_at_local_servers() -> None:
     assert [p.base_url for p in ollama.providers.values()] == ["http://127.0.0.1:11434/v1"]
     llamacpp = load_catalog(EXAMPLES / "llamacpp.toml")
     assert llamacpp.providers["llamacpp"].base_url == "http://127.0.0.1:8080/v1"
+    vllm = load_catalog(EXAMPLES / "vllm.toml")
+    assert vllm.providers["vllm"].base_url == "http://127.0.0.1:8000/v1"
+    # The local engines' windows and tokenizers are left to discovery.
+    for model in (llamacpp.models["llama-3.2-3b"], vllm.models["qwen2.5-7b"]):
+        assert model.context_window is None and model.tokenizer == "auto", model.name
 
 
 # --------------------------------------------------------------------------- criteria
