@@ -29,6 +29,7 @@ from webapp.llm.catalog import Catalog, ConfigurationSpec, ModelSpec, ProviderSp
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Transcript
 from webapp.llm.routing import Route
+from webapp.llm.window import FitResult
 from webapp.migrate import upgrade
 
 TURNS = 10_000
@@ -115,6 +116,7 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
     newest_tokens = estimate_message(newest)
     newest_seq = 2 * TURNS + 1
     results: dict[str, list[float]] = {}
+    naive_fits = {}
 
     def load(connection: Connection, route: Route) -> Transcript:
         """What a send reads, in the transaction a send reads it in."""
@@ -138,7 +140,7 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
             transcript = await in_transaction(sessions, load, route)
             manager.fit_for(route, model, transcript)
 
-        async def naive(route=route, model=model) -> None:  # type: ignore[no-untyped-def]
+        async def naive(route=route, model=model) -> FitResult:  # type: ignore[no-untyped-def]
             async with sessions() as session:
                 rows = (
                     await session.exec(
@@ -149,8 +151,10 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
                 ).all()
             messages = [{"role": r.role, "content": r.content} for r in rows] + [newest]
             estimates = [r.estimated_tokens for r in rows] + [newest_tokens]
-            manager.fit_for(route, model, Transcript(messages, estimates))
+            pinned = tuple(2 * i for i, r in enumerate(rows[::2]) if r.pinned)
+            return manager.fit_for(route, model, Transcript(messages, estimates, pinned=pinned))
 
+        naive_fits[name] = naive
         results[f"fit-and-load, {model.window:,}-token model"] = await timed(bounded, 200)
         results[f"naive load-all, {model.window:,}-token model"] = await timed(naive, 5, warmup=1)
 
@@ -158,6 +162,8 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
         route = manager.route(name)
         transcript = await in_transaction(sessions, load, route)
         result = manager.fit_for(route, route.primary, transcript)
+        everything = await naive_fits[name]()
+        assert result.messages == everything.messages, "bounded and naive fits disagree"
         print(
             f"  {route.primary.window:,}-token model: {result.kept_turns:,} turns kept "
             f"({len(transcript.pinned)} pins read, {result.pins_dropped} of them left out), "

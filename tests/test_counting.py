@@ -4,12 +4,15 @@ fitted to) and enforces its window with it, over real HTTP, on SQLite and Postgr
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.test_estimator import corpus
 from tests.test_service import OWNER, say
@@ -19,7 +22,7 @@ from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
-from webapp.llm.manager import LLMManager
+from webapp.llm.manager import LLMManager, Transcript
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
 
@@ -225,3 +228,64 @@ async def test_the_estimate_alone_never_undercounts_on_a_foreign_vocabulary(
         assert user.fit_counted_by == "estimate"
         charged = upstream.count_chat(chats(upstream)[-1]["body"]["messages"])
         assert charged <= user.fit_estimated_tokens, (number, charged)  # type: ignore[operator]
+
+
+SCRIPTS = st.sampled_from(
+    [
+        "abcdefghijklmnopqrstuvwxyz ",
+        "абвгдеёжзийклмнопрстуфхцчшщъыьэюя ",
+        "的一是不了人我在有他这为之大来以个中上们",
+        "अआइईउऊएऐओऔकखगघचछजझटठडढणतथदधनपफबभमयरलवशसह ",
+        "ابتثجحخدذرزسشصضطظعغفقكلمنهوي ",
+        '{}[]":,0123456789truefalsenull ',
+        "😀😁😂🤣😃😄😅😆😉😊🙂🙃 ",
+        "def return lambda import class (self): ->\n    ",
+    ]
+)
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> list[dict[str, str]]:
+    def text() -> str:
+        return draw(st.text(alphabet=draw(SCRIPTS), min_size=1, max_size=600))
+
+    messages = []
+    for _ in range(draw(st.integers(min_value=1, max_value=12))):
+        messages += [{"role": "user", "content": text()}, {"role": "assistant", "content": text()}]
+    return [*messages, {"role": "user", "content": text()}]
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(messages=transcripts(), pins=st.lists(st.integers(min_value=0, max_value=11), max_size=3))
+async def test_with_exact_counts_a_send_the_engine_refuses_never_happens(
+    tmp_path: Path, engine_upstream: FakeUpstream, messages: list[dict[str, str]], pins: list[int]
+) -> None:
+    """Random text of every script, fitted with the engine's own counts against a 1,024-
+    token window: the engine, which enforces it with those counts, never refuses."""
+    engine_upstream.set_engine("vllm")
+    engine_upstream.set_models({"small": 1024})
+    path = tmp_path / "engine.toml"
+    path.write_text(engine_toml(engine_upstream).replace('"medium"', '"small"'), "utf-8")
+    catalog = load_catalog(path)
+    small = dataclasses.replace(catalog.models["gemma"], context_window=1024, max_output_tokens=60)
+    catalog.models["gemma"] = small
+    async with Tokenizers() as tokenizers:
+        await tokenizers.probe(catalog)
+        manager = LLMManager(catalog, Calibrator(), tokenizers=tokenizers)
+        try:
+            route = manager.route("gemma")
+            pinned = tuple(2 * p for p in pins if 0 < 2 * p < len(messages) - 1)
+            plan = manager.plan(route, Transcript(messages, pinned=pinned))
+            before = len(chats(engine_upstream))
+            answer, fitted, _ = await manager.chat(plan)
+            assert len(chats(engine_upstream)) == before + 1, "refused, then retried"
+        finally:
+            await manager.aclose()
+    assert fitted.counted_by == "server:gemma"
+    sent = engine_upstream.requests[-1]["body"]["messages"]
+    assert engine_upstream.count_chat(sent) <= fitted.estimated_tokens
+    assert (answer.usage is not None and answer.usage.prompt_tokens <= fitted.budget) or (
+        fitted.overflow_at_floor
+    )

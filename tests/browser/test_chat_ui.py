@@ -299,6 +299,66 @@ def test_trim_markers_name_what_was_left_out(
     page.screenshot(path=str(artifacts / "trimmed-marker-open.png"))
 
 
+def test_pins_and_the_meter_that_warns_before_sending(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, artifacts: Path
+) -> None:
+    conversation_id = create_conversation(live_server, "tiny")
+    for number in range(1, 7):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, f"/c/{conversation_id}")
+
+    # Pin turn 2 from its own control; the page and the record both say so.
+    second = messages(page, "user").nth(1)
+    second.locator('[data-action="pin"]').click()
+    second = page.locator(f"#m{second.get_attribute('data-message-id')}")
+    expect(second.locator('[data-action="unpin"]')).to_have_attribute("aria-pressed", "true")
+    expect(second).to_contain_text("Pinned")
+    assert [m["pinned"] for m in stored(live_server, conversation_id)["messages"]][2] is True
+
+    # Typing (no Enter) previews the next send in the meter, before anything is sent.
+    chats_before = len([r for r in upstream.requests if r["path"] == "/v1/chat/completions"])
+    box = page.locator("#composer textarea")
+    box.fill(turn_text(7))
+    meter = page.locator("#meter")
+    expect(meter).to_have_attribute("data-preview", "true")
+    expect(meter).to_contain_text("Next send")
+    expect(meter).to_contain_text("will not be sent to tiny")
+    expect(meter).to_contain_text("Over")
+    preview_dropped = int(meter.get_attribute("data-dropped-turns-next") or 0)
+    assert preview_dropped > 0
+    chats_now = len([r for r in upstream.requests if r["path"] == "/v1/chat/completions"])
+    assert chats_now == chats_before, "a preview sends nothing"
+    # A remedy: a configuration with a larger window.
+    expect(meter.locator('[data-action="switch-configuration"]').first).to_be_visible()
+    page.screenshot(path=str(artifacts / "meter-preview.png"))
+
+    # The send does what the preview said, and the pinned turn went with it.
+    box.press("Enter")
+    answered(page, 7)
+    rows = stored(live_server, conversation_id)["messages"]
+    newest = [r for r in rows if r["role"] == "user"][-1]
+    assert newest["dropped_turns"] == preview_dropped
+    chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
+    assert 2 in sent_turns(chats[-1]) and 3 not in sent_turns(chats[-1])
+
+    # One click on the remedy switches the conversation; the next send fits whole.
+    box.fill(turn_text(8))
+    expect(meter).to_contain_text("will not be sent")
+    meter.locator('[data-action="switch-configuration"]').first.click()
+    page.wait_for_url(re.compile(f"/c/{conversation_id}$"))
+    configuration = stored(live_server, conversation_id)["configuration"]
+    assert configuration != "tiny"
+    box = page.locator("#composer textarea")
+    box.fill(turn_text(8))
+    expect(page.locator("#meter")).to_contain_text("Everything will be sent")
+    box.press("Enter")
+    answered(page, 8)
+    newest = [r for r in stored(live_server, conversation_id)["messages"] if r["role"] == "user"][
+        -1
+    ]
+    assert newest["dropped_turns"] == 0 and newest["fit"]["model"] != "tiny"
+
+
 # ---- stop, reload, restart ------------------------------------------------------------------
 
 

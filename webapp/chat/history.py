@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
-from sqlalchemy import ColumnElement, Connection, Select, bindparam, or_, select
+from sqlalchemy import ColumnElement, Connection, Select, bindparam, select
 from sqlmodel import col
 
 from webapp.chat.models import REPLAYABLE, Message, Role, Status
@@ -79,6 +79,8 @@ class StoredTurn:
         must read on while any of them could still take more."""
         if not sizers:
             return self.tokens
+        if len(sizers) == 1 and sizers[0][0] is None:
+            return self.tokens * sizers[0][1]  # the common case, estimated: no look-ups
         return min(
             _cost(self.user_tokens, self.user_counts, sizer, positions)
             + _cost(self.answer_tokens, self.answer_counts, sizer, positions)
@@ -152,6 +154,7 @@ class _Statements:
     newest_below: Select  # type: ignore[type-arg]
     oldest_from: Select  # type: ignore[type-arg]
     pinned_between: Select  # type: ignore[type-arg]
+    """User seqs of pinned turns in a range, through the partial index on pinned rows."""
     seqs_in: Select  # type: ignore[type-arg]
 
 
@@ -171,27 +174,22 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
             .limit(bindparam("limit"))
         )
 
-    pinned_users = (
-        select(seq)
-        .where(
-            Message.conversation_id == bindparam("conversation_id"),
-            col(Message.pinned),
-            seq > bindparam("after"),
-            seq < bindparam("before"),
-        )
-        .scalar_subquery()
-    )
     return _Statements(
         newest=ranged(newest_first=True),
         newest_below=ranged(seq < bindparam("below"), newest_first=True),
         oldest_from=ranged(seq >= bindparam("start"), newest_first=False),
-        pinned_between=select(*columns)
+        pinned_between=select(seq).where(
+            Message.conversation_id == bindparam("conversation_id"),
+            col(Message.pinned),
+            seq > bindparam("after"),
+            seq < bindparam("before"),
+        ),
+        seqs_in=select(*columns)
         .where(
             Message.conversation_id == bindparam("conversation_id"),
-            or_(seq.in_(pinned_users), (seq - 1).in_(pinned_users)),
+            seq.in_(bindparam("seqs", expanding=True)),
         )
         .order_by(seq),
-        seqs_in=select(*columns),
     )
 
 
@@ -313,13 +311,15 @@ def pinned_turns(
     index on pinned rows: as cheap in a conversation of ten thousand turns as in one of ten."""
     if before_seq - after_seq <= 2:
         return []
-    rows = _rows(
-        connection,
-        _statements(tail.tokenizers).pinned_between,
-        conversation_id=conversation_id,
-        after=after_seq,
-        before=before_seq,
-    )
+    statements = _statements(tail.tokenizers)
+    pinned = connection.execute(
+        statements.pinned_between,
+        {"conversation_id": conversation_id, "after": after_seq, "before": before_seq},
+    ).scalars()
+    seqs = [s for user in pinned for s in (user, user + 1)]
+    if not seqs:
+        return []
+    rows = _rows(connection, statements.seqs_in, conversation_id=conversation_id, seqs=seqs)
     return _turns(rows, newest_first=False)
 
 
@@ -354,64 +354,51 @@ def load_transcript(
     the history that `budget` (the largest budget of the route) could hold: the head,
     every pinned turn, and the newest turns. Sizes are what the route's models would
     pay (`sizers`), so exact counts read as far back as they allow."""
-    messages: list[WireMessage] = []
-    estimates: list[int] = []
-    ids: list[int | None] = []
-    seqs: list[int | None] = []
-    counts: list[tuple[int | None, ...]] = []
-    pinned: list[int] = []
-    width = len(tail.tokenizers)
-
-    def add(
-        message: WireMessage, estimate: int, row: int | None, seq: int | None, count: tuple
-    ) -> None:  # type: ignore[type-arg]
-        messages.append(message)
-        estimates.append(estimate)
-        ids.append(row)
-        seqs.append(seq)
-        counts.append(count)
-
-    def given(known: Mapping[str, int] | None) -> tuple[int | None, ...]:
-        return tuple((known or {}).get(t) for t in tail.tokenizers)
-
-    def add_turn(turn: StoredTurn) -> None:
-        if turn.pinned:
-            pinned.append(len(messages))
-        user, answer = turn.wire()
-        add(user, turn.user_tokens, turn.user_id, turn.seq, turn.user_counts or (None,) * width)
-        add(
-            answer,
-            turn.answer_tokens,
-            turn.answer_id,
-            turn.seq + 1,
-            turn.answer_counts or (None,) * width,
-        )
-
-    if system_prompt is not None:
-        add(system_prompt, system_tokens, None, None, given(system_counts))
+    tokenizers = tail.tokenizers
     head = head_turn(connection, conversation_id, tail)
+    turns: list[StoredTurn] = []
     omitted = 0
-    prior_turns: dict[int, int] = {}
     if head is not None:
-        add_turn(head)
-        prior_turns[head.seq] = head.prior_turns
         rest = newest_turns(connection, conversation_id, tail, head.seq + 1, budget, sizers)
         oldest_walked = rest[-1].seq if rest else tail.next_seq
         pins = pinned_turns(connection, conversation_id, tail, head.seq + 1, oldest_walked)
         # prior_turns counts the head too: what lies between, not read, is one less.
         oldest_prior = rest[-1].prior_turns if rest else tail.prior_turns
         omitted = max(0, oldest_prior - 1 - len(pins))
-        for turn in [*pins, *reversed(rest)]:
-            add_turn(turn)
-            prior_turns[turn.seq] = turn.prior_turns
+        turns = [head, *pins, *reversed(rest)]
+
+    # Built column by column: this runs over every kept turn of a long conversation.
+    first = 1 if system_prompt is not None else 0
+    messages: list[WireMessage] = [m for turn in turns for m in turn.wire()]
+    estimates = [n for turn in turns for n in (turn.user_tokens, turn.answer_tokens)]
+    ids: list[int | None] = [i for turn in turns for i in (turn.user_id, turn.answer_id)]
+    seqs: list[int | None] = [s for turn in turns for s in (turn.seq, turn.seq + 1)]
+    counts: dict[str, list[int | None]] = {
+        t: [c for turn in turns for c in (turn.user_counts[i], turn.answer_counts[i])]
+        for i, t in enumerate(tokenizers)
+    }
+    pinned = tuple(first + 2 * i for i, turn in enumerate(turns) if turn.pinned)
+    if system_prompt is not None:
+        messages.insert(0, system_prompt)
+        estimates.insert(0, system_tokens)
+        ids.insert(0, None)
+        seqs.insert(0, None)
+        for t, column in counts.items():
+            column.insert(0, (system_counts or {}).get(t))
+    messages.append(newest)
+    estimates.append(newest_tokens)
+    ids.append(None)
+    seqs.append(tail.next_seq)
+    for t, column in counts.items():
+        column.append((newest_counts or {}).get(t))
+    prior_turns = {turn.seq: turn.prior_turns for turn in turns}
     prior_turns[tail.next_seq] = tail.prior_turns
-    add(newest, newest_tokens, None, tail.next_seq, given(newest_counts))
     return StoredTranscript(
         messages=messages,
         estimates=estimates,
         omitted_turns=omitted,
-        counts={t: [c[i] for c in counts] for i, t in enumerate(tail.tokenizers)},
-        pinned=tuple(pinned),
+        counts=counts,
+        pinned=pinned,
         ids=ids,
         seqs=tuple(seqs),
         prior_turns=prior_turns,

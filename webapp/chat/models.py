@@ -83,7 +83,7 @@ class Message(SQLModel, table=True):
             "ix_message_pinned",
             "conversation_id",
             "seq",
-            sqlite_where=text("pinned"),
+            sqlite_where=text("pinned = 1"),
             postgresql_where=text("pinned"),
         ),
     )

@@ -36,7 +36,7 @@ def upgrade() -> None:
         "ix_message_pinned",
         "message",
         ["conversation_id", "seq"],
-        sqlite_where=sa.text("pinned"),
+        sqlite_where=sa.text("pinned = 1"),
         postgresql_where=sa.text("pinned"),
     )
     with op.batch_alter_table("model_calibration", schema=None) as batch_op:
