@@ -168,14 +168,15 @@ async def test_preview_is_the_fit_the_send_makes_and_stores_nothing(
     _, before = await chat.history(OWNER, conversation.id)
     requests_before = len(upstream.requests)
     content = "turn 9: " + "lorem ipsum " * 15
-    fit, left_out = await chat.preview(OWNER, conversation.id, content)
+    preview = await chat.preview(OWNER, conversation.id, content)
     _, after = await chat.history(OWNER, conversation.id)
     assert [r.model_dump() for r in after] == [r.model_dump() for r in before], "nothing stored"
     assert len(upstream.requests) == requests_before, "nothing sent"
     user, _ = await say(chat, conversation.id, content)
-    assert fit.dropped_turns == user.dropped_turns > 0
-    assert left_out == user.fit_left_out
-    assert fit.estimated_tokens == user.fit_estimated_tokens
+    assert preview.id is None and preview.seq == user.seq
+    assert preview.dropped_turns == user.dropped_turns > 0
+    assert preview.fit_left_out == user.fit_left_out
+    assert preview.fit_estimated_tokens == user.fit_estimated_tokens
     with pytest.raises(InvalidInput):
         await chat.preview(OWNER, conversation.id, "   ")
     with pytest.raises(NotFound):
@@ -189,8 +190,8 @@ async def test_switching_configuration_bounds_the_next_send_against_its_model(
     for number in range(1, 9):
         user, _ = await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 15)
     assert user.dropped_turns and user.fit_model == "tiny"
-    fit, _ = await chat.preview(OWNER, conversation.id, "turn 9: and now?")
-    assert fit.model == "tiny" and fit.dropped_turns
+    preview = await chat.preview(OWNER, conversation.id, "turn 9: and now?")
+    assert preview.fit_model == "tiny" and preview.dropped_turns
     switched = await chat.set_configuration(OWNER, conversation.id, "large")
     assert switched.configuration == "large"
     user, answer = await say(chat, conversation.id, "turn 9: and now?")

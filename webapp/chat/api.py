@@ -127,8 +127,7 @@ class ConversationController(Controller):
         self, chat: ConversationService, owner: str, conversation_id: str, data: NewMessage
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
-        fit, left_out = await chat.preview(owner, conversation_id, data.content)
-        return preview_dict(fit, left_out)
+        return preview_dict(await chat.preview(owner, conversation_id, data.content))
 
     @post("/{conversation_id:str}/messages/{message_id:int}/pin", status_code=HTTP_200_OK)
     async def pin_turn(

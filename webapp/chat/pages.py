@@ -144,20 +144,9 @@ class ConversationPages(Controller):
             _, rows, _ = await chat.page(conversation.owner, conversation.id, turns=1)
             meter = last_fit(rows)
         else:
-            fit, _ = await chat.preview(conversation.owner, conversation.id, content)
-            alternatives = () if conversation.embed else larger_windows(chat, fit.window)
-            meter = Meter(
-                model=fit.model,
-                window=fit.window,
-                budget=fit.budget,
-                estimated_tokens=fit.estimated_tokens,
-                dropped_turns=fit.dropped_turns,
-                pins_dropped=fit.pins_dropped,
-                counted_by=fit.counted_by,
-                overflow_at_floor=fit.overflow_at_floor,
-                preview=True,
-                alternatives=alternatives,
-            )
+            row = await chat.preview(conversation.owner, conversation.id, content)
+            alternatives = () if conversation.embed else larger_windows(chat, row.fit_window or 0)
+            meter = Meter.of_row(row, preview=True, alternatives=alternatives)
         return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
 
     @post("/pin/{message_id:int}")

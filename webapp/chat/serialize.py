@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from webapp.chat.models import Conversation, Message
-from webapp.llm.window import FitResult
 from webapp.timeutil import as_utc
 
 
@@ -13,20 +12,24 @@ def _iso(value) -> str:  # type: ignore[no-untyped-def]
     return as_utc(value).isoformat().replace("+00:00", "Z")
 
 
+def fit_dict(row: Message) -> dict[str, Any] | None:
+    """A user row's fit facts (None when no fit was evaluated)."""
+    if row.dropped_turns is None:
+        return None
+    return {
+        "model": row.fit_model,
+        "window": row.fit_window,
+        "reserve": row.fit_reserve,
+        "budget": row.fit_budget,
+        "estimated_tokens": row.fit_estimated_tokens,
+        "overflow_at_floor": row.fit_overflow_at_floor,
+        "counted_by": row.fit_counted_by,
+        "left_out": row.fit_left_out or [],
+        "pins_left_out": row.fit_pins_dropped or 0,
+    }
+
+
 def message_dict(row: Message) -> dict[str, Any]:
-    fit = None
-    if row.dropped_turns is not None:
-        fit = {
-            "model": row.fit_model,
-            "window": row.fit_window,
-            "reserve": row.fit_reserve,
-            "budget": row.fit_budget,
-            "estimated_tokens": row.fit_estimated_tokens,
-            "overflow_at_floor": row.fit_overflow_at_floor,
-            "counted_by": row.fit_counted_by,
-            "left_out": row.fit_left_out or [],
-            "pins_left_out": row.fit_pins_dropped or 0,
-        }
     usage = None
     if row.prompt_tokens is not None or row.completion_tokens is not None:
         usage = {"prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens}
@@ -41,7 +44,7 @@ def message_dict(row: Message) -> dict[str, Any]:
         "token_counts": {"estimate": row.estimated_tokens, **(row.token_counts or {})},
         "pinned": bool(row.pinned),
         "dropped_turns": row.dropped_turns,
-        "fit": fit,
+        "fit": fit_dict(row),
         "model": row.model,
         "usage": usage,
         "finish_reason": row.finish_reason,
@@ -62,20 +65,10 @@ def conversation_dict(row: Conversation, messages: list[Message] | None = None) 
     return data
 
 
-def preview_dict(fit: FitResult, left_out: list[list[int]]) -> dict[str, Any]:
+def preview_dict(row: Message) -> dict[str, Any]:
     """What `POST .../preview` answers: the fit the next send would make."""
     return {
-        "dropped_turns": fit.dropped_turns,
-        "left_out": left_out,
-        "fit": {
-            "model": fit.model,
-            "window": fit.window,
-            "reserve": fit.reserve,
-            "budget": fit.budget,
-            "estimated_tokens": fit.estimated_tokens,
-            "overflow_at_floor": fit.overflow_at_floor,
-            "counted_by": fit.counted_by,
-            "left_out": left_out,
-            "pins_left_out": fit.pins_dropped,
-        },
+        "dropped_turns": row.dropped_turns,
+        "left_out": row.fit_left_out or [],
+        "fit": fit_dict(row),
     }

@@ -368,12 +368,10 @@ class ConversationService:
             session.add(row)
         return row
 
-    async def preview(
-        self, owner: str, conversation_id: str, content: object
-    ) -> tuple[FitResult, list[list[int]]]:
-        """The fit the next send of `content` would make, stored nowhere: what the context
-        meter shows while the user types. Read without the conversation's lock, so it may
-        be a send behind; the send itself fits again."""
+    async def preview(self, owner: str, conversation_id: str, content: object) -> Message:
+        """The user row the next send of `content` would write, with its fit, stored
+        nowhere: what the context meter shows while the user types. Read without the
+        conversation's lock, so it may be a send behind; the send itself fits again."""
         text = self.validate_content(content)
         async with self.sessions() as session:
             conversation = await self._owned(session, owner, conversation_id)
@@ -394,7 +392,22 @@ class ConversationService:
             connection = await session.connection()
             planned = await connection.run_sync(plan)
             await session.rollback()
-        return planned.fit, left_out_seqs(_stored(planned), planned.fit)
+        now = utcnow()
+        return as_loaded(
+            Message,
+            {
+                **MESSAGE_DEFAULTS,
+                "id": None,
+                "conversation_id": conversation_id,
+                "seq": planned.transcript.seqs[-1],  # type: ignore[attr-defined]
+                "role": Role.USER,
+                "content": text,
+                "created_at": now,
+                "updated_at": now,
+                "token_counts": counts or None,
+                **fit_columns(planned.fit, _stored(planned)),
+            },
+        )
 
     async def purge_idle(self, days: float, *, dry_run: bool = False) -> list[Conversation]:
         """Delete conversations nobody touched for `days` days (messages go with them)."""

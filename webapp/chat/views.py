@@ -66,7 +66,7 @@ class MessageView:
 def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:
     """'3 earlier turns were not sent to small (1 of them pinned)', said once for the
     marker, the meter and the review."""
-    verb = ("will not be" if will else ("was not" if dropped == 1 else "were not"))
+    verb = "will not be" if will else ("was not" if dropped == 1 else "were not")
     noun = "turn" if dropped == 1 else "turns"
     pinned = f" ({pins:,} of them pinned)" if pins else ""
     return f"{dropped:,} earlier {noun} {verb} sent to {model}{pinned}"
@@ -97,7 +97,10 @@ class Meter:
     alternatives: tuple[Alternative, ...] = ()
 
     @classmethod
-    def of_row(cls, row: Message) -> Meter:
+    def of_row(
+        cls, row: Message, *, preview: bool = False, alternatives: tuple[Alternative, ...] = ()
+    ) -> Meter:
+        """From a user row's fit: one stored, or the unsaved row a preview makes."""
         return cls(
             model=row.fit_model,
             window=row.fit_window or 0,
@@ -107,6 +110,8 @@ class Meter:
             pins_dropped=row.fit_pins_dropped or 0,
             counted_by=row.fit_counted_by,
             overflow_at_floor=bool(row.fit_overflow_at_floor),
+            preview=preview,
+            alternatives=alternatives,
         )
 
     @property
