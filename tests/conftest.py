@@ -33,6 +33,7 @@ TABLES = (
     "login_session",
     "sign_in_attempt",
     "embed_send",
+    "gateway_call",
     "user_account",
 )
 

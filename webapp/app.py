@@ -27,6 +27,8 @@ from webapp.db import create_engine, session_factory
 from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
+from webapp.gateway import gateway_router
+from webapp.gateway.errors import GATEWAY_PREFIX, gateway_exception_handler
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
 from webapp.llm.discovery import discover
@@ -63,6 +65,8 @@ def error_response(request: Request, status_code: int, detail: str) -> Response[
 
 
 def app_error(request: Request, error: AppError) -> Response[Any]:
+    if request.url.path.startswith(GATEWAY_PREFIX):
+        return gateway_exception_handler(request, error)
     response = error_response(request, error.status_code, error.message)
     if isinstance(error, TooManyRequests):
         response.headers["Retry-After"] = str(error.retry_after)
@@ -77,6 +81,9 @@ def too_deep(request: Request, error: RecursionError) -> Response[Any]:
 
 
 def http_error(request: Request, error: HTTPException) -> Response[Any]:
+    if request.url.path.startswith(GATEWAY_PREFIX):
+        # Under /v1, also what matches no route (404, 405) answers in OpenAI's shape.
+        return gateway_exception_handler(request, error)
     if isinstance(error, NotAuthorizedException) and not request.url.path.startswith(API_PATHS):
         return sign_in_first(request)
     detail = error.detail
@@ -162,6 +169,7 @@ def create_app(
             EmbedPages,
             AccountPages,
             AdminController,
+            gateway_router(chat),
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
@@ -176,7 +184,8 @@ def create_app(
         },
         middleware=[
             DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key),
-            DefineMiddleware(SessionOrTokenAuth, exclude=PUBLIC_PATHS),
+            # The gateway authenticates by bearer token alone (webapp.gateway.auth).
+            DefineMiddleware(SessionOrTokenAuth, exclude=[*PUBLIC_PATHS, "^/v1/"]),
         ],
         guards=[csrf_guard],
         before_send=[security_headers(partial(frame_ancestors, catalog))],
