@@ -18,6 +18,7 @@ from webapp.chat.answers import Channel
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService, Send
 from webapp.errors import InvalidInput
+from webapp.web.params import RowId
 
 
 @dataclass
@@ -157,7 +158,7 @@ class ConversationController(Controller):
         chat: ConversationService,
         owner: str,
         conversation_id: str,
-        message_id: int,
+        message_id: RowId,
     ) -> ASGIApp:
         """A new answer to a user turn, as an alternative turn: 201 {user, assistant}, or
         streamed like a send. The earlier answer stays on record."""

@@ -18,12 +18,13 @@ from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
-from webapp.chat.models import Message
+from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService, Send
 from webapp.chat.views import Alternative, Meter, last_fit, message_views
-from webapp.errors import InvalidInput
+from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
+from webapp.web.params import RowId, Seq
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
@@ -37,6 +38,16 @@ class ConversationRef:
     id: str
     base: str
     embed: EmbedSpec | None = None
+    draft: Conversation | None = None
+    """A conversation not stored yet (an embed visitor's before the first send): shown
+    empty, stored by the first send. Reading a page never creates a row."""
+
+    async def stored_id(self, chat: ConversationService) -> str:
+        """The conversation's id, storing the draft first if this is its first send."""
+        if self.draft is None:
+            return self.id
+        created = await chat.create(self.owner, self.draft.configuration, self.draft.title)
+        return created.id
 
 
 async def form_field(request: Request[Any, Any, Any], name: str) -> str:
@@ -74,10 +85,13 @@ class ConversationPages(Controller):
     async def conversation_page(
         self, chat: ConversationService, conversation: ConversationRef
     ) -> Template:
-        row, rows, has_older = await chat.page(
-            conversation.owner, conversation.id, turns=PAGE_TURNS
-        )
-        alternatives = await chat.alternatives_of(conversation.id, rows)
+        if conversation.draft is not None:
+            row, rows, has_older = conversation.draft, [], False
+        else:
+            row, rows, has_older = await chat.page(
+                conversation.owner, conversation.id, turns=PAGE_TURNS
+            )
+        alternatives = await chat.alternatives_of(conversation.id, rows) if rows else {}
         context: dict[str, Any] = {
             "conversation": row,
             "base": conversation.base,
@@ -94,7 +108,7 @@ class ConversationPages(Controller):
 
     @get("/older")
     async def older_messages(
-        self, chat: ConversationService, conversation: ConversationRef, before: int
+        self, chat: ConversationService, conversation: ConversationRef, before: Seq
     ) -> Template:
         return await _branch_page(chat, conversation, before)
 
@@ -106,19 +120,25 @@ class ConversationPages(Controller):
         conversation: ConversationRef,
     ) -> Template:
         content = await form_field(request, "content")
-        return _turn(await chat.send(conversation.owner, conversation.id, content), conversation)
+        conversation_id = await conversation.stored_id(chat)
+        return _turn(await chat.send(conversation.owner, conversation_id, content), conversation)
 
     @post("/retry/{answer_id:int}")
     async def retry(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
     ) -> Template:
         """A failed answer's Retry: a regenerate of its turn, shown in its place (the failed
-        answer stays on record as an alternative)."""
+        answer stays on record as an alternative), so no duplicate turn, no stale Retry."""
+        answer = await chat.message(conversation.owner, conversation.id, answer_id)
+        if answer.role != Role.ASSISTANT:
+            raise InvalidInput("retry names the answer that failed")
+        if answer.status not in RETRYABLE:
+            raise Conflict("only a failed or interrupted answer can be sent again")
         return await _regenerate(chat, conversation, answer_id)
 
     @post("/regenerate/{message_id:int}")
     async def regenerate(
-        self, chat: ConversationService, conversation: ConversationRef, message_id: int
+        self, chat: ConversationService, conversation: ConversationRef, message_id: RowId
     ) -> Template:
         """A new answer to a turn (named by its user message or its answer): the branch
         is shown again, with the new turn streaming where the old one was."""
@@ -130,7 +150,7 @@ class ConversationPages(Controller):
         request: Request[Any, Any, Any],
         chat: ConversationService,
         conversation: ConversationRef,
-        message_id: int,
+        message_id: RowId,
     ) -> Template:
         """Send an edited user message as an alternative to its turn."""
         content = await form_field(request, "content")
@@ -139,7 +159,7 @@ class ConversationPages(Controller):
 
     @post("/branch/{message_id:int}")
     async def switch_branch(
-        self, chat: ConversationService, conversation: ConversationRef, message_id: int
+        self, chat: ConversationService, conversation: ConversationRef, message_id: RowId
     ) -> Template:
         """Show another alternative of a turn: the branch through that message."""
         await chat.branch(conversation.owner, conversation.id, message_id)
@@ -151,7 +171,7 @@ class ConversationPages(Controller):
         request: Request[Any, Any, Any],
         chat: ConversationService,
         conversation: ConversationRef,
-        message_id: int,
+        message_id: RowId,
     ) -> Response[Any]:
         """Copy the branch up to this message's turn into a new conversation and open it
         (not for embeds: a visitor has one conversation)."""
@@ -214,7 +234,7 @@ class ConversationPages(Controller):
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
     ) -> ASGIApp:
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
         snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)
@@ -315,8 +335,6 @@ async def _branch_page(
 ) -> Template:
     """The active branch's newest page (or the page before seq `before`), as the messages
     pane shows it: what regenerate, edit and switching branches swap in."""
-    if before is not None:
-        before = min(before, 2**62)  # seqs start at 1: a larger `before` is simply "all"
     row, rows, has_older = await chat.page(
         conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
     )

@@ -43,10 +43,18 @@ from webapp.chat.history import (
     read_branch,
     read_tail,
 )
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.models import (
+    EMBED_OWNER_PREFIX,
+    MESSAGE_DEFAULTS,
+    Conversation,
+    Message,
+    Role,
+    Status,
+    owner_columns,
+)
 from webapp.chat.serialize import message_dict
 from webapp.db import as_loaded, in_transaction, transaction
-from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan
 from webapp.llm.providers.base import ProviderError, StreamBroken
@@ -64,7 +72,6 @@ DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
 UNSTORED_ERROR = "The answer could not be stored."
-EMBED_OWNER_PREFIX = "embed:"
 COUNT_TIMEOUT = 3.0
 """The longest a send waits for its new message to be counted; then it estimates."""
 
@@ -254,7 +261,7 @@ class Progress:
 
 
 def clean_title(title: str) -> str:
-    title = " ".join(title.split())
+    title = " ".join(refuse_nul(title, "the title").split())
     if not title:
         raise InvalidInput("the title is empty")
     if len(title) > TITLE_MAX:
@@ -293,6 +300,7 @@ class ConversationService:
             raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
         conversation = Conversation(
             owner=owner,
+            **owner_columns(owner),
             configuration=configuration,
             title=clean_title(title) if title is not None else DEFAULT_TITLE,
         )
@@ -416,8 +424,7 @@ class ConversationService:
     ) -> Message:
         """Pin (or unpin) a user turn: a pinned turn is sent on every later send, after the
         head, as long as head, pins and the newest turn fit."""
-        if not 0 < message_id < 2**63:
-            raise NotFound("no such message")
+        _check_id(message_id)
         async with transaction(self.sessions) as session:
             await self._owned(session, owner, conversation_id)
             row = await session.get(Message, message_id)
@@ -495,6 +502,7 @@ class ConversationService:
             raise InvalidInput("content must be a string")
         if not content.strip():
             raise InvalidInput("the message is empty")
+        refuse_nul(content, "the message")
         limit = self.settings.max_message_chars
         if len(content) > limit:
             raise InvalidInput(
@@ -578,6 +586,7 @@ class ConversationService:
             now = utcnow()
             fork = Conversation(
                 owner=owner,
+                **owner_columns(owner),
                 configuration=source.configuration,
                 title=_fork_title(source.title),
                 created_at=now,
