@@ -482,10 +482,15 @@ def test_killed_server_leaves_the_answer_interrupted_with_retry(
     upstream.set_reply("Here it is again.")
     upstream.chunk_delay = 0
     answer.locator("button.retry").click()
-    assert text_of(answered(page, 2)) == "Here it is again."
+    expect(answer).to_have_count(0)
+    # Retry regenerates the turn in place: no duplicate turn, no stale Retry.
+    assert text_of(answered(page, 1)) == "Here it is again."
+    expect(messages(page, "user")).to_have_count(1)
     assert text_of(messages(page, "user").last) == "A long one, please"
+    expect(page.locator("button.retry")).to_have_count(0)
     rows = stored(server, conversation_id)["messages"]
-    assert [r["status"] for r in rows] == ["complete", "interrupted", "complete", "complete"]
+    assert [r["status"] for r in rows] == ["complete", "complete"]
+    assert rows[0]["alternatives"]["count"] == 2, "the interrupted turn stays on record"
 
 
 # ---- faults and bad input --------------------------------------------------------------------
@@ -513,8 +518,15 @@ def test_provider_error_shows_on_the_turn_with_retry(
 
     upstream.set_reply("Yes, back now.")
     answer.locator("button.retry").click()
-    assert text_of(answered(page, 2)) == "Yes, back now."
-    expect(answer).to_have_attribute("data-status", "failed")  # the failed turn stays on record
+    expect(answer).to_have_count(0)
+    # Retry regenerates the turn in place: no duplicate turn, no stale Retry.
+    assert text_of(answered(page, 1)) == "Yes, back now."
+    expect(messages(page, "user")).to_have_count(1)
+    expect(page.locator("button.retry")).to_have_count(0)
+    expect(page.locator('#messages [data-role="user"] .alternative-position')).to_have_text("2/2")
+    # The failed turn stays on record, one alternative back.
+    page.locator('[data-action="previous-alternative"]').click()
+    expect(messages(page, "assistant").last).to_have_attribute("data-status", "failed")
 
 
 def test_empty_message_is_refused_inline_and_nothing_stored(
