@@ -74,3 +74,47 @@ def git_revision() -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+Row = dict[str, Any]
+
+
+def with_forks(
+    turns: list[tuple[Row, Row]], forks: int, *, pin_alternatives: bool = False
+) -> list[Row]:
+    """The rows of `turns` (the active branch, oldest first) with `forks` fork points spread
+    along it, numbered as the app numbers them: before each, the turn that was there first
+    (the same question, an earlier answer) stays on record, and the active branch leaves it
+    through a run of its own (`parent_seq` on the run's first row), as a regenerate leaves
+    it. The active branch ends at the newest row, as after a send."""
+    every = len(turns) // (forks + 1)
+    points = {every * (k + 1) for k in range(forks)}
+    rows: list[Row] = []
+    seq = 1
+    for index, (user, answer) in enumerate(turns):
+        parent = None
+        if index in points:
+            earlier = {"content": "An earlier answer: " + answer["content"]}
+            rows += [
+                {**user, "seq": seq, "parent_seq": None, "pinned": pin_alternatives},
+                {**answer, **earlier, "seq": seq + 1, "parent_seq": None},
+            ]
+            parent, seq = seq - 1, seq + 2
+        rows += [
+            {**user, "seq": seq, "parent_seq": parent},
+            {**answer, "seq": seq + 1, "parent_seq": None},
+        ]
+        seq += 2
+    return rows
+
+
+def active_path(rows: list[Row]) -> list[Row]:
+    """The branch ending at the newest row, walked row by row through the parent pointers
+    (the naive way, and a check on the bounded one)."""
+    by_seq = {row["seq"]: row for row in rows}
+    path, seq = [], max(by_seq)
+    while seq > 0:
+        row = by_seq[seq]
+        path.append(row)
+        seq = row["parent_seq"] if row["parent_seq"] is not None else seq - 1
+    return path[::-1]

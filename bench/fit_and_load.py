@@ -1,9 +1,11 @@
 """Benchmark: the fit-and-load step of one send in a conversation of 10,000 turns.
 
-Target (issues 2 and 8): under 20 ms with a 128k-token model and under 5 ms with a
-4k-token model, on one core, with twenty pinned turns spread over the history;
-the cost must follow what is kept, not what is stored. For contrast it also
-times the naive way (read every row, fit them all).
+Target (issues 2, 8 and 11): under 20 ms with a 128k-token model and under 5 ms with a
+4k-token model, on one core, with twenty pinned turns spread over the history, both
+in a linear conversation and in one with 100 forks along its active branch (each
+leaving an earlier, pinned alternative on record that must not be sent); the cost
+must follow what is kept, not what is stored. For contrast it also times the naive
+way (read every row, walk the active branch, fit it whole).
 
     make bench-fit            # SQLite; add --postgres URL to run on PostgreSQL too
 """
@@ -20,7 +22,16 @@ from pathlib import Path
 from sqlalchemy import Connection, insert, text
 from sqlmodel import col, select
 
-from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, timed
+from bench.common import (
+    active_path,
+    fresh_sqlite,
+    machine,
+    pin_to_one_core,
+    run,
+    summary,
+    timed,
+    with_forks,
+)
 from webapp.chat.history import load_transcript, read_tail
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.db import create_engine, in_transaction, session_factory
@@ -33,6 +44,7 @@ from webapp.llm.window import FitResult
 from webapp.migrate import upgrade
 
 TURNS = 10_000
+FORKS = 100
 PIN_EVERY = 500
 """One turn in 500 is pinned: twenty pins spread over the whole history."""
 WORDS = [
@@ -77,19 +89,20 @@ def sentence(rng: random.Random, size: int) -> str:
     return " ".join(words)
 
 
-async def populate(url: str) -> str:
-    """One conversation of TURNS turns, about 5 MB of text, estimates stored as a send would."""
+async def populate(url: str, forks: int = 0) -> tuple[str, int]:
+    """One conversation of TURNS turns on its active branch, about 5 MB of text, estimates
+    stored as a send would, with `forks` fork points: (its id, its newest seq)."""
     engine = create_engine(url)
     rng = random.Random(7)
     conversation = Conversation(owner="bench", configuration="big", title="long")
-    rows = []
+    turns = []
     for turn in range(TURNS):
-        for offset, role, size in ((0, Role.USER, 150), (1, Role.ASSISTANT, 350)):
+        pair = []
+        for role, size in ((Role.USER, 150), (Role.ASSISTANT, 350)):
             content = sentence(rng, size)
-            rows.append(
+            pair.append(
                 {
                     "conversation_id": conversation.id,
-                    "seq": 2 * turn + 1 + offset,
                     "role": role.value,
                     "content": content,
                     "status": Status.COMPLETE.value,
@@ -98,30 +111,39 @@ async def populate(url: str) -> str:
                     "pinned": role == Role.USER and turn % PIN_EVERY == 7,
                 }
             )
+        turns.append((pair[0], pair[1]))
+    rows = with_forks(turns, forks, pin_alternatives=True)
     async with engine.begin() as connection:
         await connection.execute(insert(Conversation).values(conversation.model_dump()))
         for start in range(0, len(rows), 2000):
             await connection.execute(insert(Message), rows[start : start + 2000])
-        size = (await connection.execute(text("SELECT sum(length(content)) FROM message"))).scalar()
+        size = (
+            await connection.execute(
+                text("SELECT sum(length(content)) FROM message WHERE conversation_id = :c"),
+                {"c": conversation.id},
+            )
+        ).scalar()
     await engine.dispose()
-    print(f"  stored {len(rows):,} messages, {size / 1e6:.1f} MB of text")
-    return conversation.id
+    print(
+        f"  stored {len(rows):,} messages, {size / 1e6:.1f} MB of text, {forks} forks along "
+        f"the active branch ({TURNS:,} turns)"
+    )
+    return conversation.id, len(rows)
 
 
-async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
+async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, list[float]]:
     engine = create_engine(url)
     sessions = session_factory(engine)
     manager = LLMManager(catalog(), Calibrator())
     newest = {"role": "user", "content": "And what do you make of all that?"}
     newest_tokens = estimate_message(newest)
-    newest_seq = 2 * TURNS + 1
     results: dict[str, list[float]] = {}
     naive_fits = {}
 
     def load(connection: Connection, route: Route) -> Transcript:
         """What a send reads, in the transaction a send reads it in."""
         tail = read_tail(connection, conversation_id, manager.exact_tokenizers(route))
-        assert tail.next_seq == newest_seq and tail.prior_turns == TURNS
+        assert tail.next_seq == newest_seq + 1 and tail.prior_turns == TURNS
         return load_transcript(
             connection,
             conversation_id,
@@ -149,9 +171,10 @@ async def measure(url: str, conversation_id: str) -> dict[str, list[float]]:
                         .order_by(col(Message.seq))
                     )
                 ).all()
-            messages = [{"role": r.role, "content": r.content} for r in rows] + [newest]
-            estimates = [r.estimated_tokens for r in rows] + [newest_tokens]
-            pinned = tuple(2 * i for i, r in enumerate(rows[::2]) if r.pinned)
+            rows = active_path([r.model_dump() for r in rows])
+            messages = [{"role": r["role"], "content": r["content"]} for r in rows] + [newest]
+            estimates = [r["estimated_tokens"] for r in rows] + [newest_tokens]
+            pinned = tuple(2 * i for i, r in enumerate(rows[::2]) if r["pinned"])
             return manager.fit_for(route, model, Transcript(messages, estimates, pinned=pinned))
 
         naive_fits[name] = naive
@@ -192,9 +215,9 @@ async def main() -> None:
     print(f"machine: {machine()}; {pin_to_one_core()}")
     with tempfile.TemporaryDirectory() as folder:
         url = fresh_sqlite(Path(folder) / "bench.db")
-        print("SQLite:")
-        conversation_id = await populate(url)
-        report(await measure(url, conversation_id))
+        for forks in (0, FORKS):
+            print(f"SQLite, {'linear' if not forks else f'{forks} forks'}:")
+            report(await measure(url, *await populate(url, forks)))
     if args.postgres:
         engine = create_engine(args.postgres)
         async with engine.begin() as connection:
@@ -202,9 +225,9 @@ async def main() -> None:
                 await connection.execute(text(f"DROP TABLE IF EXISTS {table} CASCADE"))
         await engine.dispose()
         await asyncio.to_thread(upgrade, args.postgres)
-        print("PostgreSQL:")
-        conversation_id = await populate(args.postgres)
-        report(await measure(args.postgres, conversation_id))
+        for forks in (0, FORKS):
+            print(f"PostgreSQL, {'linear' if not forks else f'{forks} forks'}:")
+            report(await measure(args.postgres, *await populate(args.postgres, forks)))
 
 
 if __name__ == "__main__":

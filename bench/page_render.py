@@ -3,7 +3,9 @@
 Target (issue "Chat UI"): `GET /c/{id}` of a conversation of 10,000 messages
 (5,000 turns) is rendered in under 50 ms median on this machine, and its HTML
 stays under 200 KB. The page shows only the newest 50 turns, so the cost must
-follow the page, not the conversation.
+follow the page, not the conversation. Issue 11 adds the same page of a conversation
+of 10,000 turns with 100 forks along its active branch (the page shows that branch,
+and the alternatives of its turns).
 
 The conversation is written as a long chat on a 16k-token model would leave it:
 user messages and markdown answers of realistic, varied length (lists, code,
@@ -37,7 +39,7 @@ from typing import Any
 import httpx
 from sqlalchemy import insert
 
-from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, timed
+from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, timed, with_forks
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.models import Conversation, Message, Role, Status
@@ -47,6 +49,8 @@ from webapp.settings import Settings
 from webapp.web.markdown import render_markdown
 
 TURNS = 5_000
+FORKED_TURNS = 10_000
+FORKS = 100
 TARGET_MS = 50.0
 REPEATS = 100
 TARGET_KB = 200.0
@@ -124,7 +128,7 @@ def answer_text(rng: random.Random) -> str:
     return "\n\n".join(parts)
 
 
-async def populate(url: str, conversation_id: str) -> None:
+async def populate(url: str, conversation_id: str, turns: int = TURNS, forks: int = 0) -> None:
     """TURNS turns in the (empty) conversation; every send that did not fit is trimmed, as the
     bound would have trimmed it, with its fit facts stored."""
     rng = random.Random(11)
@@ -136,7 +140,7 @@ async def populate(url: str, conversation_id: str) -> None:
     oldest_kept = 1  # the oldest middle turn still sent (turn 0 is the head, always sent)
     middle = 0  # tokens of the middle turns oldest_kept .. newest-1
     trimmed = 0
-    for turn in range(TURNS):
+    for turn in range(turns):
         user, answer = user_text(rng), answer_text(rng)
         user_tokens = estimate_message({"role": "user", "content": user})
         answer_tokens = estimate_message({"role": "assistant", "content": answer})
@@ -183,6 +187,7 @@ async def populate(url: str, conversation_id: str) -> None:
             middle += user_tokens + answer_tokens
     keys = {key for row in rows for key in row} & columns  # executemany wants one shape
     rows = [{key: row.get(key) for key in keys} for row in rows]
+    rows = with_forks(list(zip(rows[::2], rows[1::2], strict=True)), forks)
     engine = create_engine(url)
     async with engine.begin() as connection:
         for start in range(0, len(rows), 2000):
@@ -191,7 +196,7 @@ async def populate(url: str, conversation_id: str) -> None:
     size = sum(len(row["content"]) for row in rows)
     print(
         f"  stored {len(rows):,} messages ({size / 1e6:.1f} MB of text); "
-        f"{trimmed:,} of {TURNS:,} sends trimmed"
+        f"{trimmed:,} of {turns:,} sends trimmed, {forks} forks along the active branch"
     )
 
 
@@ -267,7 +272,9 @@ async def running(app: Any) -> AsyncIterator[None]:
         await task
 
 
-async def measure(url: str, folder: Path, profile: bool) -> None:
+async def measure(
+    url: str, folder: Path, profile: bool, turns: int = TURNS, forks: int = 0
+) -> None:
     catalog = folder / "catalog.toml"
     catalog.write_text(CATALOG, encoding="utf-8")
     token = await create_account(url)
@@ -287,13 +294,14 @@ async def measure(url: str, folder: Path, profile: bool) -> None:
         )
         assert created.status_code == 201, created.text
         conversation_id = created.json()["id"]
-        await populate(url, conversation_id)
+        await populate(url, conversation_id, turns, forks)
         path = f"/c/{conversation_id}"
         response = await client.get(path)
         assert response.status_code == 200, response.text[:500]
         html = response.text
         markers = html.count('class="trim-marker"')
         articles = html.count("<article ")
+        alternatives = html.count('class="alternatives"')
 
         async def render() -> None:
             reply = await client.get(path)
@@ -303,7 +311,10 @@ async def measure(url: str, folder: Path, profile: bool) -> None:
         size_kb = len(response.content) / 1024
         median = statistics.median(samples)
         print(f"  GET {path}: {summary(samples)}")
-        print(f"  HTML {size_kb:.1f} KB: {articles} messages, {markers} trim markers")
+        print(
+            f"  HTML {size_kb:.1f} KB: {articles} messages, {markers} trim markers, "
+            f"{alternatives} turns with alternatives"
+        )
         print(
             f"  targets: median < {TARGET_MS:.0f} ms ({'met' if median < TARGET_MS else 'MISSED'}),"
             f" HTML < {TARGET_KB:.0f} KB ({'met' if size_kb < TARGET_KB else 'MISSED'})"
@@ -335,8 +346,11 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         url = await asyncio.to_thread(fresh_sqlite, folder / "bench.db")
-        print("SQLite:")
+        print("SQLite, linear:")
         await measure(url, folder, args.profile)
+        url = await asyncio.to_thread(fresh_sqlite, folder / "forked.db")
+        print(f"SQLite, {FORKS} forks:")
+        await measure(url, folder, args.profile, FORKED_TURNS, FORKS)
 
 
 if __name__ == "__main__":

@@ -56,20 +56,39 @@
     if (first) first.scrollIntoView({ block: "nearest", behavior: "smooth" });
   }
 
+  function messageId(element) {
+    return element.closest(".message").dataset.messageId;
+  }
+
+  // Regenerate, Fork and "‹ i/n ›" ask the server through htmx; #message-actions carries
+  // where their errors go, and the messages pane is what comes back (Fork redirects).
+  function act(path) {
+    const actions = document.getElementById("message-actions");
+    return htmx.ajax("POST", actions.dataset.base + path, {
+      source: actions,
+      target: "#messages",
+      swap: "innerHTML",
+    });
+  }
+
   function startEdit(message) {
-    const form = message.querySelector(".edit-form");
-    if (!form) return;
-    message.classList.add("editing");
-    form.hidden = false;
+    if (message.querySelector(".edit-form")) return;
+    const actions = document.getElementById("message-actions");
+    const form = document.getElementById("edit-form").content.firstElementChild.cloneNode(true);
     const area = form.querySelector("textarea");
+    // A user's message is shown as escaped plain text: its text is the message itself.
+    area.value = message.querySelector(".content").textContent;
+    form.setAttribute("hx-post", `${actions.dataset.base}/edit/${message.dataset.messageId}`);
+    message.querySelector(".content").after(form);
+    message.classList.add("editing");
+    htmx.process(form);
     area.focus();
     area.setSelectionRange(area.value.length, area.value.length);
   }
 
   function cancelEdit(form) {
     const message = form.closest(".message");
-    form.reset();
-    form.hidden = true;
+    form.remove();
     message.classList.remove("editing");
     const edit = message.querySelector('[data-action="edit"]');
     if (edit) edit.focus();
@@ -92,11 +111,14 @@
 
   document.addEventListener("click", (event) => {
     const button = event.target.closest && event.target.closest("button[data-action]");
-    if (!button) return;
+    if (!button || !button.closest("#messages")) return;
     const action = button.dataset.action;
     if (action === "edit") startEdit(button.closest(".message"));
     else if (action === "cancel-edit") cancelEdit(button.closest(".edit-form"));
     else if (action === "copy") copyMessage(button);
+    else if (action === "regenerate") act(`/regenerate/${messageId(button)}`);
+    else if (action === "fork") act(`/fork/${messageId(button)}`);
+    else if (action === "branch" && button.dataset.to) act(`/branch/${button.dataset.to}`);
   });
 
   document.addEventListener("keydown", (event) => {

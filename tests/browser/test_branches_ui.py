@@ -44,12 +44,13 @@ def test_edit_in_place_enter_sends_escape_cancels(
     expect(second.locator(".content")).to_be_hidden()
     box.fill("Something else")
     box.press("Escape")
-    expect(second.locator(".edit-form")).to_be_hidden()
+    expect(second.locator(".edit-form")).to_have_count(0)
     expect(second.locator(".content")).to_have_text("And Porto?")
     assert len(stored(live_server, conversation_id)["messages"]) == 4, "nothing was sent"
 
     upstream.set_reply("Porto is in Portugal.")
     second.locator('[data-action="edit"]').click()
+    expect(box).to_have_value("And Porto?")
     box.fill("And Porto, which country?")
     box.press("Enter")
     expect(second).to_have_count(0)  # the branch is shown again, from the edited turn on
@@ -84,12 +85,12 @@ def test_regenerate_and_navigate_alternatives(
     expect(messages(page, "user")).to_have_count(1)
     position = page.locator("#messages .alternative-position")
     expect(position).to_have_text("2/2")
-    expect(page.locator('[data-action="next-alternative"]')).to_be_disabled()
+    expect(page.get_by_role("button", name="Next alternative")).to_be_disabled()
 
-    page.locator('[data-action="previous-alternative"]').click()
+    page.get_by_role("button", name="Previous alternative").click()
     expect(position).to_have_text("1/2")
     expect(messages(page, "assistant").last.locator(".content")).to_have_text("The first take.")
-    expect(page.locator('[data-action="previous-alternative"]')).to_be_disabled()
+    expect(page.get_by_role("button", name="Previous alternative")).to_be_disabled()
 
     # A send continues the branch shown; the page and the API agree.
     upstream.set_reply("Sure.")
@@ -107,7 +108,7 @@ def test_regenerate_and_navigate_alternatives(
         "More, please",
         "Sure.",
     ]
-    page.locator('[data-action="next-alternative"]').click()
+    page.get_by_role("button", name="Next alternative").click()
     expect(position).to_have_text("2/2")
     expect(messages(page, "assistant")).to_have_count(1)
     expect(messages(page, "assistant").last.locator(".content")).to_have_text("The second take.")
@@ -140,3 +141,30 @@ def test_fork_and_copy(live_server: Server, upstream: FakeUpstream, open_page: O
     rows = stored(live_server, forked_id)["messages"]
     assert [r["seq"] for r in rows] == [1, 2]
     assert len(stored(live_server, conversation_id)["messages"]) == 4, "the source is kept"
+
+
+def test_a_refused_branch_action_says_why_and_keeps_the_page(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    conversation_id = create_conversation(live_server)
+    send_by_api(live_server, conversation_id, "First")
+    page = open_page(live_server, f"/c/{conversation_id}")
+    upstream.set_reply(" ".join(f"w{i}" for i in range(300)))
+    upstream.chunk_delay = 0.05
+    try:
+        page.locator("#composer textarea").fill("Second, slowly")
+        page.locator("#composer textarea").press("Enter")
+        expect(messages(page, "assistant")).to_have_count(2)
+        expect(messages(page, "assistant").last).to_have_attribute("data-status", "streaming")
+        by_id(page, messages(page, "assistant").first).locator('[data-action="regenerate"]').click()
+        expect(page.locator("#composer-error")).to_contain_text("still being written")
+        expect(messages(page, "assistant")).to_have_count(2)
+        first_user = by_id(page, messages(page, "user").first)
+        first_user.locator('[data-action="edit"]').click()
+        first_user.locator(".edit-form textarea").press("Enter")
+        expect(messages(page, "user")).to_have_count(2)
+        expect(page.locator("#composer-error")).to_contain_text("still being written")
+    finally:
+        upstream.chunk_delay = 0
+    page.locator('#composer [data-action="stop"]').click()
+    composer_ready(page)

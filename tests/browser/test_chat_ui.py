@@ -525,7 +525,7 @@ def test_provider_error_shows_on_the_turn_with_retry(
     expect(page.locator("button.retry")).to_have_count(0)
     expect(page.locator('#messages [data-role="user"] .alternative-position')).to_have_text("2/2")
     # The failed turn stays on record, one alternative back.
-    page.locator('[data-action="previous-alternative"]').click()
+    page.get_by_role("button", name="Previous alternative").click()
     expect(messages(page, "assistant").last).to_have_attribute("data-status", "failed")
 
 
