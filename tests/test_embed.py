@@ -4,6 +4,7 @@ not reset, reads that store nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -131,3 +132,33 @@ async def test_an_embed_has_a_ceiling_over_all_addresses(database_url: str) -> N
             await quota.take("other", "10.0.0.99")
     finally:
         await engine.dispose()
+
+
+async def test_regenerating_and_editing_count_as_sends(app: Litestar) -> None:
+    """Each asks the model again, so the embed's quota counts them (limit 3 here)."""
+    user = re.compile(r'data-role="user" data-message-id="(\d+)"')
+    async with Client(app=app) as client:
+        headers = htmx_headers((await client.get("/embed/support")).text)
+        sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=headers)
+        assert sent.status_code == 200, sent.text
+        user_id = user.search(sent.text)[1]  # type: ignore[index]
+        for _ in range(20):  # until the answer is written
+            page = await client.get("/embed/support")
+            if 'data-status="streaming"' not in page.text:
+                break
+            await asyncio.sleep(0.05)
+        again = await client.post(f"/embed/support/regenerate/{user_id}", headers=headers)
+        assert again.status_code in (200, 201), again.text
+        for _ in range(20):
+            page = await client.get("/embed/support")
+            if 'data-status="streaming"' not in page.text:
+                break
+            await asyncio.sleep(0.05)
+        edited = await client.post(
+            f"/embed/support/edit/{user_id}", data={"content": "hello"}, headers=headers
+        )
+        assert edited.status_code in (200, 201), edited.text
+        refused = await client.post(f"/embed/support/regenerate/{user_id}", headers=headers)
+        assert refused.status_code == 429, refused.text
+        fork = await client.post(f"/embed/support/fork/{user_id}", headers=headers)
+        assert fork.status_code in (400, 404)

@@ -26,7 +26,7 @@ from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
 
 EMBED_PATH = "/embed/"
-SENDING_HANDLERS = frozenset({"send", "retry"})
+SENDING_HANDLERS = frozenset({"send", "retry", "regenerate", "edit"})
 """The embed's handlers that send a message to the model: what the quotas count."""
 
 
