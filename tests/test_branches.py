@@ -155,6 +155,9 @@ async def test_every_send_carries_exactly_its_branch(
     for turn in found.trimmed:
         branch = set(path_to(rows, turn.seq))
         assert set(found.left_out(turn)) <= branch
+    # and numbers each turn as its own branch counts it.
+    for seq, shown_number in found.turn_numbers.items():
+        assert shown_number == sum(by_seq[s].role == Role.USER for s in path_to(rows, seq))
 
 
 async def test_edit_regenerate_and_alternatives(

@@ -29,6 +29,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User, username_key
+from webapp.chat.branches import parent_of
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role
 from webapp.errors import InvalidInput, NotFound
 from webapp.timeutil import as_utc, utcnow
@@ -477,7 +478,6 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         for row in messages
         if row.role == Role.USER and row.dropped_turns
     ]
-    users = [m.seq for m in messages if m.role == Role.USER]
     models = sorted({m.model for m in messages if m.role == Role.ASSISTANT and m.model})
     return Review(
         conversation=conversation,
@@ -485,8 +485,20 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         messages=messages,
         trimmed=trimmed,
         models=models,
-        turn_numbers={seq: number for number, seq in enumerate(users, start=1)},
+        turn_numbers=turn_numbers(messages),
     )
+
+
+def turn_numbers(messages: list[Message]) -> dict[int, int]:
+    """User seq -> its turn's number on its own branch (an alternative to turn 5 is turn 5
+    too), from the parent pointers: every branch of the record is shown, each counted as
+    the user saw it."""
+    numbers: dict[int, int] = {}
+    for row in messages:  # by seq: a row's parent comes before it
+        if row.role == Role.USER:
+            parent = parent_of(row)  # the answer this turn follows; its question is one before
+            numbers[row.seq] = numbers.get(parent - 1, 0) + 1
+    return numbers
 
 
 async def _username(session: AsyncSession, user_id: int | None) -> str | None:
