@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import pairwise
 
 from markupsafe import Markup, escape
 
+from webapp.chat.history import is_replayable
 from webapp.chat.models import Message, Role, Status
 from webapp.web.markdown import render_markdown
 
@@ -25,6 +27,9 @@ def plural(count: int, one: str, many: str) -> str:
 @dataclass(slots=True)
 class MessageView:
     row: Message
+    never_sent: bool = False
+    """The turn's answer is final and will never be replayed (it failed, or stopped
+    empty): a left-out span that runs over it does not make it a turn the model missed."""
 
     @property
     def left_out(self) -> list[list[int]]:
@@ -140,7 +145,13 @@ class Meter:
 
 
 def message_views(rows: list[Message]) -> list[MessageView]:
-    return [MessageView(row) for row in rows]
+    views = [MessageView(row) for row in rows]
+    for user, answer in pairwise(views):
+        if user.is_user and answer.row.seq == user.row.seq + 1:
+            done = answer.row.status != Status.STREAMING
+            never = done and not is_replayable(answer.row.status, answer.row.content)
+            user.never_sent = answer.never_sent = never
+    return views
 
 
 def last_fit(rows: list[Message]) -> Meter | None:
