@@ -36,7 +36,8 @@
   }
 
   // A trim marker carries the spans of messages its send left out, as the server stored them
-  // when it sent: light up exactly those, whatever their status.
+  // when it sent: light up those, except turns the server marks as never sent (a failed
+  // answer lying among the left-out turns was not missed by the model).
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
     if (!marker.open) return;
@@ -49,6 +50,7 @@
     let first = null;
     document.querySelectorAll(".message[data-seq]").forEach((el) => {
       const seq = Number(el.dataset.seq);
+      if (el.hasAttribute("data-never-sent")) return;
       if (!spans.some(([from, to]) => seq >= from && seq <= to)) return;
       el.classList.add("left-out");
       first = first || el;
@@ -174,6 +176,11 @@
       event.preventDefault();
     }
   });
+
+  // Deferred and loaded before htmx (base.html), this runs once the page is parsed and before
+  // htmx observes anything: scrolled to the newest message first, the "load older" row at the
+  // top is never revealed by the initial position.
+  scrollToBottom();
 
   document.addEventListener("DOMContentLoaded", () => {
     scrollToBottom();

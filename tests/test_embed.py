@@ -142,15 +142,16 @@ async def test_regenerating_and_editing_count_as_sends(app: Litestar) -> None:
         sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=headers)
         assert sent.status_code == 200, sent.text
         user_id = user.search(sent.text)[1]  # type: ignore[index]
-        for _ in range(20):  # until the answer is written
-            page = await client.get("/embed/support")
+        assert f'id="m{user_id}"' in (await client.get("/embed/support", headers=headers)).text
+        for _ in range(200):  # until the answer is written
+            page = await client.get("/embed/support", headers=headers)
             if 'data-status="streaming"' not in page.text:
                 break
             await asyncio.sleep(0.05)
         again = await client.post(f"/embed/support/regenerate/{user_id}", headers=headers)
         assert again.status_code in (200, 201), again.text
-        for _ in range(20):
-            page = await client.get("/embed/support")
+        for _ in range(200):
+            page = await client.get("/embed/support", headers=headers)
             if 'data-status="streaming"' not in page.text:
                 break
             await asyncio.sleep(0.05)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 
 from markupsafe import Markup, escape
 
 from webapp.chat.branches import Alternatives
+from webapp.chat.history import is_replayable
 from webapp.chat.models import Message, Role, Status
 from webapp.web.markdown import render_markdown
 
@@ -29,6 +31,9 @@ class MessageView:
     row: Message
     alternatives: Alternatives | None = None
     """On a user row with alternatives: where it sits among them ("‹ 2/3 ›")."""
+    never_sent: bool = False
+    """The turn's answer is final and will never be replayed (it failed, or stopped
+    empty): a left-out span that runs over it does not make it a turn the model missed."""
 
     @property
     def left_out(self) -> list[list[int]]:
@@ -147,7 +152,13 @@ def message_views(
     rows: list[Message], alternatives: Mapping[int, Alternatives] | None = None
 ) -> list[MessageView]:
     alternatives = alternatives or {}
-    return [MessageView(row, alternatives.get(row.id)) for row in rows]  # type: ignore[arg-type]
+    views = [MessageView(row, alternatives.get(row.id)) for row in rows]  # type: ignore[arg-type]
+    for user, answer in pairwise(views):
+        if user.is_user and answer.row.seq == user.row.seq + 1:
+            done = answer.row.status != Status.STREAMING
+            never = done and not is_replayable(answer.row.status, answer.row.content)
+            user.never_sent = answer.never_sent = never
+    return views
 
 
 def last_fit(rows: list[Message]) -> Meter | None:
