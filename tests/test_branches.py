@@ -193,6 +193,19 @@ async def test_edit_regenerate_and_alternatives(
     assert alternatives[first.id].count == 2  # type: ignore[index]
     # Nothing was deleted: every row of every branch is still there.
     assert len(await all_rows(chat, conversation.id)) == 8
+    # The preview on a branch is the fit the send down that branch makes.
+    await chat.branch(OWNER, conversation.id, edited.id)  # type: ignore[arg-type]
+    preview = await chat.preview(OWNER, conversation.id, "turn 4: " + "lorem " * 200)
+    sent, _ = await settle(
+        chat, await chat.send(OWNER, conversation.id, "turn 4: " + "lorem " * 200)
+    )
+    assert received_turns(upstream.requests[-1]) == {3, 4}
+    assert preview.seq == sent.seq == 9 and sent.parent_seq == edited.seq + 1
+    assert (preview.dropped_turns, preview.fit_left_out, preview.fit_estimated_tokens) == (
+        sent.dropped_turns,
+        sent.fit_left_out,
+        sent.fit_estimated_tokens,
+    )
 
 
 async def test_fork_copies_the_branch_with_its_fit_facts(

@@ -168,3 +168,34 @@ def test_a_refused_branch_action_says_why_and_keeps_the_page(
         upstream.chunk_delay = 0
     page.locator('#composer [data-action="stop"]').click()
     composer_ready(page)
+
+
+def test_a_regenerated_answer_streams_survives_a_reload_and_stops(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    conversation_id = create_conversation(live_server)
+    upstream.set_reply("Short.")
+    send_by_api(live_server, conversation_id, "Tell me a long story")
+    send_by_api(live_server, conversation_id, "And another")
+    page = open_page(live_server, f"/c/{conversation_id}")
+    upstream.set_reply(" ".join(f"w{i}" for i in range(400)))
+    upstream.chunk_delay = 0.03
+    try:
+        # Regenerate the first turn: the new branch leaves the second turn behind.
+        by_id(page, messages(page, "assistant").first).locator('[data-action="regenerate"]').click()
+        expect(messages(page, "assistant")).to_have_count(1)
+        answer = messages(page, "assistant").last
+        expect(answer).to_have_attribute("data-status", "streaming")
+        expect(answer.locator(".content")).to_contain_text("w20")
+        page.reload()  # re-attaches to the answer, on its branch
+        expect(messages(page, "assistant")).to_have_count(1)
+        expect(answer).to_have_attribute("data-status", "streaming")
+        expect(answer.locator(".content")).to_contain_text("w60")
+        page.locator('#composer [data-action="stop"]').click()
+        expect(answer).to_have_attribute("data-status", "stopped")
+    finally:
+        upstream.chunk_delay = 0
+    composer_ready(page)
+    rows = stored(live_server, conversation_id)["messages"]
+    assert [r["status"] for r in rows] == ["complete", "stopped"]
+    assert rows[0]["alternatives"]["count"] == 2 and rows[1]["content"].startswith("w0 w1")
