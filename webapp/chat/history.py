@@ -43,7 +43,6 @@ NULL means the conversation's newest row, which is what every send leaves behind
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -187,14 +186,7 @@ class Branch:
         return self.runs[-1][0] if self.runs else 1
 
     def __contains__(self, seq: object) -> bool:
-        if not isinstance(seq, int):
-            return False
-        starts = self._starts()
-        i = bisect_right(starts, seq) - 1
-        return i >= 0 and seq <= self.runs[len(self.runs) - 1 - i][1]
-
-    def _starts(self) -> list[int]:
-        return [first for first, _ in reversed(self.runs)]
+        return isinstance(seq, int) and any(first <= seq <= last for first, last in self.runs)
 
     def clip(self, first: int, last: int) -> list[list[int]]:
         """The branch's rows with seqs in [first, last], as inclusive spans, oldest first."""
