@@ -281,3 +281,31 @@ async def test_bad_ids_are_refused_clearly(
         await chat.regenerate(OWNER, conversation.id, user.id)  # type: ignore[arg-type]
     await chat.settle(busy)
     assert len(await all_rows(chat, conversation.id)) == 4
+
+
+async def test_pages_walk_the_active_branch_back_across_its_runs(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.create(OWNER, "tiny")
+    sent = []
+    for n in range(1, 5):
+        user, _ = await settle(chat, await chat.send(OWNER, conversation.id, f"turn {n}: a"))
+        sent.append(user)
+    await settle(chat, await chat.send(OWNER, conversation.id, "turn 5: b", edit_of=sent[2].id))
+    await chat.branch(OWNER, conversation.id, sent[0].id)  # type: ignore[arg-type]
+    _, original = await chat.history(OWNER, conversation.id)
+    assert [number(r) for r in original if r.role == Role.USER] == [1, 2, 3, 4]
+    await settle(chat, await chat.send(OWNER, conversation.id, "turn 6: c", edit_of=sent[1].id))
+    for n in range(7, 10):
+        await settle(chat, await chat.send(OWNER, conversation.id, f"turn {n}: d"))
+    _, branch = await chat.history(OWNER, conversation.id)
+    assert [number(r) for r in branch if r.role == Role.USER] == [1, 6, 7, 8, 9]
+    pages, before = [], None
+    while True:
+        _, rows, has_older = await chat.page(OWNER, conversation.id, before_seq=before, turns=2)
+        pages.insert(0, rows)
+        if not has_older:
+            break
+        before = rows[0].seq
+    assert [len(p) for p in pages] == [2, 4, 4]
+    assert [r.id for p in pages for r in p] == [r.id for r in branch]
