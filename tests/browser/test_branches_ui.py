@@ -149,7 +149,7 @@ def test_a_refused_branch_action_says_why_and_keeps_the_page(
     conversation_id = create_conversation(live_server)
     send_by_api(live_server, conversation_id, "First")
     page = open_page(live_server, f"/c/{conversation_id}")
-    upstream.set_reply(" ".join(f"w{i}" for i in range(300)))
+    upstream.set_reply(" ".join(f"w{i}" for i in range(3000)))  # minutes: it is stopped
     upstream.chunk_delay = 0.05
     try:
         page.locator("#composer textarea").fill("Second, slowly")
@@ -164,9 +164,10 @@ def test_a_refused_branch_action_says_why_and_keeps_the_page(
         first_user.locator(".edit-form textarea").press("Enter")
         expect(messages(page, "user")).to_have_count(2)
         expect(page.locator("#composer-error")).to_contain_text("still being written")
+        page.locator('#composer [data-action="stop"]').click()
+        expect(messages(page, "assistant").last).to_have_attribute("data-status", "stopped")
     finally:
         upstream.chunk_delay = 0
-    page.locator('#composer [data-action="stop"]').click()
     composer_ready(page)
 
 
@@ -178,7 +179,7 @@ def test_a_regenerated_answer_streams_survives_a_reload_and_stops(
     send_by_api(live_server, conversation_id, "Tell me a long story")
     send_by_api(live_server, conversation_id, "And another")
     page = open_page(live_server, f"/c/{conversation_id}")
-    upstream.set_reply(" ".join(f"w{i}" for i in range(400)))
+    upstream.set_reply(" ".join(f"w{i}" for i in range(3000)))  # minutes: it is stopped
     upstream.chunk_delay = 0.03
     try:
         # Regenerate the first turn: the new branch leaves the second turn behind.
