@@ -64,6 +64,23 @@
     }
   });
 
+  // The copy control the server puts on every code block: copy the code as text.
+  async function copyCode(button) {
+    const code = button.closest(".code-block").querySelector("pre").innerText;
+    try {
+      await navigator.clipboard.writeText(code);
+      button.textContent = "Copied";
+    } catch (_) {
+      button.textContent = "Copy failed";
+    }
+    setTimeout(() => { button.textContent = "Copy"; }, 1500);
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest && event.target.closest('[data-action="copy-code"]');
+    if (button) copyCode(button);
+  });
+
   document.addEventListener("toggle", (event) => {
     if (event.target.matches && event.target.matches(".trim-marker")) highlightLeftOut(event.target);
   }, true);
