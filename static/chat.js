@@ -34,25 +34,68 @@
     if (box) box.scrollTop = box.scrollHeight;
   }
 
+  function leftOutSpans(marker) {
+    try {
+      return JSON.parse(marker.dataset.leftOut || "[]");
+    } catch (_) {
+      return [];
+    }
+  }
+
   // A trim marker carries the spans of messages its send left out, as the server stored them
-  // when it sent: light up exactly those, whatever their status.
+  // when it sent: light up exactly those, whatever their status, and leave the view where it
+  // is (they sit right above the cut line the reader is looking at).
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
+    document.querySelectorAll('[data-action="show-left-out"]').forEach((button) => {
+      button.setAttribute("aria-expanded", String(marker.open && button.dataset.marker === marker.closest(".message").id));
+    });
     if (!marker.open) return;
-    let spans = [];
-    try {
-      spans = JSON.parse(marker.dataset.leftOut || "[]");
-    } catch (_) {
-      return;
-    }
-    let first = null;
+    const spans = leftOutSpans(marker);
     document.querySelectorAll(".message[data-seq]").forEach((el) => {
       const seq = Number(el.dataset.seq);
-      if (!spans.some(([from, to]) => seq >= from && seq <= to)) return;
-      el.classList.add("left-out");
-      first = first || el;
+      if (spans.some(([from, to]) => seq >= from && seq <= to)) el.classList.add("left-out");
     });
-    if (first) first.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  }
+
+  // One cut line in the history, for the newest trimmed send: right below the last message
+  // it left out (where it is loaded), in the words the server put on its marker. Every
+  // trimmed turn keeps its own quiet marker; only this line stands out.
+  function placeCutLine() {
+    const box = document.getElementById("messages");
+    if (!box) return;
+    const markers = box.querySelectorAll(".message[data-dropped-turns] .trim-marker");
+    const marker = markers[markers.length - 1];
+    let line = document.getElementById("cut-line");
+    if (!marker) {
+      if (line) line.remove();
+      return;
+    }
+    const owner = marker.closest(".message");
+    const spans = leftOutSpans(marker);
+    const boundary = spans.length ? Math.max(...spans.map((span) => span[1])) : Number(owner.dataset.seq) - 1;
+    const below = Array.from(box.querySelectorAll(".message[data-seq]"))
+      .find((el) => Number(el.dataset.seq) > boundary) || owner;
+    if (!line) {
+      line = document.createElement("div");
+      line.id = "cut-line";
+      line.className = "cut-line";
+      line.setAttribute("role", "separator");
+      const words = document.createElement("span");
+      words.className = "cut-words";
+      const show = document.createElement("button");
+      show.type = "button";
+      show.className = "link";
+      show.dataset.action = "show-left-out";
+      show.textContent = "Show which";
+      line.append(words, show);
+    }
+    line.querySelector(".cut-words").textContent = marker.dataset.cutWords;
+    line.setAttribute("aria-label", marker.dataset.cutWords);
+    const show = line.querySelector('[data-action="show-left-out"]');
+    show.dataset.marker = owner.id;
+    show.setAttribute("aria-expanded", String(marker.open));
+    if (line.nextElementSibling !== below) box.insertBefore(line, below);
   }
 
   document.addEventListener("keydown", (event) => {
@@ -77,8 +120,12 @@
   }
 
   document.addEventListener("click", (event) => {
-    const button = event.target.closest && event.target.closest('[data-action="copy-code"]');
-    if (button) copyCode(button);
+    if (!event.target.closest) return;
+    const copy = event.target.closest('[data-action="copy-code"]');
+    if (copy) copyCode(copy);
+    const show = event.target.closest('[data-action="show-left-out"]');
+    const marker = show && document.querySelector(`#${show.dataset.marker} .trim-marker`);
+    if (marker) marker.open = !marker.open;
   });
 
   document.addEventListener("toggle", (event) => {
@@ -100,11 +147,13 @@
       stickToBottom = true;
       document.getElementById("composer-error").replaceChildren();
     }
+    placeCutLine();
     if (stickToBottom) scrollToBottom();
     syncComposer();
   });
 
   document.addEventListener("htmx:sse:after:message", () => {
+    placeCutLine();
     if (stickToBottom) scrollToBottom();
     syncComposer();
   });
@@ -122,6 +171,7 @@
   });
 
   document.addEventListener("DOMContentLoaded", () => {
+    placeCutLine();
     scrollToBottom();
     syncComposer();
     const area = document.querySelector('#composer textarea');

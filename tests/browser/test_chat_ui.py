@@ -92,8 +92,8 @@ def wait_for_words(page: Page, count: int) -> None:
 
 
 def scroll_settled(page: Page) -> None:
-    """Until the messages stop scrolling (opening a trim marker scrolls smoothly to the first
-    turn it highlights; a click meanwhile may land on whatever passes under the pointer)."""
+    """Until the messages stop scrolling (a click meanwhile may land on whatever passes under
+    the pointer)."""
     page.evaluate(
         """() => new Promise((done) => {
             const box = document.getElementById("messages");

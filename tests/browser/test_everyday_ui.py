@@ -3,11 +3,20 @@ line, search, export and import, each test breaking when its feature does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import OpenPage, Server
-from tests.browser.test_chat_ui import answered, create_conversation, messages
+from tests.browser.test_chat_ui import (
+    answered,
+    create_conversation,
+    messages,
+    send_by_api,
+    stored,
+    turn_text,
+)
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
@@ -54,3 +63,59 @@ def test_code_is_coloured_and_copies_math_is_mathml_links_open_a_new_tab(
     # MathML is drawn by the browser itself: the formula has a real size.
     box = content.locator("math").first.bounding_box()
     assert box is not None and box["width"] > 20
+
+
+def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, artifacts: Path
+) -> None:
+    conversation_id = create_conversation(live_server, "tiny")
+    for number in range(1, 9):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, f"/c/{conversation_id}")
+    users = [r for r in stored(live_server, conversation_id)["messages"] if r["role"] == "user"]
+    trimmed = [r for r in users if r["dropped_turns"]]
+    assert len(trimmed) >= 3, users
+    newest = trimmed[-1]
+
+    # Every trimmed turn keeps its marker (the DOM contract); one line stands out.
+    expect(page.locator("#messages [data-dropped-turns]")).to_have_count(len(trimmed))
+    line = page.locator("#messages .cut-line")
+    expect(line).to_have_count(1)
+    words = f"The model no longer sees the {newest['dropped_turns']} turns above this line"
+    expect(line).to_contain_text(words)
+    expect(line).to_have_attribute("role", "separator")
+    # ... right below the last message the newest trimmed send left out.
+    boundary = max(last for _, last in newest["fit"]["left_out"])
+    above = line.locator("xpath=preceding-sibling::article[1]")
+    expect(above).to_have_attribute("data-seq", str(boundary))
+
+    # Opening it highlights the turns in place: the line stays where the reader sees it.
+    line.scroll_into_view_if_needed()
+    page.wait_for_timeout(200)
+    before = line.bounding_box()
+    line.get_by_role("button", name="Show which").click()
+    highlighted = page.locator("#messages .message.left-out")
+    left_out = {s for first, last in newest["fit"]["left_out"] for s in range(first, last + 1)}
+    expect(highlighted).to_have_count(len(left_out))
+    page.wait_for_timeout(300)
+    after = line.bounding_box()
+    assert before and after and abs(after["y"] - before["y"]) < 5, (before, after)
+    expect(line.get_by_role("button", name="Show which")).to_have_attribute("aria-expanded", "true")
+    page.screenshot(path=str(artifacts / "trimmed-cut-line.png"))
+    line.get_by_role("button", name="Show which").click()
+    expect(highlighted).to_have_count(0)
+
+    # A new trimmed send moves the line to its own boundary: still one line.
+    page.locator("#composer textarea").fill(turn_text(9))
+    page.locator("#composer textarea").press("Enter")
+    answered(page, 9)
+    rows = stored(live_server, conversation_id)["messages"]
+    latest = [r for r in rows if r["role"] == "user"][-1]
+    expect(line).to_have_count(1)
+    expect(line).to_contain_text(
+        f"The model no longer sees the {latest['dropped_turns']} turns above this line"
+    )
+    boundary = max(last for _, last in latest["fit"]["left_out"])
+    expect(line.locator("xpath=preceding-sibling::article[1]")).to_have_attribute(
+        "data-seq", str(boundary)
+    )

@@ -55,6 +55,15 @@ class MessageView:
         return left_out_words(dropped, self.row.fit_pins_dropped or 0, self.row.fit_model)
 
     @property
+    def cut_words(self) -> str | None:
+        """What the history's cut line says when this is the newest trimmed send: the
+        page's own terms (turns above a line), never message numbers."""
+        dropped = self.row.dropped_turns
+        if not self.is_user or not dropped:
+            return None
+        return f"The model no longer sees the {plural(dropped, 'turn', 'turns')} above this line"
+
+    @property
     def meter(self) -> Meter:
         return Meter.of_row(self.row)
 
