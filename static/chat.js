@@ -170,9 +170,19 @@
     }
   });
 
+  // A search hit links to its message (`#m<id>`): show that one, not the newest.
+  function showLinkedMessage() {
+    const match = /^#m\d+$/.test(location.hash) && document.querySelector(location.hash);
+    if (!match || !match.classList.contains("message")) return false;
+    match.classList.add("found");
+    match.scrollIntoView({ block: "center" });
+    stickToBottom = false;
+    return true;
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     placeCutLine();
-    scrollToBottom();
+    if (!showLinkedMessage()) scrollToBottom();
     syncComposer();
     const area = document.querySelector('#composer textarea');
     if (area && !area.disabled) area.focus();

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from webapp.accounts.service import AccountService
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
-from webapp.chat.api import ConversationController
+from webapp.chat.api import ConversationController, search
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
@@ -149,6 +149,7 @@ def create_app(
             healthz,
             list_configurations,
             ConversationController,
+            search,
             ConversationAdmin,
             ConversationPages,
             EmbedPages,

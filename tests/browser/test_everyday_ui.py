@@ -3,6 +3,7 @@ line, search, export and import, each test breaking when its feature does."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,30 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     expect(line.locator("xpath=preceding-sibling::article[1]")).to_have_attribute(
         "data-seq", str(boundary)
     )
+
+
+def test_search_from_the_sidebar_opens_the_turn_even_beyond_the_first_page(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    upstream.set_reply("Noted.")
+    conversation_id = create_conversation(live_server)
+    send_by_api(live_server, conversation_id, "Remember the aardvark named Quillon")
+    for number in range(55):  # more than one page of turns: the hit is not loaded at first
+        send_by_api(live_server, conversation_id, f"Filler turn {number}")
+    hit_id = stored(live_server, conversation_id)["messages"][0]["id"]
+    page = open_page(live_server, f"/c/{conversation_id}")
+    expect(page.locator(f"#m{hit_id}")).to_have_count(0)
+
+    box = page.get_by_role("searchbox", name="Search your conversations")
+    box.fill("quill")
+    result = page.locator(f'#search-results a[data-message-id="{hit_id}"]')
+    expect(result).to_be_visible()
+    expect(result.locator("mark")).to_have_text("Quillon")
+    result.click()
+    found = page.locator(f"#m{hit_id}")
+    expect(found).to_have_class(re.compile(r"\bfound\b"))
+    expect(found).to_be_in_viewport()
+
+    box = page.get_by_role("searchbox", name="Search your conversations")
+    box.fill("nothingmatchesthis")
+    expect(page.locator("#search-results")).to_contain_text("No message matches")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -47,6 +48,14 @@ async def sse_events(channel: Channel) -> AsyncIterator[dict[str, Any]]:
         if event.id is not None:
             item["id"] = event.id
         yield item
+
+
+@get("/api/search", tags=["conversations"])
+async def search(chat: ConversationService, owner: str, q: str | None = None) -> dict[str, Any]:
+    """The caller's own finished messages containing every word of `q` (each word a
+    prefix), best first; `snippet` is HTML: escaped text, matches in `<mark>`."""
+    hits = await chat.search(owner, q)
+    return {"results": [dataclasses.asdict(hit) for hit in hits]}
 
 
 class ConversationController(Controller):

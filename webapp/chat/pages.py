@@ -72,10 +72,11 @@ class ConversationPages(Controller):
 
     @get("/")
     async def conversation_page(
-        self, chat: ConversationService, conversation: ConversationRef
+        self, chat: ConversationService, conversation: ConversationRef, at: int | None = None
     ) -> Template:
+        """The newest turns; with `at` (a search hit's message), back to that one too."""
         row, rows, has_older = await chat.page(
-            conversation.owner, conversation.id, turns=PAGE_TURNS
+            conversation.owner, conversation.id, turns=PAGE_TURNS, through_message=at
         )
         context: dict[str, Any] = {
             "conversation": row,
@@ -222,6 +223,12 @@ class ConversationAdmin(Controller):
         conversations = await chat.list(owner, limit=1)
         conversation = conversations[0] if conversations else await chat.create(owner)
         return Redirect(f"/c/{conversation.id}", status_code=303)
+
+    @get("/search")
+    async def search(self, chat: ConversationService, owner: str, q: str = "") -> Template:
+        """The sidebar's results as the user types; an empty box shows none."""
+        hits = await chat.search(owner, q) if q.strip() else None
+        return Template("chat/_search_results.html", context={"hits": hits, "query": q})
 
     @post("/c/new")
     async def new_conversation(

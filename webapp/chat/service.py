@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from sqlalchemy import Connection, Select, Update, bindparam, delete, func, insert, update
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -34,6 +34,7 @@ from webapp.chat.history import (
     read_tail,
 )
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.search import Hit, search_messages, search_words
 from webapp.chat.serialize import message_dict
 from webapp.db import as_loaded, in_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
@@ -263,6 +264,13 @@ class ConversationService:
             )
             return list(await session.exec(query))
 
+    async def search(self, owner: str, query: object) -> list[Hit]:
+        """`owner`'s finished messages that contain every word of `query`, best first."""
+        words = search_words(query)  # a bad query is refused before any database work
+        engine: AsyncEngine = self.sessions.kw["bind"]
+        async with engine.connect() as connection:
+            return await connection.run_sync(search_messages, owner, " ".join(words))
+
     async def get(self, owner: str, conversation_id: str) -> Conversation:
         async with self.sessions() as session:
             return await self._owned(session, owner, conversation_id)
@@ -279,16 +287,32 @@ class ConversationService:
             return conversation, list(await session.exec(query))
 
     async def page(
-        self, owner: str, conversation_id: str, *, before_seq: int | None = None, turns: int = 50
+        self,
+        owner: str,
+        conversation_id: str,
+        *,
+        before_seq: int | None = None,
+        turns: int = 50,
+        through_message: int | None = None,
     ) -> tuple[Conversation, list[Message], bool]:
         """The newest `turns` turns before `before_seq` (default: the newest of all), oldest
-        first, and whether older ones exist. A page of a long conversation reads only that."""
+        first, and whether older ones exist. A page of a long conversation reads only that;
+        `through_message` (a search hit) reaches back far enough to include that message."""
         await self.reap_stale(conversation_id)
         async with self.sessions() as session:
             conversation = await self._owned(session, owner, conversation_id)
             query = select(Message).where(Message.conversation_id == conversation_id)
             if before_seq is not None:
                 query = query.where(Message.seq < before_seq)
+            if through_message is not None:
+                wanted = await session.get(Message, through_message)
+                if wanted is not None and wanted.conversation_id == conversation_id:
+                    newest = await session.exec(
+                        select(func.max(Message.seq)).where(
+                            Message.conversation_id == conversation_id
+                        )
+                    )
+                    turns = max(turns, ((newest.one() or 0) - wanted.seq) // 2 + 2)
             query = query.order_by(col(Message.seq).desc()).limit(2 * turns)
             rows = list(await session.exec(query))
         rows = rows[: 2 * turns]
