@@ -1,7 +1,7 @@
 """Full-text search over the caller's own messages: SQLite FTS5 or PostgreSQL `tsvector`.
 
 Both indexes are kept current by the database itself (FTS5 triggers, a GIN expression
-index; migration 0009) and hold finished messages only. What a person types is never
+index; migration 0011) and hold finished messages only. What a person types is never
 passed on as query syntax: it is cut into words, each searched as a prefix, all required.
 A snippet is HTML: the message text escaped, the matched words in `<mark>`.
 """

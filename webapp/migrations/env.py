@@ -18,7 +18,7 @@ target_metadata = SQLModel.metadata
 def not_search_index(
     _obj: object, name: str | None, type_: str, reflected: bool, _to: object
 ) -> bool:
-    """The FTS5 table (and its shadow tables) are made by hand in 0009, not from a model."""
+    """The FTS5 table (and its shadow tables) are made by hand in 0011, not from a model."""
     return not (type_ == "table" and reflected and (name or "").startswith("message_search"))
 
 

@@ -1,7 +1,7 @@
 """search messages: SQLite FTS5 kept current by triggers, a PostgreSQL GIN index
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-01 10:05:00
 
 Only finished messages are indexed (an answer being written changes with every flush);
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
