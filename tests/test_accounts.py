@@ -7,6 +7,8 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +19,7 @@ from sqlalchemy import delete, update
 from sqlmodel import select
 
 from webapp.accounts.models import ApiToken, LoginSession, SignInAttempt, User
+from webapp.accounts.passwords import CHECKS_AT_ONCE
 from webapp.accounts.service import AccountService
 from webapp.db import create_engine, session_factory, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
@@ -32,10 +35,21 @@ class CountingHasher(PasswordHasher):
     def __init__(self, time_cost: int = 1) -> None:
         super().__init__(time_cost=time_cost, memory_cost=64, parallelism=1)
         self.verifications = 0
+        self.running = 0
+        self.most_at_once = 0
+        self._lock = threading.Lock()
 
     def verify(self, hash: str | bytes, password: str | bytes) -> bool:
-        self.verifications += 1
-        return super().verify(hash, password)
+        with self._lock:
+            self.verifications += 1
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            time.sleep(0.01)  # long enough for parallel checks to overlap if allowed to
+            return super().verify(hash, password)
+        finally:
+            with self._lock:
+                self.running -= 1
 
 
 @pytest.fixture
@@ -140,10 +154,12 @@ async def test_wrong_password_and_unknown_user_both_give_none_at_the_same_cost(
     hasher.verifications = 0
     assert await accounts.authenticate("alice", PASSWORD + "!") is None
     assert hasher.verifications == 1
-    # No such user, or a name that cannot exist: still one full verification each.
+    # No such user: still one full verification. A name no account can have: none (the
+    # rule is public, so answering at once tells nothing).
     assert await accounts.authenticate("mallory", PASSWORD) is None
+    assert hasher.verifications == 2
     assert await accounts.authenticate("not a name", PASSWORD) is None
-    assert hasher.verifications == 3
+    assert hasher.verifications == 2
     assert await accounts.authenticate("alice", "") is None
     assert await accounts.authenticate("alice", "x" * 100_000) is None
     [stored] = await rows(accounts, User)
@@ -501,3 +517,23 @@ async def test_parallel_attempts_cannot_slip_past_the_limit(accounts: AccountSer
     )
     refused = [o for o in outcomes if isinstance(o, TooManyRequests)]
     assert len(refused) == 15 and hasher.verifications - before == 5
+
+
+async def test_impossible_usernames_cost_no_password_check(accounts: AccountService) -> None:
+    hasher = accounts.passwords.hasher
+    assert isinstance(hasher, CountingHasher)
+    before = hasher.verifications
+    outcomes = await asyncio.gather(
+        *(accounts.authenticate(f"no such name {n}!", PASSWORD) for n in range(40))
+    )
+    assert outcomes == [None] * 40 and hasher.verifications == before
+
+
+async def test_only_a_few_password_checks_run_at_once(accounts: AccountService) -> None:
+    hasher = accounts.passwords.hasher
+    assert isinstance(hasher, CountingHasher)
+    await asyncio.gather(
+        *(accounts.authenticate(f"nobody{n}", PASSWORD, client=f"10.0.0.{n}") for n in range(12))
+    )
+    assert hasher.verifications >= 12
+    assert 1 <= hasher.most_at_once <= CHECKS_AT_ONCE

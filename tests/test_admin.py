@@ -39,6 +39,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
+from webapp.accounts.web import owner_of
 from webapp.admin import queries
 from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
 from webapp.admin.web import (
@@ -502,6 +503,33 @@ def test_csv_quotes_and_neutralises_formulas() -> None:
     ]
 
 
+@pytest.mark.parametrize("start", [";", "=", "+", "-", "@", "\t", "\r", "\n"])
+def test_csv_neutralises_every_formula_start(start: str) -> None:
+    row = queries.TrimmedRow(
+        conversation_id="abc",
+        title=f"{start}cmd|' /C calc'!A0",
+        owner="user:1",
+        owner_name="alice",
+        configuration="small",
+        models=[],
+        trimmed_turns=1,
+        most_dropped=1,
+        last_activity=datetime(2024, 3, 1, 12, 0, tzinfo=UTC),
+    )
+    _, line = list(csv.reader(io.StringIO(queries.to_csv([row]))))
+    assert line[1] == f"'{start}cmd|' /C calc'!A0"
+
+
+def test_the_owner_filter_is_in_the_api_schema() -> None:
+    """The app-wide `owner` dependency once shadowed the query parameter of that name."""
+    from webapp.app import create_app
+
+    schema = create_app().openapi_schema.to_schema()
+    parameters = schema["paths"]["/api/admin/trimmed"]["get"]["parameters"]
+    owner = [p for p in parameters if p["name"] == "owner"]
+    assert owner and owner[0]["in"] == "query"
+
+
 # ---- the review: the rebuilt left-out sets are what the model was not sent ----------------
 
 
@@ -694,7 +722,11 @@ async def client(world: World) -> AsyncIterator[AsyncTestClient]:
     app = Litestar(
         route_handlers=[AdminController],
         template_config=template_config(),
-        dependencies={"chat": Provide(chat, sync_to_thread=False)},
+        # As in the real app: `owner` (who is asking) is an app-wide dependency.
+        dependencies={
+            "chat": Provide(chat, sync_to_thread=False),
+            "owner": Provide(owner_of, sync_to_thread=False),
+        },
         middleware=[
             user_from_header({b"root": world.users["root"], b"alice": world.users["alice"]})
         ],
@@ -758,8 +790,13 @@ async def test_the_list_page_json_and_csv(client: AsyncTestClient, world: World)
     assert body["rows"][1]["models"] == ["medium", "small"]
     assert body["rows"][0]["last_activity"].endswith("Z")
 
+    by_owner = await client.get("/api/admin/trimmed?owner=BOB", headers=admin)
+    assert [r["conversation_id"] for r in by_owner.json()["rows"]] == [world.ids["mixed"]]
+    nobody = await client.get("/api/admin/trimmed?owner=nobody", headers=admin)
+    assert nobody.json()["total"] == 0
+
     export = await client.get("/admin/trimmed.csv?per_page=1", headers=admin)
-    assert export.headers["content-type"].startswith("text/csv")
+    assert export.headers["content-type"] == "text/csv; charset=utf-8"
     assert "attachment" in export.headers["content-disposition"]
     lines = list(csv.reader(io.StringIO(export.text)))
     assert lines[0] == list(queries.CSV_COLUMNS) and len(lines) == 5, "every row, not a page"

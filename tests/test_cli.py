@@ -89,8 +89,8 @@ def test_purge_deletes_idle_conversations(tmp_path: Path, sqlite_url: str, dry_r
     with sqlite3.connect(database) as db:
         db.execute(
             "INSERT INTO conversation (id, owner, configuration, title, created_at, updated_at) "
-            "VALUES ('old', 'user:1', 'demo', 'Old one', '2020-01-01', '2020-01-01'), "
-            "('new', 'user:1', 'demo', 'New one', datetime('now'), datetime('now'))"
+            "VALUES ('old', 'someone', 'demo', 'Old one', '2020-01-01', '2020-01-01'), "
+            "('new', 'someone', 'demo', 'New one', datetime('now'), datetime('now'))"
         )
     args = ["purge", "--days", "30", *(["--dry-run"] if dry_run else [])]
     result = run(*args, env={"WEBAPP_DATABASE_URL": sqlite_url})
@@ -100,3 +100,19 @@ def test_purge_deletes_idle_conversations(tmp_path: Path, sqlite_url: str, dry_r
     with sqlite3.connect(database) as db:
         left = sorted(row[0] for row in db.execute("SELECT id FROM conversation"))
     assert left == (["new", "old"] if dry_run else ["new"])
+
+
+def test_user_delete_takes_the_account_and_what_was_theirs(sqlite_url: str) -> None:
+    env = {"WEBAPP_DATABASE_URL": sqlite_url}
+    made = subprocess.run(
+        [*WEBAPP, "user", "create", "dora", "--password-stdin"],
+        input="correct horse battery\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
+    assert made.returncode == 0, made.stderr
+    deleted = run("user", "delete", "DORA", env=env)
+    assert deleted.returncode == 0 and "deleted user 'dora'" in deleted.stdout
+    again = run("user", "delete", "dora", env=env)
+    assert again.returncode == 1 and "no user named 'dora'" in again.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -92,3 +93,15 @@ async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
     finally:
         await engine.dispose()
     assert outcome == "database is locked"
+
+
+def test_a_test_run_has_a_postgresql_database_of_its_own(postgres_url: str) -> None:
+    """Two runs at once must not truncate each other's tables: each gets a fresh database
+    (dropped when the run ends), never the one the server URL names."""
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import POSTGRES_SERVER_URL
+
+    own = make_url(postgres_url).database
+    assert own != make_url(POSTGRES_SERVER_URL).database
+    assert own is not None and own.startswith(f"webapp_test_{os.getpid()}_")

@@ -243,6 +243,7 @@ async def test_the_embed_is_framed_only_by_its_origins_and_visitors_are_apart(
         assert "x-frame-options" not in page.headers
         cookie = page.headers["set-cookie"]
         assert "webapp_visitor=" in cookie and "SameSite=None" in cookie and "Secure" in cookie
+        assert "Partitioned" in cookie, "CHIPS: kept where third-party cookies are blocked"
         assert (await client.get("/embed/nope")).status_code == 404
         token = re.search(r'"x-csrftoken": "([0-9a-f]+)"', page.text).group(1)
         sent = await client.post(

@@ -25,7 +25,10 @@ from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
 from webapp.embed.pages import EmbedPages, frame_ancestors
+from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
+from webapp.gateway import gateway_router
+from webapp.gateway.errors import GATEWAY_PREFIX, gateway_exception_handler
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
 from webapp.llm.discovery import discover
@@ -62,13 +65,25 @@ def error_response(request: Request, status_code: int, detail: str) -> Response[
 
 
 def app_error(request: Request, error: AppError) -> Response[Any]:
+    if request.url.path.startswith(GATEWAY_PREFIX):
+        return gateway_exception_handler(request, error)
     response = error_response(request, error.status_code, error.message)
     if isinstance(error, TooManyRequests):
         response.headers["Retry-After"] = str(error.retry_after)
     return response
 
 
+def too_deep(request: Request, error: RecursionError) -> Response[Any]:
+    """JSON nested deeper than the decoder's recursion limit (msgspec raises RecursionError,
+    not a decode error): the client's input is at fault, so a 400, never a 500."""
+    log.warning("refused a request nested too deeply: %s %s", request.method, request.url.path)
+    return error_response(request, 400, "invalid request: the body is nested too deeply")
+
+
 def http_error(request: Request, error: HTTPException) -> Response[Any]:
+    if request.url.path.startswith(GATEWAY_PREFIX):
+        # Under /v1, also what matches no route (404, 405) answers in OpenAI's shape.
+        return gateway_exception_handler(request, error)
     if isinstance(error, NotAuthorizedException) and not request.url.path.startswith(API_PATHS):
         return sign_in_first(request)
     detail = error.detail
@@ -155,6 +170,7 @@ def create_app(
             EmbedPages,
             AccountPages,
             AdminController,
+            gateway_router(chat),
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
@@ -162,10 +178,15 @@ def create_app(
             "chat": Provide(lambda: chat, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
         },
-        exception_handlers={AppError: app_error, HTTPException: http_error},
+        exception_handlers={
+            AppError: app_error,
+            HTTPException: http_error,
+            RecursionError: too_deep,
+        },
         middleware=[
             DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key),
-            DefineMiddleware(SessionOrTokenAuth, exclude=PUBLIC_PATHS),
+            # The gateway authenticates by bearer token alone (webapp.gateway.auth).
+            DefineMiddleware(SessionOrTokenAuth, exclude=[*PUBLIC_PATHS, "^/v1/"]),
         ],
         guards=[csrf_guard],
         before_send=[security_headers(partial(frame_ancestors, catalog))],
@@ -175,5 +196,11 @@ def create_app(
     )
     app.state.chat = chat
     app.state.accounts = accounts
+    app.state.embed_quota = EmbedQuota(
+        sessions,
+        per_client=settings.embed_rate_limit_messages,
+        per_embed=settings.embed_rate_limit_total,
+        window=timedelta(seconds=settings.rate_limit_window),
+    )
     app.state.settings = settings
     return app

@@ -11,8 +11,15 @@ from webapp.settings import Settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """uvicorn, with what it would otherwise get wrong for us: it believes X-Forwarded-For
+    from 127.0.0.1 by default (any local client could pick its address, and so dodge the
+    sign-in throttle and the embed quotas); it never times out a slow request."""
     import uvicorn
 
+    from webapp.web.server import DeadlineH11Protocol
+
+    settings = Settings()
+    proxies = settings.trusted_proxy_list
     uvicorn.run(
         "webapp.asgi:app",
         host=args.host,
@@ -20,6 +27,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         timeout_graceful_shutdown=5,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
+        timeout_keep_alive=max(1, round(settings.keep_alive_timeout)),
+        http=DeadlineH11Protocol,
     )
     return 0
 

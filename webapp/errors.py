@@ -15,6 +15,15 @@ class InvalidInput(AppError):
     status_code = 400
 
 
+def refuse_nul(text: str, what: str) -> str:
+    """Text with a NUL character is refused wherever it would be stored or queried:
+    PostgreSQL cannot hold one in a text column at all (the driver fails, which would be a
+    500), and SQLite would keep it where no one can see it."""
+    if "\x00" in text:
+        raise InvalidInput(f"{what} contains a NUL character")
+    return text
+
+
 class NotFound(AppError):
     """Also what a foreign id answers: someone else's conversation does not exist for you."""
 

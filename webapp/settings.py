@@ -38,7 +38,12 @@ class Settings(BaseSettings):
     """Messages a signed-in user may send per rate_limit_window; 0 turns the limit off."""
 
     embed_rate_limit_messages: int = Field(default=10, ge=0)
-    """Messages one anonymous embed visitor may send per rate_limit_window; 0 turns it off."""
+    """Messages one anonymous embed visitor, and one client address through an embed, may
+    send per rate_limit_window; 0 turns it off."""
+
+    embed_rate_limit_total: int = Field(default=200, ge=0)
+    """Messages all visitors of one embed together may send per rate_limit_window: what an
+    embed may cost at most, however many addresses its visitors come from; 0: no ceiling."""
 
     rate_limit_window: float = Field(default=60.0, gt=0)
     """The rate limits' window, in seconds."""
@@ -49,6 +54,22 @@ class Settings(BaseSettings):
 
     sign_in_failure_window: float = Field(default=900.0, gt=0)
     """The sign-in throttle's window, in seconds."""
+
+    trusted_proxies: str = ""
+    """Comma-separated addresses (or networks) of the reverse proxies in front of the app.
+    Only a connection from one of them may say, in X-Forwarded-For and X-Forwarded-Proto,
+    who the client is and whether it came over https; empty: nobody may."""
+
+    request_timeout: float = Field(default=15.0, gt=0)
+    """A request's headers and body must arrive within this many seconds (from when the
+    connection opens or the previous response ends), or the connection is closed."""
+
+    keep_alive_timeout: float = Field(default=5.0, gt=0)
+    """An idle keep-alive connection is closed after this many seconds."""
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        return [item.strip() for item in self.trusted_proxies.split(",") if item.strip()]
 
     @field_validator("config", mode="before")
     @classmethod

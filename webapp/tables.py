@@ -2,6 +2,17 @@
 
 from webapp.accounts.models import ApiToken, LoginSession, User
 from webapp.chat.models import Conversation, Message
+from webapp.embed.models import EmbedSend
+from webapp.gateway.limits import GatewayCall
 from webapp.llm.calibration import ModelCalibration
 
-__all__ = ["ApiToken", "Conversation", "LoginSession", "Message", "ModelCalibration", "User"]
+__all__ = [
+    "ApiToken",
+    "Conversation",
+    "EmbedSend",
+    "GatewayCall",
+    "LoginSession",
+    "Message",
+    "ModelCalibration",
+    "User",
+]

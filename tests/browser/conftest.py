@@ -370,7 +370,9 @@ def catalog_file(
     path = tmp_path_factory.mktemp("catalog") / "catalog.toml"
     embed = (
         '\n[[embeds]]\nname = "help"\nconfiguration = "small"\n'
-        f'allowed_origins = ["http://127.0.0.1:{embed_host_port}"]\n'
+        # Another *site*, not just another port of 127.0.0.1: the browser treats the frame
+        # as third-party, as on a real host site.
+        f'allowed_origins = ["http://localhost:{embed_host_port}"]\n'
         'title = "Ask us"\ngreeting = "Hello from the help desk."\n'
     )
     return write_upstream_catalog(path, upstream_server, extra=EXTRA_CATALOG + embed)

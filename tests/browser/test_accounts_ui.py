@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
@@ -32,7 +33,8 @@ def add_user(database_url: str, name: str) -> None:
 
 @pytest.fixture
 def host_page(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
-    """Serve an HTML page framing the embed, on a port of our choosing (another origin)."""
+    """Serve an HTML page framing the embed, on a port of our choosing, as
+    `http://localhost:PORT`: another site than the app's `127.0.0.1`."""
     started: list[http.server.ThreadingHTTPServer] = []
 
     def serve(port: int, embed_url: str) -> str:
@@ -46,11 +48,12 @@ def host_page(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
         server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         started.append(server)
-        return f"http://127.0.0.1:{port}/"
+        return f"http://localhost:{port}/"
 
     yield serve
     for server in started:
         server.shutdown()
+        server.server_close()  # the next test's host page binds the same port
 
 
 def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -> None:
@@ -140,6 +143,7 @@ def test_the_embed_chats_inside_an_allowed_host_and_is_refused_elsewhere(
     expect(answer).to_contain_text("Echo from small")
     page.reload()
     reloaded = page.frame_locator("#chat")
+    # Chromium keeps only a Partitioned (CHIPS) cookie in a cross-site frame.
     expect(reloaded.get_by_text("Where is my parcel?", exact=True)).to_be_visible()
 
     refused = browser.new_context().new_page()
@@ -149,3 +153,46 @@ def test_the_embed_chats_inside_an_allowed_host_and_is_refused_elsewhere(
     refused.wait_for_timeout(1000)
     assert refused.frame_locator("#chat").locator("#composer").count() == 0
     assert any("frame-ancestors" in text for text in messages), messages
+
+
+def test_the_embed_chats_in_a_browser_that_keeps_no_cookie_at_all(
+    browser: Browser,
+    live_server: Server,
+    upstream: FakeUpstream,
+    host_page,  # type: ignore[no-untyped-def]
+    embed_host_port: int,
+) -> None:
+    """As in a browser that blocks every cookie in a cross-site frame: each response from
+    the app reaches the page without its Set-Cookie. The page's signed visitor id, sent by
+    htmx as a header, carries the whole conversation (send, stream, stop)."""
+    context = browser.new_context()
+    page = context.new_page()
+    seen: list[str] = []
+
+    def without_cookies(route):  # type: ignore[no-untyped-def]
+        # Fetched outside the browser (Playwright's own fetch would store the cookies).
+        request = route.request
+        seen.append(request.headers.get("cookie", ""))
+        response = httpx.request(
+            request.method,
+            request.url,
+            headers={k: v for k, v in request.headers.items() if k.lower() != "cookie"},
+            content=request.post_data_buffer,
+            timeout=30,
+        )
+        headers = {
+            k: v
+            for k, v in response.headers.items()
+            if k.lower() not in ("set-cookie", "content-length", "content-encoding")
+        }
+        route.fulfill(status=response.status_code, headers=headers, body=response.content)
+
+    context.route(f"{live_server.url}/**", without_cookies)
+    page.goto(host_page(embed_host_port, f"{live_server.url}/embed/help"))
+    frame = page.frame_locator("#chat")
+    frame.locator("#composer textarea").fill("No cookies here")
+    frame.locator("#composer textarea").press("Enter")
+    answer = frame.locator('[data-role="assistant"][data-status="complete"]')
+    expect(answer).to_contain_text("Echo from small")
+    assert context.cookies(live_server.url) == [], "the browser kept no cookie"
+    assert not any(seen), "no request carried a cookie"

@@ -39,6 +39,11 @@ def add_user_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
         help="read the password from one line of standard input instead of prompting",
     )
     create.set_defaults(run=cmd_user_create)
+    remove = actions.add_parser(
+        "delete", help="delete a user account with its sessions, tokens and conversations"
+    )
+    remove.add_argument("name", help="the username")
+    remove.set_defaults(run=cmd_user_delete)
 
 
 def add_token_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,6 +67,21 @@ def cmd_user_create(args: argparse.Namespace) -> int:
         return _fail(str(error))
     kind = "admin user" if user.is_admin else "user"
     print(f"created {kind} {user.username!r}")
+    return 0
+
+
+def cmd_user_delete(args: argparse.Namespace) -> int:
+    async def remove(accounts: AccountService) -> str:
+        user = await accounts.get_user_by_name(args.name)
+        if user is None or user.id is None or not await accounts.delete_user(user.id):
+            raise CommandError(f"no user named {args.name!r}")
+        return user.username
+
+    try:
+        name = _run(remove)
+    except CommandError as error:
+        return _fail(str(error))
+    print(f"deleted user {name!r} and everything that was theirs")
     return 0
 
 

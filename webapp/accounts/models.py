@@ -45,7 +45,11 @@ def _owner() -> Column:  # type: ignore[type-arg]
 class User(SQLModel, table=True):
     # "user" is a reserved word in PostgreSQL: a different name spares quoting in raw SQL.
     __tablename__ = "user_account"
-    __table_args__ = (UniqueConstraint("username_key", name="uq_user_account_username_key"),)
+    __table_args__ = (
+        UniqueConstraint("username_key", name="uq_user_account_username_key"),
+        # SQLite would otherwise give a new account the id of the newest deleted one.
+        {"sqlite_autoincrement": True},
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     username: str = Field(max_length=USERNAME_MAX_LENGTH)

@@ -2,13 +2,15 @@
 
 Hashing costs about a quarter of a second of CPU and 64 MiB by design, so it
 runs in a worker thread (argon2-cffi releases the GIL) instead of stalling the
-event loop for every other request.
+event loop for every other request, and only a few run at once (one per core):
+a burst of sign-ins queues instead of taking every core and 64 MiB each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import threading
 from dataclasses import dataclass
@@ -21,11 +23,17 @@ from webapp.errors import InvalidInput
 MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_LENGTH = 1024
 """Beyond this a password is refused outright: hashing megabytes on request is a cheap DoS."""
+CHECKS_AT_ONCE = max(1, os.cpu_count() or 1)
+"""Argon2 hashes or verifications running at once, per process."""
 
 
 def check_password(password: str) -> None:
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise InvalidInput(f"the password must be at least {MIN_PASSWORD_LENGTH} characters long")
+    """Length is counted without the spaces at either end: eight spaces are no password."""
+    if len(password.strip()) < MIN_PASSWORD_LENGTH:
+        raise InvalidInput(
+            f"the password must be at least {MIN_PASSWORD_LENGTH} characters long, "
+            "not counting spaces at either end"
+        )
     if len(password) > MAX_PASSWORD_LENGTH:
         raise InvalidInput(f"the password must be at most {MAX_PASSWORD_LENGTH} characters long")
 
@@ -40,13 +48,17 @@ class Verdict:
 class Passwords:
     """Hash and verify with one `PasswordHasher` (tests pass a cheap one for speed)."""
 
-    def __init__(self, hasher: PasswordHasher | None = None) -> None:
+    def __init__(
+        self, hasher: PasswordHasher | None = None, *, at_once: int = CHECKS_AT_ONCE
+    ) -> None:
         self.hasher = hasher or PasswordHasher()
         self._dummy: str | None = None
         self._dummy_lock = threading.Lock()
+        self._slots = asyncio.Semaphore(at_once)
 
     async def hash(self, password: str) -> str:
-        return await asyncio.to_thread(self.hasher.hash, password)
+        async with self._slots:
+            return await asyncio.to_thread(self.hasher.hash, password)
 
     async def verify(self, stored_hash: str | None, password: str) -> Verdict:
         """Check `password`; with no stored hash (no such user) still spend one verification.
@@ -54,7 +66,8 @@ class Passwords:
         Answering "no such user" faster than "wrong password" would let anyone
         list the accounts by timing the login form.
         """
-        return await asyncio.to_thread(self._verify, stored_hash, password)
+        async with self._slots:
+            return await asyncio.to_thread(self._verify, stored_hash, password)
 
     def _verify(self, stored_hash: str | None, password: str) -> Verdict:
         if stored_hash is None:

@@ -37,7 +37,7 @@ from webapp.accounts.models import (
 )
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
 from webapp.db import transaction
-from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -157,7 +157,8 @@ class AccountService:
     async def authenticate(self, username: str, password: str, client: str = "") -> User | None:
         """The user whose credentials these are, or None; records the sign-in.
 
-        An unknown username costs the same time as a wrong password. A hash made with
+        An unknown (but possible) username costs the same time as a wrong password; a name
+        no account can have costs nothing. A hash made with
         weaker parameters than today's is replaced on success. Each attempt is written
         before the password is checked; after too many failures for one username from
         one client address, attempts are refused (TooManyRequests) without checking any
@@ -167,9 +168,9 @@ class AccountService:
         if len(password) > MAX_PASSWORD_LENGTH:
             return None
         if not USERNAME_PATTERN.fullmatch(username):
-            # No account has such a name (it may not even be storable): nothing to throttle
-            # or look up, but the answer takes as long as any other.
-            await self.passwords.verify(None, password)
+            # No account can have such a name, and the rule is public: answering at once
+            # tells nobody anything, while a dummy check would let anyone burn a core and
+            # 64 MiB per request.
             return None
         key, client = username_key(username), client[:CLIENT_MAX_LENGTH]
         attempt = await self._record_attempt(key, client)
@@ -253,6 +254,14 @@ class AccountService:
             )
             return rows.first()
 
+    async def delete_user(self, user_id: int) -> bool:
+        """Delete an account and everything that is its own: sessions, API tokens and
+        conversations go with it (ON DELETE CASCADE), so none of them works again and no
+        later account can inherit them. False if there was no such user."""
+        async with transaction(self.sessions) as session:
+            result = await session.exec(delete(User).where(col(User.id) == user_id))
+            return result.rowcount > 0
+
     async def list_users(self) -> list[User]:
         """Every account, by username (case-insensitively)."""
         async with self.sessions() as session:
@@ -324,7 +333,7 @@ class AccountService:
 
     async def create_token(self, user_id: int, name: str) -> tuple[ApiToken, str]:
         """Issue a token; the plain token is returned now and never again."""
-        name = name.strip()
+        name = refuse_nul(name, "the token name").strip()
         if not name or len(name) > TOKEN_NAME_MAX_LENGTH:
             raise InvalidInput(f"the token name must be 1 to {TOKEN_NAME_MAX_LENGTH} characters")
         plain = new_token()

@@ -15,10 +15,10 @@ from litestar.response import Redirect, Template
 
 from webapp.accounts.models import User
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
+from webapp.chat.models import user_owner
 from webapp.errors import AppError, Conflict, TooManyRequests
-from webapp.web.security import bearer_token
-
-SESSION_COOKIE = "webapp_session"
+from webapp.web.params import RowId
+from webapp.web.security import SESSION_COOKIE, bearer_token, fresh_anchor_cookie
 
 
 class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
@@ -42,7 +42,8 @@ class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
 def owner_of(request: Request[Any, Any, Any]) -> str:
     """Conversations belong to an owner string: `user:<id>` here, `embed:...` for visitors."""
     user: User = request.user
-    return f"user:{user.id}"
+    assert user.id is not None
+    return user_owner(user.id)
 
 
 def session_cookie(secret: str, *, secure: bool) -> Cookie:
@@ -106,10 +107,7 @@ class AccountPages(Controller):
                 context={"next": target, "error": "Wrong username or password."},
                 status_code=400,
             )
-        secret = await accounts.start_session(user.id)
-        return Redirect(
-            target, status_code=303, cookies=[session_cookie(secret, secure=_https(request))]
-        )
+        return await _signed_in(request, user.id, target)
 
     @post("/logout", exclude_from_auth=True)
     async def logout(self, request: Request[Any, Any, Any]) -> Redirect:
@@ -150,10 +148,7 @@ class AccountPages(Controller):
                 status_code=error.status_code,
             )
         assert user.id is not None
-        secret = await accounts.start_session(user.id)
-        return Redirect(
-            "/", status_code=303, cookies=[session_cookie(secret, secure=_https(request))]
-        )
+        return await _signed_in(request, user.id, "/")
 
     @get("/settings")
     async def settings(self, request: Request[Any, Any, Any]) -> Template:
@@ -167,10 +162,27 @@ class AccountPages(Controller):
         return await _settings_page(request, new_token=plain)
 
     @post("/settings/tokens/{token_id:int}/revoke")
-    async def revoke_token(self, request: Request[Any, Any, Any], token_id: int) -> Redirect:
+    async def revoke_token(self, request: Request[Any, Any, Any], token_id: RowId) -> Redirect:
         accounts: AccountService = request.app.state.accounts
         await accounts.revoke_token(request.user.id, token_id)
         return Redirect("/settings", status_code=303)
+
+
+async def _signed_in(request: Request[Any, Any, Any], user_id: int, target: str) -> Redirect:
+    """Open a session and go on. The CSRF token follows the session from now on (see
+    webapp.web.security); the anchor cookie used before signing in is replaced too, so
+    nothing a page showed before sign-in works after it."""
+    accounts: AccountService = request.app.state.accounts
+    secret = await accounts.start_session(user_id)
+    secure = _https(request)
+    return Redirect(
+        target,
+        status_code=303,
+        cookies=[
+            session_cookie(secret, secure=secure),
+            fresh_anchor_cookie(request.app.state.settings.secret_key, secure=secure),
+        ],
+    )
 
 
 async def _settings_page(request: Request[Any, Any, Any], new_token: str | None) -> Template:

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Date, String, cast, exists, func, literal, literal_column, or_
+from sqlalchemy import ColumnElement, Date, cast, exists, func, literal_column, or_
 from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User, username_key
-from webapp.chat.models import Conversation, Message, Role
+from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role
 from webapp.errors import InvalidInput, NotFound
 from webapp.timeutil import as_utc, utcnow
 
@@ -240,8 +240,7 @@ def _day_start(day: date) -> datetime:
 
 
 def _owner_user_join() -> ColumnElement[bool]:
-    """Conversation.owner is `user:<id>`; compared as text so embed owners simply miss."""
-    return col(Conversation.owner) == literal("user:").concat(cast(col(User.id), String))
+    return col(Conversation.user_id) == col(User.id)
 
 
 async def _dialect(session: AsyncSession) -> str:
@@ -331,8 +330,8 @@ async def trimmed_conversations(
             col(Conversation.owner) == owner,
             col(User.username_key) == username_key(owner),
         ]
-        if owner.startswith("embed:") and owner.count(":") == 1:
-            matches.append(col(Conversation.owner).startswith(owner + ":", autoescape=True))
+        if owner.startswith(EMBED_OWNER_PREFIX) and owner.count(":") == 1:
+            matches.append(col(Conversation.embed_name) == owner[len(EMBED_OWNER_PREFIX) :])
         query = query.where(or_(*matches))
     if since is not None:
         query = query.where(col(Conversation.updated_at) >= _day_start(since))
@@ -465,7 +464,7 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         .order_by(col(Message.seq))
     )
     messages = list((await session.exec(query)).all())
-    username = await _username(session, conversation.owner)
+    username = await _username(session, conversation.user_id)
 
     trimmed = [
         TrimmedTurn(
@@ -490,11 +489,8 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
     )
 
 
-async def _username(session: AsyncSession, owner: str) -> str | None:
-    kind, _, ident = owner.partition(":")
-    if kind != "user" or not ident.isdecimal():
-        return None
-    user = await session.get(User, int(ident))
+async def _username(session: AsyncSession, user_id: int | None) -> str | None:
+    user = await session.get(User, user_id) if user_id is not None else None
     return user.username if user is not None else None
 
 
@@ -511,10 +507,15 @@ CSV_COLUMNS = (
 )
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", ";", "\t", "\r", "\n")
+"""What makes a spreadsheet read a cell as a formula (`;` too: some take it as a separator
+and read what follows it)."""
+
+
 def _cell(value: str) -> str:
-    """Titles and names are typed by users: a leading =, +, - or @ would make a
-    spreadsheet run it as a formula, so such a cell is quoted with an apostrophe."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    """Titles and names are typed by users: a cell starting like a formula is quoted with
+    an apostrophe, so a spreadsheet shows it rather than running it."""
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
 
 
 def to_csv(rows: Iterable[TrimmedRow]) -> str:

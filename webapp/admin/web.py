@@ -30,7 +30,7 @@ from webapp.admin.queries import Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.models import Message, Role
 from webapp.chat.service import ConversationService
 from webapp.chat.views import MessageView
-from webapp.errors import InvalidInput
+from webapp.errors import InvalidInput, refuse_nul
 
 Chat = NamedDependency[ConversationService]
 """The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
@@ -128,7 +128,7 @@ def _text(params: Mapping[str, str | None], name: str) -> str | None:
     value = params.get(name)
     if value is None:
         return None
-    value = value.strip()
+    value = refuse_nul(value, name).strip()
     return value or None
 
 
@@ -294,7 +294,7 @@ class AdminController(Controller):
         page = await self._page(chat, parse_listing(request.query_params), everything=True)
         return Response(
             queries.to_csv(page.items),
-            media_type="text/csv; charset=utf-8",
+            media_type="text/csv",  # Litestar adds "; charset=utf-8" to text types
             headers={
                 "Content-Disposition": 'attachment; filename="trimmed-conversations.csv"',
                 "Cache-Control": "no-store",
@@ -307,8 +307,11 @@ class AdminController(Controller):
         chat: Chat,
         configuration: Annotated[str | None, Parameter(description="configuration name")] = None,
         model: Annotated[str | None, Parameter(description="a model that served")] = None,
-        owner: Annotated[
-            str | None, Parameter(description="username, raw owner, or embed:<name>")
+        # Not named `owner`: that is the app-wide dependency (who is asking), which would
+        # shadow the query parameter and drop it from the schema.
+        owner_filter: Annotated[
+            str | None,
+            Parameter(query="owner", description="username, raw owner, or embed:<name>"),
         ] = None,
         since: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
         until: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
@@ -322,7 +325,7 @@ class AdminController(Controller):
             {
                 "configuration": configuration,
                 "model": model,
-                "owner": owner,
+                "owner": owner_filter,
                 "since": since,
                 "until": until,
                 "sort": sort,

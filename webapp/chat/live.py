@@ -14,8 +14,9 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from webapp.chat.models import Message, Status
+from webapp.chat.models import Message, Role, Status
 from webapp.chat.service import ConversationService
+from webapp.errors import NotFound
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,8 @@ async def follow_answer(
     throttle: float = 0.05,
 ) -> AsyncIterator[Snapshot]:
     answer = await chat.message(owner, conversation_id, answer_id)
+    if answer.role != Role.ASSISTANT:
+        raise NotFound("no such answer: that id is a user's message")
     user = await chat.user_row_of(answer)
     running = chat.answers.get(answer_id)
     if answer.status != Status.STREAMING or running is None:

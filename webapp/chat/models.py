@@ -15,10 +15,12 @@ from enum import StrEnum
 from sqlalchemy import (
     JSON,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
     Index,
+    Integer,
     String,
     Text,
     UniqueConstraint,
@@ -45,6 +47,8 @@ class Status(StrEnum):
 
 REPLAYABLE = (Status.COMPLETE, Status.STOPPED, Status.INTERRUPTED)
 """Answers the model sees again on later sends; a failed answer is kept but not replayed."""
+RETRYABLE = (Status.FAILED, Status.INTERRUPTED)
+"""Answers whose turn may be sent again (the page offers "Retry" on exactly these)."""
 
 
 def new_conversation_id() -> str:
@@ -60,11 +64,60 @@ def _timestamp() -> Column:  # type: ignore[type-arg]
     return Column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 
+USER_OWNER_PREFIX = "user:"
+EMBED_OWNER_PREFIX = "embed:"
+
+
+def user_owner(user_id: int) -> str:
+    return f"{USER_OWNER_PREFIX}{user_id}"
+
+
+def owner_columns(owner: str) -> dict[str, object]:
+    """The keys an owner string stands for, as the conversation row stores them: a user's
+    id (a foreign key: the conversations go when the user goes, so a later account that
+    gets the same id inherits nothing), or an embed's name and the visitor's digest."""
+    if owner.startswith(USER_OWNER_PREFIX):
+        ident = owner[len(USER_OWNER_PREFIX) :]
+        if not ident.isdecimal():
+            raise ValueError(f"not a user owner: {owner!r}")
+        return {"user_id": int(ident)}
+    if owner.startswith(EMBED_OWNER_PREFIX):
+        name, _, visitor = owner[len(EMBED_OWNER_PREFIX) :].rpartition(":")
+        if not name or not visitor:
+            raise ValueError(f"not an embed owner: {owner!r}")
+        return {"embed_name": name, "visitor": visitor}
+    return {}
+
+
+OWNER_KEYS_RULE = (
+    "((user_id IS NULL AND owner NOT LIKE 'user:%') OR (user_id IS NOT NULL AND "
+    "owner = 'user:' || CAST(user_id AS VARCHAR(20)))) AND "
+    "((embed_name IS NULL AND visitor IS NULL AND owner NOT LIKE 'embed:%') OR "
+    "(embed_name IS NOT NULL AND visitor IS NOT NULL AND "
+    "owner = 'embed:' || embed_name || ':' || visitor))"
+)
+"""The database's own guarantee that `owner` (what look-ups compare) and the keys agree:
+no row says `user:N` without a foreign key to user N, none says `embed:...` without the
+embed's name and the visitor. (Other owner strings are the service's own business.)"""
+
+
 class Conversation(SQLModel, table=True):
-    __table_args__ = (Index("ix_conversation_owner_updated", "owner", "updated_at"),)
+    __table_args__ = (
+        Index("ix_conversation_owner_updated", "owner", "updated_at"),
+        Index("ix_conversation_user_id", "user_id"),
+        CheckConstraint(OWNER_KEYS_RULE, name="ck_conversation_owner_keys"),
+    )
 
     id: str = Field(default_factory=new_conversation_id, primary_key=True, max_length=32)
     owner: str = Field(max_length=100)
+    """`user:<id>`, `embed:<name>:<visitor>`: what ownership checks compare, one string
+    for both kinds; `owner_columns` gives the keys it stands for."""
+    user_id: int | None = Field(
+        default=None,
+        sa_column=Column(Integer, ForeignKey("user_account.id", ondelete="CASCADE"), nullable=True),
+    )
+    embed_name: str | None = Field(default=None, max_length=100)
+    visitor: str | None = Field(default=None, max_length=64)
     configuration: str = Field(max_length=100)
     title: str = Field(default="New conversation", max_length=200)
     created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())

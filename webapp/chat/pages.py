@@ -18,12 +18,13 @@ from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
-from webapp.chat.models import Message
+from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService, Send
 from webapp.chat.views import Alternative, MessageView, Meter, last_fit, message_views
-from webapp.errors import InvalidInput
+from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
+from webapp.web.params import RowId, Seq
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
@@ -37,6 +38,16 @@ class ConversationRef:
     id: str
     base: str
     embed: EmbedSpec | None = None
+    draft: Conversation | None = None
+    """A conversation not stored yet (an embed visitor's before the first send): shown
+    empty, stored by the first send. Reading a page never creates a row."""
+
+    async def stored_id(self, chat: ConversationService) -> str:
+        """The conversation's id, storing the draft first if this is its first send."""
+        if self.draft is None:
+            return self.id
+        created = await chat.create(self.owner, self.draft.configuration, self.draft.title)
+        return created.id
 
 
 async def form_field(request: Request[Any, Any, Any], name: str) -> str:
@@ -72,12 +83,15 @@ class ConversationPages(Controller):
 
     @get("/")
     async def conversation_page(
-        self, chat: ConversationService, conversation: ConversationRef, at: int | None = None
+        self, chat: ConversationService, conversation: ConversationRef, at: RowId | None = None
     ) -> Template:
         """The newest turns; with `at` (a search hit's message), back to that one too."""
-        row, rows, has_older = await chat.page(
-            conversation.owner, conversation.id, turns=PAGE_TURNS, through_message=at
-        )
+        if conversation.draft is not None:
+            row, rows, has_older = conversation.draft, [], False
+        else:
+            row, rows, has_older = await chat.page(
+                conversation.owner, conversation.id, turns=PAGE_TURNS, through_message=at
+            )
         context: dict[str, Any] = {
             "conversation": row,
             "base": conversation.base,
@@ -94,7 +108,7 @@ class ConversationPages(Controller):
 
     @get("/older")
     async def older_messages(
-        self, chat: ConversationService, conversation: ConversationRef, before: int
+        self, chat: ConversationService, conversation: ConversationRef, before: Seq
     ) -> Template:
         row, rows, has_older = await chat.page(
             conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
@@ -117,16 +131,19 @@ class ConversationPages(Controller):
         conversation: ConversationRef,
     ) -> Template:
         content = await form_field(request, "content")
-        return _turn(await chat.send(conversation.owner, conversation.id, content), conversation)
+        conversation_id = await conversation.stored_id(chat)
+        return _turn(await chat.send(conversation.owner, conversation_id, content), conversation)
 
     @post("/retry/{answer_id:int}")
     async def retry(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
     ) -> Template:
         """Send a failed turn's message again, as a new turn; the failed one stays on record."""
         answer = await chat.message(conversation.owner, conversation.id, answer_id)
-        if answer.role != "assistant":
+        if answer.role != Role.ASSISTANT:
             raise InvalidInput("retry names the answer that failed")
+        if answer.status not in RETRYABLE:
+            raise Conflict("only a failed or interrupted answer can be sent again")
         original = await chat.user_row_of(answer)
         send = await chat.send(conversation.owner, conversation.id, original.content)
         return _turn(send, conversation)
@@ -185,7 +202,7 @@ class ConversationPages(Controller):
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: int
+        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
     ) -> ASGIApp:
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
         snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)

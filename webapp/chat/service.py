@@ -33,11 +33,19 @@ from webapp.chat.history import (
     load_transcript,
     read_tail,
 )
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.models import (
+    EMBED_OWNER_PREFIX,
+    MESSAGE_DEFAULTS,
+    Conversation,
+    Message,
+    Role,
+    Status,
+    owner_columns,
+)
 from webapp.chat.search import Hit, search_messages, search_words
 from webapp.chat.serialize import message_dict
 from webapp.db import as_loaded, in_transaction, transaction
-from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan
 from webapp.llm.providers.base import ProviderError, StreamBroken
@@ -55,7 +63,6 @@ DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
 UNSTORED_ERROR = "The answer could not be stored."
-EMBED_OWNER_PREFIX = "embed:"
 COUNT_TIMEOUT = 3.0
 """The longest a send waits for its new message to be counted; then it estimates."""
 
@@ -207,7 +214,7 @@ class Progress:
 
 
 def clean_title(title: str) -> str:
-    title = " ".join(title.split())
+    title = " ".join(refuse_nul(title, "the title").split())
     if not title:
         raise InvalidInput("the title is empty")
     if len(title) > TITLE_MAX:
@@ -246,6 +253,7 @@ class ConversationService:
             raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
         conversation = Conversation(
             owner=owner,
+            **owner_columns(owner),
             configuration=configuration,
             title=clean_title(title) if title is not None else DEFAULT_TITLE,
         )
@@ -457,6 +465,7 @@ class ConversationService:
             raise InvalidInput("content must be a string")
         if not content.strip():
             raise InvalidInput("the message is empty")
+        refuse_nul(content, "the message")
         limit = self.settings.max_message_chars
         if len(content) > limit:
             raise InvalidInput(

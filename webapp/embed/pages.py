@@ -1,9 +1,11 @@
 """`/embed/{name}`: the conversation pages for an anonymous visitor of a host site.
 
-A visitor is the random cookie the CSRF layer already gives every embed browser
-(SameSite=None, so it works inside a cross-site iframe): it owns one
-conversation per embed, so a reload keeps the conversation, and a visitor can
-only ever reach their own.
+A visitor is the random id the CSRF layer gives every embed browser (a `Partitioned`
+cookie where the browser keeps one in a cross-site frame, else the signed id the page
+carries and htmx sends back): it owns one conversation per embed, so a reload keeps the
+conversation while the browser keeps the id, and a visitor can only ever reach their own.
+Reading creates nothing: the conversation is stored by the visitor's first send, and
+every send first passes the embed's quotas (see `quota.py`).
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request
+from litestar.connection import ASGIConnection
 from litestar.di import Provide
+from litestar.handlers import BaseRouteHandler
 
 from webapp.accounts.service import digest
+from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation
 from webapp.chat.pages import ConversationPages, ConversationRef
-from webapp.chat.service import EMBED_OWNER_PREFIX, ConversationService
+from webapp.chat.service import ConversationService, clean_title
+from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
 
 EMBED_PATH = "/embed/"
+SENDING_HANDLERS = frozenset({"send", "retry"})
+"""The embed's handlers that send a message to the model: what the quotas count."""
 
 
 def visitor_owner(embed_name: str, visitor: str) -> str:
@@ -46,17 +54,37 @@ async def visitor_conversation(
     if spec is None:
         raise NotFound("no such embed")
     owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
+    base = f"{EMBED_PATH}{spec.name}"
     existing = await chat.list(owner, limit=1)
-    conversation = (
-        existing[0]
-        if existing
-        else await chat.create(owner, spec.configuration, spec.title or spec.name)
+    if existing:
+        return ConversationRef(owner, existing[0].id, base, spec)
+    draft = Conversation(
+        id="",
+        owner=owner,
+        configuration=spec.configuration,
+        title=clean_title(spec.title or spec.name),
     )
-    return ConversationRef(owner, conversation.id, f"{EMBED_PATH}{spec.name}", spec)
+    return ConversationRef(owner, "", base, spec, draft=draft)
+
+
+async def embed_quota(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+) -> None:
+    """Before a send through an embed (after the CSRF check, before anything is stored):
+    refuse it when the client address or the embed has sent too much."""
+    if handler.handler_name not in SENDING_HANDLERS:
+        return
+    name = embed_name_of(connection.scope["path"])
+    if name is None or name not in connection.app.state.chat.manager.catalog.embeds:
+        return
+    quota: EmbedQuota = connection.app.state.embed_quota
+    client = connection.client.host if connection.client else ""
+    await quota.take(name, client)
 
 
 class EmbedPages(ConversationPages):
     path = "/embed/{embed_name:str}"
     dependencies = {"conversation": Provide(visitor_conversation)}  # noqa: RUF012
+    guards = [embed_quota]  # noqa: RUF012
     page_template = "embed/page.html"
     opt = {"exclude_from_auth": True}  # noqa: RUF012

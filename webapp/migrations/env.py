@@ -23,15 +23,30 @@ def not_search_index(
 
 
 def run_migrations(connection: Connection) -> None:
+    """On SQLite, foreign keys are off while migrating: a batch migration rebuilds a table
+    by copying it and dropping the old one, and with foreign keys on, that drop would
+    delete (ON DELETE CASCADE) every row referring to it. SQLite's own procedure for
+    schema changes; the keys are checked once the migrations are done."""
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # no effect inside a transaction
+        connection.commit()
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         include_object=not_search_index,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=sqlite,
         compare_type=True,
     )
     with context.begin_transaction():
         context.run_migrations()
+        if sqlite:
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+            if broken:
+                raise RuntimeError(f"the migration broke foreign keys: {broken[:10]}")
+    if sqlite:
+        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+        connection.commit()
 
 
 async def run_online() -> None:

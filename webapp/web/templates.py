@@ -9,6 +9,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 
+from webapp.web.security import hx_headers
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 TEMPLATES = ROOT / "templates"
 STATIC = ROOT / "static"
@@ -28,6 +30,7 @@ def csrf_for(request: Any) -> str:
 
 
 environment.globals["csrf_for"] = csrf_for
+environment.globals["hx_headers"] = hx_headers
 
 
 def render_fragment(name: str, **context: Any) -> str:

@@ -1,0 +1,200 @@
+"""No input gets a 500: every route of the app, walked with hostile values (SQLite and
+PostgreSQL), by each kind of caller: an API token, a signed-in browser, an embed visitor."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_api import make_user
+from tests.test_security import EMBED, Client, sign_in
+from tests.upstream import FakeUpstream
+from webapp.app import create_app
+from webapp.settings import Settings
+
+HUGE_IDS = (2**63, 2**64, -(2**63) - 1, 10**40)
+"""Past 64-bit signed integers, which both databases' drivers refuse to bind."""
+DEEP_JSON = "[" * 1000 + "]" * 1000
+NUL = "a\x00b"
+JSON_WITH_NUL = (
+    '{"content": "a\\u0000b", "title": "a\\u0000b", "configuration": "a\\u0000b", '
+    '"name": "a\\u0000b"}'
+)
+FORM_WITH_NUL = {
+    "content": NUL,
+    "title": NUL,
+    "configuration": NUL,
+    "name": NUL,
+    "username": NUL,
+    "password": NUL,
+    "password2": NUL,
+    "next": NUL,
+}
+QUERY = {
+    "before": str(2**63),
+    "page": str(2**63),
+    "per_page": str(2**64),
+    "owner": NUL,
+    "model": NUL,
+    "configuration": NUL,
+    "since": NUL,
+}
+LAST = ("/logout", "/delete")
+"""Walked last: they end the session or the conversation the other routes use."""
+
+
+def htmx_headers(html: str) -> dict[str, str]:
+    """What htmx sends on every request of the page (`hx-headers:inherited` on body)."""
+    match = re.search(r"<body hx-headers:inherited='([^']*)'>", html)
+    assert match, "the page carries its headers for htmx"
+    return json.loads(match.group(1))
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
+    return Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED),
+        rate_limit_messages=0,
+        embed_rate_limit_messages=0,
+    )
+
+
+@pytest.fixture
+def app(settings: Settings) -> Litestar:
+    return create_app(settings)
+
+
+@pytest.fixture
+async def callers(
+    app: Litestar, settings: Settings, database_url: str
+) -> AsyncIterator[dict[str, AsyncTestClient]]:
+    """Three clients, each on an app of its own (as on three workers): one app's start-up
+    and shutdown run once, with its client."""
+    token = await make_user(database_url, "root", admin=True)
+    async with (
+        Client(app=app) as by_token,
+        Client(app=create_app(settings)) as browser,
+        Client(app=create_app(settings)) as visitor,
+    ):
+        by_token.headers["Authorization"] = f"Bearer {token}"
+        browser.headers["x-csrftoken"] = await sign_in(browser, "root")
+        page = await visitor.get("/embed/support")
+        assert page.status_code == 200
+        # No cookie comes back over plain http (it is Secure): the visitor is its header.
+        visitor.headers.update(htmx_headers(page.text))
+        yield {"token": by_token, "session": browser, "visitor": visitor}
+
+
+def paths(template: str, conversation_id: str) -> list[str]:
+    """The route's path with each integer parameter set to every huge id (one path per id),
+    and the string parameters set to something that exists."""
+    filled = (
+        template.replace("{conversation_id:str}", conversation_id)
+        .replace("{embed_name:str}", "support")
+        .replace("{file_path:path}", "app.css")
+        .replace("{path:str}", "openapi.json")
+    )
+    if ":int}" not in filled:
+        return [filled]
+    return [re.sub(r"\{\w+:int\}", str(number), filled) for number in HUGE_IDS]
+
+
+async def test_no_route_answers_500_to_hostile_input(
+    app: Litestar, callers: dict[str, AsyncTestClient]
+) -> None:
+    created = await callers["token"].post("/api/conversations", json={"title": "mine"})
+    assert created.status_code == 201
+    conversation_id = created.json()["id"]
+    routes = sorted(
+        (
+            (route.path, method)
+            for route in app.routes
+            for method in getattr(route, "methods", ())
+            if method not in ("OPTIONS", "HEAD")
+        ),
+        key=lambda item: (item[0].endswith(LAST) or item[1] == "DELETE", item),
+    )
+    assert len(routes) > 30, "the walk reaches the app's routes"
+    failures = []
+    for template, method in routes:
+        for path in paths(template, conversation_id):
+            for who, client in callers.items():
+                attempts = [{"params": QUERY}]
+                if method not in ("GET", "DELETE"):
+                    json = {"content-type": "application/json"}
+                    attempts += [
+                        {"content": DEEP_JSON, "headers": json},
+                        {"content": JSON_WITH_NUL, "headers": json},
+                        {"data": FORM_WITH_NUL},
+                    ]
+                for attempt in attempts:
+                    response = await client.request(method, path, **attempt)  # type: ignore[arg-type]
+                    if response.status_code >= 500:
+                        failures.append((who, method, path, sorted(attempt), response.status_code))
+    assert not failures, failures
+
+
+async def test_json_nested_too_deeply_is_a_clear_400(callers: dict[str, AsyncTestClient]) -> None:
+    response = await callers["token"].post(
+        "/api/conversations", content=DEEP_JSON, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("number", [2**63, 2**64])
+async def test_ids_past_64_bits_are_a_400(callers: dict[str, AsyncTestClient], number: int) -> None:
+    created = await callers["token"].post("/api/conversations", json={})
+    cid = created.json()["id"]
+    browser, visitor = callers["session"], callers["visitor"]
+    for client, path in [
+        (browser, f"/c/{cid}/older?before={number}"),
+        (visitor, f"/embed/support/older?before={number}"),
+        (browser, f"/c/{cid}/answers/{number}/stream"),
+        (visitor, f"/embed/support/answers/{number}/stream"),
+    ]:
+        assert (await client.get(path)).status_code == 400, path
+    for client, path in [
+        (browser, f"/c/{cid}/retry/{number}"),
+        (visitor, f"/embed/support/retry/{number}"),
+        (browser, f"/settings/tokens/{number}/revoke"),
+    ]:
+        assert (await client.post(path)).status_code == 400, path
+
+
+async def test_a_user_row_id_is_no_answer_to_stream_or_retry(
+    callers: dict[str, AsyncTestClient],
+) -> None:
+    api = callers["token"]
+    cid = (await api.post("/api/conversations", json={})).json()["id"]
+    sent = await api.post(f"/api/conversations/{cid}/messages", json={"content": "hello"})
+    assert sent.status_code == 201
+    user_id, answer_id = sent.json()["user"]["id"], sent.json()["assistant"]["id"]
+    browser = callers["session"]
+    assert (await browser.get(f"/c/{cid}/answers/{user_id}/stream")).status_code == 404
+    assert (await browser.post(f"/c/{cid}/retry/{user_id}")).status_code == 400
+    retried = await browser.post(f"/c/{cid}/retry/{answer_id}")
+    assert retried.status_code == 409, "a complete answer is not sent again"
+    assert "failed or interrupted" in retried.text
+
+
+async def test_nul_characters_are_refused_not_stored(
+    callers: dict[str, AsyncTestClient],
+) -> None:
+    api = callers["token"]
+    refused = await api.post("/api/conversations", json={"title": NUL})
+    assert refused.status_code == 400 and "NUL" in refused.json()["detail"]
+    cid = (await api.post("/api/conversations", json={})).json()["id"]
+    sent = await api.post(f"/api/conversations/{cid}/messages", json={"content": NUL})
+    assert sent.status_code == 400 and "NUL" in sent.json()["detail"]
+    renamed = await api.patch(f"/api/conversations/{cid}", json={"title": NUL})
+    assert renamed.status_code == 400
+    assert (await api.get(f"/api/conversations/{cid}")).json()["messages"] == []

@@ -1,0 +1,133 @@
+"""The embed for browsers that keep no cookie in a cross-site frame, and its quotas (SQLite
+and PostgreSQL): a visitor id in a header instead of a cookie, limits that fresh ids do
+not reset, reads that store nothing."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from litestar import Litestar
+from sqlalchemy import func
+from sqlmodel import select
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_bad_input import htmx_headers
+from tests.test_security import EMBED, Client
+from tests.upstream import FakeUpstream
+from webapp.app import create_app
+from webapp.chat.models import Conversation
+from webapp.db import create_engine, session_factory
+from webapp.embed.quota import EmbedQuota
+from webapp.errors import TooManyRequests
+from webapp.settings import Settings
+
+ANSWER = re.compile(r'data-role="assistant" data-message-id="(\d+)"')
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
+    return Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED),
+        embed_rate_limit_messages=3,
+    )
+
+
+@pytest.fixture
+def app(settings: Settings) -> Litestar:
+    return create_app(settings)
+
+
+async def conversations(database_url: str) -> int:
+    engine = create_engine(database_url)
+    try:
+        async with session_factory(engine)() as session:
+            return (await session.exec(select(func.count()).select_from(Conversation))).one()
+    finally:
+        await engine.dispose()
+
+
+async def test_the_visitor_cookie_is_partitioned_and_signed(app: Litestar) -> None:
+    async with Client(app=app, base_url="https://chat.test") as client:
+        page = await client.get("/embed/support")
+        cookie = page.headers["set-cookie"]
+        for attribute in ("SameSite=None", "Secure", "Partitioned", "HttpOnly"):
+            assert attribute in cookie, attribute
+        kept = await client.get("/embed/support")
+        assert "set-cookie" not in kept.headers, "a valid visitor cookie is kept"
+        client.cookies.set("webapp_visitor", "chosen-by-the-client", domain="chat.test")
+        forged = await client.get("/embed/support")
+        assert "set-cookie" in forged.headers, "a visitor id the server did not sign is replaced"
+        assert "chosen-by-the-client" not in forged.headers["set-cookie"]
+
+
+async def test_the_embed_works_with_no_cookie_at_all(app: Litestar) -> None:
+    """Over plain http no Secure cookie comes back, as in a browser that blocks every
+    cross-site cookie: the signed visitor id in the page's htmx headers is enough."""
+    async with Client(app=app) as client:
+        page = await client.get("/embed/support")
+        headers = htmx_headers(page.text)
+        assert set(headers) == {"x-csrftoken", "x-webapp-visitor"}
+        sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=headers)
+        assert sent.status_code == 200, sent.text
+        answer_id = ANSWER.search(sent.text)[1]  # type: ignore[index]
+        stream = await client.get(f"/embed/support/answers/{answer_id}/stream", headers=headers)
+        assert stream.status_code == 200
+        again = await client.post("/embed/support/send", data={"content": "two"}, headers=headers)
+        assert again.status_code in (200, 409), "the same visitor, the same conversation"
+        stranger = await client.get(f"/embed/support/answers/{answer_id}/stream")
+        assert stranger.status_code == 404, "without the id, another visitor"
+        forged = {**headers, "x-webapp-visitor": "someone-else.0000"}
+        refused = await client.post("/embed/support/send", data={"content": "x"}, headers=forged)
+        assert refused.status_code == 403, "an unsigned id is a new visitor, whose CSRF differs"
+
+
+async def test_reading_the_embed_stores_nothing(app: Litestar, database_url: str) -> None:
+    async with Client(app=app) as client:
+        for _ in range(30):
+            assert (await client.get("/embed/support")).status_code == 200
+            older = await client.get("/embed/support/older?before=5")
+            assert older.status_code == 404
+        assert await conversations(database_url) == 0
+        headers = htmx_headers((await client.get("/embed/support")).text)
+        sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=headers)
+        assert sent.status_code == 200
+        assert await conversations(database_url) == 1, "the first send stores the conversation"
+
+
+async def test_fresh_visitor_ids_do_not_reset_the_quota(app: Litestar, database_url: str) -> None:
+    """The per-visitor limit is 3; each send comes from a new visitor, one address."""
+    statuses = []
+    async with Client(app=app) as client:
+        for index in range(6):
+            headers = htmx_headers((await client.get("/embed/support")).text)
+            sent = await client.post(
+                "/embed/support/send", data={"content": f"m{index}"}, headers=headers
+            )
+            statuses.append(sent.status_code)
+        refused = sent
+    assert statuses == [200, 200, 200, 429, 429, 429]
+    assert 0 < int(refused.headers["retry-after"]) <= 60
+    assert "from your address" in refused.text
+    assert await conversations(database_url) == 3, "a refused send stores no conversation"
+
+
+async def test_an_embed_has_a_ceiling_over_all_addresses(database_url: str) -> None:
+    engine = create_engine(database_url)
+    quota = EmbedQuota(
+        session_factory(engine), per_client=2, per_embed=5, window=timedelta(minutes=1)
+    )
+    try:
+        for address in range(5):
+            await quota.take("support", f"10.0.0.{address}")
+        with pytest.raises(TooManyRequests, match="through this chat"):
+            await quota.take("support", "10.0.0.99")
+        await quota.take("other", "10.0.0.99"), "each embed has its own ceiling"
+        await quota.take("other", "10.0.0.99")
+        with pytest.raises(TooManyRequests, match="from your address"):
+            await quota.take("other", "10.0.0.99")
+    finally:
+        await engine.dispose()

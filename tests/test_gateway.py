@@ -1,0 +1,641 @@
+"""The OpenAI-compatible gateway (/v1), driven by the official `openai` client over real
+HTTP: the app served by uvicorn on a free port, its catalog pointing at the fake upstream
+(tests/upstream.py), which enforces each model's window with cl100k."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_api import make_user
+from tests.test_security import csrf_from
+from tests.upstream import FakeUpstream, _embedding, count_chat_tokens, count_tokens
+from webapp.app import create_app
+from webapp.llm.estimator import REPLY_PRIMING, estimate_text
+from webapp.settings import Settings
+
+
+@dataclass
+class Gateway:
+    """The app on a free port; `client()` is an OpenAI client for one of its users."""
+
+    url: str
+    tokens: dict[str, str]
+
+    def client(self, user: str = "alice") -> openai.OpenAI:
+        # No retries: a test must see the first answer, 429s and 503s included.
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=self.tokens[user], max_retries=0, timeout=20
+        )
+
+    def http(self, user: str | None = "alice") -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=20)
+
+
+def _serve(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(settings), log_level="warning", access_log=False, lifespan="on", loop="asyncio"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the app did not start")
+        time.sleep(0.01)
+    return server, thread, port
+
+
+@pytest.fixture
+def serve(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
+    """Start the app (in a thread, with uvicorn on its own loop) on `database_url`."""
+    running: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(database_url: str, **overrides: Any) -> Gateway:
+        settings = Settings(
+            database_url=database_url,
+            config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+            **overrides,
+        )
+        tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
+        server, thread, port = _serve(settings)
+        running.append((server, thread))
+        return Gateway(f"http://127.0.0.1:{port}", tokens)
+
+    yield start
+    for server, thread in running:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def gateway(serve: Callable[..., Gateway], sqlite_url: str) -> Gateway:
+    return serve(sqlite_url)
+
+
+def long_transcript(turns: int, words: int = 60) -> list[dict[str, str]]:
+    """A system prompt and `turns` exchanges of about `words` words each, then a question."""
+    messages = [{"role": "system", "content": "You are terse."}]
+    for turn in range(turns):
+        text = " ".join(f"turn{turn}word{i}" for i in range(words))
+        messages += [
+            {"role": "user", "content": f"Question {turn}: {text}"},
+            {"role": "assistant", "content": f"Answer {turn}: {text}"},
+        ]
+    messages.append({"role": "user", "content": "And the newest question?"})
+    return messages
+
+
+def webapp_of(model: Any) -> dict[str, Any]:
+    """The `webapp` object of an answer parsed by the openai client (an extra field)."""
+    extra = model.model_extra or {}
+    assert "webapp" in extra, f"no webapp object in {model}"
+    return extra["webapp"]
+
+
+# ---- models ---------------------------------------------------------------------------------
+
+
+def test_models_are_the_configurations(gateway: Gateway) -> None:
+    client = gateway.client()
+    ids = [model.id for model in client.models.list()]
+    assert ids[:2] == ["small", "medium"] and "cheapest-4k" in ids
+    criteria = client.models.retrieve("cheapest-4k")
+    assert webapp_of(criteria)["kind"] == "criteria" and webapp_of(criteria)["model"] == "medium"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-17")
+    assert missing.value.code == "model_not_found"
+
+
+# ---- chat -----------------------------------------------------------------------------------
+
+
+def test_a_transcript_far_over_the_window_succeeds_and_says_what_it_left_out(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    messages = long_transcript(turns=20)
+    assert count_chat_tokens(messages) > 5 * 1024  # the small model would refuse it whole
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model="small", messages=messages, max_tokens=50
+    )
+    answer = raw.parse()
+    report = webapp_of(answer)
+    dropped = int(raw.headers["x-dropped-turns"])
+    assert dropped == report["dropped_turns"] > 0
+    assert report["model"] == "small" and report["window"] == 1024
+    assert report["reserve"] == 50 and report["budget"] == 1024 - 50 - 31
+    assert report["estimated_tokens"] <= report["budget"]
+    assert report["configuration"] == "small" and report["counted_by"]
+    sent = upstream.requests[-1]["body"]
+    assert sent["max_tokens"] == 50
+    # The head (system prompt, first exchange) and the newest turn were sent, in order.
+    assert sent["messages"][:3] == messages[:3] and sent["messages"][-1] == messages[-1]
+    assert len(sent["messages"]) == len(messages) - 2 * dropped
+    assert answer.choices[0].message.content.startswith(
+        f"Echo from small: I saw {len(sent['messages'])} messages"
+    )
+    assert answer.model == "small" and answer.usage.prompt_tokens == count_chat_tokens(
+        sent["messages"]
+    )
+    # The messages right after the head: indices 3 .. 3 + 2*dropped - 1.
+    assert report["left_out"] == [[3, 2 + 2 * dropped]]
+
+
+def test_a_transcript_that_fits_is_sent_whole(gateway: Gateway, upstream: FakeUpstream) -> None:
+    messages = long_transcript(turns=1, words=5)
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model="large", messages=messages
+    )
+    assert raw.headers["x-dropped-turns"] == "0"
+    report = webapp_of(raw.parse())
+    assert report["dropped_turns"] == 0 and report["model"] == "large"
+    assert report["left_out"] == []
+    assert upstream.requests[-1]["body"]["messages"] == messages
+
+
+def test_a_fallback_model_refits_against_its_own_window(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    upstream.fail_next(503, model="small")
+    messages = long_transcript(turns=20)
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model="small-then-medium", messages=messages
+    )
+    report = webapp_of(raw.parse())
+    assert report["model"] == "medium" and report["window"] == 4096
+    assert 0 < report["dropped_turns"] < 19 and raw.headers["x-dropped-turns"] == str(
+        report["dropped_turns"]
+    )
+    assert raw.parse().model == "medium"
+
+
+def test_streaming_is_bounded_before_the_first_chunk(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    messages = long_transcript(turns=20)
+    with gateway.client().chat.completions.with_streaming_response.create(
+        model="small",
+        messages=messages,
+        stream=True,
+        stream_options={"include_usage": True},
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        dropped = int(response.headers["x-dropped-turns"])
+        chunks = list(response.parse())
+    assert dropped > 0
+    first, last_choice, usage_chunk = chunks[0], chunks[-2], chunks[-1]
+    assert first.choices[0].delta.role == "assistant"
+    assert webapp_of(first)["dropped_turns"] == dropped == webapp_of(last_choice)["dropped_turns"]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert text.startswith(f"Echo from small: I saw {len(sent)} messages")
+    assert len({c.id for c in chunks}) == 1
+    assert last_choice.choices[0].finish_reason == "stop"
+    assert usage_chunk.choices == [] and usage_chunk.usage.prompt_tokens == count_chat_tokens(sent)
+    assert sum(len(c.choices[0].delta.content or "") > 0 for c in chunks if c.choices) >= 3
+
+
+def test_streaming_without_usage_sends_no_usage_chunk(gateway: Gateway) -> None:
+    stream = gateway.client().chat.completions.create(
+        model="small", messages=[{"role": "user", "content": "Hi there"}], stream=True
+    )
+    chunks = list(stream)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert all(chunk.usage is None for chunk in chunks)
+
+
+def test_stream_failures_before_and_after_the_first_chunk(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    client = gateway.client()
+    hello = [{"role": "user", "content": "Hello, anyone there today?"}]
+    upstream.fail_next(503)
+    with pytest.raises(openai.APIStatusError) as before:
+        client.chat.completions.create(model="small", messages=hello, stream=True)
+    assert before.value.status_code == 503 and before.value.code == "upstream_unavailable"
+    assert "127.0.0.1" not in before.value.message  # the upstream's address stays in the log
+    upstream.break_stream_after(2)
+    stream = client.chat.completions.create(model="small", messages=hello, stream=True)
+    with pytest.raises(openai.APIError):
+        for _ in stream:
+            pass
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city. " + "Mention every detail you know. " * 40,
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_a_tool_call_with_schemas_counted(gateway: Gateway, upstream: FakeUpstream) -> None:
+    client = gateway.client()
+    messages = long_transcript(turns=8, words=20)
+    messages[-1] = {"role": "user", "content": "Please use tool for Paris."}
+    plain = webapp_of(client.chat.completions.create(model="small", messages=messages))
+    answer = client.chat.completions.create(model="small", messages=messages, tools=[WEATHER_TOOL])
+    report = webapp_of(answer)
+    # The schema is on the wire, so it costs budget: more of the history had to go.
+    assert count_tokens(json.dumps([WEATHER_TOOL])) > 200
+    assert report["dropped_turns"] > plain["dropped_turns"]
+    assert upstream.requests[-1]["body"]["tools"] == [WEATHER_TOOL]
+    call = answer.choices[0].message.tool_calls[0]
+    assert answer.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {
+        "city": "echo"
+    }
+    # The tool's result goes back with the call it answers, and the model answers it.
+    follow_up = [
+        *messages,
+        answer.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "clear"}'},
+    ]
+    final = client.chat.completions.create(model="small", messages=follow_up, tools=[WEATHER_TOOL])
+    sent = upstream.requests[-1]["body"]["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == call.id and sent[-1]["tool_call_id"] == call.id
+    assert final.choices[0].message.content.startswith("Echo from small")
+    # tool_choice "none": no schema is sent, so none is counted.
+    none = client.chat.completions.create(
+        model="small", messages=messages, tools=[WEATHER_TOOL], tool_choice="none"
+    )
+    assert "tools" not in upstream.requests[-1]["body"]
+    assert webapp_of(none)["dropped_turns"] == plain["dropped_turns"]
+
+
+def test_a_streamed_tool_call(gateway: Gateway) -> None:
+    stream = gateway.client().chat.completions.create(
+        model="medium",
+        messages=[{"role": "user", "content": "Please use tool now."}],
+        tools=[WEATHER_TOOL],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert webapp_of(chunks[0])["model"] == "medium"
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
+    assert [call.function.name for call in calls] == ["get_weather"] and calls[0].index == 0
+    assert json.loads(calls[0].function.arguments) == {"city": "echo"}
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "tool_calls" and chunks[-1].usage.completion_tokens > 0
+
+
+# ---- completions and embeddings ------------------------------------------------------------
+
+
+def test_completions_are_never_pruned_and_an_overflow_is_reported(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    client = gateway.client()
+    raw = client.completions.with_raw_response.create(model="small", prompt="Once upon a time")
+    small = raw.parse()
+    assert raw.headers["x-completion-overflow"] == "false"
+    assert webapp_of(small)["overflow"] is False and small.choices[0].text.startswith("Echo")
+    # A prompt over the budget by our (high) estimate, yet within the window by cl100k.
+    max_tokens = 10
+    budget = 1024 - max_tokens - 31
+    words: list[str] = []
+    while estimate_text(" ".join(words)) + REPLY_PRIMING <= budget:
+        words.append("tale")
+    prompt = " ".join(words)
+    assert count_tokens(prompt) + max_tokens <= 1024
+    raw = client.completions.with_raw_response.create(
+        model="small", prompt=prompt, max_tokens=max_tokens
+    )
+    report = webapp_of(raw.parse())
+    assert raw.headers["x-completion-overflow"] == "true"
+    assert report["overflow"] is True and report["budget"] == budget
+    assert report["estimated_tokens"] > budget and report["model"] == "small"
+    assert upstream.requests[-1]["body"]["prompt"] == prompt  # sent whole
+    # Far over the window: sent whole all the same, and the model's refusal is a 400.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model="small", prompt="tale " * 3000, max_tokens=max_tokens)
+    assert refused.value.code == "context_length_exceeded" and refused.value.param == "prompt"
+    assert upstream.requests[-1]["body"]["prompt"] == "tale " * 3000
+
+
+def test_embeddings_are_passed_through(gateway: Gateway, upstream: FakeUpstream) -> None:
+    client = gateway.client()
+    texts = ["first text", "second text " * 200]
+    # The openai client asks for base64 by default and decodes it.
+    result = client.embeddings.create(model="small", input=texts)
+    assert [item.index for item in result.data] == [0, 1]
+    for item, text in zip(result.data, texts, strict=True):
+        assert item.embedding == pytest.approx(_embedding(text), abs=1e-6)
+    assert upstream.requests[-1]["body"]["input"] == texts
+    floats = client.embeddings.create(model="small", input="first text", encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(_embedding("first text"), abs=1e-6)
+    raw = gateway.http().post(
+        "/v1/embeddings",
+        json={"model": "small", "input": "first text", "encoding_format": "base64"},
+    )
+    packed = base64.b64decode(raw.json()["data"][0]["embedding"])
+    assert list(struct.unpack("<16f", packed)) == pytest.approx(_embedding("first text"), abs=1e-6)
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "small"}, "messages"),
+        ({"model": "small", "messages": []}, "messages"),
+        ({"model": "small", "messages": "hello"}, "messages"),
+        ({"model": "small", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"model": "small", "messages": [{"role": "user"}]}, "messages[0]"),
+        ({"model": "small", "messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        (
+            {"model": "small", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
+            "max_tokens",
+        ),
+        (
+            {"model": "small", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"},
+            "max_tokens",
+        ),
+        ({"model": "small", "messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        (
+            {
+                "model": "small",
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "function"}],
+            },
+            "tools[0].function",
+        ),
+        (
+            {
+                "model": "small",
+                "messages": [{"role": "user", "content": "x"}],
+                "tool_choice": "required",
+            },
+            "tool_choice",
+        ),
+    ],
+)
+def test_bad_chat_requests_get_an_openai_400_naming_the_param(
+    gateway: Gateway, upstream: FakeUpstream, body: dict[str, Any], param: str
+) -> None:
+    with gateway.http() as http:
+        response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert error["message"]
+    assert upstream.requests == []  # nothing was sent
+
+
+def test_other_bad_requests_get_openai_errors(gateway: Gateway, upstream: FakeUpstream) -> None:
+    client = gateway.client()
+    hello = [{"role": "user", "content": "hello"}]
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.chat.completions.create(model="gpt-17", messages=hello)
+    assert unknown.value.code == "model_not_found" and unknown.value.param == "model"
+    with pytest.raises(openai.BadRequestError) as streamed:
+        client.completions.create(model="small", prompt="x", stream=True)
+    assert streamed.value.param == "stream"
+    with pytest.raises(openai.BadRequestError) as empty:
+        client.embeddings.create(model="small", input=[])
+    assert empty.value.param == "input"
+    with gateway.http() as http:
+        for path, content in [
+            ("/v1/chat/completions", b"{not json"),
+            ("/v1/completions", b"[1, 2]"),
+            ("/v1/embeddings", b""),
+        ]:
+            response = http.post(
+                path, content=content, headers={"content-type": "application/json"}
+            )
+            assert response.status_code == 400, (path, response.text)
+            assert response.json()["error"]["type"] == "invalid_request_error"
+        nowhere = http.get("/v1/nowhere")
+        assert nowhere.status_code == 404 and nowhere.json()["error"]["message"]
+        wrong_method = http.get("/v1/chat/completions")
+        assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+    assert upstream.requests == []
+
+
+def test_the_gateway_takes_api_tokens_only(gateway: Gateway) -> None:
+    hello = [{"role": "user", "content": "hello"}]
+    with pytest.raises(openai.AuthenticationError) as bad:
+        openai.OpenAI(
+            base_url=f"{gateway.url}/v1", api_key="wa_not-a-token", max_retries=0
+        ).models.list()
+    assert bad.value.code == "invalid_api_key"
+    with gateway.http(None) as anonymous:
+        for method, path in [("GET", "/v1/models"), ("POST", "/v1/chat/completions")]:
+            response = anonymous.request(method, path, json={"model": "small", "messages": hello})
+            assert response.status_code == 401, (path, response.text)
+            assert response.json()["error"]["code"] == "invalid_api_key"
+        # A browser's session cookie (and its CSRF token) does not authenticate here.
+        form = anonymous.get("/login")
+        signed_in = anonymous.post(
+            "/login",
+            data={
+                "username": "alice",
+                "password": "correct horse battery",
+                "_csrf_token": csrf_from(form.text),
+            },
+            follow_redirects=False,
+        )
+        assert signed_in.status_code == 303 and anonymous.cookies.get("webapp_session")
+        assert anonymous.get("/api/conversations").status_code == 200
+        csrf = csrf_from(anonymous.get("/", follow_redirects=True).text)
+        assert anonymous.get("/v1/models").status_code == 401
+        cookie_call = anonymous.post(
+            "/v1/chat/completions",
+            json={"model": "small", "messages": hello},
+            headers={"x-csrftoken": csrf},
+        )
+        assert cookie_call.status_code == 401, cookie_call.text
+
+
+# ---- rate limits ----------------------------------------------------------------------------
+
+
+def test_gateway_calls_are_rate_limited_per_user(
+    serve: Callable[..., Gateway], database_url: str, upstream: FakeUpstream
+) -> None:
+    gateway = serve(database_url, rate_limit_messages=3, rate_limit_window=60)
+    alice = gateway.client()
+    hello = [{"role": "user", "content": "hello"}]
+    alice.chat.completions.create(model="small", messages=hello)
+    alice.embeddings.create(model="small", input="hello")
+    alice.completions.create(model="small", prompt="hello")
+    calls = len(upstream.requests)
+    with pytest.raises(openai.RateLimitError) as refused:
+        alice.chat.completions.create(model="small", messages=hello)
+    assert refused.value.code == "rate_limit_exceeded"
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    assert len(upstream.requests) == calls  # refused before anything was sent
+    assert [m.id for m in alice.models.list()]  # listing calls no model: never refused
+
+
+def test_parallel_calls_cannot_slip_past_the_limit(
+    serve: Callable[..., Gateway], database_url: str, upstream: FakeUpstream
+) -> None:
+    gateway = serve(database_url, rate_limit_messages=3, rate_limit_window=60)
+
+    def call(_: int) -> int:
+        with gateway.http() as http:
+            return http.post("/v1/embeddings", json={"model": "small", "input": "hi"}).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = sorted(pool.map(call, range(8)))
+    assert statuses == [200] * 3 + [429] * 5
+    assert len(upstream.requests) == 3
+
+
+def test_chat_sends_and_gateway_calls_share_the_limit(
+    serve: Callable[..., Gateway], database_url: str
+) -> None:
+    gateway = serve(database_url, rate_limit_messages=2, rate_limit_window=60)
+    with gateway.http() as http:
+        conversation = http.post("/api/conversations", json={"configuration": "small"}).json()
+        sent = http.post(
+            f"/api/conversations/{conversation['id']}/messages", json={"content": "hi"}
+        )
+        assert sent.status_code == 201
+    alice, bob = gateway.client(), gateway.client("bob")
+    hello = [{"role": "user", "content": "hello"}]
+    alice.chat.completions.create(model="small", messages=hello)
+    with pytest.raises(openai.RateLimitError):
+        alice.chat.completions.create(model="small", messages=hello)
+    # A call into a conversation is counted by its stored message, and sees the calls too.
+    with pytest.raises(openai.RateLimitError) as refused:
+        alice.chat.completions.create(
+            model="small", messages=hello, extra_headers={"x-conversation-id": conversation["id"]}
+        )
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    with gateway.http() as http:
+        assert len(http.get(f"/api/conversations/{conversation['id']}").json()["messages"]) == 2
+    # Each user has a limit of their own.
+    bob.chat.completions.create(model="small", messages=hello)
+    bob.chat.completions.create(model="small", messages=hello)
+
+
+# ---- x-conversation-id ----------------------------------------------------------------------
+
+
+def _conversation(gateway: Gateway, user: str = "alice", configuration: str = "small") -> str:
+    with gateway.http(user) as http:
+        response = http.post("/api/conversations", json={"configuration": configuration})
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+
+def test_a_call_in_a_conversation_is_stored_with_its_fit(
+    serve: Callable[..., Gateway], database_url: str, upstream: FakeUpstream
+) -> None:
+    gateway = serve(database_url)
+    conversation_id = _conversation(gateway)
+    client = gateway.client()
+    header = {"x-conversation-id": conversation_id}
+    reports = []
+    for turn in range(6):
+        text = f"Turn {turn}: " + " ".join(f"word{turn}x{i}" for i in range(60))
+        raw = client.chat.completions.with_raw_response.create(
+            model="small",
+            # Only the last message is new: the conversation holds the history.
+            messages=[{"role": "user", "content": "DECOY"}, {"role": "user", "content": text}],
+            extra_headers=header,
+        )
+        assert raw.headers["x-conversation-id"] == conversation_id
+        answer = raw.parse()
+        reports.append((int(raw.headers["x-dropped-turns"]), webapp_of(answer)))
+        assert answer.choices[0].message.content.startswith("Echo from small")
+        sent = upstream.requests[-1]["body"]["messages"]
+        assert sent[0] == {"role": "system", "content": "You are a test model."}
+        assert sent[-1]["content"] == text and "DECOY" not in json.dumps(sent)
+    dropped, report = reports[-1]
+    assert dropped == report["dropped_turns"] > 0 and report["model"] == "small"
+    assert report["conversation_id"] == conversation_id
+    # Stored: every message (history is never shortened), the fit on the user row, the
+    # serving model and usage on the answer; `left_out` names stored seqs (turn 1 onward).
+    with gateway.http() as http:
+        stored = http.get(f"/api/conversations/{conversation_id}").json()["messages"]
+        page = http.get(f"/c/{conversation_id}").text
+    assert len(stored) == 12
+    user_row, answer_row = stored[-2], stored[-1]
+    assert user_row["id"] == report["user_message_id"]
+    assert answer_row["id"] == report["assistant_message_id"]
+    assert user_row["dropped_turns"] == dropped and user_row["fit"]["budget"] == report["budget"]
+    assert answer_row["model"] == "small" and answer_row["usage"]["prompt_tokens"] > 0
+    assert report["left_out"] == [[3, 2 + 2 * dropped]]
+    assert f'data-dropped-turns="{dropped}"' in page
+
+
+def test_a_streamed_call_in_a_conversation(gateway: Gateway) -> None:
+    conversation_id = _conversation(gateway)
+    with gateway.client().chat.completions.with_streaming_response.create(
+        model="small",
+        messages=[{"role": "user", "content": "Stream into my conversation"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers={"x-conversation-id": conversation_id},
+    ) as response:
+        assert response.headers["x-dropped-turns"] == "0"
+        chunks = list(response.parse())
+    assert webapp_of(chunks[0])["conversation_id"] == conversation_id
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].usage.prompt_tokens > 0
+    with gateway.http() as http:
+        stored = http.get(f"/api/conversations/{conversation_id}").json()["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["content"] == text and stored[1]["status"] == "complete"
+
+
+def test_conversation_calls_are_the_callers_own_and_checked(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    client = gateway.client()
+    hello = [{"role": "user", "content": "hello"}]
+    theirs = _conversation(gateway, "bob")
+    with pytest.raises(openai.NotFoundError) as foreign:
+        client.chat.completions.create(
+            model="small", messages=hello, extra_headers={"x-conversation-id": theirs}
+        )
+    assert foreign.value.code == "conversation_not_found"
+    mine = _conversation(gateway)
+    header = {"x-conversation-id": mine}
+    for kwargs, param in [
+        ({"model": "medium"}, "model"),
+        ({"tools": [WEATHER_TOOL]}, "tools"),
+        ({"max_tokens": 20}, "max_tokens"),
+        ({"messages": [*hello, {"role": "assistant", "content": "hi"}]}, "messages"),
+    ]:
+        call = {"model": "small", "messages": hello, **kwargs}
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(**call, extra_headers=header)
+        assert refused.value.param == param
+    assert upstream.requests == []
+    with gateway.http() as http:
+        assert http.get(f"/api/conversations/{mine}").json()["messages"] == []
+        assert http.get(f"/api/conversations/{theirs}").status_code == 404

@@ -1,0 +1,134 @@
+"""`webapp serve` as deployed: a real uvicorn process, spoken to over real sockets.
+
+Who the client is comes from X-Forwarded-For only when the connection is from a trusted
+proxy; a request must arrive whole in time, or its connection is closed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.browser.conftest import free_port
+from tests.test_api import make_user
+
+WEBAPP = Path(sys.executable).parent / "webapp"
+PASSWORD = "correct horse battery"
+
+Serve = Callable[..., str]
+
+
+@pytest.fixture
+def serve(sqlite_url: str, tmp_path: Path) -> Iterator[Serve]:
+    """`serve(**settings)` starts `webapp serve` on the test's database; returns its URL."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(**settings: str) -> str:
+        port = free_port()
+        env = {
+            **os.environ,
+            "WEBAPP_DATABASE_URL": sqlite_url,
+            "WEBAPP_SECRET_KEY": "serve-tests-secret-key-0123456789",
+            **{f"WEBAPP_{name.upper()}": value for name, value in settings.items()},
+        }
+        env.pop("FORWARDED_ALLOW_IPS", None)
+        log = (tmp_path / f"serve-{port}.log").open("wb")
+        process = subprocess.Popen(
+            [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"webapp serve exited: {(tmp_path / f'serve-{port}.log').read_text()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        pytest.fail("webapp serve did not answer in 30 s")
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def sign_in(client: httpx.Client, password: str, forwarded_for: str) -> int:
+    page = client.get("/login")
+    token = re.search(r'name="_csrf_token" value="([0-9a-f]+)"', page.text)
+    assert token, page.text
+    response = client.post(
+        "/login",
+        data={"username": "alice", "password": password, "_csrf_token": token[1]},
+        headers={"X-Forwarded-For": forwarded_for},
+    )
+    return response.status_code
+
+
+async def test_a_spoofed_forwarded_for_is_not_believed(serve: Serve, sqlite_url: str) -> None:
+    await make_user(sqlite_url, "alice")
+    url = serve()
+    with httpx.Client(base_url=url) as client:
+        statuses = [sign_in(client, "wrong guess", f"203.0.113.{n}") for n in range(6)]
+    assert statuses == [400] * 5 + [429], "every guess counted for the one real address"
+
+
+async def test_a_trusted_proxy_says_who_the_client_is(serve: Serve, sqlite_url: str) -> None:
+    await make_user(sqlite_url, "alice")
+    url = serve(trusted_proxies="127.0.0.1")
+    with httpx.Client(base_url=url) as client:
+        assert [sign_in(client, "wrong guess", "203.0.113.7") for _ in range(5)] == [400] * 5
+        assert sign_in(client, PASSWORD, "203.0.113.7") == 429
+        assert sign_in(client, PASSWORD, "198.51.100.4") == 303, "the owner still gets in"
+
+
+def closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> float:
+    """Send `trickle` a byte at a time (a slow client); how long until the server hangs up."""
+    start = time.monotonic()
+    sock.settimeout(0.2)
+    sent = 0
+    while time.monotonic() - start < seconds:
+        if sent < len(trickle):
+            try:
+                sock.send(trickle[sent : sent + 1])
+            except OSError:
+                return time.monotonic() - start
+            sent += 1
+        try:
+            if sock.recv(1024) == b"":
+                return time.monotonic() - start
+        except TimeoutError:
+            continue
+        except OSError:
+            return time.monotonic() - start
+    return float("inf")
+
+
+def test_slow_and_idle_connections_are_closed(serve: Serve) -> None:
+    url = serve(request_timeout="1", keep_alive_timeout="1")
+    port = int(url.rsplit(":", 1)[1])
+    slow_headers = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        assert closed_within(sock, 5, slow_headers) < 3, "headers sent a byte at a time"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        assert closed_within(sock, 5) < 3, "a connection that never sends anything"
+    body = b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(body)
+        assert closed_within(sock, 5, b"username=" + b"a" * 100) < 3, "a body that never ends"
+    # A request that arrives in time is answered as usual.
+    assert httpx.get(f"{url}/healthz").status_code == 200

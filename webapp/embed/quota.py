@@ -1,0 +1,93 @@
+"""Rate limits for anonymous embed visitors that changing cookies does not reset.
+
+The per-visitor limit (in the conversation service) counts a visitor's own messages,
+but a visitor is whatever id the browser brings, and a browser without cookies gets a
+new one with every page. So every send through an embed is also counted per client
+address (as seen through the trusted proxies) and, as a ceiling on what all visitors
+of one embed may cost together, per embed. The counts live in the database, so every
+worker sees the same.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from webapp.db import transaction
+from webapp.embed.models import CLIENT_MAX_LENGTH, EmbedSend
+from webapp.errors import TooManyRequests
+from webapp.timeutil import as_utc, utcnow
+
+
+class EmbedQuota:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        per_client: int,
+        per_embed: int,
+        window: timedelta,
+    ) -> None:
+        self.sessions = sessions
+        self.per_client = per_client
+        self.per_embed = per_embed
+        self.window = window
+
+    async def take(self, embed_name: str, client: str) -> None:
+        """Count one send through `embed_name` from `client`, or refuse it (TooManyRequests)
+        when the client's or the embed's limit is already reached; a refused send is not
+        counted. The first statement writes, so on SQLite the transaction holds the write
+        lock while it counts; PostgreSQL takes a lock per embed: parallel sends cannot
+        both see room for one."""
+        if self.per_client <= 0 and self.per_embed <= 0:
+            return
+        client = client[:CLIENT_MAX_LENGTH]
+        now = utcnow()
+        since = now - self.window
+        async with transaction(self.sessions) as session:
+            if session.bind.dialect.name == "postgresql":
+                lock = func.hashtext(f"embed-send {embed_name}")
+                await session.exec(select(func.pg_advisory_xact_lock(lock)))
+            await session.exec(delete(EmbedSend).where(col(EmbedSend.sent_at) <= since))
+            if self.per_client > 0:
+                await self._refuse_if_full(
+                    session, since, self.per_client, "from your address", embed_name, client
+                )
+            if self.per_embed > 0:
+                await self._refuse_if_full(
+                    session, since, self.per_embed, "through this chat", embed_name
+                )
+            session.add(EmbedSend(embed_name=embed_name, client=client, sent_at=now))
+
+    async def _refuse_if_full(
+        self,
+        session: AsyncSession,
+        since: datetime,
+        limit: int,
+        where: str,
+        embed_name: str,
+        client: str | None = None,
+    ) -> None:
+        query = select(EmbedSend.sent_at).where(
+            col(EmbedSend.embed_name) == embed_name, col(EmbedSend.sent_at) > since
+        )
+        if client is not None:
+            query = query.where(col(EmbedSend.client) == client)
+        newest_first = list(
+            await session.exec(query.order_by(col(EmbedSend.sent_at).desc()).limit(limit))
+        )
+        if len(newest_first) < limit:
+            return
+        # Room comes back when the oldest of the newest `limit` leaves the window.
+        wait = max(1, math.ceil((as_utc(newest_first[-1]) - since).total_seconds()))
+        seconds = self.window.total_seconds()
+        raise TooManyRequests(
+            f"{limit} messages were sent {where} in the last {seconds:g} seconds; "
+            f"try again in {wait} seconds.",
+            retry_after=wait,
+        )

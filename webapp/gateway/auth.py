@@ -1,0 +1,35 @@
+"""Who is calling the gateway: an API token, and nothing else.
+
+The gateway takes no session cookie, so a page on another site cannot make a
+visitor's browser call it with their credentials: it needs no CSRF token, and the
+app's CSRF guard already lets bearer-token requests through. The app's own
+session-or-token middleware skips /v1 so that a cookie never authenticates here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from webapp.accounts.service import AccountService
+from webapp.web.security import bearer_token
+
+
+class BearerTokenAuth(AbstractAuthenticationMiddleware):
+    async def authenticate_request(
+        self, connection: ASGIConnection[Any, Any, Any, Any]
+    ) -> AuthenticationResult:
+        token = bearer_token(connection)
+        if token is None:
+            raise NotAuthorizedException(
+                "Send an API token as 'Authorization: Bearer <token>' (create one on "
+                "/settings or with `webapp token create`); the gateway takes no cookies."
+            )
+        accounts: AccountService = connection.app.state.accounts
+        user = await accounts.user_for_token(token)
+        if user is None:
+            raise NotAuthorizedException("The API token is unknown or revoked.")
+        return AuthenticationResult(user=user, auth="token")

@@ -1,0 +1,124 @@
+"""POST /v1/chat/completions: chat and tool calls, bounded against the serving model.
+
+The pipeline fits the request's messages to the model that will serve (tool schemas
+and the answer's room counted), falls back and re-fits as it must, and the answer
+says what was left out in `x-dropped-turns` and its `webapp` object. A stream is
+opened only once the first piece of the answer is there, so its headers and first
+chunk carry the fit that was actually sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import Request, Response, post
+from litestar.response import Stream
+
+from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
+from webapp.gateway.deps import Chat, Limit, Owner, json_response, resolve_route
+from webapp.gateway.errors import GatewayError, from_provider
+from webapp.gateway.report import fit_headers, fit_report
+from webapp.gateway.schemas import ChatCompletionRequest, parse
+from webapp.gateway.streaming import STREAM_HEADERS, Chunks, completion_body, replay, sse
+from webapp.llm.manager import (
+    Counted,
+    Delta,
+    Finished,
+    Fitted,
+    LLMManager,
+    Plan,
+    StreamEvent,
+    Transcript,
+)
+from webapp.llm.providers.base import ProviderError
+
+
+@post("/chat/completions", status_code=200)
+async def chat_completions(
+    request: Request[Any, Any, Any], chat: Chat, limit: Limit, owner: Owner
+) -> Response[Any]:
+    """A chat call, fitted to the model that serves it; with `x-conversation-id`, a send
+    in one of the caller's conversations (see `webapp.gateway.conversation`)."""
+    body: ChatCompletionRequest = parse(ChatCompletionRequest, await request.body())
+    manager = chat.manager
+    route = resolve_route(manager, body.model)
+    conversation_id = request.headers.get(CONVERSATION_HEADER)
+    if conversation_id is not None:
+        await limit.admit(owner, record=False)
+        return await answer_in_conversation(chat, owner, conversation_id.strip(), body)
+    await limit.admit(owner)
+    messages = [message.wire() for message in body.messages]
+    tools = body.wire_tools()
+    plan = manager.plan(
+        route, Transcript(messages=messages), tools=tools, max_tokens=body.answer_limit
+    )
+    if body.stream and not tools:
+        return await _stream(manager, plan, body)
+    try:
+        answer, fit, model = await manager.chat(plan)
+    except ProviderError as error:
+        raise from_provider(error, plan.fit.model) from None
+    report = fit_report(body.model, fit)
+    if body.stream:
+        chunks = Chunks(model, report, body.include_usage)
+        return Stream(
+            replay(chunks, answer),
+            media_type="text/event-stream",
+            headers={**STREAM_HEADERS, **fit_headers(fit)},
+        )
+    return json_response(completion_body(model, answer, report), fit_headers(fit))
+
+
+async def _stream(manager: LLMManager, plan: Plan, body: ChatCompletionRequest) -> Stream:
+    """Wait for the first piece of the answer before opening the stream: until then a
+    failure is still an HTTP error, and a fallback's re-fit is still news the headers
+    can carry."""
+    events = manager.stream(plan)
+    fit = plan.fit
+    try:
+        first: StreamEvent | None = await anext(events, None)
+        while isinstance(first, Fitted | Counted):
+            if isinstance(first, Fitted):
+                fit = first.fit
+            first = await anext(events, None)
+    except ProviderError as error:
+        await events.aclose()
+        raise from_provider(error, fit.model) from None
+    except BaseException:
+        await events.aclose()
+        raise
+    chunks = Chunks(fit.model, fit_report(body.model, fit), body.include_usage)
+    return Stream(
+        _relay(chunks, first, events),
+        media_type="text/event-stream",
+        headers={**STREAM_HEADERS, **fit_headers(fit)},
+    )
+
+
+async def _relay(
+    chunks: Chunks, first: StreamEvent | None, events: AsyncIterator[StreamEvent]
+) -> AsyncIterator[bytes]:
+    finished: Finished | None = None
+    try:
+        yield chunks.first()
+        event = first
+        while event is not None:
+            if isinstance(event, Delta):
+                yield chunks.delta({"content": event.text})
+            elif isinstance(event, Finished):
+                finished = event
+            event = await anext(events, None)
+    except ProviderError as error:
+        yield _error_event(from_provider(error, chunks.model))
+        return
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    for data in chunks.last(
+        finished.finish_reason if finished else None, finished.usage if finished else None
+    ):
+        yield data
+
+
+def _error_event(error: GatewayError) -> bytes:
+    return sse(error.body())

@@ -1,0 +1,37 @@
+"""What every gateway endpoint takes: its dependencies, the route its `model` names, and
+JSON answers with headers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import MediaType, Response
+from litestar.di import NamedDependency
+
+from webapp.chat.service import ConversationService
+from webapp.gateway.errors import GatewayError, model_not_found
+from webapp.gateway.limits import RateLimit
+from webapp.llm.manager import LLMManager
+from webapp.llm.routing import Route, RoutingError
+
+Chat = NamedDependency[ConversationService]
+"""The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
+Owner = NamedDependency[str]
+Limit = NamedDependency[RateLimit]
+
+
+def resolve_route(manager: LLMManager, name: str) -> Route:
+    """The route of the configuration a call names as its `model`; an unknown name is
+    OpenAI's 404 `model_not_found`."""
+    if name not in manager.catalog.configurations:
+        raise model_not_found(name)
+    try:
+        return manager.route(name)
+    except RoutingError as error:
+        raise GatewayError(
+            503, f"{error}; ask the operator", type="server_error", code="no_model_available"
+        ) from None
+
+
+def json_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response(body, media_type=MediaType.JSON, headers=headers or {})

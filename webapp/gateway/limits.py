@@ -1,0 +1,105 @@
+"""The per-user rate limit, for gateway calls that store no message.
+
+A chat send is counted from the stored messages themselves; a gateway call without
+`x-conversation-id` stores none, so it leaves a row of its own here (owner and time,
+nothing of its content). Both kinds count against the one limit the chat uses
+(`WEBAPP_RATE_LIMIT_MESSAGES` per `WEBAPP_RATE_LIMIT_WINDOW`): a gateway call is
+refused when the caller's gateway calls and chat sends in the window reach it.
+Rows are in the database, so every worker (and every machine on PostgreSQL) counts
+the same; each owner's rows older than the window are deleted as their next call is
+counted, so the table holds at most a window's worth of calls.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from sqlalchemy import Column, Connection, DateTime, Index, delete, func, insert, select
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import Field, SQLModel, col
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from webapp.chat.models import Conversation, Message, Role
+from webapp.db import in_transaction
+from webapp.gateway.errors import too_many
+from webapp.timeutil import as_utc, utcnow
+
+
+class GatewayCall(SQLModel, table=True):
+    """One model call made through the gateway that stored no message."""
+
+    __tablename__ = "gateway_call"
+    __table_args__ = (Index("ix_gateway_call_owner_time", "owner", "called_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner: str = Field(max_length=100)
+    called_at: datetime = Field(
+        sa_column=Column(DateTime(timezone=True), nullable=False, default=utcnow)
+    )
+
+
+def _newest(connection: Connection, owner: str, since: datetime, limit: int) -> list[datetime]:
+    """The owner's newest `limit` counted calls and chat sends in the window, newest first."""
+    calls = connection.execute(
+        select(GatewayCall.called_at)
+        .where(col(GatewayCall.owner) == owner, col(GatewayCall.called_at) > since)
+        .order_by(col(GatewayCall.called_at).desc())
+        .limit(limit)
+    ).scalars()
+    sends = connection.execute(
+        select(Message.created_at)
+        .where(
+            col(Message.conversation_id).in_(
+                select(Conversation.id).where(
+                    col(Conversation.owner) == owner, col(Conversation.updated_at) > since
+                )
+            ),
+            col(Message.role) == Role.USER,
+            col(Message.created_at) > since,
+        )
+        .order_by(col(Message.created_at).desc())
+        .limit(limit)
+    ).scalars()
+    return sorted((as_utc(t) for t in [*calls, *sends]), reverse=True)[:limit]
+
+
+class RateLimit:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], limit: int, window: float
+    ) -> None:
+        self.sessions = sessions
+        self.limit = limit
+        self.window = window
+
+    async def admit(self, owner: str, *, record: bool = True) -> None:
+        """Count this call, or refuse it (429 with Retry-After) and count nothing. A call
+        that will store a message (`record=False`) is only checked: its message counts."""
+        if self.limit <= 0:
+            return
+        wait = await in_transaction(self.sessions, self._admit, owner, utcnow(), record)
+        if wait is not None:
+            raise too_many(
+                f"You have made {self.limit} calls in the last {self.window:g} seconds; "
+                f"try again in {wait} seconds.",
+                wait,
+            )
+
+    def _admit(self, connection: Connection, owner: str, now: datetime, record: bool) -> int | None:
+        if connection.dialect.name == "postgresql":
+            # Under READ COMMITTED two calls would each count without the other: one at a
+            # time per owner. (SQLite's transactions here hold its write lock from BEGIN.)
+            connection.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"gw {owner}"))))
+        since = now - timedelta(seconds=self.window)
+        connection.execute(
+            delete(GatewayCall).where(
+                col(GatewayCall.owner) == owner, col(GatewayCall.called_at) <= since
+            )
+        )
+        newest = _newest(connection, owner, since, self.limit)
+        if len(newest) >= self.limit:
+            # Once the limit-th newest leaves the window, fewer than `limit` remain in it.
+            return max(1, math.ceil((newest[self.limit - 1] - since).total_seconds()))
+        if record:
+            connection.execute(insert(GatewayCall).values(owner=owner, called_at=now))
+        return None

@@ -1,0 +1,69 @@
+"""The /v1 router: models, and the wiring of every gateway endpoint.
+
+Each call names a configuration as its `model`; the configuration's route (fixed
+model or criteria, then fallbacks) decides which model serves. The router takes
+bearer tokens only, answers every error in OpenAI's shape, and counts model calls
+against the chat's per-user rate limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Router, get
+from litestar.di import Provide
+from litestar.params import FromPath
+
+from webapp.chat.service import ConversationService
+from webapp.gateway.auth import BearerTokenAuth
+from webapp.gateway.chat import chat_completions
+from webapp.gateway.deps import Chat
+from webapp.gateway.errors import gateway_exception_handler, model_not_found
+from webapp.gateway.limits import RateLimit
+from webapp.gateway.passthrough import completions, embeddings
+from webapp.llm.describe import configuration_dicts
+
+
+def _model_entry(described: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": described["name"],
+        "object": "model",
+        "created": 0,
+        "owned_by": "webapp",
+        "webapp": {
+            "kind": described["kind"],
+            "model": described["serving_model"],
+            "window": described["window"],
+            "fallbacks": described["fallbacks"],
+            "max_tokens": described["max_tokens"],
+        },
+    }
+
+
+@get("/models")
+async def list_models(chat: Chat) -> dict[str, Any]:
+    """The configurations, by name: what a call's `model` names."""
+    described = configuration_dicts(chat.manager.catalog)
+    return {"object": "list", "data": [_model_entry(entry) for entry in described]}
+
+
+@get("/models/{name:str}")
+async def read_model(chat: Chat, name: FromPath[str]) -> dict[str, Any]:
+    for entry in configuration_dicts(chat.manager.catalog):
+        if entry["name"] == name:
+            return _model_entry(entry)
+    raise model_not_found(name)
+
+
+def gateway_router(chat: ConversationService) -> Router:
+    """The /v1 router: bearer tokens only, OpenAI-shaped errors, the chat's rate limit."""
+    settings = chat.settings
+    limit = RateLimit(chat.sessions, settings.rate_limit_messages, settings.rate_limit_window)
+    return Router(
+        path="/v1",
+        route_handlers=[list_models, read_model, chat_completions, completions, embeddings],
+        middleware=[BearerTokenAuth],
+        exception_handlers={Exception: gateway_exception_handler},
+        dependencies={"limit": Provide(lambda: limit, sync_to_thread=False)},
+        tags=["openai-compatible gateway"],
+    )
