@@ -147,3 +147,36 @@ def test_search_from_the_sidebar_opens_the_turn_even_beyond_the_first_page(
     box = page.get_by_role("searchbox", name="Search your conversations")
     box.fill("nothingmatchesthis")
     expect(page.locator("#search-results")).to_contain_text("No message matches")
+
+
+def test_export_from_the_header_and_import_from_the_sidebar(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, tmp_path: Path
+) -> None:
+    upstream.set_reply("Paris, on the **Seine**.")
+    conversation_id = create_conversation(live_server)
+    send_by_api(live_server, conversation_id, "Where is the Louvre?")
+    page = open_page(live_server, f"/c/{conversation_id}")
+
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Markdown").click()
+    markdown = Path(download.value.path()).read_text()
+    assert "## You\n\nWhere is the Louvre?" in markdown
+    with page.expect_download() as download:
+        page.get_by_role("link", name="JSON").click()
+    exported = tmp_path / "export.json"
+    exported.write_bytes(Path(download.value.path()).read_bytes())
+
+    page.get_by_label("Import a conversation (JSON export)").set_input_files(exported)
+    page.get_by_role("button", name="Import", exact=True).click()
+    page.wait_for_url(re.compile(r"/c/(?!" + re.escape(conversation_id) + r")[\w-]+$"))
+    expect(messages(page, "user").locator(".content")).to_have_text(["Where is the Louvre?"])
+    expect(messages(page, "assistant").locator("strong")).to_have_text("Seine")
+
+    # A file that is not an export says so, and nothing is made.
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"hello": "world"}')
+    before = len(live_server.api("GET", "/api/conversations").json())
+    page.get_by_label("Import a conversation (JSON export)").set_input_files(wrong)
+    page.get_by_role("button", name="Import", exact=True).click()
+    expect(page.locator("body")).to_contain_text("not a conversation export")
+    assert len(live_server.api("GET", "/api/conversations").json()) == before

@@ -7,11 +7,13 @@ differs, which a `conversation` dependency decides per controller.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from litestar import Controller, Request, get, post
+from litestar.datastructures import UploadFile
 from litestar.di import Provide
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
@@ -28,6 +30,7 @@ from webapp.web.params import RowId, Seq
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
+MAX_IMPORT_BYTES = 20 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +249,25 @@ class ConversationAdmin(Controller):
         """The sidebar's results as the user types; an empty box shows none."""
         hits = await chat.search(owner, q) if q.strip() else None
         return Template("chat/_search_results.html", context={"hits": hits, "query": q})
+
+    @post("/c/import")
+    async def import_file(
+        self, request: Request[Any, Any, Any], chat: ConversationService, owner: str
+    ) -> Response[Any]:
+        """A JSON export chosen in the sidebar becomes a new conversation, opened at once."""
+        form = await request.form()
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidInput("choose a JSON export to import")
+        raw = await upload.read(MAX_IMPORT_BYTES + 1)
+        if len(raw) > MAX_IMPORT_BYTES:
+            raise InvalidInput(f"an import file is at most {MAX_IMPORT_BYTES // 2**20} MB")
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, ValueError):
+            raise InvalidInput("that file is not JSON: import a conversation's export") from None
+        conversation = await chat.import_conversation(owner, data)
+        return go_to(request, f"/c/{conversation.id}")
 
     @post("/c/new")
     async def new_conversation(

@@ -29,6 +29,7 @@ from webapp.chat.answers import AnswerRegistry, Channel, Event, RunningAnswer
 from webapp.chat.history import (
     StoredTranscript,
     Tail,
+    is_replayable,
     left_out_seqs,
     load_transcript,
     read_tail,
@@ -44,6 +45,7 @@ from webapp.chat.models import (
 )
 from webapp.chat.search import Hit, search_messages, search_words
 from webapp.chat.serialize import message_dict
+from webapp.chat.transfer import parse_export
 from webapp.db import as_loaded, in_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
@@ -278,6 +280,42 @@ class ConversationService:
         engine: AsyncEngine = self.sessions.kw["bind"]
         async with engine.connect() as connection:
             return await connection.run_sync(search_messages, owner, " ".join(words))
+
+    async def import_conversation(self, owner: str, data: object) -> Conversation:
+        """A new conversation of `owner` holding a JSON export's messages and fit facts,
+        as they were; `prior_turns` is recounted, answers are rendered once more."""
+        catalog = self.manager.catalog
+        imported = parse_export(
+            data,
+            default_configuration=catalog.default_configuration,
+            known=set(catalog.configurations),
+        )
+        now = utcnow()
+        conversation = Conversation(
+            owner=owner,
+            **owner_columns(owner),
+            configuration=imported.configuration,
+            title=clean_title(imported.title),
+            created_at=imported.created_at or now,
+            updated_at=now,
+        )
+        rows, prior = [], 0
+        for values in imported.messages:
+            values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
+            if values["estimated_tokens"] is None:
+                values["estimated_tokens"] = estimate_message(values)
+            if values["role"] == Role.USER:
+                values["prior_turns"] = prior
+            else:
+                prior += is_replayable(values["status"], values["content"])
+                values["content_html"] = str(render_markdown(values["content"]))
+            rows.append(values)
+        async with transaction(self.sessions) as session:
+            session.add(conversation)
+            await session.flush()
+            session.add_all(Message(conversation_id=conversation.id, **values) for values in rows)
+        self._configurations.remember(conversation.id, conversation.configuration)
+        return conversation
 
     async def get(self, owner: str, conversation_id: str) -> Conversation:
         async with self.sessions() as session:
