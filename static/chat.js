@@ -7,22 +7,50 @@
 
   let wasBusy = false;
 
+  // While an answer streams the box stays usable: the next message can be written (not
+  // sent) meanwhile, and the focus never drops to the page.
   function syncComposer() {
     const form = document.getElementById("composer");
     if (!form) return;
     const busy = Boolean(streaming());
     form.dataset.busy = String(busy);
-    form.querySelector("textarea").disabled = busy;
-    form.querySelector('[data-action="send"]').disabled = busy;
+    const area = form.querySelector("textarea");
+    const send = form.querySelector('[data-action="send"]');
     const stop = form.querySelector('[data-action="stop"]');
-    stop.hidden = !busy;
-    // Disabling the box (or hiding Stop) drops the focus; when the answer ends, give it back
-    // to the box, unless the user has moved on to something else meanwhile.
+    // Disabling Send, or hiding Stop, would drop the focus to the page: keep it in the box.
+    if (busy && document.activeElement === send) area.focus();
     const lost = !document.activeElement || document.activeElement === document.body;
-    if (wasBusy && !busy && (lost || document.activeElement === stop)) {
-      form.querySelector("textarea").focus();
-    }
+    if (wasBusy && !busy && (lost || document.activeElement === stop)) area.focus();
+    send.disabled = busy;
+    stop.hidden = !busy;
     wasBusy = busy;
+  }
+
+  // On a phone the sidebar is a drawer over the chat.
+  function openDrawer() {
+    const app = document.querySelector(".app");
+    if (!app) return;
+    app.classList.add("drawer-open");
+    document.querySelectorAll('[data-action="toggle-sidebar"]').forEach((b) => b.setAttribute("aria-expanded", "true"));
+    const search = document.getElementById("search-q");
+    if (search) search.focus();
+  }
+
+  function closeDrawer() {
+    const app = document.querySelector(".app.drawer-open");
+    if (!app) return false;
+    app.classList.remove("drawer-open");
+    const toggle = document.querySelector('[data-action="toggle-sidebar"]');
+    if (toggle) {
+      toggle.setAttribute("aria-expanded", "false");
+      toggle.focus();
+    }
+    return true;
+  }
+
+  function stopAnswer() {
+    const stop = document.querySelector('#composer [data-action="stop"]');
+    if (stop && !stop.hidden) stop.click();
   }
 
   function nearBottom(box) {
@@ -32,6 +60,14 @@
   function scrollToBottom() {
     const box = document.getElementById("messages");
     if (box) box.scrollTop = box.scrollHeight;
+    syncScrollButton();
+  }
+
+  // "Scroll to the newest" shows only when the reader has scrolled up.
+  function syncScrollButton() {
+    const box = document.getElementById("messages");
+    const button = document.querySelector('[data-action="scroll-bottom"]');
+    if (box && button) button.hidden = nearBottom(box);
   }
 
   function leftOutSpans(marker) {
@@ -98,12 +134,20 @@
     if (line.nextElementSibling !== below) box.insertBefore(line, below);
   }
 
+  // Escape stops the answer being written, wherever the focus is (but first closes the
+  // drawer on a phone).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || event.defaultPrevented) return;
+    if (closeDrawer()) return;
+    stopAnswer();
+  });
+
   document.addEventListener("keydown", (event) => {
     const area = event.target;
     if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
-      if (area.value.trim() && !area.disabled) area.form.requestSubmit();
+      if (area.value.trim() && area.form.dataset.busy !== "true") area.form.requestSubmit();
     }
   });
 
@@ -123,6 +167,20 @@
     if (!event.target.closest) return;
     const copy = event.target.closest('[data-action="copy-code"]');
     if (copy) copyCode(copy);
+    if (event.target.closest('[data-action="toggle-sidebar"]')) {
+      if (!closeDrawer()) openDrawer();
+    }
+    if (event.target.closest('[data-action="close-sidebar"]')) closeDrawer();
+    if (event.target.closest('[data-action="scroll-bottom"]')) {
+      scrollToBottom();
+      document.querySelector("#composer textarea").focus();
+    }
+    const more = event.target.closest('[data-action="show-more"]');
+    if (more) {
+      const open = more.closest(".bubble").classList.toggle("collapsed") === false;
+      more.setAttribute("aria-expanded", String(open));
+      more.textContent = open ? "Show less" : "Show more";
+    }
     const show = event.target.closest('[data-action="show-left-out"]');
     const marker = show && document.querySelector(`#${show.dataset.marker} .trim-marker`);
     if (marker) marker.open = !marker.open;
@@ -148,6 +206,8 @@
       document.getElementById("composer-error").replaceChildren();
     }
     placeCutLine();
+    const title = document.getElementById("title-form");
+    if (title && title.dataset.pageTitle) document.title = title.dataset.pageTitle;
     if (stickToBottom) scrollToBottom();
     syncComposer();
   });
@@ -179,6 +239,10 @@
     stickToBottom = false;
     return true;
   }
+
+  document.addEventListener("scroll", (event) => {
+    if (event.target.id === "messages") syncScrollButton();
+  }, true);
 
   document.addEventListener("DOMContentLoaded", () => {
     placeCutLine();

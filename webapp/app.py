@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 API_PATHS = ("/api/", "/schema")
 """Answered in JSON, and with 401 rather than a redirect to the sign-in page."""
-PUBLIC_PATHS = ["^/static/", "^/healthz$"]
+PUBLIC_PATHS = ["^/static/", "^/healthz$", "^/favicon.ico$"]
 """Served without signing in (besides the routes marked exclude_from_auth: login, setup,
 the embed widget)."""
 
@@ -112,6 +112,12 @@ def sign_in_first(request: Request) -> Response[Any]:
     return Redirect(target, status_code=303)
 
 
+@get("/favicon.ico", exclude_from_auth=True, include_in_schema=False)
+async def favicon() -> Redirect:
+    """Browsers ask for /favicon.ico whatever the page links: send them to the icon."""
+    return Redirect("/static/icon.svg", status_code=301)
+
+
 @get("/healthz", tags=["health"], exclude_from_auth=True)
 async def healthz(chat: ConversationService) -> dict[str, str]:
     async with chat.sessions() as session:
@@ -162,6 +168,7 @@ def create_app(
     app = Litestar(
         route_handlers=[
             healthz,
+            favicon,
             list_configurations,
             ConversationController,
             search,

@@ -131,8 +131,12 @@ def test_search_from_the_sidebar_opens_the_turn_even_beyond_the_first_page(
     for number in range(55):  # more than one page of turns: the hit is not loaded at first
         send_by_api(live_server, conversation_id, f"Filler turn {number}")
     hit_id = stored(live_server, conversation_id)["messages"][0]["id"]
+    # The first page does not hold the hit; the hit's link reaches back to it.
+    first_page = live_server.api("GET", f"/c/{conversation_id}")
+    assert first_page.status_code == 200 and f'id="m{hit_id}"' not in first_page.text
+    reaching = live_server.api("GET", f"/c/{conversation_id}", params={"at": hit_id})
+    assert f'id="m{hit_id}"' in reaching.text
     page = open_page(live_server, f"/c/{conversation_id}")
-    expect(page.locator(f"#m{hit_id}")).to_have_count(0)
 
     box = page.get_by_role("searchbox", name="Search your conversations")
     box.fill("quill")
@@ -180,3 +184,91 @@ def test_export_from_the_header_and_import_from_the_sidebar(
     page.get_by_role("button", name="Import", exact=True).click()
     expect(page.locator("body")).to_contain_text("not a conversation export")
     assert len(live_server.api("GET", "/api/conversations").json()) == before
+
+
+def test_on_a_phone_the_sidebar_is_a_drawer_and_the_chat_gets_the_screen(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, artifacts: Path
+) -> None:
+    conversation_id = create_conversation(live_server, "tiny")
+    for number in range(1, 7):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, f"/c/{conversation_id}")
+    page.set_viewport_size({"width": 390, "height": 844})
+    sidebar = page.locator("#sidebar")
+    expect(sidebar).not_to_be_visible()
+    chat = page.locator("main.chat").bounding_box()
+    assert chat and chat["height"] >= 800 and chat["width"] >= 380, chat
+    page.screenshot(path=str(artifacts / "phone-chat.png"))
+
+    toggle = page.get_by_role("button", name="Conversations")
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    toggle.click()
+    expect(sidebar).to_be_visible()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    expect(page.get_by_role("searchbox", name="Search your conversations")).to_be_focused()
+    expect(page.get_by_label("Model configuration")).to_be_visible()  # named, on phones too
+    page.wait_for_timeout(300)  # the slide-in
+    page.screenshot(path=str(artifacts / "phone-drawer.png"))
+    page.keyboard.press("Escape")
+    expect(sidebar).not_to_be_visible()
+    expect(toggle).to_be_focused()
+
+
+def test_while_an_answer_streams_the_box_types_escape_stops_and_the_title_follows(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    response = live_server.api("POST", "/api/conversations", json={})
+    conversation_id = response.json()["id"]
+    page = open_page(live_server, f"/c/{conversation_id}")
+    expect(page.locator(".empty-state")).to_be_visible()
+    assert page.evaluate("document.querySelector('link[rel=icon]').href").endswith("icon.svg")
+
+    upstream.set_reply(" ".join(f"w{i}" for i in range(200)))
+    upstream.chunk_delay = 0.05
+    box = page.locator("#composer textarea")
+    box.fill("Plan a trip to Lisbon")
+    box.press("Enter")
+    expect(page.locator(".empty-state")).not_to_be_visible()
+    # The first exchange names the conversation everywhere, without a reload.
+    expect(page.locator("#title")).to_have_value("Plan a trip to Lisbon")
+    expect(page.locator(f"#conv-{conversation_id}")).to_have_text("Plan a trip to Lisbon")
+    expect(page).to_have_title("Plan a trip to Lisbon · Chat")
+
+    expect(page.locator('[data-action="stop"]')).to_be_visible()
+    expect(box).to_be_focused()
+    box.type("and then Porto")  # writing the next message while this one streams
+    box.press("Enter")  # ... but not sending it yet
+    expect(messages(page, "user")).to_have_count(1)
+    page.keyboard.press("Escape")
+    answer = messages(page, "assistant").last
+    expect(answer).to_have_attribute("data-status", "stopped")
+    expect(box).to_have_value("and then Porto")
+    expect(box).to_be_focused()
+
+
+def test_long_pastes_fold_and_scroll_to_newest_appears_when_scrolled_up(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    upstream.set_reply("Got it.")
+    conversation_id = create_conversation(live_server)
+    send_by_api(live_server, conversation_id, "\n".join(f"line {i}" for i in range(60)))
+    for number in range(6):
+        send_by_api(live_server, conversation_id, f"short {number}")
+    page = open_page(live_server, f"/c/{conversation_id}")
+    long_one = messages(page, "user").first
+    more = long_one.get_by_role("button", name="Show more")
+    height = long_one.bounding_box()["height"]  # type: ignore[index]
+    assert height < 400
+    more.click()
+    expect(long_one.get_by_role("button", name="Show less")).to_have_attribute(
+        "aria-expanded", "true"
+    )
+    assert long_one.bounding_box()["height"] > height + 400  # type: ignore[index]
+    expect(messages(page, "user").nth(1).get_by_role("button", name="Show more")).to_have_count(0)
+
+    down = page.get_by_role("button", name="Scroll to the newest message")
+    page.locator("#messages").evaluate("el => { el.scrollTop = 0; }")
+    expect(down).to_be_visible()
+    down.click()
+    expect(down).to_be_hidden()
+    expect(messages(page, "assistant").last).to_be_in_viewport()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import UploadFile
 from litestar.di import Provide
+from litestar.params import Parameter
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
@@ -22,15 +23,24 @@ from sse_starlette import EventSourceResponse
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService, Send
-from webapp.chat.views import Alternative, MessageView, Meter, last_fit, message_views
+from webapp.chat.views import (
+    Alternative,
+    MessageView,
+    Meter,
+    group_by_day,
+    last_fit,
+    message_views,
+)
 from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
+from webapp.timeutil import utcnow
 from webapp.web.params import RowId, Seq
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
 MAX_IMPORT_BYTES = 20 * 2**20
+SIDEBAR_PAGE = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +115,7 @@ class ConversationPages(Controller):
             "streaming": any(r.status == "streaming" for r in rows),
         }
         if conversation.embed is None:
-            context["conversations"] = await chat.list(conversation.owner)
+            context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
             context["configurations"] = configuration_dicts(chat.manager.catalog)
         return Template(self.page_template, context=context)
 
@@ -244,6 +254,18 @@ class ConversationAdmin(Controller):
         conversation = conversations[0] if conversations else await chat.create(owner)
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
+    @get("/conversations")
+    async def more_conversations(
+        self,
+        chat: ConversationService,
+        owner: str,
+        offset: Annotated[int, Parameter(ge=0, le=10**9)],
+        current: str = "",
+    ) -> Template:
+        """The sidebar's next page of conversations."""
+        context = await sidebar(chat, owner, offset, current)
+        return Template("chat/_conversation_list.html", context=context)
+
     @get("/search")
     async def search(self, chat: ConversationService, owner: str, q: str = "") -> Template:
         """The sidebar's results as the user types; an empty box shows none."""
@@ -304,6 +326,19 @@ class ConversationAdmin(Controller):
         return go_to(request, "/")
 
 
+async def sidebar(
+    chat: ConversationService, owner: str, offset: int, current_id: str
+) -> dict[str, Any]:
+    """One page of the sidebar: conversations grouped by day, and where the next starts."""
+    rows = await chat.list(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+    return {
+        "conversations": rows[:SIDEBAR_PAGE],
+        "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),
+        "more_offset": offset + SIDEBAR_PAGE if len(rows) > SIDEBAR_PAGE else None,
+        "current_id": current_id,
+    }
+
+
 def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative, ...]:
     """Configurations whose serving model has a larger window than `window`, largest
     first: switching to one is the meter's remedy for a trimmed send."""
@@ -328,6 +363,7 @@ def _turn(send: Send, conversation: ConversationRef) -> Template:
         context={
             "conversation": send.conversation,
             "base": conversation.base,
+            "embed": conversation.embed,
             "messages": message_views([send.user, send.answer]),
         },
     )

@@ -264,12 +264,13 @@ class ConversationService:
         self._configurations.remember(conversation.id, conversation.configuration)
         return conversation
 
-    async def list(self, owner: str, limit: int = 200) -> list[Conversation]:
+    async def list(self, owner: str, limit: int = 200, offset: int = 0) -> list[Conversation]:
         async with self.sessions() as session:
             query = (
                 select(Conversation)
                 .where(Conversation.owner == owner)
                 .order_by(col(Conversation.updated_at).desc(), col(Conversation.id))
+                .offset(offset)
                 .limit(limit)
             )
             return list(await session.exec(query))
