@@ -116,7 +116,7 @@
       line = document.createElement("div");
       line.id = "cut-line";
       line.className = "cut-line";
-      line.setAttribute("role", "separator");
+      line.setAttribute("role", "note");
       const words = document.createElement("span");
       words.className = "cut-words";
       const show = document.createElement("button");

@@ -439,17 +439,26 @@ OpenPage = Callable[..., Page]
 
 @pytest.fixture
 def open_page(browser: Browser) -> Iterator[OpenPage]:
-    """`open_page(server, path="/", color_scheme="light")`: a page in a fresh browser context,
+    """`open_page(server, path="/", color_scheme="light", bypass_csp=False, viewport=(w, h))`:
+    a page in a fresh browser context,
     navigated to `path`. Uncaught JavaScript errors in any page fail the test."""
     contexts = []
     errors: list[str] = []
 
-    def open_page(server: Server, path: str = "/", *, color_scheme: str = "light") -> Page:
+    def open_page(
+        server: Server,
+        path: str = "/",
+        *,
+        color_scheme: str = "light",
+        bypass_csp: bool = False,
+        viewport: tuple[int, int] = (1280, 800),
+    ) -> Page:
         context = browser.new_context(
             base_url=server.url,
             color_scheme=color_scheme,  # type: ignore[arg-type]
-            viewport={"width": 1280, "height": 800},
+            viewport={"width": viewport[0], "height": viewport[1]},
             storage_state=server.browser_state,
+            bypass_csp=bypass_csp,  # for axe-core (tests/browser/axe.py)
         )
         contexts.append(context)
         context.set_default_timeout(10_000)

@@ -84,7 +84,7 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     expect(line).to_have_count(1)
     words = f"The model no longer sees the {newest['dropped_turns']} turns above this line"
     expect(line).to_contain_text(words)
-    expect(line).to_have_attribute("role", "separator")
+    expect(line).to_have_attribute("role", "note")
     # ... right below the last message the newest trimmed send left out.
     boundary = max(last for _, last in newest["fit"]["left_out"])
     above = line.locator("xpath=preceding-sibling::article[1]")
