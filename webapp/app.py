@@ -18,6 +18,7 @@ from litestar.static_files import create_static_files_router
 from sqlalchemy import text
 
 from webapp.accounts.service import AccountService
+from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
 from webapp.chat.api import ConversationController, search
@@ -176,6 +177,8 @@ def create_app(
             ConversationPages,
             EmbedPages,
             AccountPages,
+            UserPages,
+            UserAdminApi,
             AdminController,
             gateway_router(chat),
             create_static_files_router(path="/static", directories=[STATIC]),

@@ -151,8 +151,10 @@ class AccountPages(Controller):
         return await _signed_in(request, user.id, "/")
 
     @get("/settings")
-    async def settings(self, request: Request[Any, Any, Any]) -> Template:
-        return await _settings_page(request, new_token=None)
+    async def settings(self, request: Request[Any, Any, Any], done: str = "") -> Template:
+        page = await _settings_page(request, new_token=None)
+        page.context["password_changed"] = done == "password"
+        return page
 
     @post("/settings/tokens")
     async def create_token(self, request: Request[Any, Any, Any]) -> Template:

@@ -1,0 +1,31 @@
+"""deactivate users
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-12-01 10:35:00
+
+An admin can deactivate an account instead of deleting it: it keeps its conversations,
+but can no longer sign in, and its sessions and tokens stop working.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0012"
+down_revision: str | None = "0011"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("user_account", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("active", sa.Boolean(), nullable=False, server_default=sa.true())
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("user_account", schema=None) as batch_op:
+        batch_op.drop_column("active")
