@@ -79,8 +79,9 @@
   }
 
   // A trim marker carries the spans of messages its send left out, as the server stored them
-  // when it sent: light up exactly those, whatever their status, and leave the view where it
-  // is (they sit right above the cut line the reader is looking at).
+  // when it sent: light up those, except turns the server marks as never sent (a failed
+  // answer lying among the left-out turns was not missed by the model), and leave the view
+  // where it is (they sit right above the cut line the reader is looking at).
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
     document.querySelectorAll('[data-action="show-left-out"]').forEach((button) => {
@@ -90,6 +91,7 @@
     const spans = leftOutSpans(marker);
     document.querySelectorAll(".message[data-seq]").forEach((el) => {
       const seq = Number(el.dataset.seq);
+      if (el.hasAttribute("data-never-sent")) return;
       if (spans.some(([from, to]) => seq >= from && seq <= to)) el.classList.add("left-out");
     });
   }
@@ -244,9 +246,13 @@
     if (event.target.id === "messages") syncScrollButton();
   }, true);
 
+  // Deferred and loaded before htmx (base.html), this runs once the page is parsed and before
+  // htmx observes anything: scrolled to the newest message (or to a search hit's) first, the
+  // "load older" row at the top is never revealed by the initial position.
+  placeCutLine();
+  if (!showLinkedMessage()) scrollToBottom();
+
   document.addEventListener("DOMContentLoaded", () => {
-    placeCutLine();
-    if (!showLinkedMessage()) scrollToBottom();
     syncComposer();
     const area = document.querySelector('#composer textarea');
     if (area && !area.disabled) area.focus();

@@ -568,9 +568,8 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
             assert sent_seqs <= replayable
             assert min(replayable) in sent_seqs, "the head is always sent"
             inside = set(review.left_out(turn))
-            assert inside & replayable == replayable - sent_seqs, (name, turn.seq)
-            assert not inside & sent_seqs, "a stored span never holds a sent turn"
-            assert len(inside & replayable) == turn.dropped_turns == row.dropped_turns
+            assert inside == replayable - sent_seqs, (name, turn.seq)
+            assert len(inside) == turn.dropped_turns == row.dropped_turns
             assert turn.fit == queries.FitFacts(
                 row.fit_model,
                 row.fit_window,
@@ -586,9 +585,12 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
 
     async with world.chat.sessions() as session:
         long = await queries.review(session, world.ids["long"])
-    # The failed 4th turn is on record but was never replayed: a span may run over it.
+    # The failed 4th turn is on record but was never replayed, so never "left out", though
+    # stored spans run over it.
     failed = next(m for m in long.messages if m.role == Role.ASSISTANT and m.status == "failed")
     assert long.turn_numbers[failed.seq - 1] == 4
+    assert all(failed.seq - 1 not in long.left_out(t) for t in long.trimmed)
+    assert any(a <= failed.seq <= b for t in long.trimmed for a, b in t.spans)
     assert long.owner_name == "Alice" and long.models == ["small"]
     # Some send of the long conversation dropped more than the loader ever read.
     assert max(t.dropped_turns for t in long.trimmed) > 10
@@ -601,12 +603,17 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
             assert seq not in left_out_by
             continue
         assert left_out_by[seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
-    # As runs of turn numbers, the spans cover exactly the turns inside them.
+    # As runs of turn numbers, a left-out set is broken only by the never-sent turn 4.
     numbers = long.turn_numbers
+    broken = 0
     for turn in long.trimmed:
         runs = left_out_spans(long, turn)
         covered = {n for a, b in runs for n in range(a, b + 1)}
         assert covered == {numbers[s] for s in long.left_out(turn)}
+        broken += len(runs) > 1
+    assert broken and all(
+        4 not in range(a, b + 1) for t in long.trimmed for a, b in left_out_spans(long, t)
+    )
 
 
 def test_who_left_a_turn_out_matches_brute_force_on_overlapping_spans() -> None:
@@ -625,6 +632,7 @@ def test_who_left_a_turn_out_matches_brute_force_on_overlapping_spans() -> None:
         ],
         models=[],
         turn_numbers={m.seq: i + 1 for i, m in enumerate(users)},
+        sendable=[m.seq for m in users],
     )
     by = review.left_out_by()
     for user in users:

@@ -264,6 +264,9 @@ async def test_pin_preview_and_switch_configuration_over_the_api(
     unpinned = await client.delete(f"{base}/messages/{second['id']}/pin")
     assert unpinned.status_code == 200 and unpinned.json()["pinned"] is False
 
+    half = await client.patch(base, json={"configuration": "large", "title": "   "})
+    assert half.status_code == 400
+    assert (await client.get(base)).json()["configuration"] == "small", "nothing applied"
     switched = await client.patch(base, json={"configuration": "large"})
     assert switched.status_code == 200 and switched.json()["configuration"] == "large"
     after = (await client.post(f"{base}/preview", json={"content": "and now?"})).json()

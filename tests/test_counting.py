@@ -68,6 +68,11 @@ name = "twin"
 model = "gemma-twin"
 
 [[configurations]]
+name = "briefed"
+model = "gemma"
+system_prompt = "You are a careful assistant. Answer in one short paragraph."
+
+[[configurations]]
 name = "guess"
 model = "guess"
 """
@@ -175,6 +180,25 @@ async def test_counts_are_made_once_and_stored_per_tokenizer(
     before = tokenizes(upstream)
     await say(chat, conversation.id, "turn 8: again")
     assert tokenizes(upstream) - before == 2
+
+
+async def test_a_system_prompt_is_counted_once_and_the_plan_is_sent_as_made(
+    counted: tuple[ConversationService, FakeUpstream],
+) -> None:
+    chat, upstream = counted
+    conversation = await chat.create(OWNER, "briefed")
+    await say(chat, conversation.id, "first: hello")
+    before = tokenizes(upstream)
+    user, answer = await say(chat, conversation.id, "second: and again")
+    # The new message and the answer: the system prompt's count is kept in memory.
+    assert tokenizes(upstream) - before == 2
+    assert user.fit_counted_by == "server:gemma"
+    sent = chats(upstream)[-1]["body"]["messages"]
+    assert sent[0]["role"] == "system"
+    assert answer.prompt_tokens == upstream.count_chat(sent)
+    preview = await chat.preview(OWNER, conversation.id, "third: what would you send?")
+    assert preview.fit_counted_by == "server:gemma+estimate", "the typed text is estimated"
+    assert tokenizes(upstream) - before == 2, "a preview asks the engine nothing"
 
 
 async def test_a_failing_or_slow_tokenizer_never_fails_or_stalls_a_send(

@@ -19,7 +19,7 @@ import io
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -29,6 +29,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User, username_key
+from webapp.chat.history import is_replayable
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role
 from webapp.errors import InvalidInput, NotFound
 from webapp.timeutil import as_utc, utcnow
@@ -158,14 +159,13 @@ class Review:
     models: list[str]
     turn_numbers: dict[int, int]
     """User seq -> its turn's number as people count them (1 for the first message)."""
-
-    @property
-    def user_seqs(self) -> list[int]:
-        return list(self.turn_numbers)
+    sendable: list[int] = field(default_factory=list)
+    """User seqs of the turns whose answer is replayed, oldest first: the turns a send
+    can leave out (a failed turn inside a stored span was never sent, so it is not)."""
 
     def left_out(self, turn: TrimmedTurn) -> list[int]:
-        """User seqs of the turns inside `turn`'s stored spans, oldest first."""
-        users = self.user_seqs
+        """User seqs of the sendable turns inside `turn`'s stored spans, oldest first."""
+        users = self.sendable
         return [
             seq
             for first, last in turn.spans
@@ -180,7 +180,7 @@ class Review:
         intervals in send order (and in reverse), each turn painted once, so a long
         conversation where every send trims costs what its spans cost, not their square.
         """
-        users = self.user_seqs
+        users = self.sendable
         intervals = [
             (turn.seq, bisect_left(users, first), bisect_right(users, last))
             for turn in self.trimmed
@@ -478,6 +478,14 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         if row.role == Role.USER and row.dropped_turns
     ]
     users = [m.seq for m in messages if m.role == Role.USER]
+    by_seq = {m.seq: m for m in messages}
+    sendable = [
+        seq
+        for seq in users
+        if (answer := by_seq.get(seq + 1)) is not None
+        and answer.role == Role.ASSISTANT
+        and is_replayable(answer.status, answer.content)
+    ]
     models = sorted({m.model for m in messages if m.role == Role.ASSISTANT and m.model})
     return Review(
         conversation=conversation,
@@ -486,6 +494,7 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         trimmed=trimmed,
         models=models,
         turn_numbers={seq: number for number, seq in enumerate(users, start=1)},
+        sendable=sendable,
     )
 
 

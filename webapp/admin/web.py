@@ -9,7 +9,6 @@ state, so there is no CSRF token to carry.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import date
@@ -31,6 +30,7 @@ from webapp.chat.models import Message, Role
 from webapp.chat.service import ConversationService
 from webapp.chat.views import MessageView
 from webapp.errors import InvalidInput, refuse_nul
+from webapp.llm.window import runs_of
 
 Chat = NamedDependency[ConversationService]
 """The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
@@ -211,15 +211,9 @@ class ReviewTurn:
 
 
 def left_out_spans(review: Review, turn: TrimmedTurn) -> list[tuple[int, int]]:
-    """A send's stored spans as runs of turn numbers, as people count turns."""
-    numbers = review.turn_numbers
-    users = review.user_seqs
-    runs = []
-    for first, last in turn.spans:
-        inside = users[bisect_left(users, first) : bisect_right(users, last)]
-        if inside:
-            runs.append((numbers[inside[0]], numbers[inside[-1]]))
-    return runs
+    """A send's left-out turns as runs of turn numbers, as people count turns: broken
+    where a turn in between was never sendable (its answer failed)."""
+    return list(runs_of([review.turn_numbers[seq] for seq in review.left_out(turn)]))
 
 
 def review_turns(review: Review) -> list[ReviewTurn]:

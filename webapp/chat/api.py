@@ -19,7 +19,7 @@ from sse_starlette import EventSourceResponse
 
 from webapp.chat.answers import Channel
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
-from webapp.chat.service import ConversationService
+from webapp.chat.service import ConversationService, clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 
@@ -136,10 +136,13 @@ class ConversationController(Controller):
     ) -> dict[str, Any]:
         if data.title is None and data.configuration is None:
             raise InvalidInput("nothing to change: send a title or a configuration")
+        # Both are checked before either is applied: a bad half changes nothing.
+        title = clean_title(data.title) if data.title is not None else None
         if data.configuration is not None:
+            chat.check_configuration(data.configuration)
             await chat.set_configuration(owner, conversation_id, data.configuration)
-        if data.title is not None:
-            await chat.rename(owner, conversation_id, data.title)
+        if title is not None:
+            await chat.rename(owner, conversation_id, title)
         return conversation_dict(await chat.get(owner, conversation_id))
 
     @delete("/{conversation_id:str}", status_code=204)

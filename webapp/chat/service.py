@@ -52,7 +52,6 @@ from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan
 from webapp.llm.providers.base import ProviderError, StreamBroken
 from webapp.llm.routing import Route, RoutingError
-from webapp.llm.tokenizers import TokenizerUnavailable
 from webapp.llm.window import FitResult
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
@@ -130,11 +129,14 @@ def _store_counts(connection: Connection, tokenizer: str, counts: dict[int, int]
     """Add one tokenizer's counts to rows' `token_counts`, keeping the others'."""
     rows = connection.execute(
         select(Message.id, Message.token_counts).where(col(Message.id).in_(list(counts)))
-    )
-    for row_id, known in rows.all():
+    ).all()
+    if rows:
         connection.execute(
             _UPDATE_MESSAGE,
-            {"message_id": row_id, "token_counts": {**(known or {}), tokenizer: counts[row_id]}},
+            [
+                {"message_id": row_id, "token_counts": {**(known or {}), tokenizer: counts[row_id]}}
+                for row_id, known in rows
+            ],
         )
 
 
@@ -248,11 +250,8 @@ class ConversationService:
     async def create(
         self, owner: str, configuration: str | None = None, title: str | None = None
     ) -> Conversation:
-        catalog = self.manager.catalog
-        configuration = configuration or catalog.default_configuration
-        if configuration not in catalog.configurations:
-            known = ", ".join(catalog.configurations)
-            raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+        configuration = configuration or self.manager.catalog.default_configuration
+        self.check_configuration(configuration)
         conversation = Conversation(
             owner=owner,
             **owner_columns(owner),
@@ -404,14 +403,18 @@ class ConversationService:
             conversation = await self._owned(session, owner, conversation_id)
             await session.delete(conversation)
 
+    def check_configuration(self, configuration: str) -> None:
+        catalog = self.manager.catalog
+        if configuration not in catalog.configurations:
+            known = ", ".join(catalog.configurations)
+            raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+
     async def set_configuration(
         self, owner: str, conversation_id: str, configuration: str
     ) -> Conversation:
         """Switch the conversation to another configuration: the next send is bounded
         against its model. Nothing already stored changes."""
-        if configuration not in self.manager.catalog.configurations:
-            known = ", ".join(self.manager.catalog.configurations)
-            raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+        self.check_configuration(configuration)
         async with transaction(self.sessions) as session:
             conversation = await self._owned(session, owner, conversation_id)
             conversation.configuration = configuration
@@ -449,7 +452,9 @@ class ConversationService:
         route = self._route(conversation)
         if isinstance(route, RoutingError):
             raise InvalidInput(str(route))
-        counts = await self._count_newest(conversation_id, text)
+        # The text being typed is estimated, not sent to the engine's tokenizer on every
+        # pause: the history's counts are stored already, and the send counts it exactly.
+        counts: dict[str, int] = {}
         newest = {"role": Role.USER.value, "content": text}
 
         def plan(connection: Connection) -> Plan:
@@ -549,7 +554,7 @@ class ConversationService:
             return {}
         try:
             (count,) = await asyncio.wait_for(tokenizer.count([text]), COUNT_TIMEOUT)
-        except (TokenizerUnavailable, TimeoutError) as error:
+        except Exception as error:  # any failure of a tokenizer: the send estimates instead
             log.warning("could not count a new message with %s: %s", tokenizer.id, error)
             return {}
         return {tokenizer.id: count}
@@ -665,6 +670,7 @@ class ConversationService:
             budget=self.manager.largest_budget(route),
             system_prompt=system_message,  # type: ignore[arg-type]
             system_tokens=estimate_message(system_message) if system_message else 0,
+            system_counts=self.manager.system_counts(route, system) if system else None,
             sizers=self.manager.sizers(route),
             newest_counts=newest_counts,
         )
@@ -934,7 +940,7 @@ class ConversationService:
             return None
         try:
             (count,) = await asyncio.wait_for(tokenizer.count([text]), COUNT_TIMEOUT)
-        except (TokenizerUnavailable, TimeoutError) as error:  # a later send counts it then
+        except Exception as error:  # any failure of a tokenizer: a later send counts it
             log.warning("could not count an answer with %s: %s", tokenizer.id, error)
             return None
         return {tokenizer.id: count}

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 
 from markupsafe import Markup, escape
 
+from webapp.chat.history import is_replayable
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.timeutil import as_utc
 from webapp.web.markdown import render_markdown
@@ -30,6 +32,9 @@ def plural(count: int, one: str, many: str) -> str:
 @dataclass(slots=True)
 class MessageView:
     row: Message
+    never_sent: bool = False
+    """The turn's answer is final and will never be replayed (it failed, or stopped
+    empty): a left-out span that runs over it does not make it a turn the model missed."""
 
     @property
     def left_out(self) -> list[list[int]]:
@@ -190,7 +195,13 @@ def group_by_day(
 
 
 def message_views(rows: list[Message]) -> list[MessageView]:
-    return [MessageView(row) for row in rows]
+    views = [MessageView(row) for row in rows]
+    for user, answer in pairwise(views):
+        if user.is_user and answer.row.seq == user.row.seq + 1:
+            done = answer.row.status != Status.STREAMING
+            never = done and not is_replayable(answer.row.status, answer.row.content)
+            user.never_sent = answer.never_sent = never
+    return views
 
 
 def last_fit(rows: list[Message]) -> Meter | None:

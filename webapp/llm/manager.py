@@ -31,10 +31,18 @@ from webapp.llm.providers.base import (
     Usage,
 )
 from webapp.llm.routing import Route, resolve
-from webapp.llm.tokenizers import Tokenizer, Tokenizers, TokenizerUnavailable
+from webapp.llm.tokenizers import Tokenizer, Tokenizers
 from webapp.llm.window import FitResult, budget_for, default_reserve, fit
 
 log = logging.getLogger(__name__)
+
+
+COUNT_BATCH = 32
+"""Messages counted per tokenizer call when history has to be counted during a send."""
+COUNT_AT_MOST = 512
+"""Messages counted during one send at most (newest first); later sends count the rest."""
+SYSTEM_COUNTS_KEPT = 256
+"""System prompts whose counts are kept in memory, per tokenizer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +163,7 @@ class LLMManager:
         self._providers = dict(providers or {})
         self.tokenizers = tokenizers or Tokenizers()
         """Unprobed (as in tests that do not care), every model is estimated."""
+        self._system_counts: dict[tuple[str, str], int] = {}
 
     def tokenizer_for(self, model: ModelSpec) -> Tokenizer:
         return self.tokenizers.for_model(model)
@@ -259,33 +268,57 @@ class LLMManager:
         self, model: ModelSpec, transcript: Transcript
     ) -> tuple[Transcript, Counted | None]:
         """Count, with `model`'s own tokenizer, the messages that have no count for it yet
-        (history written before, or for another model). Counting never fails a send: a
-        tokenizer that is down leaves the estimate to size them."""
+        (history written before, or for another model). Newest first and a batch at a
+        time, keeping every batch that was counted, so a long uncounted history is counted
+        over a few sends even through a slow engine. Counting never fails a send: what
+        could not be counted is sized by the estimate."""
         tokenizer = self.tokenizer_for(model)
         if not tokenizer.exact:
             return transcript, None
         messages = transcript.messages
         known = list(transcript.counts.get(tokenizer.id) or [None] * len(messages))
         missing = [
-            i for i, c in enumerate(known) if c is None and countable_text(messages[i]) is not None
+            i
+            for i in reversed(range(len(messages)))
+            if known[i] is None and countable_text(messages[i]) is not None
         ]
-        if not missing:
+        counted: dict[int, int] = {}
+        for start in range(0, min(len(missing), COUNT_AT_MOST), COUNT_BATCH):
+            batch = missing[start : start + COUNT_BATCH]
+            try:
+                numbers = await tokenizer.count([countable_text(messages[i]) or "" for i in batch])
+            except Exception as error:  # any failure of a tokenizer: estimate instead
+                log.warning("could not count with %s: %s; estimating", tokenizer.id, error)
+                break
+            counted.update(zip(batch, numbers, strict=True))
+        if not counted:
             return transcript, None
-        try:
-            counted = await tokenizer.count([countable_text(messages[i]) or "" for i in missing])
-        except TokenizerUnavailable as error:
-            log.warning("could not count with %s: %s; estimating", tokenizer.id, error)
-            return transcript, None
-        for index, count in zip(missing, counted, strict=True):
-            known[index] = count
-        updated = dataclasses.replace(transcript, counts={**transcript.counts, tokenizer.id: known})
         ids = transcript.ids
-        stored = {
-            row: count
-            for index, count in zip(missing, counted, strict=True)
-            if ids is not None and (row := ids[index]) is not None
-        }
+        stored: dict[int, int] = {}
+        for index, count in counted.items():
+            known[index] = count
+            row = ids[index] if ids is not None else None
+            if row is not None:
+                stored[row] = count
+            elif messages[index].get("role") == "system":
+                self._remember_system_count(tokenizer.id, messages[index]["content"], count)
+        updated = dataclasses.replace(transcript, counts={**transcript.counts, tokenizer.id: known})
         return updated, Counted(tokenizer.id, stored) if stored else None
+
+    def system_counts(self, route: Route, text: str) -> dict[str, int]:
+        """The counts of a system prompt this process has made, by tokenizer: a prompt has
+        no row to keep them on, and without them every send would count it again."""
+        found = {}
+        for tokenizer in self.exact_tokenizers(route):
+            count = self._system_counts.get((tokenizer, text))
+            if count is not None:
+                found[tokenizer] = count
+        return found
+
+    def _remember_system_count(self, tokenizer: str, text: str, count: int) -> None:
+        if len(self._system_counts) >= SYSTEM_COUNTS_KEPT:
+            self._system_counts.pop(next(iter(self._system_counts)))
+        self._system_counts[(tokenizer, text)] = count
 
     async def _attempt(
         self, plan: Plan, transcript: Transcript, model: ModelSpec, first: bool

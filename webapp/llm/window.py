@@ -83,7 +83,7 @@ def split_turns(messages: Sequence[Message]) -> tuple[list[int], list[list[int]]
     return preamble, turns
 
 
-def _spans(indices: Sequence[int]) -> tuple[Span, ...]:
+def runs_of(indices: Sequence[int]) -> tuple[Span, ...]:
     """Sorted indices as inclusive runs: [3, 4, 5, 9] -> ((3, 5), (9, 9))."""
     spans: list[Span] = []
     for index in indices:
@@ -123,43 +123,50 @@ def fit(
         list(estimates) if estimates is not None else [estimate_message(m) for m in messages]
     )
     exact = list(counts) if counts is not None else [None] * len(messages)
-    sizes = [
-        raw * calibration if count is None else count + overhead
-        for raw, count in zip(raw_sizes, exact, strict=True)
-    ]
+    # Two integer sums, multiplied once: what was counted exactly (plus its template
+    # overhead) and the raw estimate of the rest, so no float rounding creeps in.
+    counted_part = [0 if c is None else c + overhead for c in exact]
+    estimated_part = [raw if c is None else 0 for raw, c in zip(raw_sizes, exact, strict=True)]
     fixed_raw = estimate_tools(tools) + REPLY_PRIMING
-    fixed = fixed_raw * calibration if counts is None else fixed_raw
+    # Tool schemas and priming are always estimated; beside exact counts the factor may
+    # only raise them (it was learned from whole prompts, whose text was counted exactly).
+    fixed_factor = calibration if counts is None else max(calibration, 1.0)
 
     preamble, turns = split_turns(messages)
     floor_turns = {0, len(turns) - 1} if turns else set()
     kept = set(floor_turns)
-    spent = fixed + sum(sizes[i] for i in preamble)
-    spent += sum(sizes[i] for t in floor_turns for i in turns[t])
+    floor = preamble + [i for t in floor_turns for i in turns[t]]
+    spent = [sum(counted_part[i] for i in floor), sum(estimated_part[i] for i in floor)]
 
-    def turn_size(t: int) -> float:
-        return sum(sizes[i] for i in turns[t])
+    def tokens(counted: int, estimated: int) -> int:
+        if counts is None:  # all estimated: exactly the seed's rule, ceil(raw * factor)
+            return math.ceil((estimated + fixed_raw) * calibration)
+        return math.ceil(counted + estimated * calibration + fixed_raw * fixed_factor)
+
+    def try_add(t: int) -> bool:
+        counted = spent[0] + sum(counted_part[i] for i in turns[t])
+        estimated = spent[1] + sum(estimated_part[i] for i in turns[t])
+        if tokens(counted, estimated) > budget:
+            return False
+        spent[:] = [counted, estimated]
+        kept.add(t)
+        return True
 
     turn_of = {turn[0]: t for t, turn in enumerate(turns)}
     pins = sorted({turn_of[i] for i in pinned if i in turn_of} - floor_turns, reverse=True)
     pins_dropped = 0
     for position, t in enumerate(pins):
-        if math.ceil(spent + turn_size(t)) > budget:
+        if not try_add(t):
             pins_dropped = len(pins) - position
             break
-        spent += turn_size(t)
-        kept.add(t)
     if not pins_dropped:
         for t in range(len(turns) - 2, 0, -1):
-            if t in kept:
-                continue
-            if math.ceil(spent + turn_size(t)) > budget:
+            if t not in kept and not try_add(t):
                 break
-            spent += turn_size(t)
-            kept.add(t)
 
     kept_indices = sorted(preamble + [i for t in kept for i in turns[t]])
     kept_set = set(kept_indices)
-    estimated = math.ceil(spent)
+    estimated = tokens(*spent)
     overflow = estimated > budget
     if overflow:
         log.warning(
@@ -183,7 +190,7 @@ def fit(
         overflow_at_floor=overflow,
         model=model.name,
         raw_estimate=fixed_raw + sum(raw_sizes[i] for i in kept_indices),
-        left_out=_spans([i for i in range(len(messages)) if i not in kept_set]),
+        left_out=runs_of([i for i in range(len(messages)) if i not in kept_set]),
         counted_by=counted_by,
         pins_dropped=pins_dropped,
         counted_tokens=sum(c for c in kept_counts if c is not None) if all_counted else None,
