@@ -6,6 +6,9 @@ Create Date: 2026-12-01 10:05:00
 
 Only finished messages are indexed (an answer being written changes with every flush);
 an answer is indexed when it stops streaming, whatever it ended as.
+
+Beware on SQLite: a later batch migration that rebuilds `message` drops these triggers with
+the old table; such a migration must create them again (SQLITE_UP's trigger statements).
 """
 
 from collections.abc import Sequence
