@@ -64,9 +64,23 @@ capabilities = ["chat"]
 [[configurations]]
 name = "tiny"
 model = "tiny"
+
+[[models]]
+name = "narrow"
+provider = "up"
+model_id = "small"
+context_window = 600
+max_output_tokens = 60
+capabilities = ["chat"]
+
+[[configurations]]
+name = "narrow"
+model = "narrow"
 """
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
-a few turns of a few hundred characters are trimmed."""
+a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
+tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
+their sends must not move `tiny`'s, which other tests count on)."""
 
 RECORDER = """
 (() => {

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.browser
 def trimmed(live_server: Server, upstream_server: FakeUpstream) -> str:
     """A conversation with code, math and trimmed turns, made once for the module."""
     upstream_server.reset()
-    conversation_id = create_conversation(live_server, "tiny")
+    conversation_id = create_conversation(live_server, "narrow")
     upstream_server.set_reply(
         "Try `x`:\n\n```python\nprint(1)\n```\n\nand $x^2$. https://example.com"
     )

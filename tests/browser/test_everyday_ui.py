@@ -69,8 +69,8 @@ def test_code_is_coloured_and_copies_math_is_mathml_links_open_a_new_tab(
 def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     live_server: Server, upstream: FakeUpstream, open_page: OpenPage, artifacts: Path
 ) -> None:
-    conversation_id = create_conversation(live_server, "tiny")
-    for number in range(1, 9):
+    conversation_id = create_conversation(live_server, "narrow")
+    for number in range(1, 13):
         send_by_api(live_server, conversation_id, turn_text(number))
     page = open_page(live_server, f"/c/{conversation_id}")
     users = [r for r in stored(live_server, conversation_id)["messages"] if r["role"] == "user"]
@@ -107,9 +107,9 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     expect(highlighted).to_have_count(0)
 
     # A new trimmed send moves the line to its own boundary: still one line.
-    page.locator("#composer textarea").fill(turn_text(9))
+    page.locator("#composer textarea").fill(turn_text(13))
     page.locator("#composer textarea").press("Enter")
-    answered(page, 9)
+    answered(page, 13)
     rows = stored(live_server, conversation_id)["messages"]
     latest = [r for r in rows if r["role"] == "user"][-1]
     expect(line).to_have_count(1)
@@ -189,7 +189,7 @@ def test_export_from_the_header_and_import_from_the_sidebar(
 def test_on_a_phone_the_sidebar_is_a_drawer_and_the_chat_gets_the_screen(
     live_server: Server, upstream: FakeUpstream, open_page: OpenPage, artifacts: Path
 ) -> None:
-    conversation_id = create_conversation(live_server, "tiny")
+    conversation_id = create_conversation(live_server, "narrow")
     for number in range(1, 7):
         send_by_api(live_server, conversation_id, turn_text(number))
     page = open_page(live_server, f"/c/{conversation_id}")

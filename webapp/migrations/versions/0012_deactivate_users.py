@@ -20,10 +20,12 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("user_account", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("active", sa.Boolean(), nullable=False, server_default=sa.true())
-        )
+    # A plain ADD COLUMN, not a batch rebuild: rebuilding user_account on SQLite would lose
+    # its AUTOINCREMENT, and ids of deleted accounts would be given out again.
+    op.add_column(
+        "user_account",
+        sa.Column("active", sa.Boolean(), nullable=False, server_default=sa.true()),
+    )
 
 
 def downgrade() -> None:
