@@ -539,6 +539,15 @@ def test_chat_sends_and_gateway_calls_share_the_limit(
     # Each user has a limit of their own.
     bob.chat.completions.create(model="small", messages=hello)
     bob.chat.completions.create(model="small", messages=hello)
+    # And the chat counts the gateway's calls too: Bob's limit is spent.
+    with gateway.http("bob") as http:
+        theirs = http.post("/api/conversations", json={"configuration": "small"}).json()
+        refused_send = http.post(
+            f"/api/conversations/{theirs['id']}/messages", json={"content": "hi"}
+        )
+        assert refused_send.status_code == 429, refused_send.text
+        assert int(refused_send.headers["retry-after"]) >= 1
+        assert http.get(f"/api/conversations/{theirs['id']}").json()["messages"] == []
 
 
 # ---- x-conversation-id ----------------------------------------------------------------------

@@ -1,9 +1,8 @@
 """Every table of the app, imported in one place so Alembic and tests see the whole schema."""
 
 from webapp.accounts.models import ApiToken, LoginSession, User
-from webapp.chat.models import Conversation, Message
+from webapp.chat.models import Conversation, GatewayCall, Message
 from webapp.embed.models import EmbedSend
-from webapp.gateway.limits import GatewayCall
 from webapp.llm.calibration import ModelCalibration
 
 __all__ = [

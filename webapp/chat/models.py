@@ -200,3 +200,20 @@ MESSAGE_DEFAULTS: dict[str, object] = {
 }
 """Every column a new message row may leave out, with its default: what an INSERT of a
 row built from it (plus the required columns) stores."""
+
+
+class GatewayCall(SQLModel, table=True):
+    """One model call made through the gateway (`webapp.gateway`) that stored no message.
+
+    It lives beside the conversation log because it counts against the same per-user
+    rate limit as a chat send: the limit counts both, wherever it is checked.
+    """
+
+    __tablename__ = "gateway_call"
+    __table_args__ = (Index("ix_gateway_call_owner_time", "owner", "called_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    owner: str = Field(max_length=100)
+    called_at: datetime = Field(
+        sa_column=Column(DateTime(timezone=True), nullable=False, default=utcnow)
+    )

@@ -38,6 +38,7 @@ from webapp.chat.models import (
     EMBED_OWNER_PREFIX,
     MESSAGE_DEFAULTS,
     Conversation,
+    GatewayCall,
     Message,
     Role,
     Status,
@@ -88,6 +89,16 @@ _RECENT_SENDS = (
 )
 """The owner's sends in the rate limit's window, oldest first, as many as the limit. (No
 join: SQLite's RETURNING, where it is also counted, names columns without their table.)"""
+_RECENT_CALLS = (
+    select(GatewayCall.called_at)
+    .where(
+        col(GatewayCall.owner) == bindparam("owned_by"),
+        col(GatewayCall.called_at) > bindparam("since"),
+    )
+    .order_by(col(GatewayCall.called_at))
+    .limit(bindparam("limit"))
+)
+"""The owner's gateway calls that stored no message: they count against the same limit."""
 _TOUCH_CONVERSATION = (
     update(Conversation)
     .where(
@@ -97,10 +108,12 @@ _TOUCH_CONVERSATION = (
     .values(updated_at=bindparam("now"))
     .returning(
         Conversation,
-        select(func.count()).select_from(_RECENT_SENDS.subquery()).scalar_subquery(),
+        select(func.count()).select_from(_RECENT_SENDS.subquery()).scalar_subquery()
+        + select(func.count()).select_from(_RECENT_CALLS.subquery()).scalar_subquery(),
     )
 )
-"""Takes the conversation's lock and counts the owner's recent sends, in one round trip."""
+"""Takes the conversation's lock and counts the owner's recent sends and gateway calls,
+in one round trip."""
 _INSERT_MESSAGES = insert(Message).returning(col(Message.seq), col(Message.id))
 """Both rows of a turn in one statement; ids come back by seq (SQLite does not promise
 RETURNING in VALUES order, and asking for that order costs a statement per row)."""
@@ -762,16 +775,20 @@ class ConversationService:
     def _refuse_too_many(
         self, connection: Connection, owner: str, limit: int, now: datetime
     ) -> None:
-        """The owner has sent `limit` messages within the window: say when the oldest of
-        them leaves it. The count comes from the stored messages themselves, so every
-        worker sees the same."""
+        """The owner has sent `limit` messages (or gateway calls) within the window: say
+        when enough of them leave it. The count comes from stored rows, so every worker
+        sees the same."""
         window = self.settings.rate_limit_window
         since = now - timedelta(seconds=window)
-        recent = connection.execute(
-            _RECENT_SENDS, {"owned_by": owner, "since": since, "limit": limit}
+        params = {"owned_by": owner, "since": since, "limit": limit}
+        times = sorted(
+            as_utc(t)
+            for statement in (_RECENT_SENDS, _RECENT_CALLS)
+            for t in connection.execute(statement, params).scalars()
         )
-        oldest = recent.scalars().first()
-        wait = max(1, math.ceil((as_utc(oldest) - since).total_seconds())) if oldest else 1
+        # Sends may go on once enough of them have left the window to be under the limit.
+        leaving = times[len(times) - limit] if len(times) >= limit else None
+        wait = max(1, math.ceil((leaving - since).total_seconds())) if leaving else 1
         raise TooManyRequests(
             f"You have sent {limit} messages in the last {window:g} seconds; "
             f"try again in {wait} seconds.",

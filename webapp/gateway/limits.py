@@ -15,28 +15,15 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import Column, Connection, DateTime, Index, delete, func, insert, select
+from sqlalchemy import Connection, delete, func, insert, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import Field, SQLModel, col
+from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from webapp.chat.models import Conversation, Message, Role
+from webapp.chat.models import Conversation, GatewayCall, Message, Role
 from webapp.db import in_transaction
 from webapp.gateway.errors import too_many
 from webapp.timeutil import as_utc, utcnow
-
-
-class GatewayCall(SQLModel, table=True):
-    """One model call made through the gateway that stored no message."""
-
-    __tablename__ = "gateway_call"
-    __table_args__ = (Index("ix_gateway_call_owner_time", "owner", "called_at"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    owner: str = Field(max_length=100)
-    called_at: datetime = Field(
-        sa_column=Column(DateTime(timezone=True), nullable=False, default=utcnow)
-    )
 
 
 def _newest(connection: Connection, owner: str, since: datetime, limit: int) -> list[datetime]:
