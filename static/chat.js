@@ -1,6 +1,6 @@
 // The few behaviours htmx does not cover: Enter to send, the composer's busy state while an
 // answer streams, keeping the newest message in view, highlighting left-out turns, editing a
-// message in place (Enter sends, Escape cancels) and copying a message.
+// message in place (Enter sends, Escape cancels) and copying a message or a code block.
 (() => {
   "use strict";
 
@@ -8,22 +8,50 @@
 
   let wasBusy = false;
 
+  // While an answer streams the box stays usable: the next message can be written (not
+  // sent) meanwhile, and the focus never drops to the page.
   function syncComposer() {
     const form = document.getElementById("composer");
     if (!form) return;
     const busy = Boolean(streaming());
     form.dataset.busy = String(busy);
-    form.querySelector("textarea").disabled = busy;
-    form.querySelector('[data-action="send"]').disabled = busy;
+    const area = form.querySelector("textarea");
+    const send = form.querySelector('[data-action="send"]');
     const stop = form.querySelector('[data-action="stop"]');
-    stop.hidden = !busy;
-    // Disabling the box (or hiding Stop) drops the focus; when the answer ends, give it back
-    // to the box, unless the user has moved on to something else meanwhile.
+    // Disabling Send, or hiding Stop, would drop the focus to the page: keep it in the box.
+    if (busy && document.activeElement === send) area.focus();
     const lost = !document.activeElement || document.activeElement === document.body;
-    if (wasBusy && !busy && (lost || document.activeElement === stop)) {
-      form.querySelector("textarea").focus();
-    }
+    if (wasBusy && !busy && (lost || document.activeElement === stop)) area.focus();
+    send.disabled = busy;
+    stop.hidden = !busy;
     wasBusy = busy;
+  }
+
+  // On a phone the sidebar is a drawer over the chat.
+  function openDrawer() {
+    const app = document.querySelector(".app");
+    if (!app) return;
+    app.classList.add("drawer-open");
+    document.querySelectorAll('[data-action="toggle-sidebar"]').forEach((b) => b.setAttribute("aria-expanded", "true"));
+    const search = document.getElementById("search-q");
+    if (search) search.focus();
+  }
+
+  function closeDrawer() {
+    const app = document.querySelector(".app.drawer-open");
+    if (!app) return false;
+    app.classList.remove("drawer-open");
+    const toggle = document.querySelector('[data-action="toggle-sidebar"]');
+    if (toggle) {
+      toggle.setAttribute("aria-expanded", "false");
+      toggle.focus();
+    }
+    return true;
+  }
+
+  function stopAnswer() {
+    const stop = document.querySelector('#composer [data-action="stop"]');
+    if (stop && !stop.hidden) stop.click();
   }
 
   function nearBottom(box) {
@@ -33,29 +61,80 @@
   function scrollToBottom() {
     const box = document.getElementById("messages");
     if (box) box.scrollTop = box.scrollHeight;
+    syncScrollButton();
+  }
+
+  // "Scroll to the newest" shows only when the reader has scrolled up.
+  function syncScrollButton() {
+    const box = document.getElementById("messages");
+    const button = document.querySelector('[data-action="scroll-bottom"]');
+    if (box && button) button.hidden = nearBottom(box);
+  }
+
+  function leftOutSpans(marker) {
+    try {
+      return JSON.parse(marker.dataset.leftOut || "[]");
+    } catch (_) {
+      return [];
+    }
   }
 
   // A trim marker carries the spans of messages its send left out, as the server stored them
   // when it sent: light up those, except turns the server marks as never sent (a failed
-  // answer lying among the left-out turns was not missed by the model).
+  // answer lying among the left-out turns was not missed by the model), and leave the view
+  // where it is (they sit right above the cut line the reader is looking at).
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
+    document.querySelectorAll('[data-action="show-left-out"]').forEach((button) => {
+      button.setAttribute("aria-expanded", String(marker.open && button.dataset.marker === marker.closest(".message").id));
+    });
     if (!marker.open) return;
-    let spans = [];
-    try {
-      spans = JSON.parse(marker.dataset.leftOut || "[]");
-    } catch (_) {
-      return;
-    }
-    let first = null;
+    const spans = leftOutSpans(marker);
     document.querySelectorAll(".message[data-seq]").forEach((el) => {
       const seq = Number(el.dataset.seq);
       if (el.hasAttribute("data-never-sent")) return;
-      if (!spans.some(([from, to]) => seq >= from && seq <= to)) return;
-      el.classList.add("left-out");
-      first = first || el;
+      if (spans.some(([from, to]) => seq >= from && seq <= to)) el.classList.add("left-out");
     });
-    if (first) first.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  }
+
+  // One cut line in the history, for the newest trimmed send: right below the last message
+  // it left out (where it is loaded), in the words the server put on its marker. Every
+  // trimmed turn keeps its own quiet marker; only this line stands out.
+  function placeCutLine() {
+    const box = document.getElementById("messages");
+    if (!box) return;
+    const markers = box.querySelectorAll(".message[data-dropped-turns] .trim-marker");
+    const marker = markers[markers.length - 1];
+    let line = document.getElementById("cut-line");
+    if (!marker) {
+      if (line) line.remove();
+      return;
+    }
+    const owner = marker.closest(".message");
+    const spans = leftOutSpans(marker);
+    const boundary = spans.length ? Math.max(...spans.map((span) => span[1])) : Number(owner.dataset.seq) - 1;
+    const below = Array.from(box.querySelectorAll(".message[data-seq]"))
+      .find((el) => Number(el.dataset.seq) > boundary) || owner;
+    if (!line) {
+      line = document.createElement("div");
+      line.id = "cut-line";
+      line.className = "cut-line";
+      line.setAttribute("role", "note");
+      const words = document.createElement("span");
+      words.className = "cut-words";
+      const show = document.createElement("button");
+      show.type = "button";
+      show.className = "link";
+      show.dataset.action = "show-left-out";
+      show.textContent = "Show which";
+      line.append(words, show);
+    }
+    line.querySelector(".cut-words").textContent = marker.dataset.cutWords;
+    line.setAttribute("aria-label", marker.dataset.cutWords);
+    const show = line.querySelector('[data-action="show-left-out"]');
+    show.dataset.marker = owner.id;
+    show.setAttribute("aria-expanded", String(marker.open));
+    if (line.nextElementSibling !== below) box.insertBefore(line, below);
   }
 
   function messageId(element) {
@@ -123,18 +202,63 @@
     else if (action === "branch" && button.dataset.to) act(`/branch/${button.dataset.to}`);
   });
 
+
+  // Escape cancels an edit in place; elsewhere it stops the answer being written, wherever
+  // the focus is (but first closes the drawer on a phone).
   document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || event.defaultPrevented) return;
     const area = event.target;
-    if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
-    if (event.key === "Escape" && area.form && area.form.classList.contains("edit-form")) {
+    if (area instanceof HTMLTextAreaElement && area.form && area.form.classList.contains("edit-form")) {
       event.preventDefault();
       cancelEdit(area.form);
       return;
     }
+    if (closeDrawer()) return;
+    stopAnswer();
+  });
+
+  document.addEventListener("keydown", (event) => {
+    const area = event.target;
+    if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
-      if (area.value.trim() && !area.disabled) area.form.requestSubmit();
+      if (area.value.trim() && area.form.dataset.busy !== "true") area.form.requestSubmit();
     }
+  });
+
+  // The copy control the server puts on every code block: copy the code as text.
+  async function copyCode(button) {
+    const code = button.closest(".code-block").querySelector("pre").innerText;
+    try {
+      await navigator.clipboard.writeText(code);
+      button.textContent = "Copied";
+    } catch (_) {
+      button.textContent = "Copy failed";
+    }
+    setTimeout(() => { button.textContent = "Copy"; }, 1500);
+  }
+
+  document.addEventListener("click", (event) => {
+    if (!event.target.closest) return;
+    const copy = event.target.closest('[data-action="copy-code"]');
+    if (copy) copyCode(copy);
+    if (event.target.closest('[data-action="toggle-sidebar"]')) {
+      if (!closeDrawer()) openDrawer();
+    }
+    if (event.target.closest('[data-action="close-sidebar"]')) closeDrawer();
+    if (event.target.closest('[data-action="scroll-bottom"]')) {
+      scrollToBottom();
+      document.querySelector("#composer textarea").focus();
+    }
+    const more = event.target.closest('[data-action="show-more"]');
+    if (more) {
+      const open = more.closest(".bubble").classList.toggle("collapsed") === false;
+      more.setAttribute("aria-expanded", String(open));
+      more.textContent = open ? "Show less" : "Show more";
+    }
+    const show = event.target.closest('[data-action="show-left-out"]');
+    const marker = show && document.querySelector(`#${show.dataset.marker} .trim-marker`);
+    if (marker) marker.open = !marker.open;
   });
 
   document.addEventListener("toggle", (event) => {
@@ -156,11 +280,15 @@
       stickToBottom = true;
       document.getElementById("composer-error").replaceChildren();
     }
+    placeCutLine();
+    const title = document.getElementById("title-form");
+    if (title && title.dataset.pageTitle) document.title = title.dataset.pageTitle;
     if (stickToBottom) scrollToBottom();
     syncComposer();
   });
 
   document.addEventListener("htmx:sse:after:message", () => {
+    placeCutLine();
     if (stickToBottom) scrollToBottom();
     syncComposer();
   });
@@ -177,13 +305,27 @@
     }
   });
 
+  // A search hit links to its message (`#m<id>`): show that one, not the newest.
+  function showLinkedMessage() {
+    const match = /^#m\d+$/.test(location.hash) && document.querySelector(location.hash);
+    if (!match || !match.classList.contains("message")) return false;
+    match.classList.add("found");
+    match.scrollIntoView({ block: "center" });
+    stickToBottom = false;
+    return true;
+  }
+
+  document.addEventListener("scroll", (event) => {
+    if (event.target.id === "messages") syncScrollButton();
+  }, true);
+
   // Deferred and loaded before htmx (base.html), this runs once the page is parsed and before
-  // htmx observes anything: scrolled to the newest message first, the "load older" row at the
-  // top is never revealed by the initial position.
-  scrollToBottom();
+  // htmx observes anything: scrolled to the newest message (or to a search hit's) first, the
+  // "load older" row at the top is never revealed by the initial position.
+  placeCutLine();
+  if (!showLinkedMessage()) scrollToBottom();
 
   document.addEventListener("DOMContentLoaded", () => {
-    scrollToBottom();
     syncComposer();
     const area = document.querySelector('#composer textarea');
     if (area && !area.disabled) area.focus();

@@ -200,3 +200,49 @@ async def test_page_routes_refuse_bad_ids(client: AsyncTestClient) -> None:
     assert response.status_code in (200, 201) and f'id="m{user_id}"' in response.text
     response = await client.post(f"/c/{cid}/fork/{user_id}", headers=headers)
     assert response.status_code == 204 and response.headers["HX-Redirect"].startswith("/c/")
+
+
+async def test_an_export_carries_every_branch_and_imports_back_whole(
+    client: AsyncTestClient,
+) -> None:
+    cid = (await new_conversation(client))["id"]
+    await send(client, cid, "first question")
+    two = await send(client, cid, "second question")
+    await send(client, cid, "third question")
+    edited = await send(client, cid, "second, put better", edit_of=two["user"]["id"])
+    await send(client, cid, "fourth, on the new branch")
+    # Back to the first branch: the shown branch is not the newest row.
+    switched = await client.post(
+        f"/api/conversations/{cid}/branch", json={"message_id": two["assistant"]["id"]}
+    )
+    assert switched.status_code == 200
+    before = await shown(client, cid)
+
+    exported = (await client.get(f"/api/conversations/{cid}/export?format=json")).json()
+    assert len(exported["messages"]) == 10, "every branch, not only the one shown"
+    assert exported["conversation"]["active_seq"] == before[-1]["seq"]
+    assert exported["messages"][edited["user"]["seq"] - 1]["parent_seq"] == two["user"]["seq"] - 1
+    imported = await client.post("/api/conversations/import", json=exported)
+    assert imported.status_code == 201, imported.text
+    copy = imported.json()["id"]
+    after = await shown(client, copy)
+    keys = ("seq", "role", "content", "dropped_turns", "fit", "pinned")
+    assert [{k: m[k] for k in keys} for m in after] == [{k: m[k] for k in keys} for m in before]
+    assert [m["alternatives"]["count"] if m["alternatives"] else 0 for m in after] == [
+        m["alternatives"]["count"] if m["alternatives"] else 0 for m in before
+    ]
+    # The other branch came along too, and continues where it did.
+    back = await client.post(
+        f"/api/conversations/{copy}/branch",
+        json={"message_id": after[2]["alternatives"]["ids"][1]},
+    )
+    assert [m["content"] for m in back.json()["messages"]][2::2] == [
+        "second, put better",
+        "fourth, on the new branch",
+    ]
+    # A parent that is not an earlier answer, or an active_seq that is not a leaf: 400.
+    bad_parent = {**exported, "messages": [dict(m) for m in exported["messages"]]}
+    bad_parent["messages"][4]["parent_seq"] = 3
+    assert (await client.post("/api/conversations/import", json=bad_parent)).status_code == 400
+    bad_leaf = {**exported, "conversation": {**exported["conversation"], "active_seq": 2}}
+    assert (await client.post("/api/conversations/import", json=bad_leaf)).status_code == 400

@@ -18,9 +18,10 @@ from litestar.static_files import create_static_files_router
 from sqlalchemy import text
 
 from webapp.accounts.service import AccountService
+from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
-from webapp.chat.api import ConversationController
+from webapp.chat.api import ConversationController, search
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 
 API_PATHS = ("/api/", "/schema")
 """Answered in JSON, and with 401 rather than a redirect to the sign-in page."""
-PUBLIC_PATHS = ["^/static/", "^/healthz$"]
+PUBLIC_PATHS = ["^/static/", "^/healthz$", "^/favicon.ico$"]
 """Served without signing in (besides the routes marked exclude_from_auth: login, setup,
 the embed widget)."""
 
@@ -112,6 +113,12 @@ def sign_in_first(request: Request) -> Response[Any]:
     return Redirect(target, status_code=303)
 
 
+@get("/favicon.ico", exclude_from_auth=True, include_in_schema=False)
+async def favicon() -> Redirect:
+    """Browsers ask for /favicon.ico whatever the page links: send them to the icon."""
+    return Redirect("/static/icon.svg", status_code=301)
+
+
 @get("/healthz", tags=["health"], exclude_from_auth=True)
 async def healthz(chat: ConversationService) -> dict[str, str]:
     async with chat.sessions() as session:
@@ -162,12 +169,16 @@ def create_app(
     app = Litestar(
         route_handlers=[
             healthz,
+            favicon,
             list_configurations,
             ConversationController,
+            search,
             ConversationAdmin,
             ConversationPages,
             EmbedPages,
             AccountPages,
+            UserPages,
+            UserAdminApi,
             AdminController,
             gateway_router(chat),
             create_static_files_router(path="/static", directories=[STATIC]),

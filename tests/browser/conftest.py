@@ -64,9 +64,23 @@ capabilities = ["chat"]
 [[configurations]]
 name = "tiny"
 model = "tiny"
+
+[[models]]
+name = "narrow"
+provider = "up"
+model_id = "small"
+context_window = 600
+max_output_tokens = 60
+capabilities = ["chat"]
+
+[[configurations]]
+name = "narrow"
+model = "narrow"
 """
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
-a few turns of a few hundred characters are trimmed."""
+a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
+tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
+their sends must not move `tiny`'s, which other tests count on)."""
 
 RECORDER = """
 (() => {
@@ -439,17 +453,26 @@ OpenPage = Callable[..., Page]
 
 @pytest.fixture
 def open_page(browser: Browser) -> Iterator[OpenPage]:
-    """`open_page(server, path="/", color_scheme="light")`: a page in a fresh browser context,
+    """`open_page(server, path="/", color_scheme="light", bypass_csp=False, viewport=(w, h))`:
+    a page in a fresh browser context,
     navigated to `path`. Uncaught JavaScript errors in any page fail the test."""
     contexts = []
     errors: list[str] = []
 
-    def open_page(server: Server, path: str = "/", *, color_scheme: str = "light") -> Page:
+    def open_page(
+        server: Server,
+        path: str = "/",
+        *,
+        color_scheme: str = "light",
+        bypass_csp: bool = False,
+        viewport: tuple[int, int] = (1280, 800),
+    ) -> Page:
         context = browser.new_context(
             base_url=server.url,
             color_scheme=color_scheme,  # type: ignore[arg-type]
-            viewport={"width": 1280, "height": 800},
+            viewport={"width": viewport[0], "height": viewport[1]},
             storage_state=server.browser_state,
+            bypass_csp=bypass_csp,  # for axe-core (tests/browser/axe.py)
         )
         contexts.append(context)
         context.set_default_timeout(10_000)

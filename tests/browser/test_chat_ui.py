@@ -92,8 +92,8 @@ def wait_for_words(page: Page, count: int) -> None:
 
 
 def scroll_settled(page: Page) -> None:
-    """Until the messages stop scrolling (opening a trim marker scrolls smoothly to the first
-    turn it highlights; a click meanwhile may land on whatever passes under the pointer)."""
+    """Until the messages stop scrolling (a click meanwhile may land on whatever passes under
+    the pointer)."""
     page.evaluate(
         """() => new Promise((done) => {
             const box = document.getElementById("messages");
@@ -375,7 +375,8 @@ def test_stop_keeps_the_partial_answer(
 
     stop = page.locator('[data-action="stop"]')
     expect(stop).to_be_visible()
-    expect(page.locator("#composer textarea")).to_be_disabled()
+    expect(page.locator("#composer textarea")).to_be_enabled()  # write the next one meanwhile
+    expect(page.locator('#composer [data-action="send"]')).to_be_disabled()
     wait_for_words(page, 4)
     stop.click()
 
@@ -726,7 +727,7 @@ def test_keyboard_only_reaches_the_composer_and_sends(
     page.keyboard.press("Enter")
     answered(page, 1)
     assert text_of(messages(page, "user").last) == "Typed with the keyboard only"
-    # The box was disabled while the answer streamed; then the focus goes back to it.
+    # The focus stayed in the box while the answer streamed.
     expect(page.locator("#composer textarea")).to_be_focused()
     page.keyboard.type("And a second one")
     page.keyboard.press("Enter")

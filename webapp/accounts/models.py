@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Column, DateTime, ForeignKey, Index, Integer, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    UniqueConstraint,
+    true,
+)
 from sqlmodel import Field, SQLModel
 
 from webapp.timeutil import utcnow
@@ -59,6 +68,11 @@ class User(SQLModel, table=True):
     password_hash: str = Field(max_length=255, exclude=True, repr=False)
     """Argon2id; excluded from dumps and reprs so it cannot leak into JSON or logs by accident."""
     is_admin: bool = False
+    active: bool = Field(
+        default=True, sa_column=Column(Boolean, nullable=False, default=True, server_default=true())
+    )
+    """False once an admin deactivated the account: it cannot sign in, and no session or
+    token of it works; its conversations stay."""
     created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
     last_login_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
 

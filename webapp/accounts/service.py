@@ -176,7 +176,7 @@ class AccountService:
         attempt = await self._record_attempt(key, client)
         user = await self.get_user_by_name(username)
         verdict = await self.passwords.verify(user.password_hash if user else None, password)
-        if user is None or not verdict.ok:
+        if user is None or not verdict.ok or not user.active:
             return None
         values: dict[str, object] = {"last_login_at": utcnow()}
         if verdict.new_hash is not None:
@@ -296,7 +296,7 @@ class AccountService:
             rows = await session.exec(
                 select(LoginSession, User)
                 .join(User, col(User.id) == col(LoginSession.user_id))
-                .where(LoginSession.id == digest(secret))
+                .where(LoginSession.id == digest(secret), col(User.active))
             )
             found = rows.first()
         if found is None:
@@ -353,7 +353,11 @@ class AccountService:
             rows = await session.exec(
                 select(ApiToken, User)
                 .join(User, col(User.id) == col(ApiToken.user_id))
-                .where(ApiToken.token_hash == digest(token), col(ApiToken.revoked_at).is_(None))
+                .where(
+                    ApiToken.token_hash == digest(token),
+                    col(ApiToken.revoked_at).is_(None),
+                    col(User.active),
+                )
             )
             found = rows.first()
         if found is None:

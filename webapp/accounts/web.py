@@ -151,8 +151,8 @@ class AccountPages(Controller):
         return await _signed_in(request, user.id, "/")
 
     @get("/settings")
-    async def settings(self, request: Request[Any, Any, Any]) -> Template:
-        return await _settings_page(request, new_token=None)
+    async def settings(self, request: Request[Any, Any, Any], done: str = "") -> Template:
+        return await _settings_page(request, new_token=None, password_changed=done == "password")
 
     @post("/settings/tokens")
     async def create_token(self, request: Request[Any, Any, Any]) -> Template:
@@ -185,11 +185,17 @@ async def _signed_in(request: Request[Any, Any, Any], user_id: int, target: str)
     )
 
 
-async def _settings_page(request: Request[Any, Any, Any], new_token: str | None) -> Template:
+async def _settings_page(
+    request: Request[Any, Any, Any], new_token: str | None, *, password_changed: bool = False
+) -> Template:
     accounts: AccountService = request.app.state.accounts
     return Template(
         "accounts/settings.html",
-        context={"tokens": await accounts.list_tokens(request.user.id), "new_token": new_token},
+        context={
+            "tokens": await accounts.list_tokens(request.user.id),
+            "new_token": new_token,
+            "password_changed": password_changed,
+        },
     )
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from litestar import Controller, MediaType, Request, delete, get, patch, post
+from litestar import Controller, MediaType, Request, Response, delete, get, patch, post
+from litestar.params import Parameter
 from litestar.response.base import ASGIResponse
 from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
@@ -17,6 +20,7 @@ from sse_starlette import EventSourceResponse
 from webapp.chat.answers import Channel
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService, Send, clean_title
+from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.web.params import RowId
 
@@ -88,6 +92,19 @@ async def _with_branch(
     return conversation_dict(conversation, messages, alternatives)
 
 
+@get("/api/search", tags=["conversations"])
+async def search(chat: ConversationService, owner: str, q: str | None = None) -> dict[str, Any]:
+    """The caller's own finished messages containing every word of `q` (each word a
+    prefix), best first; `snippet` is HTML: escaped text, matches in `<mark>`."""
+    hits = await chat.search(owner, q)
+    return {"results": [dataclasses.asdict(hit) for hit in hits]}
+
+
+def download_name(title: str) -> str:
+    """A file name from a title: letters, digits, dashes; never empty, never a path."""
+    return re.sub(r"[^\w-]+", "-", title, flags=re.ASCII).strip("-")[:80] or "conversation"
+
+
 class ConversationController(Controller):
     path = "/api/conversations"
     tags: ClassVar[list[str]] = ["conversations"]
@@ -111,6 +128,43 @@ class ConversationController(Controller):
         self, chat: ConversationService, owner: str, conversation_id: str
     ) -> dict[str, Any]:
         return await _with_branch(chat, owner, conversation_id)
+
+    @get("/{conversation_id:str}/export")
+    async def export_conversation(
+        self,
+        chat: ConversationService,
+        owner: str,
+        conversation_id: str,
+        export_format: Annotated[
+            Literal["json", "markdown"], Parameter(query="format", default="json")
+        ],
+    ) -> Response[Any]:
+        """The whole conversation: `json` (every message of every branch with its fit facts,
+        for import) or `markdown` (the branch shown, to read). Served as a download named
+        after the title."""
+        name = download_name((await chat.get(owner, conversation_id)).title)
+        if export_format == "markdown":
+            conversation, rows = await chat.history(owner, conversation_id)  # the one shown
+            return Response(
+                export_markdown(conversation, rows),
+                media_type="text/markdown; charset=utf-8",
+                headers={"Content-Disposition": f'attachment; filename="{name}.md"'},
+            )
+        conversation, rows = await chat.record(owner, conversation_id)  # every branch
+        return Response(
+            export_json(conversation, rows),
+            media_type=MediaType.JSON,
+            headers={"Content-Disposition": f'attachment; filename="{name}.json"'},
+        )
+
+    @post("/import", status_code=HTTP_201_CREATED)
+    async def import_conversation(
+        self, chat: ConversationService, owner: str, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A new conversation from a JSON export (`GET .../export?format=json`)."""
+        conversation = await chat.import_conversation(owner, data)
+        _, rows = await chat.history(owner, conversation.id)
+        return conversation_dict(conversation, rows)
 
     @patch("/{conversation_id:str}")
     async def update_conversation(

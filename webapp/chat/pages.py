@@ -7,12 +7,15 @@ differs, which a `conversation` dependency decides per controller.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
+from litestar.datastructures import UploadFile
 from litestar.di import Provide
+from litestar.params import Parameter
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
@@ -20,14 +23,23 @@ from sse_starlette import EventSourceResponse
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService, Send
-from webapp.chat.views import Alternative, Meter, last_fit, message_views
+from webapp.chat.views import (
+    Alternative,
+    Meter,
+    group_by_day,
+    last_fit,
+    message_views,
+)
 from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
+from webapp.timeutil import utcnow
 from webapp.web.params import RowId, Seq
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
+MAX_IMPORT_BYTES = 20 * 2**20
+SIDEBAR_PAGE = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +95,14 @@ class ConversationPages(Controller):
 
     @get("/")
     async def conversation_page(
-        self, chat: ConversationService, conversation: ConversationRef
+        self, chat: ConversationService, conversation: ConversationRef, at: RowId | None = None
     ) -> Template:
+        """The newest turns; with `at` (a search hit's message), back to that one too."""
         if conversation.draft is not None:
             row, rows, has_older = conversation.draft, [], False
         else:
             row, rows, has_older = await chat.page(
-                conversation.owner, conversation.id, turns=PAGE_TURNS
+                conversation.owner, conversation.id, turns=PAGE_TURNS, through_message=at
             )
         alternatives = await chat.alternatives_of(conversation.id, rows) if rows else {}
         context: dict[str, Any] = {
@@ -102,7 +115,7 @@ class ConversationPages(Controller):
             "streaming": any(r.status == "streaming" for r in rows),
         }
         if conversation.embed is None:
-            context["conversations"] = await chat.list(conversation.owner)
+            context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
             context["configurations"] = configuration_dicts(chat.manager.catalog)
         return Template(self.page_template, context=context)
 
@@ -275,6 +288,43 @@ class ConversationAdmin(Controller):
         conversation = conversations[0] if conversations else await chat.create(owner)
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
+    @get("/conversations")
+    async def more_conversations(
+        self,
+        chat: ConversationService,
+        owner: str,
+        offset: Annotated[int, Parameter(ge=0, le=10**9)],
+        current: str = "",
+    ) -> Template:
+        """The sidebar's next page of conversations."""
+        context = await sidebar(chat, owner, offset, current)
+        return Template("chat/_conversation_list.html", context=context)
+
+    @get("/search")
+    async def search(self, chat: ConversationService, owner: str, q: str = "") -> Template:
+        """The sidebar's results as the user types; an empty box shows none."""
+        hits = await chat.search(owner, q) if q.strip() else None
+        return Template("chat/_search_results.html", context={"hits": hits, "query": q})
+
+    @post("/c/import")
+    async def import_file(
+        self, request: Request[Any, Any, Any], chat: ConversationService, owner: str
+    ) -> Response[Any]:
+        """A JSON export chosen in the sidebar becomes a new conversation, opened at once."""
+        form = await request.form()
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidInput("choose a JSON export to import")
+        raw = await upload.read(MAX_IMPORT_BYTES + 1)
+        if len(raw) > MAX_IMPORT_BYTES:
+            raise InvalidInput(f"an import file is at most {MAX_IMPORT_BYTES // 2**20} MB")
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, ValueError):
+            raise InvalidInput("that file is not JSON: import a conversation's export") from None
+        conversation = await chat.import_conversation(owner, data)
+        return go_to(request, f"/c/{conversation.id}")
+
     @post("/c/new")
     async def new_conversation(
         self, request: Request[Any, Any, Any], chat: ConversationService, owner: str
@@ -308,6 +358,19 @@ class ConversationAdmin(Controller):
     ) -> Response[Any]:
         await chat.delete(owner, conversation_id)
         return go_to(request, "/")
+
+
+async def sidebar(
+    chat: ConversationService, owner: str, offset: int, current_id: str
+) -> dict[str, Any]:
+    """One page of the sidebar: conversations grouped by day, and where the next starts."""
+    rows = await chat.list(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+    return {
+        "conversations": rows[:SIDEBAR_PAGE],
+        "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),
+        "more_offset": offset + SIDEBAR_PAGE if len(rows) > SIDEBAR_PAGE else None,
+        "current_id": current_id,
+    }
 
 
 def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative, ...]:
@@ -366,6 +429,7 @@ def _turn(send: Send, conversation: ConversationRef) -> Template:
         context={
             "conversation": send.conversation,
             "base": conversation.base,
+            "embed": conversation.embed,
             "messages": message_views([send.user, send.answer]),
         },
     )

@@ -14,21 +14,29 @@ def _iso(value) -> str:  # type: ignore[no-untyped-def]
     return as_utc(value).isoformat().replace("+00:00", "Z")
 
 
+FIT_COLUMNS = {
+    "model": "fit_model",
+    "window": "fit_window",
+    "reserve": "fit_reserve",
+    "budget": "fit_budget",
+    "estimated_tokens": "fit_estimated_tokens",
+    "overflow_at_floor": "fit_overflow_at_floor",
+    "counted_by": "fit_counted_by",
+    "left_out": "fit_left_out",
+    "pins_left_out": "fit_pins_dropped",
+}
+"""The `fit` object's keys and the user-row columns they are read from (and, on import,
+written back to)."""
+
+
 def fit_dict(row: Message) -> dict[str, Any] | None:
     """A user row's fit facts (None when no fit was evaluated)."""
     if row.dropped_turns is None:
         return None
-    return {
-        "model": row.fit_model,
-        "window": row.fit_window,
-        "reserve": row.fit_reserve,
-        "budget": row.fit_budget,
-        "estimated_tokens": row.fit_estimated_tokens,
-        "overflow_at_floor": row.fit_overflow_at_floor,
-        "counted_by": row.fit_counted_by,
-        "left_out": row.fit_left_out or [],
-        "pins_left_out": row.fit_pins_dropped or 0,
-    }
+    fit = {key: getattr(row, column) for key, column in FIT_COLUMNS.items()}
+    fit["left_out"] = fit["left_out"] or []
+    fit["pins_left_out"] = fit["pins_left_out"] or 0
+    return fit
 
 
 def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from sqlalchemy import Connection, Select, Update, bindparam, delete, func, insert, update
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -38,6 +38,7 @@ from webapp.chat.branches import (
 from webapp.chat.history import (
     StoredTranscript,
     Tail,
+    is_replayable,
     left_out_seqs,
     load_transcript,
     read_branch,
@@ -53,7 +54,9 @@ from webapp.chat.models import (
     Status,
     owner_columns,
 )
+from webapp.chat.search import Hit, search_messages, search_words
 from webapp.chat.serialize import message_dict
+from webapp.chat.transfer import parse_export
 from webapp.db import as_loaded, in_transaction, transaction
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
@@ -321,15 +324,77 @@ class ConversationService:
         self._configurations.remember(conversation.id, conversation.configuration)
         return conversation
 
-    async def list(self, owner: str, limit: int = 200) -> list[Conversation]:
+    async def list(self, owner: str, limit: int = 200, offset: int = 0) -> list[Conversation]:
         async with self.sessions() as session:
             query = (
                 select(Conversation)
                 .where(Conversation.owner == owner)
                 .order_by(col(Conversation.updated_at).desc(), col(Conversation.id))
+                .offset(offset)
                 .limit(limit)
             )
             return list(await session.exec(query))
+
+    async def search(self, owner: str, query: object) -> list[Hit]:
+        """`owner`'s finished messages that contain every word of `query`, best first."""
+        words = search_words(query)  # a bad query is refused before any database work
+        engine: AsyncEngine = self.sessions.kw["bind"]
+        async with engine.connect() as connection:
+            return await connection.run_sync(search_messages, owner, " ".join(words))
+
+    async def import_conversation(self, owner: str, data: object) -> Conversation:
+        """A new conversation of `owner` holding a JSON export's messages and fit facts,
+        as they were; `prior_turns` is recounted, answers are rendered once more."""
+        catalog = self.manager.catalog
+        imported = parse_export(
+            data,
+            default_configuration=catalog.default_configuration,
+            known=set(catalog.configurations),
+        )
+        now = utcnow()
+        conversation = Conversation(
+            owner=owner,
+            **owner_columns(owner),
+            configuration=imported.configuration,
+            title=clean_title(imported.title),
+            created_at=imported.created_at or now,
+            updated_at=now,
+        )
+        conversation.active_seq = imported.active_seq
+        # prior_turns speaks of each row's own branch: the replayable turns on the path up
+        # to the row it continues (`upto`, by seq; 0 is the very start).
+        rows: list[dict[str, object]] = []
+        upto = {0: 0}
+        for values in imported.messages:
+            values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
+            seq = values["seq"]
+            parent = values["parent_seq"] if values["parent_seq"] is not None else seq - 1
+            if values["estimated_tokens"] is None:
+                values["estimated_tokens"] = estimate_message(values)
+            if values["role"] == Role.USER:
+                values["prior_turns"] = upto[parent]
+                upto[seq] = upto[parent]
+            else:
+                upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
+                values["content_html"] = str(render_markdown(values["content"]))
+            rows.append(values)
+        async with transaction(self.sessions) as session:
+            session.add(conversation)
+            await session.flush()
+            session.add_all(Message(conversation_id=conversation.id, **values) for values in rows)
+        self._configurations.remember(conversation.id, conversation.configuration)
+        return conversation
+
+    async def record(self, owner: str, conversation_id: str) -> tuple[Conversation, list[Message]]:
+        """Every stored message of every branch, in seq order: what an export carries."""
+        async with self.sessions() as session:
+            conversation = await self._owned(session, owner, conversation_id)
+            query = (
+                select(Message)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(col(Message.seq))
+            )
+            return conversation, list(await session.exec(query))
 
     async def get(self, owner: str, conversation_id: str) -> Conversation:
         async with self.sessions() as session:
@@ -349,19 +414,33 @@ class ConversationService:
             return conversation, rows
 
     async def page(
-        self, owner: str, conversation_id: str, *, before_seq: int | None = None, turns: int = 50
+        self,
+        owner: str,
+        conversation_id: str,
+        *,
+        before_seq: int | None = None,
+        turns: int = 50,
+        through_message: int | None = None,
     ) -> tuple[Conversation, list[Message], bool]:
         """The newest `turns` turns of the active branch before `before_seq` (default: the
         newest of all), oldest first, and whether older ones exist. A page of a long
-        conversation reads only that."""
+        conversation reads only that; `through_message` (a search hit) reaches back far
+        enough to include that message when it is on the active branch."""
         await self.reap_stale(conversation_id)
         async with self.sessions() as session:
             conversation = await self._owned(session, owner, conversation_id)
+            wanted = await session.get(Message, through_message) if through_message else None
+            if wanted is not None and wanted.conversation_id != conversation_id:
+                wanted = None
 
             def read(connection: Connection) -> tuple[list[Message], bool]:
                 branch = read_branch(connection, conversation_id, conversation.active_seq)
                 below = branch.leaf + 1 if before_seq is None else before_seq
-                rows = newest_on_branch(connection, conversation_id, branch, below, 2 * turns)
+                size = 2 * turns
+                if wanted is not None:
+                    # Seqs of other branches lie between: reading by seq distance is enough.
+                    size = max(size, below - wanted.seq + 2)
+                rows = newest_on_branch(connection, conversation_id, branch, below, size)
                 if rows and rows[-1].role == Role.ASSISTANT:
                     rows.pop()  # start a page on a user row so a turn is never split
                 rows.reverse()

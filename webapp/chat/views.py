@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from itertools import pairwise
 
 from markupsafe import Markup, escape
 
 from webapp.chat.branches import Alternatives
 from webapp.chat.history import is_replayable
-from webapp.chat.models import Message, Role, Status
+from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.timeutil import as_utc
 from webapp.web.markdown import render_markdown
+
+COLLAPSE_CHARS = 1500
+COLLAPSE_LINES = 20
 
 STATUS_LABELS = {
     Status.STREAMING: "Writing…",
@@ -62,6 +67,23 @@ class MessageView:
         if not self.is_user or not dropped:
             return None
         return left_out_words(dropped, self.row.fit_pins_dropped or 0, self.row.fit_model)
+
+    @property
+    def collapsible(self) -> bool:
+        """A long paste is shown folded, with "Show more": the history stays readable."""
+        content = self.row.content
+        return self.is_user and (
+            len(content) > COLLAPSE_CHARS or content.count("\n") >= COLLAPSE_LINES
+        )
+
+    @property
+    def cut_words(self) -> str | None:
+        """What the history's cut line says when this is the newest trimmed send: the
+        page's own terms (turns above a line), never message numbers."""
+        dropped = self.row.dropped_turns
+        if not self.is_user or not dropped:
+            return None
+        return f"The model no longer sees the {plural(dropped, 'turn', 'turns')} above this line"
 
     @property
     def meter(self) -> Meter:
@@ -146,6 +168,34 @@ class Meter:
         if self.preview:
             return f"Everything will be sent to {self.model}"
         return f"Everything was sent to {self.model}"
+
+
+def day_label(when: datetime, now: datetime) -> str:
+    """Which group of the sidebar a conversation last touched at `when` falls in (UTC days:
+    the server does not know the reader's zone)."""
+    days = (as_utc(now).date() - as_utc(when).date()).days
+    if days <= 0:
+        return "Today"
+    if days == 1:
+        return "Yesterday"
+    if days < 7:
+        return "Previous 7 days"
+    if days < 30:
+        return "Previous 30 days"
+    return as_utc(when).strftime("%B %Y")
+
+
+def group_by_day(
+    conversations: list[Conversation], now: datetime
+) -> list[tuple[str, list[Conversation]]]:
+    """Newest first, as listed, cut into runs that share a day label."""
+    groups: list[tuple[str, list[Conversation]]] = []
+    for conversation in conversations:
+        label = day_label(conversation.updated_at, now)
+        if not groups or groups[-1][0] != label:
+            groups.append((label, []))
+        groups[-1][1].append(conversation)
+    return groups
 
 
 def message_views(

@@ -1,0 +1,122 @@
+"""axe-core on every page (issue "Everyday chat", item 7): no serious or critical finding,
+in light and dark, at desktop and phone width."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.browser.axe import assert_accessible
+from tests.browser.conftest import PASSWORD, OpenPage, Server, Servers
+from tests.browser.test_chat_ui import create_conversation, send_by_api, turn_text
+from tests.upstream import FakeUpstream
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def trimmed(live_server: Server, upstream_server: FakeUpstream) -> str:
+    """A conversation with code, math and trimmed turns, made once for the module."""
+    upstream_server.reset()
+    conversation_id = create_conversation(live_server, "narrow")
+    upstream_server.set_reply(
+        "Try `x`:\n\n```python\nprint(1)\n```\n\nand $x^2$. https://example.com"
+    )
+    for number in range(1, 8):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    upstream_server.reset()
+    return conversation_id
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_chat_with_an_opened_marker_at_desktop_and_phone_width(
+    live_server: Server, open_page: OpenPage, trimmed: str, scheme: str
+) -> None:
+    page = open_page(live_server, f"/c/{trimmed}", color_scheme=scheme, bypass_csp=True)
+    page.locator("#cut-line").get_by_role("button", name="Show which").click()
+    expect(page.locator(".message.left-out").first).to_be_visible()
+    page.locator(".trim-marker").last.evaluate("el => { el.open = true; }")
+    assert_accessible(page, f"/c/{{id}} ({scheme}, marker open)")
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert_accessible(page, f"/c/{{id}} ({scheme}, phone)")
+    page.get_by_role("button", name="Conversations").click()
+    assert_accessible(page, f"/c/{{id}} ({scheme}, phone, drawer open)")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_settings_and_admin_pages(
+    live_server: Server, open_page: OpenPage, trimmed: str, scheme: str
+) -> None:
+    page = open_page(live_server, "/settings", color_scheme=scheme, bypass_csp=True)
+    assert_accessible(page, f"/settings ({scheme})")
+    page.goto("/admin/trimmed")
+    expect(page.locator(f'[data-conversation-id="{trimmed}"]')).to_be_visible()
+    assert_accessible(page, f"/admin/trimmed ({scheme})")
+    page.goto(f"/admin/c/{trimmed}")
+    assert_accessible(page, f"/admin/c/{{id}} ({scheme})")
+
+
+def test_an_empty_chat_and_the_embed(live_server: Server, open_page: OpenPage) -> None:
+    conversation_id = live_server.api("POST", "/api/conversations", json={}).json()["id"]
+    page = open_page(live_server, f"/c/{conversation_id}", bypass_csp=True)
+    expect(page.locator(".empty-state")).to_be_visible()
+    assert_accessible(page, "/c/{id} (empty)")
+    page.goto("/embed/help")
+    expect(page.locator("form#composer")).to_be_visible()
+    assert_accessible(page, "/embed/help")
+
+
+def test_setup_and_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -> None:
+    database = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    from webapp.migrate import upgrade
+
+    upgrade(database)
+    servers.tokens[database] = ""  # no account: the first visitor creates the admin
+    server = servers._launch(database, "fresh", None)
+    server.wait_until_ready()
+    context = browser.new_context(base_url=server.url, bypass_csp=True)
+    page = context.new_page()
+    page.goto("/")
+    expect(page).to_have_url(f"{server.url}/setup")
+    assert_accessible(page, "/setup")
+    page.fill('input[name="username"]', "owner")
+    page.fill('input[name="password"]', PASSWORD)
+    page.fill('input[name="password2"]', PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("form#composer")).to_be_visible()
+    page.click("text=Sign out")
+    expect(page).to_have_url(f"{server.url}/login")
+    assert_accessible(page, "/login")
+    page.fill('input[name="password"]', "wrong")
+    page.fill('input[name="username"]', "owner")
+    page.click("button[type=submit]")
+    expect(page.locator(".inline-error")).to_be_visible()
+    assert_accessible(page, "/login (an error shown)")
+    context.close()
+
+
+def test_keyboard_only_search_opens_a_hit_and_the_cut_line_opens(
+    live_server: Server, open_page: OpenPage, trimmed: str
+) -> None:
+    page = open_page(live_server, f"/c/{trimmed}")
+    expect(page.locator("#composer textarea")).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    for _ in range(40):  # backwards through the page to the sidebar's search box
+        if page.evaluate("document.activeElement.id") == "search-q":
+            break
+        page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.id") == "search-q"
+    page.keyboard.type("turn 2")
+    expect(page.locator("#search-results a").first).to_be_visible()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('#search-results') !== null")
+    page.keyboard.press("Enter")
+    expect(page.locator(".message.found")).to_be_in_viewport()
+
+    show = page.locator("#cut-line").get_by_role("button", name="Show which")
+    show.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator(".message.left-out").first).to_be_visible()
+    expect(show).to_have_attribute("aria-expanded", "true")

@@ -1,0 +1,188 @@
+"""Export and import (DESIGN section 9) through the real app on both databases: a round
+trip keeps every message and fit fact, the Markdown says what was left out, and a bad
+file is a clear 400 that stores nothing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests import test_api
+from tests.test_api import make_user, new_conversation
+from tests.upstream import FakeUpstream
+
+client = test_api.client
+"""The JSON API's test client, signed in as alice, on both databases."""
+
+
+async def trimmed_conversation(client: AsyncTestClient, upstream: FakeUpstream) -> str:
+    """Eight long turns on the small model (so later sends are trimmed), a pin, and one
+    failed answer."""
+    conversation = await new_conversation(client, title="Rivers & bridges")
+    base = f"/api/conversations/{conversation['id']}"
+    for number in range(1, 9):
+        if number == 5:
+            upstream.fail_next(400)
+        sent = await client.post(f"{base}/messages", json={"content": f"turn {number} " * 60})
+        assert sent.status_code == 201, sent.text
+        if number == 2:
+            pinned = await client.post(f"{base}/messages/{sent.json()['user']['id']}/pin")
+            assert pinned.status_code == 200
+    return conversation["id"]
+
+
+async def export(client: AsyncTestClient, conversation_id: str, kind: str = "json") -> Any:
+    response = await client.get(
+        f"/api/conversations/{conversation_id}/export", params={"format": kind}
+    )
+    assert response.status_code == 200, response.text
+    return response
+
+
+def without_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in m.items() if k != "id"} for m in messages]
+
+
+async def test_a_json_round_trip_keeps_every_message_and_fit_fact(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    original_id = await trimmed_conversation(client, upstream)
+    response = await export(client, original_id)
+    assert 'filename="Rivers-bridges.json"' in response.headers["content-disposition"]
+    exported = response.json()
+    assert exported["format"] == "webapp.conversation" and exported["version"] == 1
+    messages = exported["messages"]
+    assert len(messages) == 16
+    assert [m["parent_seq"] for m in messages] == [None, *range(1, 16)]
+    assert any(m["dropped_turns"] for m in messages), "the fixture should have trimmed"
+    assert any(m["status"] == "failed" for m in messages)
+    assert any(m["pinned"] for m in messages)
+
+    imported = await client.post("/api/conversations/import", json=exported)
+    assert imported.status_code == 201, imported.text
+    copy_id = imported.json()["id"]
+    assert copy_id != original_id
+    again = (await export(client, copy_id)).json()
+    assert again["conversation"]["title"] == "Rivers & bridges"
+    assert again["conversation"]["configuration"] == exported["conversation"]["configuration"]
+    assert again["conversation"]["created_at"] == exported["conversation"]["created_at"]
+    assert without_ids(again["messages"]) == without_ids(messages)
+
+    # The copy is a live conversation: the next send is bounded the same way as the
+    # original's would be (the turn counts the bound relies on were rebuilt).
+    previews = [
+        (
+            await client.post(f"/api/conversations/{cid}/preview", json={"content": "turn 9 " * 60})
+        ).json()
+        for cid in (original_id, copy_id)
+    ]
+    assert previews[0]["dropped_turns"] == previews[1]["dropped_turns"] > 0
+    assert previews[0]["left_out"] == previews[1]["left_out"]
+    sent = await client.post(f"/api/conversations/{copy_id}/messages", json={"content": "hi"})
+    assert sent.status_code == 201 and sent.json()["user"]["seq"] == 17
+
+
+async def test_markdown_is_for_reading_with_trim_markers_in_words(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    conversation_id = await trimmed_conversation(client, upstream)
+    response = await export(client, conversation_id, "markdown")
+    assert response.headers["content-type"].startswith("text/markdown")
+    text = response.text
+    assert text.startswith("# Rivers & bridges\n")
+    assert text.count("## You") == 8 and text.count("## Assistant") == 8
+    assert "## Assistant (small)" in text
+    rows = (await client.get(f"/api/conversations/{conversation_id}")).json()["messages"]
+    trimmed = [r for r in rows if r["dropped_turns"]]
+    for row in trimmed:
+        were = "turn was" if row["dropped_turns"] == 1 else "turns were"
+        assert f"{row['dropped_turns']} earlier {were} not sent to small" in text
+    assert text.count("✂ Sent without older history") == len(trimmed)
+    assert "*Failed" in text
+    assert "turn 8 turn 8" in text
+
+
+async def test_export_is_the_owners_only_and_names_a_known_format(
+    client: AsyncTestClient, database_url: str, upstream: FakeUpstream
+) -> None:
+    conversation = await new_conversation(client)
+    bob = {"Authorization": f"Bearer {await make_user(database_url, 'bob')}"}
+    url = f"/api/conversations/{conversation['id']}/export"
+    assert (await client.get(url, headers=bob)).status_code == 404
+    bad = await client.get(url, params={"format": "pdf"})
+    assert bad.status_code == 400 and bad.json()["detail"]
+
+
+def valid_export() -> dict[str, Any]:
+    return {
+        "format": "webapp.conversation",
+        "version": 1,
+        "conversation": {"title": "Hi", "configuration": "small"},
+        "messages": [
+            {"seq": 1, "role": "user", "content": "Hello", "created_at": "2026-01-01T10:00:00Z"},
+            {"seq": 2, "role": "assistant", "content": "Hi **there**", "status": "complete"},
+        ],
+    }
+
+
+def broken(change) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    data = copy.deepcopy(valid_export())
+    change(data)
+    return data
+
+
+BAD_IMPORTS = {
+    "not an export": {"hello": "world"},
+    "a list": [1, 2, 3],
+    "wrong version": broken(lambda d: d.update(version=7)),
+    "messages not a list": broken(lambda d: d.update(messages="no")),
+    "roles out of order": broken(lambda d: d["messages"].reverse()),
+    "a seq gap": broken(lambda d: d["messages"][1].update(seq=5)),
+    "no answer": broken(lambda d: d["messages"].pop()),
+    "content not text": broken(lambda d: d["messages"][0].update(content=5)),
+    "a NUL": broken(lambda d: d["messages"][0].update(content="a\x00b")),
+    "a huge number": broken(lambda d: d["messages"][0].update(estimated_tokens=2**40)),
+    "a negative number": broken(lambda d: d["messages"][0].update(estimated_tokens=-1)),
+    "a time without zone": broken(
+        lambda d: d["messages"][0].update(created_at="2026-01-01T10:00:00")
+    ),
+    "not a time": broken(lambda d: d["messages"][0].update(created_at="yesterday")),
+    "an unknown status": broken(lambda d: d["messages"][1].update(status="great")),
+    "bad spans": broken(
+        lambda d: d["messages"][0].update(dropped_turns=1, fit={"left_out": [[3]]})
+    ),
+    "a long model name": broken(lambda d: d["messages"][1].update(model="m" * 500)),
+    "a title too long": broken(lambda d: d["conversation"].update(title="t" * 500)),
+    "a branch": broken(lambda d: d["messages"][1].update(parent_seq=None)),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_IMPORTS))
+async def test_a_bad_import_is_a_clear_400_and_stores_nothing(
+    client: AsyncTestClient, name: str
+) -> None:
+    response = await client.post("/api/conversations/import", json=BAD_IMPORTS[name])
+    assert response.status_code == 400, (name, response.text)
+    assert response.json()["detail"]
+    assert (await client.get("/api/conversations")).json() == []
+
+
+async def test_import_of_a_minimal_export_fills_in_the_rest(client: AsyncTestClient) -> None:
+    data = broken(lambda d: d["conversation"].update(configuration="no-longer-there"))
+    response = await client.post("/api/conversations/import", json=data)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["configuration"] == "small"  # unknown here: the default configuration
+    user, answer = body["messages"]
+    assert user["created_at"] == "2026-01-01T10:00:00Z"
+    assert user["estimated_tokens"] > 0 and user["dropped_turns"] is None
+    assert answer["status"] == "complete"
+    not_json = await client.post(
+        "/api/conversations/import",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert not_json.status_code == 400

@@ -1,0 +1,141 @@
+"""Managing accounts from the UI and the API (DESIGN section 9): admins create accounts,
+grant or take back admin rights, deactivate and reactivate, and reset passwords; every
+user changes their own password.
+
+The rule that matters: there is always an active admin. Taking the rights or the account
+of the last one is refused by one conditional UPDATE (on PostgreSQL under a table lock,
+as `create_first_admin` does), so two admins demoting each other at once cannot both win.
+Deactivating ends the account's sessions and revokes its tokens in the same transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, exists, text, update
+from sqlmodel import col, select
+
+from webapp.accounts.models import ApiToken, LoginSession, User
+from webapp.accounts.passwords import check_password
+from webapp.accounts.service import AccountService, digest
+from webapp.db import transaction
+from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.timeutil import utcnow
+
+LAST_ADMIN = "the last active admin cannot be demoted or deactivated: make another admin first"
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What `PATCH /api/admin/users/{id}` asks; None leaves a field as it is."""
+
+    is_admin: bool | None = None
+    active: bool | None = None
+    password: str | None = None
+
+
+def user_dict(user: User) -> dict[str, object]:
+    """An account as the admin API shows it (never its password hash)."""
+    return {
+        "id": user.id,
+        "username": user.username,
+        "is_admin": user.is_admin,
+        "active": user.active,
+        "created_at": user.created_at.isoformat(),
+        "last_login_at": user.last_login_at.isoformat() if user.last_login_at else None,
+    }
+
+
+class UserManagement:
+    def __init__(self, accounts: AccountService) -> None:
+        self.accounts = accounts
+        self.sessions = accounts.sessions
+
+    async def list(self) -> list[User]:
+        return await self.accounts.list_users()
+
+    async def create(self, username: str, password: str, *, is_admin: bool = False) -> User:
+        return await self.accounts.create_user(username, password, is_admin=is_admin)
+
+    async def update(self, user_id: int, changes: Changes) -> User:
+        """Apply `changes` to one account; the last active admin keeps rights and access."""
+        if changes.is_admin is None and changes.active is None and changes.password is None:
+            raise InvalidInput("nothing to change: send is_admin, active or password")
+        password_hash = None
+        if changes.password is not None:
+            check_password(changes.password)
+            password_hash = await self.accounts.passwords.hash(changes.password)
+        async with transaction(self.sessions) as session:
+            if session.bind.dialect.name == "postgresql":
+                connection = await session.connection()
+                await connection.execute(
+                    text(f"LOCK TABLE {User.__tablename__} IN SHARE ROW EXCLUSIVE MODE")
+                )
+            user = await session.get(User, user_id)
+            if user is None:
+                raise NotFound(f"no user with id {user_id}")
+            if changes.is_admin is False or changes.active is False:
+                other_admin = exists().where(
+                    col(User.is_admin), col(User.active), col(User.id) != user_id
+                )
+                guarded = (
+                    update(User)
+                    .where(col(User.id) == user_id, ~col(User.is_admin) | other_admin)
+                    .values(
+                        **({"is_admin": False} if changes.is_admin is False else {}),
+                        **({"active": False} if changes.active is False else {}),
+                    )
+                )
+                if (await session.exec(guarded)).rowcount != 1:  # type: ignore[call-overload]
+                    raise Conflict(LAST_ADMIN)
+            values: dict[str, object] = {}
+            if changes.is_admin:
+                values["is_admin"] = True
+            if changes.active:
+                values["active"] = True
+            if password_hash is not None:
+                values["password_hash"] = password_hash
+            if values:
+                await session.exec(update(User).where(col(User.id) == user_id).values(**values))  # type: ignore[call-overload]
+            if changes.active is False or password_hash is not None:
+                # Whoever held the account's sessions (or its old password) is out.
+                await session.exec(delete(LoginSession).where(col(LoginSession.user_id) == user_id))  # type: ignore[call-overload]
+            if changes.active is False:
+                await session.exec(
+                    update(ApiToken)  # type: ignore[call-overload]
+                    .where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
+                    .values(revoked_at=utcnow())
+                )
+            await session.refresh(user)
+            return user
+
+    async def change_own_password(
+        self, user_id: int, current: str, new: str, *, keep_session: str = ""
+    ) -> None:
+        """A user's own change: the current password must be right; every other session of
+        theirs ends (the one making the change, `keep_session`'s secret, stays)."""
+        user = await self.accounts.get_user(user_id)
+        if user is None:
+            raise NotFound("no such user")
+        verdict = await self.accounts.passwords.verify(user.password_hash, current)
+        if not verdict.ok:
+            raise InvalidInput("the current password is wrong")
+        if new == current:
+            raise InvalidInput("the new password is the same as the current one")
+        check_password(new)
+        password_hash = await self.accounts.passwords.hash(new)
+        async with transaction(self.sessions) as session:
+            await session.exec(
+                update(User).where(col(User.id) == user_id).values(password_hash=password_hash)  # type: ignore[call-overload]
+            )
+            await session.exec(
+                delete(LoginSession).where(  # type: ignore[call-overload]
+                    col(LoginSession.user_id) == user_id,
+                    col(LoginSession.id) != digest(keep_session),
+                )
+            )
+
+    async def active_admins(self) -> int:
+        async with self.sessions() as session:
+            rows = await session.exec(select(User.id).where(col(User.is_admin), col(User.active)))
+            return len(rows.all())

@@ -1,0 +1,136 @@
+"""Users in the UI and the API (DESIGN section 9): `/admin/users` and `/api/admin/users`
+for admins, `POST /settings/password` for everyone. The rules live in
+`webapp.accounts.management`; these handlers only read forms and JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from litestar import Controller, MediaType, Request, get, patch, post
+from litestar.response import Redirect, Template
+from litestar.status_codes import HTTP_201_CREATED
+
+from webapp.accounts.management import Changes, UserManagement, user_dict
+from webapp.accounts.service import AccountService
+from webapp.admin.web import admin_only
+from webapp.errors import InvalidInput
+from webapp.web.params import RowId
+from webapp.web.security import SESSION_COOKIE
+
+
+@dataclass
+class NewUser:
+    username: str
+    password: str
+    is_admin: bool = False
+
+
+@dataclass
+class UserChanges:
+    is_admin: bool | None = None
+    active: bool | None = None
+    password: str | None = None
+
+
+def management(request: Request[Any, Any, Any]) -> UserManagement:
+    accounts: AccountService = request.app.state.accounts
+    return UserManagement(accounts)
+
+
+async def _form(request: Request[Any, Any, Any]) -> dict[str, str]:
+    form = await request.form()
+    return {key: value for key, value in form.items() if isinstance(value, str)}
+
+
+class UserAdminApi(Controller):
+    path = "/api/admin/users"
+    guards = [admin_only]  # noqa: RUF012
+    tags: ClassVar[list[str]] = ["admin"]
+
+    @get("/")
+    async def list_users(self, request: Request[Any, Any, Any]) -> list[dict[str, object]]:
+        return [user_dict(user) for user in await management(request).list()]
+
+    @post("/", status_code=HTTP_201_CREATED)
+    async def create_user(
+        self, request: Request[Any, Any, Any], data: NewUser
+    ) -> dict[str, object]:
+        user = await management(request).create(
+            data.username, data.password, is_admin=data.is_admin
+        )
+        return user_dict(user)
+
+    @patch("/{user_id:int}")
+    async def update_user(
+        self, request: Request[Any, Any, Any], user_id: RowId, data: UserChanges
+    ) -> dict[str, object]:
+        """`active: false` ends the user's sessions and revokes their tokens; a new
+        `password` ends their sessions. The last active admin stays one (409)."""
+        changes = Changes(is_admin=data.is_admin, active=data.active, password=data.password)
+        return user_dict(await management(request).update(user_id, changes))
+
+
+ACTIONS = {
+    "make-admin": Changes(is_admin=True),
+    "remove-admin": Changes(is_admin=False),
+    "deactivate": Changes(active=False),
+    "activate": Changes(active=True),
+}
+DONE = {
+    "created": "Account created.",
+    "make-admin": "They are an admin now.",
+    "remove-admin": "They are no longer an admin.",
+    "deactivate": "Deactivated: their sessions and tokens no longer work.",
+    "activate": "Activated: they can sign in again.",
+    "reset": "Password reset: their sessions have ended.",
+}
+
+
+class UserPages(Controller):
+    include_in_schema = False
+
+    @get("/admin/users", guards=[admin_only], media_type=MediaType.HTML)
+    async def users_page(self, request: Request[Any, Any, Any], done: str = "") -> Template:
+        return Template(
+            "admin/users.html",
+            context={"users": await management(request).list(), "notice": DONE.get(done)},
+        )
+
+    @post("/admin/users", guards=[admin_only])
+    async def create_from_form(self, request: Request[Any, Any, Any]) -> Redirect:
+        form = await _form(request)
+        await management(request).create(
+            form.get("username", "").strip(),
+            form.get("password", ""),
+            is_admin=form.get("is_admin") == "on",
+        )
+        return Redirect("/admin/users?done=created", status_code=303)
+
+    @post("/admin/users/{user_id:int}", guards=[admin_only])
+    async def change_from_form(self, request: Request[Any, Any, Any], user_id: RowId) -> Redirect:
+        form = await _form(request)
+        action = form.get("action", "")
+        if action == "reset":
+            changes = Changes(password=form.get("password", ""))
+        elif action in ACTIONS:
+            changes = ACTIONS[action]
+        else:
+            raise InvalidInput(f"unknown action {action!r}")
+        await management(request).update(user_id, changes)
+        return Redirect(f"/admin/users?done={action}", status_code=303)
+
+    @post("/settings/password")
+    async def change_password(self, request: Request[Any, Any, Any]) -> Redirect:
+        """Change one's own password; this browser stays signed in, every other session
+        of the account ends."""
+        form = await _form(request)
+        if form.get("new_password", "") != form.get("new_password2", ""):
+            raise InvalidInput("the two new passwords differ")
+        await management(request).change_own_password(
+            request.user.id,
+            form.get("current_password", ""),
+            form.get("new_password", ""),
+            keep_session=request.cookies.get(SESSION_COOKIE, ""),
+        )
+        return Redirect("/settings?done=password", status_code=303)

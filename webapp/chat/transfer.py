@@ -1,0 +1,251 @@
+"""A conversation out of the app and back in: the JSON export (everything, for import)
+and a Markdown one (for people, trim markers in words).
+
+The JSON export is every stored message of every branch, in seq order, in the API's own
+message shape (`serialize.message_dict`) plus, on every message, `parent_seq`: the
+message it follows (the one before it, or for the first turn of a branch the row that
+branch continues; 0 for an edit of the very first message), and the conversation's
+`active_seq`. So a round trip keeps every branch. Import checks every field before
+anything is written, and says which one is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.serialize import FIT_COLUMNS, _iso, conversation_dict, message_dict
+from webapp.chat.views import STATUS_LABELS, left_out_words
+from webapp.errors import InvalidInput
+
+FORMAT = "webapp.conversation"
+VERSION = 1
+MAX_MESSAGES = 20_000
+MAX_CONTENT = 1_000_000
+INT_MAX = 2**31 - 1
+"""Every counted column is a 32-bit integer in PostgreSQL."""
+STRING_LIMITS = {"model": 100, "finish_reason": 32, "counted_by": 300, "error": 100_000}
+
+
+def follows(row: Message) -> int | None:
+    """The seq of the message `row` continues (None for the very first)."""
+    if row.parent_seq is not None:
+        return row.parent_seq
+    return row.seq - 1 if row.seq > 1 else None
+
+
+def export_json(conversation: Conversation, rows: list[Message]) -> dict[str, Any]:
+    """`rows`: every stored message, of every branch, in seq order."""
+    messages = [{**message_dict(row), "parent_seq": follows(row)} for row in rows]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "conversation": {**conversation_dict(conversation), "active_seq": conversation.active_seq},
+        "messages": messages,
+    }
+
+
+def export_markdown(conversation: Conversation, rows: list[Message]) -> str:
+    """The conversation as a person reads it: who said what, and where the model was sent
+    less than the whole history."""
+    lines = [
+        f"# {conversation.title}",
+        "",
+        f"Configuration: {conversation.configuration} · started {_iso(conversation.created_at)}",
+        "",
+    ]
+    for row in rows:
+        if row.role == Role.USER:
+            lines.append("## You")
+            if row.dropped_turns:
+                words = left_out_words(row.dropped_turns, row.fit_pins_dropped or 0, row.fit_model)
+                lines += ["", f"> ✂ Sent without older history: {words}."]
+        else:
+            served = f" ({row.model})" if row.model else ""
+            lines.append(f"## Assistant{served}")
+            label = STATUS_LABELS.get(Status(row.status))
+            if label:
+                lines += ["", f"*{label}{': ' + row.error if row.error else ''}*"]
+        lines += ["", row.content, ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---- import -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    title: str
+    configuration: str
+    created_at: datetime | None
+    messages: list[dict[str, Any]]
+    """Message column values, in seq order, ready to store (no ids, no conversation)."""
+    active_seq: int | None = None
+
+
+def _field(where: str, data: dict[str, Any], key: str, kinds: tuple[type, ...], *, null: bool):  # type: ignore[no-untyped-def]
+    value = data.get(key)
+    if value is None:
+        if null:
+            return None
+        raise InvalidInput(f"{where}.{key} is missing")
+    if isinstance(value, bool) and bool not in kinds:
+        raise InvalidInput(f"{where}.{key} must be {kinds[0].__name__}")
+    if not isinstance(value, kinds):
+        raise InvalidInput(f"{where}.{key} must be {kinds[0].__name__}")
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= INT_MAX:
+        raise InvalidInput(f"{where}.{key} must be between 0 and {INT_MAX}")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidInput(f"{where}.{key} contains a NUL character")
+        limit = STRING_LIMITS.get(key, MAX_CONTENT)
+        if len(value) > limit:
+            raise InvalidInput(f"{where}.{key} is longer than {limit:,} characters")
+    return value
+
+
+def _time(where: str, data: dict[str, Any], key: str) -> datetime | None:
+    value = _field(where, data, key, (str,), null=True)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"{where}.{key} is not an ISO 8601 time") from None
+    if parsed.tzinfo is None:
+        raise InvalidInput(f"{where}.{key} must name its time zone (e.g. end in Z)")
+    return parsed
+
+
+def _spans(where: str, value: object) -> list[list[int]]:
+    if not isinstance(value, list) or not all(
+        isinstance(span, list)
+        and len(span) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= INT_MAX for n in span)
+        and span[0] <= span[1]
+        for span in value
+    ):
+        raise InvalidInput(f"{where} must be a list of [first_seq, last_seq] pairs")
+    return value  # type: ignore[return-value]
+
+
+def _fit(where: str, fit: object) -> dict[str, Any]:
+    if not isinstance(fit, dict):
+        raise InvalidInput(f"{where} must be an object or null")
+    columns: dict[str, Any] = {}
+    for key, column in FIT_COLUMNS.items():
+        if key == "left_out":
+            columns[column] = _spans(f"{where}.left_out", fit.get("left_out") or [])
+        elif key == "overflow_at_floor":
+            columns[column] = _field(where, fit, key, (bool,), null=True)
+        elif key in ("model", "counted_by"):
+            columns[column] = _field(where, fit, key, (str,), null=True)
+        else:
+            columns[column] = _field(where, fit, key, (int,), null=True)
+    return columns
+
+
+def _message(index: int, data: object) -> dict[str, Any]:
+    where = f"messages[{index}]"
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{where} must be an object")
+    seq = index + 1
+    if data.get("seq", seq) != seq:
+        raise InvalidInput(f"{where}.seq must be {seq}: messages are numbered from 1, in order")
+    role = _field(where, data, "role", (str,), null=False)
+    expected = Role.USER if seq % 2 else Role.ASSISTANT
+    if role != expected:
+        raise InvalidInput(f"{where}.role must be {expected.value}: a question, then its answer")
+    status = _field(where, data, "status", (str,), null=True) or Status.COMPLETE.value
+    if status not in {s.value for s in Status}:
+        raise InvalidInput(f"{where}.status {status!r} is not one of {[s.value for s in Status]}")
+    if status == Status.STREAMING:
+        status = Status.INTERRUPTED.value  # no one is writing it here
+    parent = data.get("parent_seq", seq - 1 or None)
+    continues = parent == (seq - 1 or None)
+    # The first turn of a branch continues an earlier answer (or, 0, the very start).
+    starts_branch = (
+        role == Role.USER
+        and isinstance(parent, int)
+        and not isinstance(parent, bool)
+        and (parent == 0 or (0 < parent < seq and parent % 2 == 0))
+    )
+    if not continues and not starts_branch:
+        raise InvalidInput(
+            f"{where}.parent_seq must be {seq - 1 or None}, or for a question that starts a "
+            "branch, an earlier answer's seq (0: the very start)"
+        )
+    row: dict[str, Any] = {
+        "seq": seq,
+        "parent_seq": None if continues else parent,
+        "role": role,
+        "content": _field(where, data, "content", (str,), null=False),
+        "status": status,
+        "created_at": _time(where, data, "created_at"),
+        "estimated_tokens": _field(where, data, "estimated_tokens", (int,), null=True),
+        "pinned": role == Role.USER and bool(_field(where, data, "pinned", (bool,), null=True)),
+        "model": _field(where, data, "model", (str,), null=True),
+        "finish_reason": _field(where, data, "finish_reason", (str,), null=True),
+        "error": _field(where, data, "error", (str,), null=True),
+    }
+    counts = data.get("token_counts") or {}
+    if not isinstance(counts, dict):
+        raise InvalidInput(f"{where}.token_counts must be an object")
+    for name in counts:
+        if len(name) > STRING_LIMITS["counted_by"]:
+            raise InvalidInput(f"{where}.token_counts has a tokenizer name that is too long")
+        _field(f"{where}.token_counts", counts, name, (int,), null=False)
+    row["token_counts"] = {n: c for n, c in counts.items() if n != "estimate"} or None
+    usage = data.get("usage")
+    if usage is not None:
+        if not isinstance(usage, dict):
+            raise InvalidInput(f"{where}.usage must be an object or null")
+        row["prompt_tokens"] = _field(f"{where}.usage", usage, "prompt_tokens", (int,), null=True)
+        row["completion_tokens"] = _field(
+            f"{where}.usage", usage, "completion_tokens", (int,), null=True
+        )
+    dropped = _field(where, data, "dropped_turns", (int,), null=True)
+    if role == Role.USER and dropped is not None:
+        row["dropped_turns"] = dropped
+        row.update(_fit(f"{where}.fit", data.get("fit") or {}))
+    return row
+
+
+def parse_export(data: object, *, default_configuration: str, known: set[str]) -> Imported:
+    """A JSON export checked whole; an unknown configuration becomes the default one."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InvalidInput(f'not a conversation export: "format" must be "{FORMAT}"')
+    if data.get("version") != VERSION:
+        raise InvalidInput(f"export version {data.get('version')!r} is not {VERSION}")
+    conversation = data.get("conversation")
+    messages = data.get("messages")
+    if not isinstance(conversation, dict):
+        raise InvalidInput('"conversation" must be an object')
+    if not isinstance(messages, list):
+        raise InvalidInput('"messages" must be a list')
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidInput(f"an import holds at most {MAX_MESSAGES:,} messages")
+    if len(messages) % 2:
+        raise InvalidInput("the last message has no answer: an export ends with an answer")
+    title = _field("conversation", conversation, "title", (str,), null=True)
+    configuration = _field("conversation", conversation, "configuration", (str,), null=True)
+    active = _field("conversation", conversation, "active_seq", (int,), null=True)
+    rows = [_message(index, message) for index, message in enumerate(messages)]
+    if active is not None:
+        starts = {row["parent_seq"] for row in rows if row["parent_seq"] is not None}
+        leaf = 2 <= active <= len(rows) and active % 2 == 0
+        if (
+            not leaf
+            or active in starts
+            or (active < len(rows) and rows[active]["parent_seq"] is None)
+        ):
+            raise InvalidInput("conversation.active_seq must be the last answer of a branch")
+    return Imported(
+        title=title or "Imported conversation",
+        configuration=configuration if configuration in known else default_configuration,
+        created_at=_time("conversation", conversation, "created_at"),
+        messages=rows,
+        active_seq=active,
+    )
