@@ -103,7 +103,9 @@ def test_keyboard_only_search_opens_a_hit_and_the_cut_line_opens(
     page = open_page(live_server, f"/c/{trimmed}")
     expect(page.locator("#composer textarea")).to_be_focused()
     page.keyboard.press("Shift+Tab")
-    for _ in range(40):  # backwards through the page to the sidebar's search box
+    # Backwards through the page to the sidebar's search box: past every message's own
+    # controls (copy, edit, regenerate, fork, pin), so allow for many stops.
+    for _ in range(600):
         if page.evaluate("document.activeElement.id") == "search-q":
             break
         page.keyboard.press("Shift+Tab")
