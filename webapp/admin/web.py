@@ -17,23 +17,19 @@ from urllib.parse import urlencode
 
 from litestar import Controller, Request, get
 from litestar.connection import ASGIConnection
-from litestar.di import NamedDependency
 from litestar.exceptions import PermissionDeniedException
 from litestar.handlers import BaseRouteHandler
-from litestar.params import FromPath, Parameter
+from litestar.params import FromPath, QueryParameter
 from litestar.response import Response, Template
 
 from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
 from webapp.admin.queries import Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.models import Message, Role
-from webapp.chat.service import ConversationService
 from webapp.chat.views import MessageView
 from webapp.errors import InvalidInput, refuse_nul
 from webapp.llm.window import runs_of
-
-Chat = NamedDependency[ConversationService]
-"""The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
+from webapp.web.deps import Chat
 
 LIST_PATH = "/admin/trimmed"
 DEFAULT_PER_PAGE = 50
@@ -259,7 +255,7 @@ class AdminController(Controller):
             )
 
     @get(LIST_PATH)
-    async def trimmed_page(self, request: Request, chat: Chat) -> Template:
+    async def trimmed_page(self, request: Request[Any, Any, Any], chat: Chat) -> Template:
         listing = parse_listing(request.query_params)
         page = await self._page(chat, listing)
         async with chat.sessions() as session:
@@ -283,7 +279,7 @@ class AdminController(Controller):
         )
 
     @get(f"{LIST_PATH}.csv")
-    async def trimmed_csv(self, request: Request, chat: Chat) -> Response[str]:
+    async def trimmed_csv(self, request: Request[Any, Any, Any], chat: Chat) -> Response[str]:
         """Every matching row (not one page), in the list's sort order."""
         page = await self._page(chat, parse_listing(request.query_params), everything=True)
         return Response(
@@ -299,20 +295,22 @@ class AdminController(Controller):
     async def trimmed_api(
         self,
         chat: Chat,
-        configuration: Annotated[str | None, Parameter(description="configuration name")] = None,
-        model: Annotated[str | None, Parameter(description="a model that served")] = None,
+        configuration: Annotated[
+            str | None, QueryParameter(description="configuration name")
+        ] = None,
+        model: Annotated[str | None, QueryParameter(description="a model that served")] = None,
         # Not named `owner`: that is the app-wide dependency (who is asking), which would
         # shadow the query parameter and drop it from the schema.
         owner_filter: Annotated[
             str | None,
-            Parameter(query="owner", description="username, raw owner, or embed:<name>"),
+            QueryParameter(name="owner", description="username, raw owner, or embed:<name>"),
         ] = None,
-        since: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
-        until: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
-        sort: Annotated[str | None, Parameter(description=", ".join(queries.SORTS))] = None,
-        order: Annotated[str | None, Parameter(description="asc or desc")] = None,
-        page: Annotated[str | None, Parameter(description="1 or more")] = None,
-        per_page: Annotated[str | None, Parameter(description=f"1 to {MAX_PER_PAGE}")] = None,
+        since: Annotated[str | None, QueryParameter(description="YYYY-MM-DD, UTC")] = None,
+        until: Annotated[str | None, QueryParameter(description="YYYY-MM-DD, UTC")] = None,
+        sort: Annotated[str | None, QueryParameter(description=", ".join(queries.SORTS))] = None,
+        order: Annotated[str | None, QueryParameter(description="asc or desc")] = None,
+        page: Annotated[str | None, QueryParameter(description="1 or more")] = None,
+        per_page: Annotated[str | None, QueryParameter(description=f"1 to {MAX_PER_PAGE}")] = None,
     ) -> dict[str, Any]:
         """Conversations with at least one trimmed turn, with the same filters as the page."""
         listing = parse_listing(

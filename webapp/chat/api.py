@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from litestar import Controller, MediaType, Request, Response, delete, get, patch, post
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response.base import ASGIResponse
 from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
@@ -22,6 +22,7 @@ from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService, Send, clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
+from webapp.web.deps import Chat, Owner
 from webapp.web.params import RowId
 
 
@@ -52,6 +53,10 @@ class Preview:
 @dataclass
 class MessageRef:
     message_id: int
+
+
+ExportFormat = Annotated[Literal["json", "markdown"], QueryParameter(name="format")]
+"""`?format=`: named apart from the builtin `format`."""
 
 
 def wants_event_stream(request: Request) -> bool:
@@ -93,7 +98,7 @@ async def _with_branch(
 
 
 @get("/api/search", tags=["conversations"])
-async def search(chat: ConversationService, owner: str, q: str | None = None) -> dict[str, Any]:
+async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> dict[str, Any]:
     """The caller's own finished messages containing every word of `q` (each word a
     prefix), best first; `snippet` is HTML: escaped text, matches in `<mark>`."""
     hits = await chat.search(owner, q)
@@ -110,14 +115,12 @@ class ConversationController(Controller):
     tags: ClassVar[list[str]] = ["conversations"]
 
     @get("/")
-    async def list_conversations(
-        self, chat: ConversationService, owner: str
-    ) -> list[dict[str, Any]]:
+    async def list_conversations(self, chat: Chat, owner: Owner) -> list[dict[str, Any]]:
         return [conversation_dict(c) for c in await chat.list(owner)]
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_conversation(
-        self, chat: ConversationService, owner: str, data: NewConversation | None = None
+        self, chat: Chat, owner: Owner, data: JSONBody[NewConversation | None] = None
     ) -> dict[str, Any]:
         data = data or NewConversation()
         conversation = await chat.create(owner, data.configuration, data.title)
@@ -125,19 +128,17 @@ class ConversationController(Controller):
 
     @get("/{conversation_id:str}")
     async def read_conversation(
-        self, chat: ConversationService, owner: str, conversation_id: str
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> dict[str, Any]:
         return await _with_branch(chat, owner, conversation_id)
 
     @get("/{conversation_id:str}/export")
     async def export_conversation(
         self,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
-        export_format: Annotated[
-            Literal["json", "markdown"], Parameter(query="format", default="json")
-        ],
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        export_format: ExportFormat = "json",
     ) -> Response[Any]:
         """The whole conversation: `json` (every message of every branch with its fit facts,
         for import) or `markdown` (the branch shown, to read). Served as a download named
@@ -159,7 +160,7 @@ class ConversationController(Controller):
 
     @post("/import", status_code=HTTP_201_CREATED)
     async def import_conversation(
-        self, chat: ConversationService, owner: str, data: dict[str, Any]
+        self, chat: Chat, owner: Owner, data: JSONBody[dict[str, Any]]
     ) -> dict[str, Any]:
         """A new conversation from a JSON export (`GET .../export?format=json`)."""
         conversation = await chat.import_conversation(owner, data)
@@ -169,10 +170,10 @@ class ConversationController(Controller):
     @patch("/{conversation_id:str}")
     async def update_conversation(
         self,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
-        data: ConversationChanges,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        data: JSONBody[ConversationChanges],
     ) -> dict[str, Any]:
         if data.title is None and data.configuration is None:
             raise InvalidInput("nothing to change: send a title or a configuration")
@@ -187,7 +188,7 @@ class ConversationController(Controller):
 
     @delete("/{conversation_id:str}", status_code=204)
     async def delete_conversation(
-        self, chat: ConversationService, owner: str, conversation_id: str
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> None:
         await chat.delete(owner, conversation_id)
 
@@ -195,10 +196,10 @@ class ConversationController(Controller):
     async def send_message(
         self,
         request: Request,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
-        data: NewMessage,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        data: JSONBody[NewMessage],
     ) -> ASGIApp:
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
@@ -212,9 +213,9 @@ class ConversationController(Controller):
     async def regenerate(
         self,
         request: Request,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
         message_id: RowId,
     ) -> ASGIApp:
         """A new answer to a user turn, as an alternative turn: 201 {user, assistant}, or
@@ -224,7 +225,7 @@ class ConversationController(Controller):
 
     @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)
     async def switch_branch(
-        self, chat: ConversationService, owner: str, conversation_id: str, data: MessageRef
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[MessageRef]
     ) -> dict[str, Any]:
         """Make the branch through a message active (down to its newest leaf): the next
         send continues it. Answers the conversation with that branch."""
@@ -233,7 +234,7 @@ class ConversationController(Controller):
 
     @post("/{conversation_id:str}/fork", status_code=HTTP_201_CREATED)
     async def fork(
-        self, chat: ConversationService, owner: str, conversation_id: str, data: MessageRef
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[MessageRef]
     ) -> dict[str, Any]:
         """A new conversation holding the branch up to and including a message's turn."""
         fork = await chat.fork(owner, conversation_id, data.message_id)
@@ -241,14 +242,14 @@ class ConversationController(Controller):
 
     @post("/{conversation_id:str}/preview", status_code=HTTP_200_OK)
     async def preview_send(
-        self, chat: ConversationService, owner: str, conversation_id: str, data: Preview
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
         return preview_dict(await chat.preview(owner, conversation_id, data.content))
 
     @post("/{conversation_id:str}/messages/{message_id:int}/pin", status_code=HTTP_200_OK)
     async def pin_turn(
-        self, chat: ConversationService, owner: str, conversation_id: str, message_id: int
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
     ) -> dict[str, Any]:
         """Pin a user turn: it is sent on every later send, after the head."""
         return message_dict(await chat.pin(owner, conversation_id, message_id, True))
@@ -258,13 +259,13 @@ class ConversationController(Controller):
         status_code=HTTP_200_OK,
     )
     async def unpin_turn(
-        self, chat: ConversationService, owner: str, conversation_id: str, message_id: int
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
     ) -> dict[str, Any]:
         return message_dict(await chat.pin(owner, conversation_id, message_id, False))
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
     async def stop_answer(
-        self, chat: ConversationService, owner: str, conversation_id: str
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> dict[str, Any]:
         answer = await chat.stop(owner, conversation_id)
         return {

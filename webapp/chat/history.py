@@ -270,7 +270,7 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Select:  # type: ignore[type-arg]
         return (
             select(*columns)
-            .where(Message.conversation_id == bindparam("conversation_id"), *conditions)
+            .where(col(Message.conversation_id) == bindparam("conversation_id"), *conditions)
             .order_by(seq.desc() if newest_first else seq)
             .limit(bindparam("limit"))
         )
@@ -280,14 +280,14 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
         newest_in=ranged(*within, newest_first=True),
         oldest_in=ranged(*within, newest_first=False),
         pinned_between=select(seq).where(
-            Message.conversation_id == bindparam("conversation_id"),
+            col(Message.conversation_id) == bindparam("conversation_id"),
             col(Message.pinned),
             seq > bindparam("after"),
             seq < bindparam("before"),
         ),
         seqs_in=select(*columns)
         .where(
-            Message.conversation_id == bindparam("conversation_id"),
+            col(Message.conversation_id) == bindparam("conversation_id"),
             seq.in_(bindparam("seqs", expanding=True)),
         )
         .order_by(seq),

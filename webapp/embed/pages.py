@@ -16,14 +16,16 @@ from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from litestar.handlers import BaseRouteHandler
+from litestar.params import FromPath
 
 from webapp.accounts.service import digest
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation
 from webapp.chat.pages import ConversationPages, ConversationRef
-from webapp.chat.service import ConversationService, clean_title
+from webapp.chat.service import clean_title
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
+from webapp.web.deps import Chat
 
 EMBED_PATH = "/embed/"
 SENDING_HANDLERS = frozenset({"send", "retry", "regenerate", "edit"})
@@ -48,7 +50,7 @@ def frame_ancestors(catalog: Catalog, path: str) -> tuple[str, ...] | None:
 
 
 async def visitor_conversation(
-    request: Request[Any, Any, Any], chat: ConversationService, embed_name: str
+    request: Request[Any, Any, Any], chat: Chat, embed_name: FromPath[str]
 ) -> ConversationRef:
     spec = chat.manager.catalog.embeds.get(embed_name)
     if spec is None:

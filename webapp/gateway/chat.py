@@ -16,7 +16,7 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
-from webapp.gateway.deps import Chat, Limit, Owner, json_response, resolve_route
+from webapp.gateway.deps import Limit, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider
 from webapp.gateway.report import fit_headers, fit_report
 from webapp.gateway.schemas import ChatCompletionRequest, parse
@@ -32,6 +32,7 @@ from webapp.llm.manager import (
     Transcript,
 )
 from webapp.llm.providers.base import ProviderError
+from webapp.web.deps import Chat, Owner
 
 
 @post("/chat/completions", status_code=200)

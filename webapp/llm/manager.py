@@ -359,7 +359,7 @@ class LLMManager:
                 )
                 async with aclosing(chunks):
                     try:
-                        first = await anext(chunks, None)
+                        opening = await anext(chunks, None)
                     except ContextLengthExceeded as error:
                         await self._tighten(model, result, error)
                         if retried:
@@ -376,7 +376,7 @@ class LLMManager:
                         break
                     finish_reason: str | None = None
                     usage: Usage | None = None
-                    chunk = first
+                    chunk = opening
                     while chunk is not None:
                         if chunk.text:
                             yield Delta(chunk.text)
