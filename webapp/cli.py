@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from webapp.accounts.cli import add_token_parser, add_user_parser
 from webapp.llm.catalog import Catalog, CatalogError, load_catalog
@@ -163,7 +164,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.run(args)
+    run: Callable[[argparse.Namespace], int] = args.run  # each command's set_defaults
+    return run(args)
 
 
 if __name__ == "__main__":

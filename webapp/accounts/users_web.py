@@ -5,7 +5,7 @@ for admins, `POST /settings/password` for everyone. The rules live in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from litestar import Controller, MediaType, Request, get, patch, post
 from litestar.params import FromQuery, JSONBody
@@ -46,8 +46,8 @@ async def _form(request: Request[Any, Any, Any]) -> dict[str, str]:
 
 class UserAdminApi(Controller):
     path = "/api/admin/users"
-    guards = [admin_only]  # noqa: RUF012
-    tags: ClassVar[list[str]] = ["admin"]
+    guards = (admin_only,)
+    tags = ("admin",)
 
     @get("/")
     async def list_users(self, request: Request[Any, Any, Any]) -> list[dict[str, object]]:

@@ -198,9 +198,9 @@ class Review:
         first = _paint(len(users), intervals)
         last = _paint(len(users), reversed(intervals))
         return {
-            users[i]: LeftOutBy(counts[i], first[i], last[i])
-            for i in range(len(users))
-            if counts[i] and first[i] is not None and last[i] is not None
+            seq: LeftOutBy(count, by_first, by_last)
+            for seq, count, by_first, by_last in zip(users, counts, first, last, strict=True)
+            if count and by_first is not None and by_last is not None
         }
 
 

@@ -240,7 +240,7 @@ def review_turns(review: Review) -> list[ReviewTurn]:
 
 
 class AdminController(Controller):
-    guards = [admin_only]  # noqa: RUF012  (Litestar reads it as a class attribute)
+    guards = (admin_only,)
     include_in_schema = False
 
     async def _page(

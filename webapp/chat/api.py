@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from litestar import Controller, MediaType, Request, Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
@@ -15,7 +15,6 @@ from litestar.response.base import ASGIResponse
 from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
-from sse_starlette import EventSourceResponse
 
 from webapp.chat.answers import Channel
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
@@ -23,6 +22,7 @@ from webapp.chat.service import ConversationService, Send, clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.web.deps import Chat, Owner
+from webapp.web.events import event_stream
 from webapp.web.params import RowId
 
 
@@ -59,7 +59,7 @@ ExportFormat = Annotated[Literal["json", "markdown"], QueryParameter(name="forma
 """`?format=`: named apart from the builtin `format`."""
 
 
-def wants_event_stream(request: Request) -> bool:
+def wants_event_stream(request: Request[Any, Any, Any]) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
@@ -71,15 +71,12 @@ async def sse_events(channel: Channel) -> AsyncIterator[dict[str, Any]]:
         yield item
 
 
-async def _answer(request: Request, chat: ConversationService, send: Send) -> ASGIApp:
+async def _answer(
+    request: Request[Any, Any, Any], chat: ConversationService, send: Send
+) -> ASGIApp:
     """A send's answer: streamed when the client asks for events, else waited for."""
     if wants_event_stream(request):
-        return EventSourceResponse(
-            sse_events(send.running.channel),
-            status_code=HTTP_201_CREATED,
-            ping=15,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        return event_stream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
     user, answer = await chat.settle(send)
     return ASGIResponse(
         body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),
@@ -112,7 +109,7 @@ def download_name(title: str) -> str:
 
 class ConversationController(Controller):
     path = "/api/conversations"
-    tags: ClassVar[list[str]] = ["conversations"]
+    tags = ("conversations",)
 
     @get("/")
     async def list_conversations(self, chat: Chat, owner: Owner) -> list[dict[str, Any]]:
@@ -195,7 +192,7 @@ class ConversationController(Controller):
     @post("/{conversation_id:str}/messages", status_code=HTTP_201_CREATED)
     async def send_message(
         self,
-        request: Request,
+        request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
         conversation_id: FromPath[str],
@@ -212,7 +209,7 @@ class ConversationController(Controller):
     )
     async def regenerate(
         self,
-        request: Request,
+        request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
         conversation_id: FromPath[str],

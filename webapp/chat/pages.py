@@ -18,7 +18,6 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
-from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
@@ -36,6 +35,7 @@ from webapp.llm.describe import configuration_dicts
 from webapp.rows import stored_id
 from webapp.timeutil import utcnow
 from webapp.web.deps import Chat, Owner
+from webapp.web.events import event_stream
 from webapp.web.params import OptionalRowIdQuery, RowId, Seq
 from webapp.web.templates import render_fragment
 
@@ -104,6 +104,7 @@ class ConversationPages(Controller):
         self, chat: Chat, conversation: FoundConversation, at: OptionalRowIdQuery = None
     ) -> Template:
         """The newest turns; with `at` (a search hit's message), back to that one too."""
+        rows: list[Message]
         if conversation.draft is not None:
             row, rows, has_older = conversation.draft, [], False
         else:
@@ -276,9 +277,7 @@ class ConversationPages(Controller):
                     return
                 snapshot = await anext(snapshots)
 
-        return EventSourceResponse(
-            events(), ping=15, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        )
+        return event_stream(events())
 
 
 class ConversationAdmin(Controller):

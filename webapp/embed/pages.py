@@ -87,6 +87,6 @@ async def embed_quota(
 class EmbedPages(ConversationPages):
     path = "/embed/{embed_name:str}"
     dependencies = {"conversation": Provide(visitor_conversation)}  # noqa: RUF012
-    guards = [embed_quota]  # noqa: RUF012
+    guards = (embed_quota,)
     page_template = "embed/page.html"
     opt = {"exclude_from_auth": True}  # noqa: RUF012

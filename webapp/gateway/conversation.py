@@ -31,9 +31,10 @@ from webapp.errors import NotFound
 from webapp.gateway.errors import GatewayError, invalid
 from webapp.gateway.report import DROPPED_TURNS_HEADER
 from webapp.gateway.schemas import ChatCompletionRequest
-from webapp.gateway.streaming import STREAM_HEADERS, Chunks, new_id, sse
+from webapp.gateway.streaming import Chunks, new_id, sse
 from webapp.llm.providers.base import Usage
 from webapp.rows import stored_id
+from webapp.web.events import STREAM_HEADERS
 
 CONVERSATION_HEADER = "x-conversation-id"
 FAILED = frozenset({Status.FAILED, Status.INTERRUPTED})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -333,7 +333,7 @@ class LLMManager:
         )
         return transcript, result, counted
 
-    async def stream(self, plan: Plan) -> AsyncIterator[StreamEvent]:
+    async def stream(self, plan: Plan) -> AsyncGenerator[StreamEvent, None]:
         """Send a plan and stream the answer. Everything that can go wrong before the first
         chunk (a refused prompt, a model that is down) is handled here, with a `Fitted`
         for every fit made after the plan's; after the first chunk nothing can be pruned
