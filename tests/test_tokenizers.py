@@ -82,7 +82,7 @@ def catalog_for(tmp_path: Path, up: FakeUpstream, tokenizer: str | None = None) 
     return load_catalog(write_catalog(tmp_path, up.base_url, model_toml(tokenizer=tokenizer)))
 
 
-def tokenize_requests(up: FakeUpstream) -> list[dict]:  # type: ignore[type-arg]
+def tokenize_requests(up: FakeUpstream) -> list[dict]:
     return [r for r in up.requests if r["path"] in ("/tokenize", "/extras/tokenize")]
 
 

@@ -39,7 +39,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -92,7 +92,7 @@ def _content_text(content: Any) -> str:
 
 
 def count_chat_tokens(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
 ) -> int:
     """Prompt tokens of a chat request, counted the way OpenAI's cookbook does.
 
