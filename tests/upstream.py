@@ -58,7 +58,14 @@ DEFAULT_MODELS: dict[str, int] = {"small": 1024, "medium": 4096, "large": 16384,
 EMBEDDING_DIMENSIONS = 16
 
 Engine = Literal["openai", "llamacpp", "llama-cpp-python", "vllm", "ollama", "lmstudio"]
-ENGINES: tuple[str, ...] = ("openai", "llamacpp", "llama-cpp-python", "vllm", "ollama", "lmstudio")
+ENGINES: tuple[Engine, ...] = (
+    "openai",
+    "llamacpp",
+    "llama-cpp-python",
+    "vllm",
+    "ollama",
+    "lmstudio",
+)
 TokenizerName = Literal["cl100k", "qwen"]
 TOKENIZERS: tuple[str, ...] = ("cl100k", "qwen")
 QWEN_VOCABULARY = "qwen3.5-27b"

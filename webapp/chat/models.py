@@ -60,7 +60,7 @@ JSON_TYPE = JSON().with_variant(JSONB(), "postgresql")
 """JSON on SQLite, JSONB on PostgreSQL; both index into it with `column[key]`."""
 
 
-def _timestamp() -> Column:  # type: ignore[type-arg]
+def _timestamp() -> Column[datetime]:
     return Column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 
