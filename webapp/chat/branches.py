@@ -19,7 +19,7 @@ from sqlmodel import col
 from webapp.chat.history import Branch, rows_on_branch
 from webapp.chat.models import Message
 from webapp.db import as_loaded
-from webapp.rows import stored_id
+from webapp.stored import stored_id
 
 _COLUMNS = tuple(inspect(Message).columns)
 _NAMES = tuple(column.key for column in _COLUMNS)

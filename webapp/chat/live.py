@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from webapp.chat.models import Message, Role, Status
 from webapp.chat.service import ConversationService
 from webapp.errors import NotFound
-from webapp.rows import stored_id
+from webapp.stored import stored_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from webapp.chat.views import (
 from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
-from webapp.rows import stored_id
+from webapp.stored import stored_id
 from webapp.timeutil import utcnow
 from webapp.web.deps import Chat, Owner
 from webapp.web.events import event_stream

@@ -8,7 +8,7 @@ from typing import Any
 
 from webapp.chat.branches import Alternatives
 from webapp.chat.models import Conversation, Message
-from webapp.rows import stored_id
+from webapp.stored import stored_id
 from webapp.timeutil import as_utc
 
 

@@ -13,7 +13,7 @@ from markupsafe import Markup, escape
 from webapp.chat.branches import Alternatives
 from webapp.chat.history import is_replayable
 from webapp.chat.models import Conversation, Message, Role, Status
-from webapp.rows import stored_id
+from webapp.stored import stored_id
 from webapp.timeutil import as_utc
 from webapp.web.markdown import render_markdown
 

@@ -33,7 +33,7 @@ from webapp.gateway.report import DROPPED_TURNS_HEADER
 from webapp.gateway.schemas import ChatCompletionRequest
 from webapp.gateway.streaming import Chunks, new_id, sse
 from webapp.llm.providers.base import Usage
-from webapp.rows import stored_id
+from webapp.stored import stored_id
 from webapp.web.events import STREAM_HEADERS
 
 CONVERSATION_HEADER = "x-conversation-id"
