@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,23 @@ from webapp.settings import Settings
 
 @dataclass
 class Gateway:
-    """The app on a free port; `client()` is an OpenAI client for one of its users."""
+    """The app on a free port; `client()` is an OpenAI client for one of its users (closed
+    with the app)."""
 
     url: str
     tokens: dict[str, str]
+    clients: list[openai.OpenAI] = field(default_factory=list)
 
-    def client(self, user: str = "alice") -> openai.OpenAI:
+    def client(self, user: str = "alice", *, api_key: str | None = None) -> openai.OpenAI:
         # No retries: a test must see the first answer, 429s and 503s included.
-        return openai.OpenAI(
-            base_url=f"{self.url}/v1", api_key=self.tokens[user], max_retries=0, timeout=20
+        client = openai.OpenAI(
+            base_url=f"{self.url}/v1",
+            api_key=api_key or self.tokens[user],
+            max_retries=0,
+            timeout=20,
         )
+        self.clients.append(client)
+        return client
 
     def http(self, user: str | None = "alice") -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
@@ -77,6 +84,7 @@ def _serve(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, int]:
 def serve(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
     """Start the app (in a thread, with uvicorn on its own loop) on `database_url`."""
     running: list[tuple[uvicorn.Server, threading.Thread]] = []
+    gateways: list[Gateway] = []
 
     def start(database_url: str, **overrides: Any) -> Gateway:
         settings = Settings(
@@ -87,9 +95,12 @@ def serve(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., Gate
         tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
         server, thread, port = _serve(settings)
         running.append((server, thread))
-        return Gateway(f"http://127.0.0.1:{port}", tokens)
+        gateways.append(Gateway(f"http://127.0.0.1:{port}", tokens))
+        return gateways[-1]
 
     yield start
+    for client in (client for gateway in gateways for client in gateway.clients):
+        client.close()
     for server, thread in running:
         server.should_exit = True
         thread.join(timeout=10)
@@ -371,10 +382,11 @@ def test_embeddings_are_passed_through(gateway: Gateway, upstream: FakeUpstream)
     assert upstream.requests[-1]["body"]["input"] == texts
     floats = client.embeddings.create(model="small", input="first text", encoding_format="float")
     assert floats.data[0].embedding == pytest.approx(_embedding("first text"), abs=1e-6)
-    raw = gateway.http().post(
-        "/v1/embeddings",
-        json={"model": "small", "input": "first text", "encoding_format": "base64"},
-    )
+    with gateway.http() as http:
+        raw = http.post(
+            "/v1/embeddings",
+            json={"model": "small", "input": "first text", "encoding_format": "base64"},
+        )
     packed = base64.b64decode(raw.json()["data"][0]["embedding"])
     assert list(struct.unpack("<16f", packed)) == pytest.approx(_embedding("first text"), abs=1e-6)
 
@@ -464,9 +476,7 @@ def test_other_bad_requests_get_openai_errors(gateway: Gateway, upstream: FakeUp
 def test_the_gateway_takes_api_tokens_only(gateway: Gateway) -> None:
     hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
     with pytest.raises(openai.AuthenticationError) as bad:
-        openai.OpenAI(
-            base_url=f"{gateway.url}/v1", api_key="wa_not-a-token", max_retries=0
-        ).models.list()
+        gateway.client(api_key="wa_not-a-token").models.list()
     assert bad.value.code == "invalid_api_key"
     with gateway.http(None) as anonymous:
         for method, path in [("GET", "/v1/models"), ("POST", "/v1/chat/completions")]:

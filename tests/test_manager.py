@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,10 @@ def long_transcript(turns: int, words: int = 30) -> Transcript:
 
 
 @pytest.fixture
-def manager(tmp_path: Path, upstream: FakeUpstream) -> LLMManager:
-    return LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+async def manager(tmp_path: Path, upstream: FakeUpstream) -> AsyncIterator[LLMManager]:
+    manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+    yield manager
+    await manager.aclose()  # its providers' connections
 
 
 async def collect(
@@ -183,7 +186,10 @@ cost_output = 0.01
 """
     richer = upstream_catalog(tmp_path, upstream, extra=cheaper)
     manager = LLMManager(richer, Calibrator())
-    events = await collect(manager, "cheapest-4k", long_transcript(2))
+    try:
+        events = await collect(manager, "cheapest-4k", long_transcript(2))
+    finally:
+        await manager.aclose()
     assert finished(events).model == "bargain"
     assert richer.configurations["cheapest-4k"].model is None
     with pytest.raises(RoutingError):
