@@ -749,7 +749,7 @@ def _message(error: ErrorDetails, entry: type[_Table]) -> tuple[str, ...]:
     if kind == _REFUSED:
         return tuple(ctx["all"])
     if kind == "extra_forbidden":
-        table = _CriteriaTable if error["loc"][0] == "criteria" else entry
+        table = _CriteriaTable if len(error["loc"]) > 1 else entry  # the one nested table
         return (f"unknown key{_did_you_mean(str(error['loc'][-1]), table.model_fields)}",)
     if kind == "model_type":
         return (f'expected a table such as {{ capabilities = ["chat"] }}, got {_describe(found)}',)
