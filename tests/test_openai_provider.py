@@ -210,7 +210,7 @@ async def test_tool_result_then_answers_in_text(provider: OpenAIProvider) -> Non
     first = await provider.chat(
         "small", [{"role": "user", "content": "use tool please"}], tools=[WEATHER_TOOL]
     )
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "use tool please"},
         {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
         {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "sunny"},

@@ -365,7 +365,7 @@ def _arguments_for(tool: dict[str, Any]) -> str:
     properties = schema.get("properties") or {}
     samples = {"string": "echo", "integer": 1, "number": 1, "boolean": True, "array": []}
     arguments = {
-        name: samples.get((properties.get(name) or {}).get("type"))
+        name: samples.get((properties.get(name) or {}).get("type", ""))
         for name in schema.get("required") or []
     }
     return json.dumps(arguments)
@@ -413,7 +413,7 @@ class FakeUpstream:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
-                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/models", self._list_models, methods=["GET"]),
                 # Engines' own endpoints at the server root; each answers only for the
                 # engines that have it, and 404s (like Starlette's own) otherwise.
                 Route("/tokenize", self._tokenize, methods=["POST"]),
@@ -840,7 +840,7 @@ class FakeUpstream:
 
     # ---- endpoints ---------------------------------------------------------------------
 
-    async def _models(self, request: Request) -> JSONResponse:
+    async def _list_models(self, request: Request) -> JSONResponse:
         await self._record(request)
         vllm = self.engine == "vllm"
         data = []
@@ -937,7 +937,7 @@ class FakeUpstream:
         body, _ = await self._record(request)
         model = body.get("model") if isinstance(body, dict) else None
         window = self.models.get(model) if isinstance(model, str) else None
-        if window is None:
+        if not isinstance(model, str) or window is None:
             return JSONResponse({"error": f"model '{model}' not found"}, status_code=404)
         with self._lock:
             num_ctx = self._num_ctx.get(model)

@@ -24,7 +24,7 @@ system_prompt = "Be brief."
 """
 
 
-def received_turns(request: dict) -> set[int]:  # type: ignore[type-arg]
+def received_turns(request: dict) -> set[int]:
     """The turn numbers a chat request carried (every user message says 'turn N:')."""
     found = set()
     for message in request["body"]["messages"]:
