@@ -27,6 +27,7 @@ import pytest_asyncio
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
 from litestar.testing import AsyncTestClient
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -188,14 +189,17 @@ async def world(
     - big (alice, cheapest-4k, i.e. medium): long messages until 2 trimmed sends.
     - short (bob, small): 3 turns, never trimmed.
     """
+    # Dozens of messages a second: no rate limit may refuse them.
+    unlimited: dict[str, Any] = {
+        name: 1_000_000 for name in RATE_LIMITS if name in Settings.model_fields
+    }
     with FakeUpstream() as upstream:
         settings = Settings(
             database_url=admin_database_url,
             config=write_upstream_catalog(tmp_path_factory.mktemp("catalog") / "c.toml", upstream),
             stream_flush_interval=0.05,
             max_message_chars=5000,
-            # Dozens of messages a second: no rate limit may refuse them.
-            **{name: 1_000_000 for name in RATE_LIMITS if name in Settings.model_fields},
+            **unlimited,
         )
         chat = await build_service(settings)
         users = {
@@ -701,9 +705,9 @@ def user_from_header(users: dict[bytes, User]) -> Callable[[ASGIApp], ASGIApp]:
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def call(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http":
+            if scope["type"] == ScopeType.HTTP:
                 who = dict(scope["headers"]).get(b"x-test-user", b"")
-                scope["user"] = users.get(who)  # type: ignore[typeddict-unknown-key]
+                scope["user"] = users.get(who)
             await app(scope, receive, send)
 
         return call
@@ -725,7 +729,7 @@ async def client(world: World) -> AsyncIterator[AsyncTestClient]:
         await chat.sessions.kw["bind"].dispose()
 
     def chat(state: State) -> ConversationService:
-        return state.chat  # type: ignore[no-any-return]
+        return state.chat
 
     app = Litestar(
         route_handlers=[AdminController],
