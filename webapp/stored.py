@@ -10,7 +10,7 @@ class HasRowId(Protocol):
     def id(self) -> int | None: ...
 
 
-def stored_id(row: HasRowId) -> int:
+def id_of(row: HasRowId) -> int:
     """A row's id once it is in the database. SQLModel types `id` as `int | None` because
     a model built in Python has none until it is inserted; code holding a row it read back
     says so here, and a row that was never stored fails loudly instead of querying None."""

@@ -19,7 +19,7 @@ from sqlmodel import col
 from webapp.chat.history import Branch, rows_on_branch
 from webapp.chat.models import Message
 from webapp.db import as_loaded
-from webapp.stored import stored_id
+from webapp.stored import id_of
 
 _COLUMNS = tuple(inspect(Message).columns)
 _NAMES = tuple(column.key for column in _COLUMNS)
@@ -129,7 +129,7 @@ def alternatives(
         siblings = children.get(parent_of(user))
         if siblings and user.seq in siblings and len(siblings) > 1:
             ids = tuple(siblings[seq] for seq in sorted(siblings))
-            user_id = stored_id(user)
+            user_id = id_of(user)
             found[user_id] = Alternatives(ids.index(user_id), len(ids), ids)
     return found
 

@@ -32,7 +32,7 @@ from webapp.chat.views import (
 from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
-from webapp.stored import stored_id
+from webapp.stored import id_of
 from webapp.timeutil import utcnow
 from webapp.web.deps import Chat, Owner
 from webapp.web.events import event_stream
@@ -56,7 +56,7 @@ class ConversationRef:
     """A conversation not stored yet (an embed visitor's before the first send): shown
     empty, stored by the first send. Reading a page never creates a row."""
 
-    async def stored_id(self, chat: Chat) -> str:
+    async def stored_id(self, chat: ConversationService) -> str:
         """The conversation's id, storing the draft first if this is its first send."""
         if self.draft is None:
             return self.id
@@ -392,7 +392,7 @@ async def _regenerate(
 ) -> Template:
     row = await chat.message(conversation.owner, conversation.id, message_id)
     user = row if row.role == "user" else await chat.user_row_of(row)
-    await chat.regenerate(conversation.owner, conversation.id, stored_id(user))
+    await chat.regenerate(conversation.owner, conversation.id, id_of(user))
     return await _branch_page(chat, conversation)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from webapp.chat.branches import Alternatives
 from webapp.chat.models import Conversation, Message
-from webapp.stored import stored_id
+from webapp.stored import id_of
 from webapp.timeutil import as_utc
 
 
@@ -83,7 +83,7 @@ def conversation_dict(
     }
     if messages is not None:
         alternatives = alternatives or {}
-        data["messages"] = [message_dict(m, alternatives.get(stored_id(m))) for m in messages]
+        data["messages"] = [message_dict(m, alternatives.get(id_of(m))) for m in messages]
     return data
 
 

@@ -33,7 +33,7 @@ from webapp.gateway.report import DROPPED_TURNS_HEADER
 from webapp.gateway.schemas import ChatCompletionRequest
 from webapp.gateway.streaming import Chunks, new_id, sse
 from webapp.llm.providers.base import Usage
-from webapp.stored import stored_id
+from webapp.stored import id_of
 from webapp.web.events import STREAM_HEADERS
 
 CONVERSATION_HEADER = "x-conversation-id"
@@ -171,10 +171,10 @@ async def _stream(
         if event.name != "fit":
             first = event
             break
-    user = await chat.message(owner, send.conversation.id, stored_id(send.user))
+    user = await chat.message(owner, send.conversation.id, id_of(send.user))
     report = _report(send.conversation.id, body.model, user)
     if first is not None and first.name == "error":
-        answer = await chat.message(owner, send.conversation.id, stored_id(send.answer))
+        answer = await chat.message(owner, send.conversation.id, id_of(send.answer))
         raise _failure(answer, report)
     report["assistant_message_id"] = send.answer.id
     chunks = Chunks(user.fit_model or body.model, report, body.include_usage)
