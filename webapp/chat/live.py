@@ -38,7 +38,7 @@ async def follow_answer(
     if answer.role != Role.ASSISTANT:
         raise NotFound("no such answer: that id is a user's message")
     user = await chat.user_row_of(answer)
-    running = chat.answers.get(answer_id)
+    running = chat.running(answer_id)
     if answer.status != Status.STREAMING or running is None:
         async for snapshot in _poll(chat, owner, conversation_id, answer, user):
             yield snapshot
@@ -75,7 +75,7 @@ async def _poll(
             yield Snapshot(answer, user, final=final)
         if final:
             return
-        await asyncio.sleep(chat.settings.stream_flush_interval)
+        await asyncio.sleep(chat.poll_interval)
         await chat.reap_stale(conversation_id)
         answer = await chat.message(owner, conversation_id, answer.id)  # type: ignore[arg-type]
         user = await chat.message(owner, conversation_id, user.id)  # type: ignore[arg-type]
