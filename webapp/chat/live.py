@@ -39,7 +39,7 @@ async def follow_answer(
     if answer.role != Role.ASSISTANT:
         raise NotFound("no such answer: that id is a user's message")
     user = await chat.user_row_of(answer)
-    running = chat.answers.get(answer_id)
+    running = chat.running(answer_id)
     if answer.status != Status.STREAMING or running is None:
         async for snapshot in _poll(chat, owner, conversation_id, answer, user):
             yield snapshot
@@ -76,7 +76,7 @@ async def _poll(
             yield Snapshot(answer, user, final=final)
         if final:
             return
-        await asyncio.sleep(chat.settings.stream_flush_interval)
+        await asyncio.sleep(chat.poll_interval)
         await chat.reap_stale(conversation_id)
         answer = await chat.message(owner, conversation_id, id_of(answer))
         user = await chat.message(owner, conversation_id, id_of(user))

@@ -21,7 +21,8 @@ from litestar.types import ASGIApp
 
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
-from webapp.chat.service import ConversationService, Send
+from webapp.chat.sending import Send
+from webapp.chat.service import ConversationService
 from webapp.chat.views import (
     Alternative,
     Meter,
@@ -123,7 +124,7 @@ class ConversationPages(Controller):
         }
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
-            context["configurations"] = configuration_dicts(chat.manager.catalog)
+            context["configurations"] = configuration_dicts(chat.catalog)
         return Template(self.page_template, context=context)
 
     @get("/older")
@@ -381,7 +382,7 @@ def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative,
     first: switching to one is the meter's remedy for a trimmed send."""
     found = [
         Alternative(entry["name"], entry["serving_model"], entry["window"])
-        for entry in configuration_dicts(chat.manager.catalog)
+        for entry in configuration_dicts(chat.catalog)
         if entry["window"] and entry["window"] > window
     ]
     return tuple(sorted(found, key=lambda alt: -alt.window)[:2])

@@ -21,7 +21,7 @@ from litestar.params import FromPath
 from webapp.accounts.service import digest
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation
 from webapp.chat.pages import ConversationPages, ConversationRef
-from webapp.chat.service import clean_title
+from webapp.chat.titles import clean_title
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
@@ -52,7 +52,7 @@ def frame_ancestors(catalog: Catalog, path: str) -> tuple[str, ...] | None:
 async def visitor_conversation(
     request: Request[Any, Any, Any], chat: Chat, embed_name: FromPath[str]
 ) -> ConversationRef:
-    spec = chat.manager.catalog.embeds.get(embed_name)
+    spec = chat.catalog.embeds.get(embed_name)
     if spec is None:
         raise NotFound("no such embed")
     owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
@@ -77,7 +77,7 @@ async def embed_quota(
     if handler.handler_name not in SENDING_HANDLERS:
         return
     name = embed_name_of(connection.scope["path"])
-    if name is None or name not in connection.app.state.chat.manager.catalog.embeds:
+    if name is None or name not in connection.app.state.chat.catalog.embeds:
         return
     quota: EmbedQuota = connection.app.state.embed_quota
     client = connection.client.host if connection.client else ""

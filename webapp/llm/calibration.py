@@ -24,10 +24,9 @@ import math
 from datetime import datetime
 
 from sqlalchemy import Column, DateTime
-from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import Field, SQLModel, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Field, Session, SQLModel, select
 
+from webapp.db import Database
 from webapp.llm.window import SAFETY_FRACTION
 from webapp.timeutil import utcnow
 
@@ -72,8 +71,8 @@ def _learned(current: float, target: float) -> float:
 class Calibrator:
     """The factors in memory, written through to the database when they change."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession] | None = None) -> None:
-        self._sessions = sessions
+    def __init__(self, db: Database | None = None) -> None:
+        self._db = db
         self._factors: dict[str, float] = {}
         self._samples: dict[str, int] = {}
         self._overheads: dict[str, float] = {}
@@ -86,14 +85,14 @@ class Calibrator:
         return math.ceil(self._overheads.get(model, DEFAULT_OVERHEAD))
 
     async def load(self) -> None:
-        if self._sessions is None:
+        if self._db is None:
             return
-        async with self._sessions() as session:
-            for row in await session.exec(select(ModelCalibration)):
-                self._factors[row.model] = _clamp(row.factor)
-                self._samples[row.model] = row.samples
-                if row.message_overhead is not None:
-                    self._overheads[row.model] = row.message_overhead
+        rows = await self._db.read(lambda session: list(session.exec(select(ModelCalibration))))
+        for row in rows:
+            self._factors[row.model] = _clamp(row.factor)
+            self._samples[row.model] = row.samples
+            if row.message_overhead is not None:
+                self._overheads[row.model] = row.message_overhead
 
     async def observe(self, model: str, raw_estimate: int, prompt_tokens: int) -> float:
         """Learn from one answer: the provider counted `prompt_tokens` for what we put at
@@ -164,14 +163,16 @@ class Calibrator:
         return factor
 
     async def _store(self, model: str) -> None:
-        if self._sessions is None:
+        if self._db is None:
             return
-        async with self._sessions() as session, session.begin():
-            row = await session.get(ModelCalibration, model)
-            if row is None:
-                row = ModelCalibration(model=model)
-            row.factor = self.factor(model)
-            row.samples = self._samples.get(model, 0)
-            row.message_overhead = self._overheads.get(model)
-            row.updated_at = utcnow()
-            session.add(row)
+        await self._db.write(self._write, model)
+
+    def _write(self, session: Session, model: str) -> None:
+        row = session.get(ModelCalibration, model)
+        if row is None:
+            row = ModelCalibration(model=model)
+        row.factor = self.factor(model)
+        row.samples = self._samples.get(model, 0)
+        row.message_overhead = self._overheads.get(model)
+        row.updated_at = utcnow()
+        session.add(row)
