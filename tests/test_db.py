@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import insert, select
-from sqlmodel import Session, SQLModel
+from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
@@ -50,7 +50,9 @@ async def test_a_row_built_from_written_values_equals_the_row_read_back(
     try:
         async with engine.begin() as connection:
             await connection.execute(insert(Conversation).values(conversation.model_dump()))
-            inserted = await connection.execute(insert(Message).returning(Message.id), [values])
+            inserted = await connection.execute(
+                insert(Message).returning(col(Message.id)), [values]
+            )
             message_id = inserted.scalar_one()
         built = as_loaded(Message, {**values, "id": message_id})
         async with AsyncSession(engine) as session:
@@ -78,7 +80,7 @@ async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
     db = Database(url)
 
     def read_then_try_a_write_elsewhere(session: Session) -> str:
-        session.connection().execute(select(Conversation.id)).all()
+        session.connection().execute(select(col(Conversation.id))).all()
         other = sqlite3.connect(path, timeout=0)
         try:
             other.execute(
@@ -127,7 +129,7 @@ async def test_a_read_is_not_kept_waiting_by_a_write_in_progress(tmp_path: Path)
         assert release.wait(10), "the read never finished while the write held its lock"
 
     def count(session: Session) -> int:
-        return len(session.connection().execute(select(Conversation.id)).all())
+        return len(session.connection().execute(select(col(Conversation.id))).all())
 
     try:
         writing = asyncio.create_task(db.write(slow_write))

@@ -52,7 +52,7 @@ async def browser(app: Litestar) -> AsyncIterator[AsyncTestClient]:
         yield client
 
 
-def found(pattern: str, text: str) -> str:
+def found(pattern: str | re.Pattern[str], text: str) -> str:
     """The first group of `pattern`'s first match in `text`; failing if there is none."""
     match = re.search(pattern, text)
     assert match is not None, f"{pattern!r} is not in the page"

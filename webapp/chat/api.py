@@ -115,7 +115,7 @@ class ConversationController(Controller):
 
     @get("/")
     async def list_conversations(self, chat: Chat, owner: Owner) -> list[dict[str, Any]]:
-        return [conversation_dict(c) for c in await chat.list(owner)]
+        return [conversation_dict(c) for c in await chat.conversations(owner)]
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_conversation(

@@ -288,7 +288,7 @@ class ConversationAdmin(Controller):
 
     @get("/")
     async def home(self, chat: Chat, owner: Owner) -> Redirect:
-        conversations = await chat.list(owner, limit=1)
+        conversations = await chat.conversations(owner, limit=1)
         conversation = conversations[0] if conversations else await chat.create(owner)
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
@@ -368,7 +368,7 @@ async def sidebar(
     chat: ConversationService, owner: str, offset: int, current_id: str
 ) -> dict[str, Any]:
     """One page of the sidebar: conversations grouped by day, and where the next starts."""
-    rows = await chat.list(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+    rows = await chat.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
     return {
         "conversations": rows[:SIDEBAR_PAGE],
         "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),

@@ -15,6 +15,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
@@ -192,10 +193,10 @@ class Sender:
             connection,
             conversation.id,
             tail,
-            newest,  # type: ignore[arg-type]
+            newest,
             newest_tokens,
             budget=manager.largest_budget(route),
-            system_prompt=system_message,  # type: ignore[arg-type]
+            system_prompt=system_message,
             system_tokens=estimate_message(system_message) if system_message else 0,
             system_counts=manager.system_counts(route, system) if system else None,
             sizers=manager.sizers(route),
@@ -257,7 +258,7 @@ class Sender:
             else route
         )
         common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 **MESSAGE_DEFAULTS,
                 **common,

@@ -57,7 +57,7 @@ async def visitor_conversation(
         raise NotFound("no such embed")
     owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
     base = f"{EMBED_PATH}{spec.name}"
-    existing = await chat.list(owner, limit=1)
+    existing = await chat.conversations(owner, limit=1)
     if existing:
         return ConversationRef(owner, existing[0].id, base, spec)
     draft = Conversation(
