@@ -103,6 +103,7 @@ def _report_models(catalog: Catalog) -> Catalog:
 def cmd_purge(args: argparse.Namespace) -> int:
     import asyncio
 
+    from webapp.chat.models import Conversation
     from webapp.chat.service import ConversationService
     from webapp.db import Database
     from webapp.llm.calibration import Calibrator
@@ -113,7 +114,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         return 2
     settings = Settings()
 
-    async def run() -> list:  # type: ignore[type-arg]
+    async def run() -> list[Conversation]:
         db = Database(settings.database_url)
         manager = LLMManager(settings.catalog, Calibrator())
         try:

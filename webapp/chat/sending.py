@@ -34,6 +34,7 @@ from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
 from webapp.settings import Settings
+from webapp.stored import id_of
 from webapp.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ class Sender:
         )
         self._recent.remember(conversation.id, conversation.configuration)
         running = self._answers.start(
-            answer.id,  # type: ignore[arg-type]
+            id_of(answer),
             lambda channel, stop: self.writer.write(user, answer, planned, channel, stop),
         )
         return Send(conversation, user, answer, running)
@@ -330,7 +331,7 @@ class Sender:
                 **MESSAGE_DEFAULTS,
                 "id": None,
                 "conversation_id": conversation_id,
-                "seq": planned.transcript.seqs[-1],  # type: ignore[attr-defined]
+                "seq": stored(planned).seqs[-1],
                 "role": Role.USER,
                 "content": text,
                 "created_at": now,
