@@ -6,11 +6,12 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, text
 from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -155,3 +156,36 @@ async def test_an_in_memory_database_keeps_its_rows_between_transactions() -> No
         assert read is not None and read.owner == "m"
     finally:
         await db.dispose()
+
+
+async def test_a_write_whose_caller_is_cancelled_still_ends_whole(database_url: str) -> None:
+    """A stopped answer or a closed stream cancels the task waiting on a write: the write
+    still commits whole and hands its connection back, on both databases (SQLite's thread
+    cannot be interrupted; asyncpg's connection must not be, or it leaks)."""
+    db = Database(database_url)
+    started = threading.Event()
+    now = utcnow()
+
+    def slow_write(session: Session) -> None:
+        session.add(Conversation(owner="c", configuration="c", created_at=now, updated_at=now))
+        session.flush()
+        started.set()
+        if db.dialect == "sqlite":
+            time.sleep(0.3)  # on a thread of its own
+        else:
+            session.connection().execute(text("SELECT pg_sleep(0.3)"))
+
+    def count(session: Session) -> int:
+        return len(session.connection().execute(select(col(Conversation.id))).all())
+
+    writing = asyncio.create_task(db.write(slow_write))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    writing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    await db.dispose()  # waits for the write still running
+    again = Database(database_url)
+    try:
+        assert await again.read(count) == 1
+    finally:
+        await again.dispose()

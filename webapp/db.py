@@ -129,17 +129,35 @@ class _SQLite:
 
 
 class _Async:
+    """Each unit runs in a task of its own that its caller only waits for, as a thread runs
+    it on SQLite: a caller cancelled mid-transaction (a stopped answer, a closed stream)
+    cannot interrupt the commit or the connection's return to the pool, which asyncpg
+    would otherwise leave open and unpooled. `dispose` waits for the units still running."""
+
     def __init__(self, url: str) -> None:
         self.engine = create_async_engine(url, pool_pre_ping=True)
+        self._running: set[asyncio.Task[Any]] = set()
 
     async def run(self, write: bool, work: Work[*Args, Result], *args: *Args) -> Result:
         def unit(connection: Connection) -> Result:
             return _in_session(connection, work, *args)
 
-        async with self.engine.connect() as connection:
-            return await connection.run_sync(unit)
+        async def transaction() -> Result:
+            async with self.engine.connect() as connection:
+                return await connection.run_sync(unit)
+
+        task = asyncio.ensure_future(transaction())
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+        return await asyncio.shield(task)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller that was cancelled no longer asks for it
 
     async def dispose(self) -> None:
+        await asyncio.gather(*self._running, return_exceptions=True)
         await self.engine.dispose()
 
 
