@@ -53,13 +53,16 @@ run: $(VENV)/.installed
 	$(BIN)/webapp migrate
 	$(BIN)/webapp serve --host $(HOST) --port $(PORT)
 
+# mypy reads its files and strictness from pyproject.toml ([tool.mypy]).
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench
 	$(BIN)/ruff format --check webapp tests bench
+	$(BIN)/mypy
 
 format: $(VENV)/.installed-test
 	$(BIN)/ruff format webapp tests bench

@@ -117,15 +117,15 @@ async def populate(url: str, forks: int = 0) -> tuple[str, int]:
         await connection.execute(insert(Conversation).values(conversation.model_dump()))
         for start in range(0, len(rows), 2000):
             await connection.execute(insert(Message), rows[start : start + 2000])
-        size = (
+        text_bytes = (
             await connection.execute(
                 text("SELECT sum(length(content)) FROM message WHERE conversation_id = :c"),
                 {"c": conversation.id},
             )
-        ).scalar()
+        ).scalar_one()
     await engine.dispose()
     print(
-        f"  stored {len(rows):,} messages, {size / 1e6:.1f} MB of text, {forks} forks along "
+        f"  stored {len(rows):,} messages, {text_bytes / 1e6:.1f} MB of text, {forks} forks along "
         f"the active branch ({TURNS:,} turns)"
     )
     return conversation.id, len(rows)
@@ -158,18 +158,18 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
         route = manager.route(name)
         model = route.primary
 
-        async def bounded(route=route, model=model) -> None:  # type: ignore[no-untyped-def]
+        async def bounded(route: Route = route, model: ModelSpec = model) -> None:
             transcript = await db.write(load, route)
             manager.fit_for(route, model, transcript)
 
-        async def naive(route=route, model=model) -> FitResult:  # type: ignore[no-untyped-def]
+        async def naive(route: Route = route, model: ModelSpec = model) -> FitResult:
             query = (
                 select(Message)
                 .where(Message.conversation_id == conversation_id)
                 .order_by(col(Message.seq))
             )
-            rows = await db.read(lambda session: session.exec(query).all())
-            rows = active_path([r.model_dump() for r in rows])
+            stored = await db.read(lambda session: session.exec(query).all())
+            rows = active_path([r.model_dump() for r in stored])
             messages = [{"role": r["role"], "content": r["content"]} for r in rows] + [newest]
             estimates = [r["estimated_tokens"] for r in rows] + [newest_tokens]
             pinned = tuple(2 * i for i, r in enumerate(rows[::2]) if r["pinned"])

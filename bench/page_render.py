@@ -241,7 +241,7 @@ async def stages(app: Any, conversation_id: str, repeats: int = 10) -> None:
         start = clock("query the page's rows", start)
         spans = await chat.left_out_spans(conversation_id, rows)
         start = clock("trim marker spans", start)
-        await chat.list(owner)
+        await chat.conversations(owner)
         start = clock("conversation list", start)
         views = message_views(rows, spans)
         html = [str(view.html) for view in views]
@@ -281,7 +281,8 @@ async def measure(
     token = await create_account(url)
     app = create_app(Settings(database_url=url, config=catalog))
     # The app runs in this event loop (not in a test client's thread), so the profile sees it.
-    transport = httpx.ASGITransport(app=app)
+    # httpx types an ASGI app with Starlette's MutableMapping scopes, Litestar with TypedDicts.
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # one ASGI callable
     async with (
         running(app),
         httpx.AsyncClient(

@@ -75,7 +75,7 @@ class Upstream:
 async def measure(upstream: Upstream, folder: Path) -> None:
     settings = Settings(
         database_url=fresh_sqlite(folder / "bench.db"),
-        config=write_upstream_catalog(folder / "catalog.toml", upstream),  # type: ignore[arg-type]
+        config=write_upstream_catalog(folder / "catalog.toml", upstream),
     )
     db = Database(settings.database_url)
     manager = LLMManager(settings.catalog, Calibrator(db))

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
-from tests.upstream import FakeUpstream
 from webapp.llm.catalog import Catalog, load_catalog
 
 CLOSED_PORT_URL = "http://127.0.0.1:9/v1"
 """The discard port: nothing listens there, so connecting is refused at once."""
 
 
-def upstream_toml(upstream: FakeUpstream, extra: str = "") -> str:
+class Upstream(Protocol):
+    """What a catalog needs of an upstream (the fake one, in process or not): its URL."""
+
+    @property
+    def base_url(self) -> str: ...
+
+
+def upstream_toml(upstream: Upstream, extra: str = "") -> str:
     return f"""
 [[providers]]
 name = "up"
@@ -101,10 +108,10 @@ model = "optimistic"
 """
 
 
-def write_upstream_catalog(path: Path, upstream: FakeUpstream, extra: str = "") -> Path:
+def write_upstream_catalog(path: Path, upstream: Upstream, extra: str = "") -> Path:
     path.write_text(upstream_toml(upstream, extra), encoding="utf-8")
     return path
 
 
-def upstream_catalog(tmp_path: Path, upstream: FakeUpstream, extra: str = "") -> Catalog:
+def upstream_catalog(tmp_path: Path, upstream: Upstream, extra: str = "") -> Catalog:
     return load_catalog(write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra))

@@ -12,11 +12,12 @@ import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import delete, update
-from sqlmodel import select
+from sqlmodel import col, select
 
 from tests.dbutil import session_on
 from webapp.accounts.models import ApiToken, LoginSession, SignInAttempt, User
@@ -24,6 +25,7 @@ from webapp.accounts.passwords import CHECKS_AT_ONCE
 from webapp.accounts.service import AccountService
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from webapp.stored import id_of
 from webapp.timeutil import as_utc, utcnow
 
 PASSWORD = "correct horse battery"
@@ -40,7 +42,7 @@ class CountingHasher(PasswordHasher):
         self.most_at_once = 0
         self._lock = threading.Lock()
 
-    def verify(self, hash: str | bytes, password: str | bytes) -> bool:
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:
         with self._lock:
             self.verifications += 1
             self.running += 1
@@ -60,7 +62,7 @@ async def accounts(database_url: str) -> AsyncIterator[AccountService]:
     await db.dispose()
 
 
-async def rows(accounts: AccountService, model: type) -> list:  # type: ignore[type-arg]
+async def rows(accounts: AccountService, model: type) -> list:
     async with session_on(accounts.db) as session:
         return list((await session.exec(select(model))).all())
 
@@ -82,8 +84,10 @@ async def test_a_user_is_stored_as_given_with_an_argon2id_hash(accounts: Account
     assert stored.password_hash.startswith("$argon2id$")
     assert PASSWORD not in stored.password_hash
     assert "password_hash" not in stored.model_dump() and "argon2" not in repr(stored)
-    assert (await accounts.get_user(user.id)).username == "Alice.Smith@example"  # type: ignore[union-attr]
-    assert (await accounts.get_user_by_name("alice.smith@EXAMPLE")).id == user.id  # type: ignore[union-attr]
+    found = await accounts.get_user(id_of(user))
+    assert found is not None and found.username == "Alice.Smith@example"
+    by_name = await accounts.get_user_by_name("alice.smith@EXAMPLE")
+    assert by_name is not None and by_name.id == user.id
     assert await accounts.get_user_by_name("bob") is None
     assert await accounts.get_user(user.id + 1) is None
 
@@ -141,7 +145,7 @@ async def test_authenticate_accepts_the_password_in_any_username_case(
     signed_in = await accounts.authenticate("aLICE", PASSWORD)
     assert signed_in is not None and signed_in.id == user.id
     assert signed_in.last_login_at is not None and signed_in.last_login_at >= before
-    stored = await accounts.get_user(user.id)  # type: ignore[arg-type]
+    stored = await accounts.get_user(id_of(user))
     assert stored is not None and stored.last_login_at is not None
     assert as_utc(stored.last_login_at) >= before
 
@@ -222,7 +226,7 @@ async def test_a_session_secret_signs_in_and_only_its_digest_is_stored(
     accounts: AccountService,
 ) -> None:
     user = await accounts.create_user("alice", PASSWORD)
-    secret = await accounts.start_session(user.id)  # type: ignore[arg-type]
+    secret = await accounts.start_session(id_of(user))
     assert len(secret) >= 40
     signed_in = await accounts.user_for_session(secret)
     assert signed_in is not None and signed_in.id == user.id
@@ -235,8 +239,8 @@ async def test_a_session_secret_signs_in_and_only_its_digest_is_stored(
 
 async def test_a_session_ends_on_sign_out(accounts: AccountService) -> None:
     user = await accounts.create_user("alice", PASSWORD)
-    secret = await accounts.start_session(user.id)  # type: ignore[arg-type]
-    other = await accounts.start_session(user.id)  # type: ignore[arg-type]
+    secret = await accounts.start_session(id_of(user))
+    other = await accounts.start_session(id_of(user))
     await accounts.end_session(secret)
     await accounts.end_session(secret)  # twice is fine
     await accounts.end_session("never issued")
@@ -253,7 +257,7 @@ async def test_an_expired_session_gives_none_and_is_purged(accounts: AccountServ
     async with session_on(accounts.db, begin=True) as session:
         await session.exec(
             update(LoginSession)
-            .where(LoginSession.id == sha256(aged))  # type: ignore[arg-type]
+            .where(col(LoginSession.id) == sha256(aged))
             .values(expires_at=utcnow() - timedelta(seconds=1))
         )
     assert await accounts.user_for_session(expired) is None
@@ -266,7 +270,7 @@ async def test_an_expired_session_gives_none_and_is_purged(accounts: AccountServ
 
 async def test_last_seen_is_written_at_most_once_a_minute(accounts: AccountService) -> None:
     user = await accounts.create_user("alice", PASSWORD)
-    secret = await accounts.start_session(user.id)  # type: ignore[arg-type]
+    secret = await accounts.start_session(id_of(user))
     [started] = await rows(accounts, LoginSession)
     await accounts.user_for_session(secret)
     [unchanged] = await rows(accounts, LoginSession)
@@ -295,7 +299,7 @@ async def test_deleting_a_user_deletes_their_sessions_and_tokens(
     secret = await accounts.start_session(user.id)
     _, token = await accounts.create_token(user.id, "ci")
     async with session_on(accounts.db, begin=True) as session:
-        await session.exec(delete(User).where(User.id == user.id))  # type: ignore[arg-type]
+        await session.exec(delete(User).where(col(User.id) == user.id))
     assert await rows(accounts, LoginSession) == [] and await rows(accounts, ApiToken) == []
     assert await accounts.user_for_session(secret) is None
     assert await accounts.user_for_token(token) is None
@@ -342,7 +346,7 @@ async def test_bad_token_names_are_refused(accounts: AccountService) -> None:
     user = await accounts.create_user("alice", PASSWORD)
     for name in ("", "   ", "x" * 101):
         with pytest.raises(InvalidInput, match="token name"):
-            await accounts.create_token(user.id, name)  # type: ignore[arg-type]
+            await accounts.create_token(id_of(user), name)
 
 
 async def test_a_revoked_token_gives_none_and_is_listed_as_revoked(
@@ -352,13 +356,13 @@ async def test_a_revoked_token_gives_none_and_is_listed_as_revoked(
     assert user.id is not None
     old, old_plain = await accounts.create_token(user.id, "old")
     _, new_plain = await accounts.create_token(user.id, "new")
-    assert await accounts.revoke_token(user.id, old.id) is True  # type: ignore[arg-type]
+    assert await accounts.revoke_token(id_of(user), id_of(old)) is True
     assert await accounts.user_for_token(old_plain) is None
     assert await accounts.user_for_token(new_plain) is not None
     listed = await accounts.list_tokens(user.id)
     assert [(t.name, t.revoked) for t in listed] == [("new", False), ("old", True)]
     revoked_at = listed[1].revoked_at
-    assert await accounts.revoke_token(user.id, old.id) is True  # type: ignore[arg-type]
+    assert await accounts.revoke_token(id_of(user), id_of(old)) is True
     assert (await accounts.list_tokens(user.id))[1].revoked_at == revoked_at
 
 
@@ -367,7 +371,7 @@ async def test_another_users_token_cannot_be_revoked(accounts: AccountService) -
     bob = await accounts.create_user("bob", PASSWORD)
     assert alice.id is not None and bob.id is not None
     token, plain = await accounts.create_token(alice.id, "ci")
-    assert await accounts.revoke_token(bob.id, token.id) is False  # type: ignore[arg-type]
+    assert await accounts.revoke_token(id_of(bob), id_of(token)) is False
     assert await accounts.revoke_token(bob.id, 9999) is False
     assert await accounts.list_tokens(bob.id) == []
     owner = await accounts.user_for_token(plain)
@@ -415,7 +419,7 @@ def test_cli_creates_a_user_and_a_token_that_the_service_accepts(sqlite_url: str
             user = await accounts.user_for_token(token)
             assert user is not None and user.username == "Dave" and user.is_admin
             assert await accounts.authenticate("dave", PASSWORD) is not None
-            [listed] = await accounts.list_tokens(user.id)  # type: ignore[arg-type]
+            [listed] = await accounts.list_tokens(id_of(user))
             assert listed.name == "deploy"
         finally:
             await engine.dispose()

@@ -27,12 +27,14 @@ import pytest_asyncio
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.enums import ScopeType
 from litestar.exceptions import HTTPException
 from litestar.testing import AsyncTestClient
 from litestar.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
-from sqlmodel import col, select
+from sqlalchemy.orm import Session as OrmSession
+from sqlmodel import Session, col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import write_upstream_catalog
@@ -189,14 +191,17 @@ async def world(
     - big (alice, cheapest-4k, i.e. medium): long messages until 2 trimmed sends.
     - short (bob, small): 3 turns, never trimmed.
     """
+    # Dozens of messages a second: no rate limit may refuse them.
+    unlimited: dict[str, Any] = {
+        name: 1_000_000 for name in RATE_LIMITS if name in Settings.model_fields
+    }
     with FakeUpstream() as upstream:
         settings = Settings(
             database_url=admin_database_url,
             config=write_upstream_catalog(tmp_path_factory.mktemp("catalog") / "c.toml", upstream),
             stream_flush_interval=0.05,
             max_message_chars=5000,
-            # Dozens of messages a second: no rate limit may refuse them.
-            **{name: 1_000_000 for name in RATE_LIMITS if name in Settings.model_fields},
+            **unlimited,
         )
         chat = await build_service(settings)
         users = {
@@ -266,8 +271,15 @@ async def listing(
     world: World, *, everything: bool = False, **kwargs: Any
 ) -> queries.Page[queries.TrimmedRow]:
     request = Listing(**kwargs)
-    async with session_on(world.chat.db) as session:
-        return await session.run_sync(queries.trimmed_conversations, request, everything=everything)
+    return await world.chat.db.read(
+        lambda session: queries.trimmed_conversations(session, request, everything=everything)
+    )
+
+
+def sqlmodel_of(session: OrmSession) -> Session:
+    """The sync session SQLModel's AsyncSession runs its work on (typed as SQLAlchemy's)."""
+    assert isinstance(session, Session)
+    return session
 
 
 def ids(page: queries.Page[queries.TrimmedRow]) -> list[str]:
@@ -401,11 +413,13 @@ async def test_trimmed_turns_per_day_and_per_model(world: World, admin_database_
     engine = create_async_engine(admin_database_url, connect_args=connect_args)
     try:
         async with AsyncSession(engine) as session:
-            days = await session.run_sync(queries.trimmed_per_day, 30)
+            days = await session.run_sync(lambda s: queries.trimmed_per_day(sqlmodel_of(s), 30))
             week = await session.run_sync(
-                queries.trimmed_per_day, 7, today=TODAY - timedelta(days=1)
+                lambda s: queries.trimmed_per_day(
+                    sqlmodel_of(s), 7, today=TODAY - timedelta(days=1)
+                )
             )
-            models = await session.run_sync(queries.trimmed_per_model)
+            models = await session.run_sync(lambda s: queries.trimmed_per_model(sqlmodel_of(s)))
     finally:
         await engine.dispose()
     assert len(days) == 30 and days[0].day == TODAY - timedelta(days=29) and days[-1].day == TODAY
@@ -556,8 +570,7 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
     checked = 0
     for name in ("long", "embed", "mixed", "big", "short"):
         conversation_id = world.ids[name]
-        async with session_on(world.chat.db) as session:
-            review = await session.run_sync(queries.review, conversation_id)
+        review = await world.chat.db.read(queries.review, conversation_id)
         messages = review.messages
         assert [m.seq for m in messages] == list(range(1, len(messages) + 1)), "whole, in order"
         seq_of = {m.content: m.seq for m in messages if m.role == Role.USER}
@@ -586,8 +599,7 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
             assert review.trimmed == []
     assert checked >= 10
 
-    async with session_on(world.chat.db) as session:
-        long = await session.run_sync(queries.review, world.ids["long"])
+    long = await world.chat.db.read(queries.review, world.ids["long"])
     # The failed 4th turn is on record but was never replayed, so never "left out", though
     # stored spans run over it.
     failed = next(m for m in long.messages if m.role == Role.ASSISTANT and m.status == "failed")
@@ -648,9 +660,8 @@ def test_who_left_a_turn_out_matches_brute_force_on_overlapping_spans() -> None:
 
 @module_loop
 async def test_review_of_an_unknown_conversation_is_not_found(world: World) -> None:
-    async with session_on(world.chat.db) as session:
-        with pytest.raises(NotFound):
-            await session.run_sync(queries.review, "no-such-id")
+    with pytest.raises(NotFound):
+        await world.chat.db.read(queries.review, "no-such-id")
 
 
 # ---- parsing and the web layer ---------------------------------------------------------------
@@ -704,9 +715,9 @@ def user_from_header(users: dict[bytes, User]) -> Callable[[ASGIApp], ASGIApp]:
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def call(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http":
+            if scope["type"] == ScopeType.HTTP:
                 who = dict(scope["headers"]).get(b"x-test-user", b"")
-                scope["user"] = users.get(who)  # type: ignore[typeddict-unknown-key]
+                scope["user"] = users.get(who)
             await app(scope, receive, send)
 
         return call
@@ -728,7 +739,7 @@ async def client(world: World) -> AsyncIterator[AsyncTestClient]:
         await chat.db.dispose()
 
     def chat(state: State) -> ConversationService:
-        return state.chat  # type: ignore[no-any-return]
+        return state.chat
 
     app = Litestar(
         route_handlers=[AdminController],
@@ -839,8 +850,7 @@ async def test_the_review_page_marks_trims_and_what_they_left_out(
     assert response.status_code == 200
     html = response.text
     assert "style=" not in html and "<style" not in html
-    async with session_on(world.chat.db) as session:
-        review = await session.run_sync(queries.review, conversation_id)
+    review = await world.chat.db.read(queries.review, conversation_id)
     for message in review.messages:
         assert f'data-message-id="{message.id}"' in html, "the whole history is shown"
     numbers = review.turn_numbers

@@ -16,6 +16,7 @@ from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.db import Database
 from webapp.settings import Settings
+from webapp.stored import id_of
 
 MESSAGE_FIELDS = {
     "id",
@@ -59,7 +60,7 @@ async def make_user(database_url: str, name: str, *, admin: bool = False) -> str
     try:
         accounts = AccountService(engine)
         user = await accounts.create_user(name, "correct horse battery", is_admin=admin)
-        _, token = await accounts.create_token(user.id, "tests")
+        _, token = await accounts.create_token(id_of(user), "tests")
         return token
     finally:
         await engine.dispose()
@@ -159,7 +160,11 @@ async def test_streamed_send_emits_fit_deltas_and_done(
     text = "".join(data["text"] for name, data, _ in events if name == "delta")
     done = events[-1][1]
     assert done["content"] == text and done["status"] == "complete"
-    offsets = [int(i) for name, _, i in events if name == "delta"]
+    offsets = []
+    for name, _, event_id in events:
+        if name == "delta":
+            assert event_id is not None, "every delta says where it ends"
+            offsets.append(int(event_id))
     assert offsets == sorted(offsets) and offsets[-1] == len(text)
 
 

@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from litestar import Litestar
@@ -127,7 +128,7 @@ async def test_no_route_answers_500_to_hostile_input(
     for template, method in routes:
         for path in paths(template, conversation_id):
             for who, client in callers.items():
-                attempts = [{"params": QUERY}]
+                attempts: list[dict[str, Any]] = [{"params": QUERY}]
                 if method not in ("GET", "DELETE"):
                     json = {"content-type": "application/json"}
                     attempts += [
@@ -136,7 +137,7 @@ async def test_no_route_answers_500_to_hostile_input(
                         {"data": FORM_WITH_NUL},
                     ]
                 for attempt in attempts:
-                    response = await client.request(method, path, **attempt)  # type: ignore[arg-type]
+                    response = await client.request(method, path, **attempt)
                     if response.status_code >= 500:
                         failures.append((who, method, path, sorted(attempt), response.status_code))
     assert not failures, failures

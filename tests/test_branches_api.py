@@ -27,10 +27,8 @@ async def client(
         rate_limit_messages=0,
     )
     alice = await make_user(database_url, "alice")
-    mallory = await make_user(database_url, "mallory")
     async with AsyncTestClient(app=create_app(settings)) as test_client:
         test_client.headers["Authorization"] = f"Bearer {alice}"
-        test_client.mallory = mallory  # type: ignore[attr-defined]
         yield test_client
 
 
@@ -39,13 +37,13 @@ async def send(client: AsyncTestClient, cid: str, content: str, **extra: Any) ->
         f"/api/conversations/{cid}/messages", json={"content": content, **extra}
     )
     assert response.status_code == 201, response.text
-    return response.json()  # type: ignore[no-any-return]
+    return response.json()
 
 
 async def shown(client: AsyncTestClient, cid: str) -> list[dict[str, Any]]:
     response = await client.get(f"/api/conversations/{cid}")
     assert response.status_code == 200, response.text
-    return response.json()["messages"]  # type: ignore[no-any-return]
+    return response.json()["messages"]
 
 
 async def test_edit_regenerate_branch_and_fork(client: AsyncTestClient) -> None:
@@ -119,7 +117,7 @@ async def test_edit_regenerate_branch_and_fork(client: AsyncTestClient) -> None:
     assert any(c["id"] == fork["id"] for c in (await client.get("/api/conversations")).json())
 
 
-async def test_bad_input_is_a_clear_4xx(client: AsyncTestClient) -> None:
+async def test_bad_input_is_a_clear_4xx(client: AsyncTestClient, database_url: str) -> None:
     cid = (await new_conversation(client))["id"]
     turn = await send(client, cid, "hello")
     other = (await new_conversation(client))["id"]
@@ -135,7 +133,14 @@ async def test_bad_input_is_a_clear_4xx(client: AsyncTestClient) -> None:
             assert response.status_code in (400, 404), (route, bad, response.text)
         response = await client.post(f"{base}/messages/{bad}/regenerate")
         assert response.status_code in (400, 404), (bad, response.text)
-    for body in ({}, {"message_id": "one"}, {"message_id": None}, {"message_id": 1.5}, []):
+    bodies: tuple[object, ...] = (
+        {},
+        {"message_id": "one"},
+        {"message_id": None},
+        {"message_id": 1.5},
+        [],
+    )
+    for body in bodies:
         for route in ("branch", "fork"):
             response = await client.post(f"{base}/{route}", json=body)
             assert response.status_code == 400, (route, body, response.text)
@@ -155,13 +160,14 @@ async def test_bad_input_is_a_clear_4xx(client: AsyncTestClient) -> None:
     assert response.status_code == 400
 
     # Another user's conversation and messages are not found, never shown.
-    mallory = {"Authorization": f"Bearer {client.mallory}"}  # type: ignore[attr-defined]
-    for method, url, body in (
+    mallory = {"Authorization": f"Bearer {await make_user(database_url, 'mallory')}"}
+    attempts: tuple[tuple[str, str, dict[str, object] | None], ...] = (
         ("post", f"{base}/messages", {"content": "x", "edit_of": user_id}),
         ("post", f"{base}/messages/{user_id}/regenerate", None),
         ("post", f"{base}/branch", {"message_id": user_id}),
         ("post", f"{base}/fork", {"message_id": user_id}),
-    ):
+    )
+    for method, url, body in attempts:
         response = await getattr(client, method)(url, json=body, headers=mallory)
         assert response.status_code == 404, (url, response.text)
     mine = (await new_conversation(client))["id"]

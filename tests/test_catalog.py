@@ -310,7 +310,7 @@ def test_local_examples_point_at_local_servers() -> None:
 def _model(
     name: str,
     window: int | None,
-    cost: tuple[float, float] | None,
+    cost: tuple[float | None, float | None] | None,
     capabilities: tuple[str, ...] = ("chat",),
 ) -> ModelSpec:
     return ModelSpec(

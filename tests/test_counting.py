@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.test_estimator import corpus
 from tests.test_service import OWNER, say
-from tests.upstream import FakeUpstream
+from tests.upstream import Engine, FakeUpstream
 from webapp.chat.models import Status
 from webapp.chat.service import ConversationService
 from webapp.db import Database
@@ -80,10 +80,10 @@ model = "guess"
 
 @asynccontextmanager
 async def counting_service(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream, engine: str = "llamacpp"
+    database_url: str, tmp_path: Path, upstream: FakeUpstream, engine: Engine = "llamacpp"
 ) -> AsyncIterator[ConversationService]:
     """The service as the app builds it: tokenizers probed against the engine first."""
-    upstream.set_engine(engine)  # type: ignore[arg-type]
+    upstream.set_engine(engine)
     path = tmp_path / "engine.toml"
     path.write_text(engine_toml(upstream), encoding="utf-8")
     settings = Settings(
@@ -116,7 +116,7 @@ async def counted(
         yield service, engine_upstream
 
 
-def chats(upstream: FakeUpstream) -> list[dict]:  # type: ignore[type-arg]
+def chats(upstream: FakeUpstream) -> list[dict]:
     return [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
 
 
@@ -146,8 +146,9 @@ async def _fill_and_check(chat: ConversationService, upstream: FakeUpstream, kin
         if user.dropped_turns:
             sent = chats(upstream)[-1]["body"]["messages"]
             charged = upstream.count_chat(sent)
-            assert charged <= user.fit_budget, "exact counts never overfill"  # type: ignore[operator]
-            trimmed.append(charged / user.fit_budget)  # type: ignore[operator]
+            budget = user.fit_budget
+            assert budget is not None and charged <= budget, "exact counts never overfill"
+            trimmed.append(charged / budget)
     assert trimmed, f"{kind}: 40 turns should outgrow 4,096 tokens"
     assert min(trimmed) >= 0.80, (kind, trimmed)
     assert answer.prompt_tokens == upstream.count_chat(chats(upstream)[-1]["body"]["messages"])
@@ -176,7 +177,9 @@ async def test_counts_are_made_once_and_stored_per_tokenizer(
     for row in rows[:-1]:
         assert row.token_counts is not None
         assert row.token_counts["server:gemma-twin"] == upstream.count(row.content), row.seq
-    assert rows[0].token_counts["server:gemma"] == upstream.count(rows[0].content)  # type: ignore[index]
+    first_counts = rows[0].token_counts
+    assert first_counts is not None
+    assert first_counts["server:gemma"] == upstream.count(rows[0].content)
     before = tokenizes(upstream)
     await say(chat, conversation.id, "turn 8: again")
     assert tokenizes(upstream) - before == 2
@@ -221,7 +224,7 @@ async def test_a_failing_or_slow_tokenizer_never_fails_or_stalls_a_send(
     user, answer = await say(chat, fresh.id, "third: the tokenizer is slow")
     assert time.monotonic() - started < 8, "a stalled tokenizer is given up on"
     assert answer.status == Status.COMPLETE
-    assert user.fit_counted_by.startswith("estimate (server:gemma")  # type: ignore[union-attr]
+    assert (user.fit_counted_by or "").startswith("estimate (server:gemma")
 
 
 async def test_llama_cpp_python_counts_by_its_extras_endpoint_without_streamed_usage(
@@ -251,7 +254,8 @@ async def test_the_estimate_alone_never_undercounts_on_a_foreign_vocabulary(
         assert answer.status == Status.COMPLETE, answer.error
         assert user.fit_counted_by == "estimate"
         charged = upstream.count_chat(chats(upstream)[-1]["body"]["messages"])
-        assert charged <= user.fit_estimated_tokens, (number, charged)  # type: ignore[operator]
+        estimated = user.fit_estimated_tokens
+        assert estimated is not None and charged <= estimated, (number, charged)
 
 
 SCRIPTS = st.sampled_from(

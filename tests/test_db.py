@@ -6,12 +6,13 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, select
-from sqlmodel import Session, SQLModel
+from sqlalchemy import insert, select, text
+from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
@@ -50,7 +51,9 @@ async def test_a_row_built_from_written_values_equals_the_row_read_back(
     try:
         async with engine.begin() as connection:
             await connection.execute(insert(Conversation).values(conversation.model_dump()))
-            inserted = await connection.execute(insert(Message).returning(Message.id), [values])
+            inserted = await connection.execute(
+                insert(Message).returning(col(Message.id)), [values]
+            )
             message_id = inserted.scalar_one()
         built = as_loaded(Message, {**values, "id": message_id})
         async with AsyncSession(engine) as session:
@@ -78,7 +81,7 @@ async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
     db = Database(url)
 
     def read_then_try_a_write_elsewhere(session: Session) -> str:
-        session.connection().execute(select(Conversation.id)).all()
+        session.connection().execute(select(col(Conversation.id))).all()
         other = sqlite3.connect(path, timeout=0)
         try:
             other.execute(
@@ -127,7 +130,7 @@ async def test_a_read_is_not_kept_waiting_by_a_write_in_progress(tmp_path: Path)
         assert release.wait(10), "the read never finished while the write held its lock"
 
     def count(session: Session) -> int:
-        return len(session.connection().execute(select(Conversation.id)).all())
+        return len(session.connection().execute(select(col(Conversation.id))).all())
 
     try:
         writing = asyncio.create_task(db.write(slow_write))
@@ -153,3 +156,36 @@ async def test_an_in_memory_database_keeps_its_rows_between_transactions() -> No
         assert read is not None and read.owner == "m"
     finally:
         await db.dispose()
+
+
+async def test_a_write_whose_caller_is_cancelled_still_ends_whole(database_url: str) -> None:
+    """A stopped answer or a closed stream cancels the task waiting on a write: the write
+    still commits whole and hands its connection back, on both databases (SQLite's thread
+    cannot be interrupted; asyncpg's connection must not be, or it leaks)."""
+    db = Database(database_url)
+    started = threading.Event()
+    now = utcnow()
+
+    def slow_write(session: Session) -> None:
+        session.add(Conversation(owner="c", configuration="c", created_at=now, updated_at=now))
+        session.flush()
+        started.set()
+        if db.dialect == "sqlite":
+            time.sleep(0.3)  # on a thread of its own
+        else:
+            session.connection().execute(text("SELECT pg_sleep(0.3)"))
+
+    def count(session: Session) -> int:
+        return len(session.connection().execute(select(col(Conversation.id))).all())
+
+    writing = asyncio.create_task(db.write(slow_write))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+    writing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await writing
+    await db.dispose()  # waits for the write still running
+    again = Database(database_url)
+    try:
+        assert await again.read(count) == 1
+    finally:
+        await again.dispose()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.catalogs import CLOSED_PORT_URL
-from tests.upstream import FakeUpstream
+from tests.upstream import Engine, FakeUpstream
 from webapp.llm.catalog import DEFAULT_WINDOW, Catalog, load_catalog
 from webapp.llm.discovery import NOT_DISCOVERABLE, clear_cache, discover
 
@@ -81,7 +81,7 @@ ENGINES = [
 
 @pytest.mark.parametrize(("engine", "models", "num_ctx", "window", "source"), ENGINES)
 async def test_each_engine_window_is_discovered(
-    engine: str,
+    engine: Engine,
     models: dict[str, int],
     num_ctx: dict[str, int],
     window: int,
@@ -91,7 +91,7 @@ async def test_each_engine_window_is_discovered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     up = engine_upstream
-    up.set_engine(engine)  # type: ignore[arg-type]
+    up.set_engine(engine)
     up.set_models(models)
     up.set_num_ctx(num_ctx)
     monkeypatch.setenv("DISCOVERY_TEST_KEY", "sk-discovery")

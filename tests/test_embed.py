@@ -17,7 +17,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import write_upstream_catalog
 from tests.test_bad_input import htmx_headers
-from tests.test_security import EMBED, Client
+from tests.test_security import EMBED, Client, found
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat.models import Conversation
@@ -75,7 +75,7 @@ async def test_the_embed_works_with_no_cookie_at_all(app: Litestar) -> None:
         assert set(headers) == {"x-csrftoken", "x-webapp-visitor"}
         sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=headers)
         assert sent.status_code == 200, sent.text
-        answer_id = ANSWER.search(sent.text)[1]  # type: ignore[index]
+        answer_id = found(ANSWER, sent.text)
         stream = await client.get(f"/embed/support/answers/{answer_id}/stream", headers=headers)
         assert stream.status_code == 200
         again = await client.post("/embed/support/send", data={"content": "two"}, headers=headers)
@@ -125,7 +125,7 @@ async def test_an_embed_has_a_ceiling_over_all_addresses(database_url: str) -> N
             await quota.take("support", f"10.0.0.{address}")
         with pytest.raises(TooManyRequests, match="through this chat"):
             await quota.take("support", "10.0.0.99")
-        await quota.take("other", "10.0.0.99"), "each embed has its own ceiling"
+        await quota.take("other", "10.0.0.99")  # each embed has its own ceiling
         await quota.take("other", "10.0.0.99")
         with pytest.raises(TooManyRequests, match="from your address"):
             await quota.take("other", "10.0.0.99")
@@ -140,7 +140,7 @@ async def test_regenerating_and_editing_count_as_sends(app: Litestar) -> None:
         headers = htmx_headers((await client.get("/embed/support")).text)
         sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=headers)
         assert sent.status_code == 200, sent.text
-        user_id = user.search(sent.text)[1]  # type: ignore[index]
+        user_id = found(user, sent.text)
         assert f'id="m{user_id}"' in (await client.get("/embed/support", headers=headers)).text
         for _ in range(200):  # until the answer is written
             page = await client.get("/embed/support", headers=headers)

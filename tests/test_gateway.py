@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,12 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+)
 
 from tests.catalogs import write_upstream_catalog
 from tests.test_api import make_user
@@ -33,16 +39,23 @@ from webapp.settings import Settings
 
 @dataclass
 class Gateway:
-    """The app on a free port; `client()` is an OpenAI client for one of its users."""
+    """The app on a free port; `client()` is an OpenAI client for one of its users (closed
+    with the app)."""
 
     url: str
     tokens: dict[str, str]
+    clients: list[openai.OpenAI] = field(default_factory=list)
 
-    def client(self, user: str = "alice") -> openai.OpenAI:
+    def client(self, user: str = "alice", *, api_key: str | None = None) -> openai.OpenAI:
         # No retries: a test must see the first answer, 429s and 503s included.
-        return openai.OpenAI(
-            base_url=f"{self.url}/v1", api_key=self.tokens[user], max_retries=0, timeout=20
+        client = openai.OpenAI(
+            base_url=f"{self.url}/v1",
+            api_key=api_key or self.tokens[user],
+            max_retries=0,
+            timeout=20,
         )
+        self.clients.append(client)
+        return client
 
     def http(self, user: str | None = "alice") -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
@@ -71,6 +84,7 @@ def _serve(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, int]:
 def serve(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
     """Start the app (in a thread, with uvicorn on its own loop) on `database_url`."""
     running: list[tuple[uvicorn.Server, threading.Thread]] = []
+    gateways: list[Gateway] = []
 
     def start(database_url: str, **overrides: Any) -> Gateway:
         settings = Settings(
@@ -81,9 +95,12 @@ def serve(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., Gate
         tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
         server, thread, port = _serve(settings)
         running.append((server, thread))
-        return Gateway(f"http://127.0.0.1:{port}", tokens)
+        gateways.append(Gateway(f"http://127.0.0.1:{port}", tokens))
+        return gateways[-1]
 
     yield start
+    for client in (client for gateway in gateways for client in gateway.clients):
+        client.close()
     for server, thread in running:
         server.should_exit = True
         thread.join(timeout=10)
@@ -94,9 +111,9 @@ def gateway(serve: Callable[..., Gateway], sqlite_url: str) -> Gateway:
     return serve(sqlite_url)
 
 
-def long_transcript(turns: int, words: int = 60) -> list[dict[str, str]]:
+def long_transcript(turns: int, words: int = 60) -> list[ChatCompletionMessageParam]:
     """A system prompt and `turns` exchanges of about `words` words each, then a question."""
-    messages = [{"role": "system", "content": "You are terse."}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": "You are terse."}]
     for turn in range(turns):
         text = " ".join(f"turn{turn}word{i}" for i in range(words))
         messages += [
@@ -105,6 +122,13 @@ def long_transcript(turns: int, words: int = 60) -> list[dict[str, str]]:
         ]
     messages.append({"role": "user", "content": "And the newest question?"})
     return messages
+
+
+def text_of(answer: ChatCompletion) -> str:
+    """The text of an answer's first choice, which must have one."""
+    content = answer.choices[0].message.content
+    assert content is not None, answer
+    return content
 
 
 def webapp_of(model: Any) -> dict[str, Any]:
@@ -152,9 +176,8 @@ def test_a_transcript_far_over_the_window_succeeds_and_says_what_it_left_out(
     # The head (system prompt, first exchange) and the newest turn were sent, in order.
     assert sent["messages"][:3] == messages[:3] and sent["messages"][-1] == messages[-1]
     assert len(sent["messages"]) == len(messages) - 2 * dropped
-    assert answer.choices[0].message.content.startswith(
-        f"Echo from small: I saw {len(sent['messages'])} messages"
-    )
+    assert text_of(answer).startswith(f"Echo from small: I saw {len(sent['messages'])} messages")
+    assert answer.usage is not None
     assert answer.model == "small" and answer.usage.prompt_tokens == count_chat_tokens(
         sent["messages"]
     )
@@ -212,7 +235,8 @@ def test_streaming_is_bounded_before_the_first_chunk(
     assert text.startswith(f"Echo from small: I saw {len(sent)} messages")
     assert len({c.id for c in chunks}) == 1
     assert last_choice.choices[0].finish_reason == "stop"
-    assert usage_chunk.choices == [] and usage_chunk.usage.prompt_tokens == count_chat_tokens(sent)
+    assert usage_chunk.choices == [] and usage_chunk.usage is not None
+    assert usage_chunk.usage.prompt_tokens == count_chat_tokens(sent)
     assert sum(len(c.choices[0].delta.content or "") > 0 for c in chunks if c.choices) >= 3
 
 
@@ -229,7 +253,9 @@ def test_stream_failures_before_and_after_the_first_chunk(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     client = gateway.client()
-    hello = [{"role": "user", "content": "Hello, anyone there today?"}]
+    hello: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Hello, anyone there today?"}
+    ]
     upstream.fail_next(503)
     with pytest.raises(openai.APIStatusError) as before:
         client.chat.completions.create(model="small", messages=hello, stream=True)
@@ -242,7 +268,7 @@ def test_stream_failures_before_and_after_the_first_chunk(
             pass
 
 
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -267,13 +293,14 @@ def test_a_tool_call_with_schemas_counted(gateway: Gateway, upstream: FakeUpstre
     assert count_tokens(json.dumps([WEATHER_TOOL])) > 200
     assert report["dropped_turns"] > plain["dropped_turns"]
     assert upstream.requests[-1]["body"]["tools"] == [WEATHER_TOOL]
-    call = answer.choices[0].message.tool_calls[0]
+    [call] = answer.choices[0].message.tool_calls or []
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert answer.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {
         "city": "echo"
     }
     # The tool's result goes back with the call it answers, and the model answers it.
-    follow_up = [
+    follow_up: list[Any] = [  # the answer's message sent back as the SDK's users do
         *messages,
         answer.choices[0].message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "clear"}'},
@@ -281,7 +308,7 @@ def test_a_tool_call_with_schemas_counted(gateway: Gateway, upstream: FakeUpstre
     final = client.chat.completions.create(model="small", messages=follow_up, tools=[WEATHER_TOOL])
     sent = upstream.requests[-1]["body"]["messages"]
     assert sent[-2]["tool_calls"][0]["id"] == call.id and sent[-1]["tool_call_id"] == call.id
-    assert final.choices[0].message.content.startswith("Echo from small")
+    assert text_of(final).startswith("Echo from small")
     # tool_choice "none": no schema is sent, so none is counted.
     none = client.chat.completions.create(
         model="small", messages=messages, tools=[WEATHER_TOOL], tool_choice="none"
@@ -301,10 +328,13 @@ def test_a_streamed_tool_call(gateway: Gateway) -> None:
     chunks = list(stream)
     assert webapp_of(chunks[0])["model"] == "medium"
     calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or []]
-    assert [call.function.name for call in calls] == ["get_weather"] and calls[0].index == 0
-    assert json.loads(calls[0].function.arguments) == {"city": "echo"}
+    [call] = calls
+    assert call.index == 0 and call.function is not None
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments or "") == {"city": "echo"}
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
-    assert finishes[-1] == "tool_calls" and chunks[-1].usage.completion_tokens > 0
+    usage = chunks[-1].usage
+    assert finishes[-1] == "tool_calls" and usage is not None and usage.completion_tokens > 0
 
 
 # ---- completions and embeddings ------------------------------------------------------------
@@ -352,10 +382,11 @@ def test_embeddings_are_passed_through(gateway: Gateway, upstream: FakeUpstream)
     assert upstream.requests[-1]["body"]["input"] == texts
     floats = client.embeddings.create(model="small", input="first text", encoding_format="float")
     assert floats.data[0].embedding == pytest.approx(_embedding("first text"), abs=1e-6)
-    raw = gateway.http().post(
-        "/v1/embeddings",
-        json={"model": "small", "input": "first text", "encoding_format": "base64"},
-    )
+    with gateway.http() as http:
+        raw = http.post(
+            "/v1/embeddings",
+            json={"model": "small", "input": "first text", "encoding_format": "base64"},
+        )
     packed = base64.b64decode(raw.json()["data"][0]["embedding"])
     assert list(struct.unpack("<16f", packed)) == pytest.approx(_embedding("first text"), abs=1e-6)
 
@@ -414,7 +445,7 @@ def test_bad_chat_requests_get_an_openai_400_naming_the_param(
 
 def test_other_bad_requests_get_openai_errors(gateway: Gateway, upstream: FakeUpstream) -> None:
     client = gateway.client()
-    hello = [{"role": "user", "content": "hello"}]
+    hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
     with pytest.raises(openai.NotFoundError) as unknown:
         client.chat.completions.create(model="gpt-17", messages=hello)
     assert unknown.value.code == "model_not_found" and unknown.value.param == "model"
@@ -443,11 +474,9 @@ def test_other_bad_requests_get_openai_errors(gateway: Gateway, upstream: FakeUp
 
 
 def test_the_gateway_takes_api_tokens_only(gateway: Gateway) -> None:
-    hello = [{"role": "user", "content": "hello"}]
+    hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
     with pytest.raises(openai.AuthenticationError) as bad:
-        openai.OpenAI(
-            base_url=f"{gateway.url}/v1", api_key="wa_not-a-token", max_retries=0
-        ).models.list()
+        gateway.client(api_key="wa_not-a-token").models.list()
     assert bad.value.code == "invalid_api_key"
     with gateway.http(None) as anonymous:
         for method, path in [("GET", "/v1/models"), ("POST", "/v1/chat/completions")]:
@@ -485,7 +514,7 @@ def test_gateway_calls_are_rate_limited_per_user(
 ) -> None:
     gateway = serve(database_url, rate_limit_messages=3, rate_limit_window=60)
     alice = gateway.client()
-    hello = [{"role": "user", "content": "hello"}]
+    hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
     alice.chat.completions.create(model="small", messages=hello)
     alice.embeddings.create(model="small", input="hello")
     alice.completions.create(model="small", prompt="hello")
@@ -524,7 +553,7 @@ def test_chat_sends_and_gateway_calls_share_the_limit(
         )
         assert sent.status_code == 201
     alice, bob = gateway.client(), gateway.client("bob")
-    hello = [{"role": "user", "content": "hello"}]
+    hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
     alice.chat.completions.create(model="small", messages=hello)
     with pytest.raises(openai.RateLimitError):
         alice.chat.completions.create(model="small", messages=hello)
@@ -579,7 +608,7 @@ def test_a_call_in_a_conversation_is_stored_with_its_fit(
         assert raw.headers["x-conversation-id"] == conversation_id
         answer = raw.parse()
         reports.append((int(raw.headers["x-dropped-turns"]), webapp_of(answer)))
-        assert answer.choices[0].message.content.startswith("Echo from small")
+        assert text_of(answer).startswith("Echo from small")
         sent = upstream.requests[-1]["body"]["messages"]
         assert sent[0] == {"role": "system", "content": "You are a test model."}
         assert sent[-1]["content"] == text and "DECOY" not in json.dumps(sent)
@@ -614,7 +643,8 @@ def test_a_streamed_call_in_a_conversation(gateway: Gateway) -> None:
         chunks = list(response.parse())
     assert webapp_of(chunks[0])["conversation_id"] == conversation_id
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert chunks[-1].usage.prompt_tokens > 0
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens > 0
     with gateway.http() as http:
         stored = http.get(f"/api/conversations/{conversation_id}").json()["messages"]
     assert [m["role"] for m in stored] == ["user", "assistant"]
@@ -625,7 +655,7 @@ def test_conversation_calls_are_the_callers_own_and_checked(
     gateway: Gateway, upstream: FakeUpstream
 ) -> None:
     client = gateway.client()
-    hello = [{"role": "user", "content": "hello"}]
+    hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
     theirs = _conversation(gateway, "bob")
     with pytest.raises(openai.NotFoundError) as foreign:
         client.chat.completions.create(
@@ -634,13 +664,14 @@ def test_conversation_calls_are_the_callers_own_and_checked(
     assert foreign.value.code == "conversation_not_found"
     mine = _conversation(gateway)
     header = {"x-conversation-id": mine}
-    for kwargs, param in [
+    refusals: list[tuple[dict[str, Any], str]] = [
         ({"model": "medium"}, "model"),
         ({"tools": [WEATHER_TOOL]}, "tools"),
         ({"max_tokens": 20}, "max_tokens"),
         ({"messages": [*hello, {"role": "assistant", "content": "hi"}]}, "messages"),
-    ]:
-        call = {"model": "small", "messages": hello, **kwargs}
+    ]
+    for kwargs, param in refusals:
+        call: dict[str, Any] = {"model": "small", "messages": hello, **kwargs}
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(**call, extra_headers=header)
         assert refused.value.param == param

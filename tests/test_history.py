@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Connection, insert
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.catalogs import upstream_catalog
 from tests.dbutil import written
@@ -18,18 +20,24 @@ from webapp.db import create_engine
 from webapp.llm.calibration import Calibrator
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.routing import Route
 from webapp.llm.window import FitResult
+
+Row = dict[str, Any]
+"""A message row as the tests build it: its columns by name."""
 
 STATUSES = [Status.COMPLETE] * 6 + [Status.FAILED, Status.STOPPED, Status.INTERRUPTED]
 
 
-async def store(database_url: str, turns: int, seed: int = 3) -> tuple:  # type: ignore[type-arg]
+async def store(database_url: str, turns: int, seed: int = 3) -> tuple:
     """A conversation of `turns` turns with failed, stopped, empty and interrupted answers:
     (engine, its id, the replayable turns, their count)."""
     rng = random.Random(seed)
     engine = create_engine(database_url)
     conversation = Conversation(owner="t", configuration="small")
-    rows, full, prior = [], [], 0
+    rows: list[Row] = []
+    full: list[tuple[int, Row, Row]] = []
+    prior = 0
     for turn in range(turns):
         user = f"turn {turn}: " + "word " * rng.randint(1, 60)
         status = rng.choice(STATUSES)
@@ -38,8 +46,13 @@ async def store(database_url: str, turns: int, seed: int = 3) -> tuple:  # type:
             if status == Status.INTERRUPTED and rng.random() < 0.5
             else "ok " * rng.randint(1, 40)
         )
-        user_row = {"role": "user", "content": user, "status": "complete", "prior_turns": prior}
-        answer_row = {
+        user_row: Row = {
+            "role": "user",
+            "content": user,
+            "status": "complete",
+            "prior_turns": prior,
+        }
+        answer_row: Row = {
             "role": "assistant",
             "content": answer,
             "status": status.value,
@@ -63,14 +76,16 @@ async def store(database_url: str, turns: int, seed: int = 3) -> tuple:  # type:
 
 
 @pytest.fixture
-async def stored(database_url: str) -> AsyncIterator[tuple]:  # type: ignore[type-arg]
+async def stored(database_url: str) -> AsyncIterator[tuple]:
     """A conversation of 300 turns."""
     engine, *rest = await store(database_url, 300)
     yield engine, *rest
     await engine.dispose()
 
 
-def fit_everything(manager: LLMManager, route, full, newest) -> FitResult:  # type: ignore[no-untyped-def]
+def fit_everything(
+    manager: LLMManager, route: Route, full: list[tuple[int, Row, Row]], newest: Row
+) -> FitResult:
     everything = Transcript(
         [
             m
@@ -87,7 +102,9 @@ def fit_everything(manager: LLMManager, route, full, newest) -> FitResult:  # ty
     return manager.fit_for(route, route.primary, everything)
 
 
-async def bounded_fit(manager: LLMManager, route, engine, conversation_id, newest):  # type: ignore[no-untyped-def]
+async def bounded_fit(
+    manager: LLMManager, route: Route, engine: AsyncEngine, conversation_id: str, newest: Row
+) -> tuple[Tail, Transcript, FitResult]:
     """What a send does: read the tail, then as much history as the route could send."""
 
     def load(connection: Connection) -> tuple[Tail, Transcript]:
@@ -111,7 +128,7 @@ async def test_bounded_load_equals_fitting_everything(
     stored: tuple,
     model: str,
     tmp_path: Path,
-    upstream: FakeUpstream,  # type: ignore[type-arg]
+    upstream: FakeUpstream,
 ) -> None:
     engine, conversation_id, full, prior = stored
     manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
@@ -147,14 +164,14 @@ async def test_every_length_around_the_first_batch_loads_like_everything(
         await engine.dispose()
 
 
-async def store_tree(database_url: str, seed: int) -> tuple:  # type: ignore[type-arg]
+async def store_tree(database_url: str, seed: int) -> tuple:
     """A conversation that forked many times, runs of every length (some shorter than a
     turn's two rows are impossible: a turn is always written whole): (engine, its id,
     rows by seq, the leaves)."""
     rng = random.Random(seed)
     engine = create_engine(database_url)
     conversation = Conversation(owner="t", configuration="small")
-    by_seq: dict[int, dict] = {}  # type: ignore[type-arg]
+    by_seq: dict[int, Row] = {}
     leaves = [0]
     next_seq = 1
 
@@ -185,13 +202,13 @@ async def store_tree(database_url: str, seed: int) -> tuple:  # type: ignore[typ
                 if status == Status.INTERRUPTED and rng.random() < 0.5
                 else "ok " * rng.randint(1, 40)
             )
-            user = {
+            user: Row = {
                 "role": "user",
                 "content": f"t{next_seq}: " + "word " * rng.randint(1, 60),
                 "status": "complete",
                 "prior_turns": prior,
             }
-            reply = {
+            reply: Row = {
                 "role": "assistant",
                 "content": answer,
                 "status": status.value,
@@ -239,7 +256,9 @@ async def test_a_branch_loads_like_fitting_that_branch_whole(
             for model in ("small", "large"):
                 route = manager.route(model)
 
-                def load(connection: Connection, leaf: int = leaf, route=route) -> tuple:  # type: ignore[no-untyped-def, type-arg]
+                def load(
+                    connection: Connection, leaf: int = leaf, route: Route = route
+                ) -> tuple[Tail, Transcript]:
                     tail = read_tail(connection, conversation_id, leaf=leaf)
                     return tail, load_transcript(
                         connection,

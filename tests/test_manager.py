@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,7 @@ from webapp.llm.manager import (
     Finished,
     Fitted,
     LLMManager,
+    StreamEvent,
     Transcript,
 )
 from webapp.llm.providers.base import ContextLengthExceeded, ProviderError
@@ -51,14 +54,24 @@ def long_transcript(turns: int, words: int = 30) -> Transcript:
 
 
 @pytest.fixture
-def manager(tmp_path: Path, upstream: FakeUpstream) -> LLMManager:
-    return LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+async def manager(tmp_path: Path, upstream: FakeUpstream) -> AsyncIterator[LLMManager]:
+    manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
+    yield manager
+    await manager.aclose()  # its providers' connections
 
 
-async def collect(manager: LLMManager, configuration: str, transcript: Transcript, **kw):  # type: ignore[no-untyped-def]
+async def collect(
+    manager: LLMManager, configuration: str, transcript: Transcript, **kw: Any
+) -> list[StreamEvent]:
     """Every fit in the order it was made (the plan's first), then what the stream said."""
     plan = manager.plan(manager.route(configuration), transcript, **kw)
     return [Fitted(plan.fit)] + [event async for event in manager.stream(plan)]
+
+
+def finished(events: list[StreamEvent]) -> Finished:
+    """How a stream ended: its last event, which must say so."""
+    assert isinstance(events[-1], Finished), events[-1]
+    return events[-1]
 
 
 async def test_stream_is_bounded_before_the_first_chunk(
@@ -74,7 +87,8 @@ async def test_stream_is_bounded_before_the_first_chunk(
     assert sent == fits[0].messages
     # The real tokenizer agrees the prompt fits: our estimate errs high.
     assert count_chat_tokens(sent) <= fits[0].estimated_tokens <= fits[0].budget
-    assert events[-1].usage.prompt_tokens == count_chat_tokens(sent)
+    usage = finished(events).usage
+    assert usage is not None and usage.prompt_tokens == count_chat_tokens(sent)
 
 
 @pytest.mark.parametrize("status", [429, 503, 500])
@@ -87,14 +101,14 @@ async def test_retryable_errors_fall_back_and_refit_for_the_fallback(
     assert [f.model for f in fits] == ["small", "medium"]
     assert [f.window for f in fits] == [1024, 4096]
     assert fits[1].dropped_turns < fits[0].dropped_turns
-    assert events[-1].model == "medium"
+    assert finished(events).model == "medium"
     assert upstream.requests[-1]["body"]["messages"] == fits[1].messages
 
 
 async def test_connection_refused_falls_back(manager: LLMManager, upstream: FakeUpstream) -> None:
     events = await collect(manager, "unreachable-then-medium", long_transcript(3))
     assert [e.fit.model for e in events if isinstance(e, Fitted)] == ["unreachable", "medium"]
-    assert events[-1].model == "medium"
+    assert finished(events).model == "medium"
 
 
 async def test_auth_errors_do_not_fall_back(manager: LLMManager, upstream: FakeUpstream) -> None:
@@ -172,8 +186,11 @@ cost_output = 0.01
 """
     richer = upstream_catalog(tmp_path, upstream, extra=cheaper)
     manager = LLMManager(richer, Calibrator())
-    events = await collect(manager, "cheapest-4k", long_transcript(2))
-    assert events[-1].model == "bargain"
+    try:
+        events = await collect(manager, "cheapest-4k", long_transcript(2))
+    finally:
+        await manager.aclose()
+    assert finished(events).model == "bargain"
     assert richer.configurations["cheapest-4k"].model is None
     with pytest.raises(RoutingError):
         resolve(catalog, "no-such-configuration")

@@ -210,7 +210,7 @@ async def test_tool_result_then_answers_in_text(provider: OpenAIProvider) -> Non
     first = await provider.chat(
         "small", [{"role": "user", "content": "use tool please"}], tools=[WEATHER_TOOL]
     )
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "use tool please"},
         {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
         {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "sunny"},
@@ -499,7 +499,9 @@ async def test_the_key_never_appears_in_any_error(upstream: FakeUpstream) -> Non
             await client.chat("small", HELLO)
         errors.append(caught.value)
         upstream.break_stream_after(2)
-        errors.append((await collect(client.stream_chat("small", HELLO)))[1])  # type: ignore[arg-type]
+        _, broken = await collect(client.stream_chat("small", HELLO))
+        assert broken is not None, "the broken stream raised"
+        errors.append(broken)
         assert API_KEY not in repr(client)
     assert len(errors) == 8
     for error in errors:

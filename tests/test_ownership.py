@@ -10,6 +10,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
@@ -60,7 +61,9 @@ async def test_a_new_account_inherits_nothing_of_a_deleted_one(
         mine = await client.get("/api/conversations", headers={"Authorization": f"Bearer {fresh}"})
         assert mine.status_code == 200 and mine.json() == []
     async with session_on(accounts.db) as session:
-        count = await session.execute(text("SELECT count(*) FROM conversation"))
+        count = await (await session.connection()).execute(
+            text("SELECT count(*) FROM conversation")
+        )
         assert count.scalar_one() == 0, "the conversation went with its user"
     assert not await accounts.delete_user(old.id)
 
@@ -73,7 +76,7 @@ async def test_even_a_reused_id_would_find_nothing(accounts: AccountService) -> 
         session.add(Conversation(owner=f"user:{user.id}", user_id=user.id, configuration="demo"))
     await accounts.delete_user(user.id)
     async with session_on(accounts.db, begin=True) as session:
-        await session.execute(
+        await (await session.connection()).execute(
             text(
                 "INSERT INTO user_account (id, username, username_key, password_hash, is_admin,"
                 " created_at) VALUES (:id, 'reuse', 'reuse', 'x', false, :now)"
@@ -81,7 +84,9 @@ async def test_even_a_reused_id_would_find_nothing(accounts: AccountService) -> 
             {"id": user.id, "now": datetime.now(UTC)},
         )
     async with session_on(accounts.db) as session:
-        count = await session.execute(text("SELECT count(*) FROM conversation"))
+        count = await (await session.connection()).execute(
+            text("SELECT count(*) FROM conversation")
+        )
         assert count.scalar_one() == 0
 
 
@@ -96,12 +101,12 @@ async def test_even_a_reused_id_would_find_nothing(accounts: AccountService) -> 
     ],
 )
 async def test_the_database_refuses_an_owner_without_its_keys(
-    accounts: AccountService, values: dict[str, object]
+    accounts: AccountService, values: dict[str, Any]
 ) -> None:
     await accounts.create_user("alice", PASSWORD)
     with pytest.raises(IntegrityError):
         async with session_on(accounts.db, begin=True) as session:
-            session.add(Conversation(configuration="demo", **values))  # type: ignore[arg-type]
+            session.add(Conversation(configuration="demo", **values))
 
 
 async def test_a_user_key_must_name_a_user(accounts: AccountService) -> None:
@@ -131,8 +136,8 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
         asyncio.run(_on_server(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-def run(url: str, statements: list[tuple[str, dict[str, object]]]) -> list[list[tuple]]:  # type: ignore[type-arg]
-    async def go() -> list[list[tuple]]:  # type: ignore[type-arg]
+def run(url: str, statements: list[tuple[str, dict[str, object]]]) -> list[list[tuple]]:
+    async def go() -> list[list[tuple]]:
         engine = create_engine(url)
         results = []
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from litestar import Litestar
@@ -27,10 +28,10 @@ greeting = "Hi! How can we help?"
 PASSWORD = "correct horse battery"
 
 
-class Client(AsyncTestClient):  # type: ignore[type-arg]
+class Client(AsyncTestClient):
     """A test client that shows redirects instead of following them."""
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.follow_redirects = False
 
@@ -49,6 +50,13 @@ async def app(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Lite
 async def browser(app: Litestar) -> AsyncIterator[AsyncTestClient]:
     async with Client(app=app) as client:
         yield client
+
+
+def found(pattern: str | re.Pattern[str], text: str) -> str:
+    """The first group of `pattern`'s first match in `text`; failing if there is none."""
+    match = re.search(pattern, text)
+    assert match is not None, f"{pattern!r} is not in the page"
+    return match.group(1)
 
 
 def csrf_from(html: str) -> str:
@@ -245,14 +253,14 @@ async def test_the_embed_is_framed_only_by_its_origins_and_visitors_are_apart(
         assert "webapp_visitor=" in cookie and "SameSite=None" in cookie and "Secure" in cookie
         assert "Partitioned" in cookie, "CHIPS: kept where third-party cookies are blocked"
         assert (await client.get("/embed/nope")).status_code == 404
-        token = re.search(r'"x-csrftoken": "([0-9a-f]+)"', page.text).group(1)
+        token = found(r'"x-csrftoken": "([0-9a-f]+)"', page.text)
         sent = await client.post(
             "/embed/support/send", data={"content": "my order 1234"}, headers={"x-csrftoken": token}
         )
         assert sent.status_code == 200
         again = await client.get("/embed/support")
         assert "my order 1234" in again.text, "a reload keeps the visitor's conversation"
-        answer_id = re.search(r'data-role="assistant" data-message-id="(\d+)"', sent.text).group(1)
+        answer_id = found(r'data-role="assistant" data-message-id="(\d+)"', sent.text)
         first_visitor = dict(client.cookies)
         client.cookies.clear()
         other = await client.get("/embed/support")
@@ -289,11 +297,11 @@ async def test_api_tokens_are_shown_once_and_can_be_revoked(
     await make_user(database_url, "alice")
     csrf = await sign_in(browser, "alice")
     page = await browser.post("/settings/tokens", data={"name": "backup", "_csrf_token": csrf})
-    token = re.search(r"data-new-token>(wa_[\w-]+)<", page.text).group(1)
+    token = found(r"data-new-token>(wa_[\w-]+)<", page.text)
     assert (await browser.get("/settings")).text.count(token) == 0, "shown once"
     auth = {"Authorization": f"Bearer {token}"}
     assert (await browser.get("/api/conversations", headers=auth)).status_code == 200
-    token_id = re.search(r"/settings/tokens/(\d+)/revoke", page.text).group(1)
+    token_id = found(r"/settings/tokens/(\d+)/revoke", page.text)
     revoked = await browser.post(f"/settings/tokens/{token_id}/revoke", data={"_csrf_token": csrf})
     assert revoked.status_code == 303
     assert (await browser.get("/api/conversations", headers=auth)).status_code == 401

@@ -41,13 +41,13 @@ def serve(sqlite_url: str, tmp_path: Path) -> Iterator[Serve]:
             **{f"WEBAPP_{name.upper()}": value for name, value in settings.items()},
         }
         env.pop("FORWARDED_ALLOW_IPS", None)
-        log = (tmp_path / f"serve-{port}.log").open("wb")
-        process = subprocess.Popen(
-            [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (tmp_path / f"serve-{port}.log").open("wb") as log:  # the child keeps its own
+            process = subprocess.Popen(
+                [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         started.append(process)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30

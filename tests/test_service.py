@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, update
+from sqlmodel import col
 
 from tests.catalogs import write_upstream_catalog
 from tests.dbutil import session_on
@@ -142,6 +143,7 @@ async def test_unknown_configuration_leaves_no_fit(
     conversation = await chat.create(OWNER, "small")
     async with session_on(chat.db, begin=True) as session:
         stored = await session.get(type(conversation), conversation.id)
+        assert stored is not None
         stored.configuration = "retired"
         session.add(stored)
     user, answer = await say(chat, conversation.id, "hello")
@@ -242,7 +244,7 @@ async def test_an_answer_survives_its_watcher_going_away(
     conversation = await chat.create(OWNER, "small")
     upstream.chunk_delay = 0.02
     send = await chat.send(OWNER, conversation.id, "Keep going after I leave")
-    watcher = asyncio.create_task(anext(send.running.channel.follow()))
+    watcher = asyncio.ensure_future(anext(send.running.channel.follow()))
     await watcher
     watcher.cancel()
     _, answer = await chat.settle(send)
@@ -263,9 +265,9 @@ async def test_restart_marks_in_flight_answers_interrupted(
     assert messages[1].status == Status.INTERRUPTED and messages[1].content.startswith("w0")
     # A worker that died without a word leaves a row nobody writes: it is reaped.
     async with session_on(chat.db, begin=True) as session:
-        await session.execute(
+        await session.exec(
             update(Message)
-            .where(Message.id == messages[1].id)
+            .where(col(Message.id) == messages[1].id)
             .values(status=Status.STREAMING, updated_at=utcnow() - timedelta(minutes=5))
         )
     restarted = await build_service(settings)
@@ -306,8 +308,8 @@ async def test_other_owners_see_nothing(chat: ConversationService) -> None:
     ):
         with pytest.raises(NotFound):
             await call
-    assert await chat.list("mallory") == []
-    assert [c.id for c in await chat.list(OWNER)] == [conversation.id]
+    assert await chat.conversations("mallory") == []
+    assert [c.id for c in await chat.conversations(OWNER)] == [conversation.id]
 
 
 async def test_create_rename_delete(chat: ConversationService) -> None:
@@ -318,7 +320,7 @@ async def test_create_rename_delete(chat: ConversationService) -> None:
     assert second.configuration == "small" and second.title == "New conversation"
     await chat.rename(OWNER, first.id, "  Renamed   title ")
     assert (await chat.get(OWNER, first.id)).title == "Renamed title"
-    assert (await chat.list(OWNER))[0].id == first.id
+    assert (await chat.conversations(OWNER))[0].id == first.id
     with pytest.raises(InvalidInput):
         await chat.rename(OWNER, first.id, "   ")
     await say(chat, first.id, "hello")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.catalogs import CLOSED_PORT_URL
-from tests.upstream import FakeUpstream, count_tokens
+from tests.upstream import Engine, FakeUpstream, count_tokens
 from webapp.llm.catalog import Catalog, CatalogError, load_catalog
 from webapp.llm.estimator import estimate_text
 from webapp.llm.tokenizers import (
@@ -82,7 +82,7 @@ def catalog_for(tmp_path: Path, up: FakeUpstream, tokenizer: str | None = None) 
     return load_catalog(write_catalog(tmp_path, up.base_url, model_toml(tokenizer=tokenizer)))
 
 
-def tokenize_requests(up: FakeUpstream) -> list[dict]:  # type: ignore[type-arg]
+def tokenize_requests(up: FakeUpstream) -> list[dict]:
     return [r for r in up.requests if r["path"] in ("/tokenize", "/extras/tokenize")]
 
 
@@ -97,10 +97,10 @@ def key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 @pytest.mark.parametrize("engine", sorted(SHAPES))
 async def test_each_shape_is_probed_and_counts_exactly_like_the_server(
-    engine: str, engine_upstream: FakeUpstream, tmp_path: Path, key: str
+    engine: Engine, engine_upstream: FakeUpstream, tmp_path: Path, key: str
 ) -> None:
     up = engine_upstream
-    up.set_engine(engine)  # type: ignore[arg-type]
+    up.set_engine(engine)
     catalog = catalog_for(tmp_path, up)
     described, path, field = SHAPES[engine]
     async with Tokenizers() as tokenizers:
@@ -112,7 +112,7 @@ async def test_each_shape_is_probed_and_counts_exactly_like_the_server(
         assert tokenizers.describe(model) == f"server ({described})"
         assert tokenizers.errors == {}
         up.reset()
-        up.set_engine(engine)  # type: ignore[arg-type]
+        up.set_engine(engine)
         counts = await tokenizer.count(TEXTS)
     assert counts == [up.count(text) for text in TEXTS]
     requests = tokenize_requests(up)
@@ -226,9 +226,9 @@ async def test_server_setting_without_an_endpoint_is_an_error(
 
 @pytest.mark.parametrize("engine", ["openai", "ollama", "lmstudio"])
 async def test_auto_without_an_endpoint_counts_with_the_estimate(
-    engine: str, engine_upstream: FakeUpstream, tmp_path: Path
+    engine: Engine, engine_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    engine_upstream.set_engine(engine)  # type: ignore[arg-type]
+    engine_upstream.set_engine(engine)
     catalog = catalog_for(tmp_path, engine_upstream)
     async with Tokenizers() as tokenizers:
         await tokenizers.probe(catalog)

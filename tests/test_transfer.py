@@ -5,6 +5,7 @@ file is a clear 400 that stores nothing."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -128,7 +129,7 @@ def valid_export() -> dict[str, Any]:
     }
 
 
-def broken(change) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def broken(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
     data = copy.deepcopy(valid_export())
     change(data)
     return data

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.upstream import ENGINES, FakeUpstream, count_chat_tokens
+from tests.upstream import ENGINES, Engine, FakeUpstream, count_chat_tokens
 
 
 def root(up: FakeUpstream) -> str:
@@ -35,8 +35,10 @@ ENDPOINTS = [
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_each_engine_has_only_its_own_endpoints(engine: str, engine_upstream: FakeUpstream) -> None:
-    engine_upstream.set_engine(engine)  # type: ignore[arg-type]
+def test_each_engine_has_only_its_own_endpoints(
+    engine: Engine, engine_upstream: FakeUpstream
+) -> None:
+    engine_upstream.set_engine(engine)
     body = {"content": "hi", "input": "hi", "prompt": "hi", "model": "medium"}
     for method, path, engines in ENDPOINTS:
         answer = httpx.request(method, root(engine_upstream) + path, json=body)
@@ -145,10 +147,10 @@ def streamed_usage(up: FakeUpstream) -> list[Any]:
     ("engine", "reports"), [("llama-cpp-python", False), ("vllm", True), ("llamacpp", True)]
 )
 def test_llama_cpp_python_streams_without_usage(
-    engine: str, reports: bool, engine_upstream: FakeUpstream
+    engine: Engine, reports: bool, engine_upstream: FakeUpstream
 ) -> None:
     """llama-cpp-python ignores stream_options: a client must not wait for usage."""
-    engine_upstream.set_engine(engine)  # type: ignore[arg-type]
+    engine_upstream.set_engine(engine)
     usage = streamed_usage(engine_upstream)
     assert bool(usage) is reports
     plain = httpx.post(engine_upstream.base_url + "/chat/completions", json=chat("hello"))
@@ -184,9 +186,9 @@ def test_the_default_upstream_is_unchanged(upstream: FakeUpstream) -> None:
 
 def test_unknown_engine_or_tokenizer_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown engine"):
-        FakeUpstream(engine="tgi")  # type: ignore[arg-type]
+        FakeUpstream(engine="tgi")  # type: ignore[arg-type]  # deliberately no engine
     with pytest.raises(ValueError, match="unknown tokenizer"):
-        FakeUpstream(tokenizer="llama")  # type: ignore[arg-type]
+        FakeUpstream(tokenizer="llama")  # type: ignore[arg-type]  # deliberately none
 
 
 def test_standalone_takes_engine_and_tokenizer_flags() -> None:

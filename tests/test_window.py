@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,7 +132,9 @@ def test_long_conversation_drops_oldest_turns_after_the_head() -> None:
     assert result.estimated_tokens <= result.budget
 
 
-def test_overflow_at_the_floor_is_sent_with_a_warning(caplog) -> None:  # type: ignore[no-untyped-def]
+def test_overflow_at_the_floor_is_sent_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     huge = "lorem ipsum " * 2000
     messages = [*turn(huge, "ok"), *turn("middle", "ok"), {"role": "user", "content": huge}]
     with caplog.at_level(logging.WARNING, logger="webapp.llm.window"):

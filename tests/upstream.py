@@ -39,7 +39,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -58,7 +58,14 @@ DEFAULT_MODELS: dict[str, int] = {"small": 1024, "medium": 4096, "large": 16384,
 EMBEDDING_DIMENSIONS = 16
 
 Engine = Literal["openai", "llamacpp", "llama-cpp-python", "vllm", "ollama", "lmstudio"]
-ENGINES: tuple[str, ...] = ("openai", "llamacpp", "llama-cpp-python", "vllm", "ollama", "lmstudio")
+ENGINES: tuple[Engine, ...] = (
+    "openai",
+    "llamacpp",
+    "llama-cpp-python",
+    "vllm",
+    "ollama",
+    "lmstudio",
+)
 TokenizerName = Literal["cl100k", "qwen"]
 TOKENIZERS: tuple[str, ...] = ("cl100k", "qwen")
 QWEN_VOCABULARY = "qwen3.5-27b"
@@ -92,7 +99,7 @@ def _content_text(content: Any) -> str:
 
 
 def count_chat_tokens(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
 ) -> int:
     """Prompt tokens of a chat request, counted the way OpenAI's cookbook does.
 
@@ -358,7 +365,7 @@ def _arguments_for(tool: dict[str, Any]) -> str:
     properties = schema.get("properties") or {}
     samples = {"string": "echo", "integer": 1, "number": 1, "boolean": True, "array": []}
     arguments = {
-        name: samples.get((properties.get(name) or {}).get("type"))
+        name: samples.get((properties.get(name) or {}).get("type", ""))
         for name in schema.get("required") or []
     }
     return json.dumps(arguments)
@@ -406,7 +413,7 @@ class FakeUpstream:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
-                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/models", self._list_models, methods=["GET"]),
                 # Engines' own endpoints at the server root; each answers only for the
                 # engines that have it, and 404s (like Starlette's own) otherwise.
                 Route("/tokenize", self._tokenize, methods=["POST"]),
@@ -833,7 +840,7 @@ class FakeUpstream:
 
     # ---- endpoints ---------------------------------------------------------------------
 
-    async def _models(self, request: Request) -> JSONResponse:
+    async def _list_models(self, request: Request) -> JSONResponse:
         await self._record(request)
         vllm = self.engine == "vllm"
         data = []
@@ -930,7 +937,7 @@ class FakeUpstream:
         body, _ = await self._record(request)
         model = body.get("model") if isinstance(body, dict) else None
         window = self.models.get(model) if isinstance(model, str) else None
-        if window is None:
+        if not isinstance(model, str) or window is None:
             return JSONResponse({"error": f"model '{model}' not found"}, status_code=404)
         with self._lock:
             num_ctx = self._num_ctx.get(model)

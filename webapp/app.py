@@ -38,6 +38,7 @@ from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
+from webapp.web.deps import Chat
 from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
 from webapp.web.templates import STATIC, template_config
 
@@ -50,7 +51,7 @@ PUBLIC_PATHS = ["^/static/", "^/healthz$", "^/favicon.ico$"]
 the embed widget)."""
 
 
-def error_response(request: Request, status_code: int, detail: str) -> Response[Any]:
+def error_response(request: Request[Any, Any, Any], status_code: int, detail: str) -> Response[Any]:
     """JSON for the API; an inline fragment for htmx; a page for a browser."""
     if request.url.path.startswith(API_PATHS) or "application/json" in request.headers.get(
         "accept", ""
@@ -66,7 +67,7 @@ def error_response(request: Request, status_code: int, detail: str) -> Response[
     )
 
 
-def app_error(request: Request, error: AppError) -> Response[Any]:
+def app_error(request: Request[Any, Any, Any], error: AppError) -> Response[Any]:
     if request.url.path.startswith(GATEWAY_PREFIX):
         return gateway_exception_handler(request, error)
     response = error_response(request, error.status_code, error.message)
@@ -75,14 +76,14 @@ def app_error(request: Request, error: AppError) -> Response[Any]:
     return response
 
 
-def too_deep(request: Request, error: RecursionError) -> Response[Any]:
+def too_deep(request: Request[Any, Any, Any], error: RecursionError) -> Response[Any]:
     """JSON nested deeper than the decoder's recursion limit (msgspec raises RecursionError,
     not a decode error): the client's input is at fault, so a 400, never a 500."""
     log.warning("refused a request nested too deeply: %s %s", request.method, request.url.path)
     return error_response(request, 400, "invalid request: the body is nested too deeply")
 
 
-def http_error(request: Request, error: HTTPException) -> Response[Any]:
+def http_error(request: Request[Any, Any, Any], error: HTTPException) -> Response[Any]:
     if request.url.path.startswith(GATEWAY_PREFIX):
         # Under /v1, also what matches no route (404, 405) answers in OpenAI's shape.
         return gateway_exception_handler(request, error)
@@ -106,7 +107,7 @@ def http_error(request: Request, error: HTTPException) -> Response[Any]:
     return response
 
 
-def sign_in_first(request: Request) -> Response[Any]:
+def sign_in_first(request: Request[Any, Any, Any]) -> Response[Any]:
     """A browser without a session goes to the sign-in page (or to first-run setup)."""
     target = "/login?" + urlencode({"next": request.url.path})
     if request.headers.get("hx-request") == "true":
@@ -125,13 +126,13 @@ def _ping(session: Session) -> None:
 
 
 @get("/healthz", tags=["health"], exclude_from_auth=True)
-async def healthz(chat: ConversationService) -> dict[str, str]:
+async def healthz(chat: Chat) -> dict[str, str]:
     await chat.db.read(_ping)
     return {"status": "ok"}
 
 
 @get("/api/configurations", tags=["configurations"])
-async def list_configurations(chat: ConversationService) -> list[dict[str, Any]]:
+async def list_configurations(chat: Chat) -> list[dict[str, Any]]:
     return configuration_dicts(chat.catalog)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from webapp.accounts.cli import add_token_parser, add_user_parser
 from webapp.llm.catalog import Catalog, CatalogError, load_catalog
@@ -102,6 +103,7 @@ def _report_models(catalog: Catalog) -> Catalog:
 def cmd_purge(args: argparse.Namespace) -> int:
     import asyncio
 
+    from webapp.chat.models import Conversation
     from webapp.chat.service import ConversationService
     from webapp.db import Database
     from webapp.llm.calibration import Calibrator
@@ -112,7 +114,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
         return 2
     settings = Settings()
 
-    async def run() -> list:  # type: ignore[type-arg]
+    async def run() -> list[Conversation]:
         db = Database(settings.database_url)
         manager = LLMManager(settings.catalog, Calibrator())
         try:
@@ -162,7 +164,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.run(args)
+    run: Callable[[argparse.Namespace], int] = args.run  # each command's set_defaults
+    return run(args)
 
 
 if __name__ == "__main__":

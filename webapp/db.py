@@ -29,22 +29,25 @@ every writer of the process waits for it.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar, TypeVarTuple, cast
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlmodel import Session, SQLModel
 
 Model = TypeVar("Model", bound=SQLModel)
 Result = TypeVar("Result")
-Args = ParamSpec("Args")
-Work = Callable[Concatenate[Session, Args], Result]
+Args = TypeVarTuple("Args")
+Work = Callable[[Session, *Args], Result]
+"""A unit of database work: a function of a session and positional arguments."""
 
 SQLITE_PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -60,14 +63,14 @@ def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+def _set_pragmas(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
     cursor = dbapi_connection.cursor()
     for pragma in SQLITE_PRAGMAS:
         cursor.execute(pragma)
     cursor.close()
 
 
-def _no_implicit_begin(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+def _no_implicit_begin(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
     """The sqlite3 driver would begin only before the first write; we begin ourselves."""
     dbapi_connection.isolation_level = None
 
@@ -89,7 +92,7 @@ def _sqlite_engine(url: str, begin: str, **options: Any) -> Engine:
     return engine
 
 
-def _in_session(bind: Engine | Connection, work: Work[Args, Result], *args: Any) -> Result:
+def _in_session(bind: Engine | Connection, work: Work[*Args, Result], /, *args: *Args) -> Result:
     """One transaction of `work`: the session flushes and commits when it returns."""
     with Session(bind=bind, expire_on_commit=False) as session, session.begin():
         return work(session, *args)
@@ -113,7 +116,7 @@ class _SQLite:
             max_workers=READER_THREADS, thread_name_prefix="sqlite-read"
         )
 
-    async def run(self, write: bool, work: Work[Args, Result], *args: Any) -> Result:
+    async def run(self, write: bool, work: Work[*Args, Result], *args: *Args) -> Result:
         engine, thread = (self.writer, self.writing) if write else (self.reader, self.reading)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(thread, _in_session, engine, work, *args)
@@ -126,14 +129,35 @@ class _SQLite:
 
 
 class _Async:
+    """Each unit runs in a task of its own that its caller only waits for, as a thread runs
+    it on SQLite: a caller cancelled mid-transaction (a stopped answer, a closed stream)
+    cannot interrupt the commit or the connection's return to the pool, which asyncpg
+    would otherwise leave open and unpooled. `dispose` waits for the units still running."""
+
     def __init__(self, url: str) -> None:
         self.engine = create_async_engine(url, pool_pre_ping=True)
+        self._running: set[asyncio.Task[Any]] = set()
 
-    async def run(self, write: bool, work: Work[Args, Result], *args: Any) -> Result:
-        async with self.engine.connect() as connection:
-            return await connection.run_sync(_in_session, work, *args)
+    async def run(self, write: bool, work: Work[*Args, Result], *args: *Args) -> Result:
+        def unit(connection: Connection) -> Result:
+            return _in_session(connection, work, *args)
+
+        async def transaction() -> Result:
+            async with self.engine.connect() as connection:
+                return await connection.run_sync(unit)
+
+        task = asyncio.ensure_future(transaction())
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+        return await asyncio.shield(task)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller that was cancelled no longer asks for it
 
     async def dispose(self) -> None:
+        await asyncio.gather(*self._running, return_exceptions=True)
         await self.engine.dispose()
 
 
@@ -145,11 +169,11 @@ class Database:
         self.dialect = make_url(url).get_backend_name()
         self._backend = _SQLite(url) if self.dialect == "sqlite" else _Async(url)
 
-    async def read(self, work: Work[Args, Result], *args: Args.args) -> Result:
+    async def read(self, work: Work[*Args, Result], *args: *Args) -> Result:
         """Run `work(session, *args)` in a transaction that only reads."""
         return await self._backend.run(False, work, *args)
 
-    async def write(self, work: Work[Args, Result], *args: Args.args) -> Result:
+    async def write(self, work: Work[*Args, Result], *args: *Args) -> Result:
         """Run `work(session, *args)` in a transaction that may write; on SQLite it holds
         the write lock from its first statement."""
         return await self._backend.run(True, work, *args)
@@ -180,4 +204,4 @@ def as_loaded(model: type[Model], values: Mapping[str, Any]) -> Model:
     missing = model.model_fields.keys() - values.keys()
     if missing:
         raise ValueError(f"{model.__name__} row without {', '.join(sorted(missing))}")
-    return model.model_construct(**values)
+    return cast("Model", model.model_construct(**values))  # pydantic types it as SQLModel

@@ -20,14 +20,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
+import pluggy
 import pytest
 from playwright.sync_api import Browser, Page, Response, sync_playwright
 
@@ -242,20 +243,18 @@ class Server:
         if self.client is not None:
             self.client.close()
             self.client = None
-        if self.process is None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
             return
-        if self.process.poll() is None:
-            if graceful:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=10)
-                    self.process = None
-                    return
-                except subprocess.TimeoutExpired:
-                    pass
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-        self.process = None
+        if graceful:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        process.send_signal(signal.SIGKILL)
+        process.wait()
 
 
 LAUNCHED: list[Server] = []
@@ -266,9 +265,11 @@ CALL_FAILED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
+    report = outcome.get_result()
     if report.when == "call":
         item.stash[CALL_FAILED] = report.failed
 
@@ -463,13 +464,13 @@ def open_page(browser: Browser) -> Iterator[OpenPage]:
         server: Server,
         path: str = "/",
         *,
-        color_scheme: str = "light",
+        color_scheme: Literal["light", "dark"] = "light",
         bypass_csp: bool = False,
         viewport: tuple[int, int] = (1280, 800),
     ) -> Page:
         context = browser.new_context(
             base_url=server.url,
-            color_scheme=color_scheme,  # type: ignore[arg-type]
+            color_scheme=color_scheme,
             viewport={"width": viewport[0], "height": viewport[1]},
             storage_state=server.browser_state,
             bypass_csp=bypass_csp,  # for axe-core (tests/browser/axe.py)

@@ -6,18 +6,21 @@ import asyncio
 import functools
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Route, expect
 
 from tests.browser.conftest import PASSWORD, USERNAME, OpenPage, Server, Servers, outside_playwright
 from tests.browser.test_chat_ui import create_conversation, send_by_api, turn_text
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.db import Database
+
+HostPage = Callable[[int, str], str]
+"""`host_page(port, embed_url)`: the URL of a page on `localhost:port` framing the embed."""
 
 
 def add_user(database_url: str, name: str) -> None:
@@ -32,7 +35,7 @@ def add_user(database_url: str, name: str) -> None:
 
 
 @pytest.fixture
-def host_page(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
+def host_page(tmp_path: Path) -> Iterator[HostPage]:
     """Serve an HTML page framing the embed, on a port of our choosing, as
     `http://localhost:PORT`: another site than the app's `127.0.0.1`."""
     started: list[http.server.ThreadingHTTPServer] = []
@@ -76,7 +79,7 @@ def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, tmp_pa
     page.click("text=Sign out")
     expect(page).to_have_url(f"{server.url}/login")
     page.goto("/setup")
-    expect(page).to_have_url(f"{server.url}/login"), "setup is offered only once"
+    expect(page).to_have_url(f"{server.url}/login")  # setup is offered only once
     page.fill('input[name="username"]', "owner")
     page.fill('input[name="password"]', "wrong password")
     page.click("button[type=submit]")
@@ -127,7 +130,7 @@ def test_the_embed_chats_inside_an_allowed_host_and_is_refused_elsewhere(
     browser: Browser,
     live_server: Server,
     upstream: FakeUpstream,
-    host_page,  # type: ignore[no-untyped-def]
+    host_page: HostPage,
     embed_host_port: int,
 ) -> None:
     from tests.browser.conftest import free_port
@@ -159,7 +162,7 @@ def test_the_embed_chats_in_a_browser_that_keeps_no_cookie_at_all(
     browser: Browser,
     live_server: Server,
     upstream: FakeUpstream,
-    host_page,  # type: ignore[no-untyped-def]
+    host_page: HostPage,
     embed_host_port: int,
 ) -> None:
     """As in a browser that blocks every cookie in a cross-site frame: each response from
@@ -169,7 +172,7 @@ def test_the_embed_chats_in_a_browser_that_keeps_no_cookie_at_all(
     page = context.new_page()
     seen: list[str] = []
 
-    def without_cookies(route):  # type: ignore[no-untyped-def]
+    def without_cookies(route: Route) -> None:
         # Fetched outside the browser (Playwright's own fetch would store the cookies).
         request = route.request
         seen.append(request.headers.get("cookie", ""))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Dialog, Locator, Page, expect
 
 from tests.browser.conftest import OpenPage, Server, Servers
 from tests.upstream import FakeUpstream
@@ -583,7 +583,12 @@ def test_malicious_answer_is_inert_and_markdown_renders(
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def refuse(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", refuse)
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
 

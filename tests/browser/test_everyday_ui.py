@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Locator, expect
 
 from tests.browser.conftest import OpenPage, Server
 from tests.browser.test_chat_ui import (
@@ -19,6 +19,14 @@ from tests.browser.test_chat_ui import (
     turn_text,
 )
 from tests.upstream import FakeUpstream
+
+
+def height_of(element: Locator) -> float:
+    """The element's height on screen, in CSS pixels (it must be shown)."""
+    box = element.bounding_box()
+    assert box is not None, "the element is not shown"
+    return box["height"]
+
 
 pytestmark = pytest.mark.browser
 
@@ -257,13 +265,13 @@ def test_long_pastes_fold_and_scroll_to_newest_appears_when_scrolled_up(
     page = open_page(live_server, f"/c/{conversation_id}")
     long_one = messages(page, "user").first
     more = long_one.get_by_role("button", name="Show more")
-    height = long_one.bounding_box()["height"]  # type: ignore[index]
+    height = height_of(long_one)
     assert height < 400
     more.click()
     expect(long_one.get_by_role("button", name="Show less")).to_have_attribute(
         "aria-expanded", "true"
     )
-    assert long_one.bounding_box()["height"] > height + 400  # type: ignore[index]
+    assert height_of(long_one) > height + 400
     expect(messages(page, "user").nth(1).get_by_role("button", name="Show more")).to_have_count(0)
 
     down = page.get_by_role("button", name="Scroll to the newest message")

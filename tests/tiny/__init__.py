@@ -24,11 +24,22 @@ system_prompt = "Be brief."
 """
 
 
-def received_turns(request: dict) -> set[int]:  # type: ignore[type-arg]
+TURN = re.compile(r"turn (\d+):")
+"""How the tests' user messages begin: `turn N:`."""
+
+
+def turn_number(content: str) -> int:
+    """N of a user message that begins `turn N:`."""
+    match = TURN.match(content)
+    assert match is not None, f"not a numbered turn: {content[:40]!r}"
+    return int(match.group(1))
+
+
+def received_turns(request: dict) -> set[int]:
     """The turn numbers a chat request carried (every user message says 'turn N:')."""
     found = set()
     for message in request["body"]["messages"]:
-        match = re.match(r"turn (\d+):", str(message.get("content") or ""))
+        match = TURN.match(str(message.get("content") or ""))
         if message["role"] == "user" and match:
             found.add(int(match.group(1)))
     return found

@@ -6,19 +6,21 @@ through the stored parent pointers."""
 from __future__ import annotations
 
 import random
-import re
+from collections.abc import Awaitable, Callable
 
 import pytest
 from sqlmodel import col, select
 
 from tests.dbutil import session_on
 from tests.test_service import OWNER
-from tests.tiny import received_turns
+from tests.tiny import received_turns, turn_number
 from tests.upstream import FakeUpstream
 from webapp.admin.queries import review
 from webapp.chat.models import REPLAYABLE, Message, Role
+from webapp.chat.sending import Send
 from webapp.chat.service import ConversationService
 from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.stored import id_of
 
 
 async def all_rows(chat: ConversationService, conversation_id: str) -> list[Message]:
@@ -45,7 +47,7 @@ def path_to(rows: list[Message], leaf: int) -> list[int]:
 
 
 def number(row: Message) -> int:
-    return int(re.match(r"turn (\d+):", row.content).group(1))  # type: ignore[union-attr]
+    return turn_number(row.content)
 
 
 def replayable_on(rows: list[Message], branch: list[int]) -> dict[int, int]:
@@ -62,7 +64,7 @@ def replayable_on(rows: list[Message], branch: list[int]) -> dict[int, int]:
     }
 
 
-async def settle(chat: ConversationService, send) -> tuple[Message, Message]:  # type: ignore[no-untyped-def]
+async def settle(chat: ConversationService, send: Send) -> tuple[Message, Message]:
     return await chat.settle(send)
 
 
@@ -92,10 +94,10 @@ async def test_every_send_carries_exactly_its_branch(
             )
         elif users and roll < 0.24:
             counter -= 1  # the same message again: its number stays
-            send = await chat.regenerate(OWNER, conversation.id, rng.choice(users).id)  # type: ignore[arg-type]
+            send = await chat.regenerate(OWNER, conversation.id, id_of(rng.choice(users)))
         else:
             if users and roll > 0.85:
-                switched = await chat.branch(OWNER, conversation.id, rng.choice(rows).id)  # type: ignore[arg-type]
+                switched = await chat.branch(OWNER, conversation.id, id_of(rng.choice(rows)))
                 _, shown = await chat.history(OWNER, conversation.id)
                 leaf = switched.active_seq or max(r.seq for r in rows)
                 assert [r.seq for r in shown] == path_to(rows, leaf)
@@ -106,7 +108,7 @@ async def test_every_send_carries_exactly_its_branch(
         rows = await all_rows(chat, conversation.id)
         assert [r.seq for r in shown] == path_to(rows, answer.seq), "the new turn is active"
         if rng.random() < 0.25:
-            await chat.pin(OWNER, conversation.id, rng.choice(shown[::2]).id, True)  # type: ignore[arg-type]
+            await chat.pin(OWNER, conversation.id, id_of(rng.choice(shown[::2])), True)
 
     rows = await all_rows(chat, conversation.id)
     by_seq = {r.seq: r for r in rows}
@@ -130,11 +132,9 @@ async def test_every_send_carries_exactly_its_branch(
     assert trimmed >= 3, "the tiny window trims"
 
     # The admin review reads the stored spans: it names left-out turns of each send's branch.
-    async with session_on(chat.db) as session:
-        found = await session.run_sync(review, conversation.id)
+    found = await chat.db.read(review, conversation.id)
     for turn in found.trimmed:
-        branch = set(path_to(rows, turn.seq))
-        assert set(found.left_out(turn)) <= branch
+        assert set(found.left_out(turn)) <= set(path_to(rows, turn.seq))
     # and numbers each turn as its own branch counts it.
     for seq, shown_number in found.turn_numbers.items():
         assert shown_number == sum(by_seq[s].role == Role.USER for s in path_to(rows, seq))
@@ -154,27 +154,27 @@ async def test_edit_regenerate_and_alternatives(
     _, shown = await chat.history(OWNER, conversation.id)
     assert [r.content for r in shown if r.role == Role.USER] == ["turn 3: hi"]
     alternatives = await chat.alternatives_of(conversation.id, shown)
-    assert alternatives[edited.id].as_dict() == {  # type: ignore[index]
+    assert alternatives[id_of(edited)].as_dict() == {
         "index": 1,
         "count": 2,
         "ids": [first.id, edited.id],
     }
     # Back to the first branch, then regenerate its second turn.
-    await chat.branch(OWNER, conversation.id, first.id)  # type: ignore[arg-type]
+    await chat.branch(OWNER, conversation.id, id_of(first))
     _, shown = await chat.history(OWNER, conversation.id)
-    assert [r.id for r in shown] == [first.id, first.id + 1, second.id, answer.id]
-    again, _ = await settle(chat, await chat.regenerate(OWNER, conversation.id, second.id))  # type: ignore[arg-type]
+    assert [r.id for r in shown] == [first.id, id_of(first) + 1, second.id, answer.id]
+    again, _ = await settle(chat, await chat.regenerate(OWNER, conversation.id, id_of(second)))
     assert again.content == second.content and again.parent_seq == second.seq - 1
     assert received_turns(upstream.requests[-1]) == {1, 2}
     _, shown = await chat.history(OWNER, conversation.id)
-    assert [r.id for r in shown][:2] == [first.id, first.id + 1] and shown[2].id == again.id
+    assert [r.id for r in shown][:2] == [first.id, id_of(first) + 1] and shown[2].id == again.id
     alternatives = await chat.alternatives_of(conversation.id, shown)
-    assert alternatives[again.id].ids == (second.id, again.id)  # type: ignore[index]
-    assert alternatives[first.id].count == 2  # type: ignore[index]
+    assert alternatives[id_of(again)].ids == (id_of(second), id_of(again))
+    assert alternatives[id_of(first)].count == 2
     # Nothing was deleted: every row of every branch is still there.
     assert len(await all_rows(chat, conversation.id)) == 8
     # The preview on a branch is the fit the send down that branch makes.
-    await chat.branch(OWNER, conversation.id, edited.id)  # type: ignore[arg-type]
+    await chat.branch(OWNER, conversation.id, id_of(edited))
     preview = await chat.preview(OWNER, conversation.id, "turn 4: " + "lorem " * 200)
     sent, _ = await settle(
         chat, await chat.send(OWNER, conversation.id, "turn 4: " + "lorem " * 200)
@@ -202,7 +202,7 @@ async def test_fork_copies_the_branch_with_its_fit_facts(
     _, branch = await chat.history(OWNER, conversation.id)
     trimmed = [r for r in branch if r.dropped_turns]
     assert trimmed, "some send on the branch left turns out"
-    fork = await chat.fork(OWNER, conversation.id, branch[-2].id)  # type: ignore[arg-type]
+    fork = await chat.fork(OWNER, conversation.id, id_of(branch[-2]))
     assert fork.id != conversation.id and fork.configuration == "tiny"
     assert fork.title == "Source (fork)" and fork.owner == OWNER
     copied = await all_rows(chat, fork.id)
@@ -219,12 +219,14 @@ async def test_fork_copies_the_branch_with_its_fit_facts(
         for (a, b), (c, d) in zip(old.fit_left_out or [], new.fit_left_out or [], strict=True):
             assert (new_seq[a], new_seq[b]) == (c, d)
     # A fork from a user row holds its answer; the source is untouched.
-    half = await chat.fork(OWNER, conversation.id, branch[2].id)  # type: ignore[arg-type]
+    half = await chat.fork(OWNER, conversation.id, id_of(branch[2]))
     assert [r.content for r in await all_rows(chat, half.id)] == [r.content for r in branch[:4]]
     assert len(await all_rows(chat, conversation.id)) == len(rows) + 16
     # The fork goes on from its copy, as a linear conversation.
     user, _ = await settle(chat, await chat.send(OWNER, fork.id, "turn 17: and on"))
-    assert user.seq == len(branch) + 1 and user.prior_turns == copied[-2].prior_turns + 1
+    assert user.seq == len(branch) + 1
+    last_copied = copied[-2].prior_turns
+    assert last_copied is not None and user.prior_turns == last_copied + 1
 
 
 async def test_bad_ids_are_refused_clearly(
@@ -234,22 +236,27 @@ async def test_bad_ids_are_refused_clearly(
     user, answer = await settle(chat, await chat.send(OWNER, conversation.id, "turn 1: a"))
     other = await chat.create(OWNER, "tiny")
     elsewhere, _ = await settle(chat, await chat.send(OWNER, other.id, "turn 1: b"))
-    for bad in (0, -1, 10**9, 2**63, 2**70, elsewhere.id):
+    for bad in (0, -1, 10**9, 2**63, 2**70, id_of(elsewhere)):
         with pytest.raises(NotFound):
-            await chat.send(OWNER, conversation.id, "turn 2: x", edit_of=bad)  # type: ignore[arg-type]
+            await chat.send(OWNER, conversation.id, "turn 2: x", edit_of=bad)
         with pytest.raises(NotFound):
-            await chat.regenerate(OWNER, conversation.id, bad)  # type: ignore[arg-type]
+            await chat.regenerate(OWNER, conversation.id, bad)
         with pytest.raises(NotFound):
-            await chat.branch(OWNER, conversation.id, bad)  # type: ignore[arg-type]
+            await chat.branch(OWNER, conversation.id, bad)
         with pytest.raises(NotFound):
-            await chat.fork(OWNER, conversation.id, bad)  # type: ignore[arg-type]
+            await chat.fork(OWNER, conversation.id, bad)
     with pytest.raises(InvalidInput, match="user's message"):
         await chat.send(OWNER, conversation.id, "turn 2: x", edit_of=answer.id)
     with pytest.raises(InvalidInput, match="user's message"):
-        await chat.regenerate(OWNER, conversation.id, answer.id)  # type: ignore[arg-type]
-    for call in (chat.branch, chat.fork, chat.regenerate):
+        await chat.regenerate(OWNER, conversation.id, id_of(answer))
+    calls: tuple[Callable[[str, str, int], Awaitable[object]], ...] = (
+        chat.branch,
+        chat.fork,
+        chat.regenerate,
+    )
+    for call in calls:
         with pytest.raises(NotFound):
-            await call("mallory", conversation.id, user.id)  # type: ignore[operator, arg-type]
+            await call("mallory", conversation.id, id_of(user))
     with pytest.raises(NotFound):
         await chat.send("mallory", conversation.id, "x", edit_of=user.id)
     # An edit while an answer is being written waits its turn, like any send.
@@ -258,7 +265,7 @@ async def test_bad_ids_are_refused_clearly(
     with pytest.raises(Conflict):
         await chat.send(OWNER, conversation.id, "turn 3: x", edit_of=user.id)
     with pytest.raises(Conflict):
-        await chat.regenerate(OWNER, conversation.id, user.id)  # type: ignore[arg-type]
+        await chat.regenerate(OWNER, conversation.id, id_of(user))
     await chat.settle(busy)
     assert len(await all_rows(chat, conversation.id)) == 4
 
@@ -272,7 +279,7 @@ async def test_pages_walk_the_active_branch_back_across_its_runs(
         user, _ = await settle(chat, await chat.send(OWNER, conversation.id, f"turn {n}: a"))
         sent.append(user)
     await settle(chat, await chat.send(OWNER, conversation.id, "turn 5: b", edit_of=sent[2].id))
-    await chat.branch(OWNER, conversation.id, sent[0].id)  # type: ignore[arg-type]
+    await chat.branch(OWNER, conversation.id, id_of(sent[0]))
     _, original = await chat.history(OWNER, conversation.id)
     assert [number(r) for r in original if r.role == Role.USER] == [1, 2, 3, 4]
     await settle(chat, await chat.send(OWNER, conversation.id, "turn 6: c", edit_of=sent[1].id))
@@ -280,7 +287,8 @@ async def test_pages_walk_the_active_branch_back_across_its_runs(
         await settle(chat, await chat.send(OWNER, conversation.id, f"turn {n}: d"))
     _, branch = await chat.history(OWNER, conversation.id)
     assert [number(r) for r in branch if r.role == Role.USER] == [1, 6, 7, 8, 9]
-    pages, before = [], None
+    pages: list[list[Message]] = []
+    before: int | None = None
     while True:
         _, rows, has_older = await chat.page(OWNER, conversation.id, before_seq=before, turns=2)
         pages.insert(0, rows)

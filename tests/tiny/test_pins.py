@@ -4,16 +4,16 @@ conversation service against the real fake upstream, on SQLite and PostgreSQL.""
 from __future__ import annotations
 
 import random
-import re
 
 import pytest
 
 from tests.test_service import OWNER, say
-from tests.tiny import received_turns
+from tests.tiny import received_turns, turn_number
 from tests.upstream import FakeUpstream
 from webapp.chat.models import REPLAYABLE, Message, Role
 from webapp.chat.service import ConversationService
 from webapp.errors import InvalidInput, NotFound
+from webapp.stored import id_of
 
 
 def replayable_users(rows: list[Message], before_seq: int) -> dict[int, int]:
@@ -30,7 +30,7 @@ def replayable_users(rows: list[Message], before_seq: int) -> dict[int, int]:
             and answer.status in REPLAYABLE
             and answer.content
         ):
-            found[row.seq] = int(re.match(r"turn (\d+):", row.content).group(1))  # type: ignore[union-attr]
+            found[row.seq] = turn_number(row.content)
     return found
 
 
@@ -50,10 +50,10 @@ async def test_stored_left_out_is_exactly_what_the_upstream_did_not_receive(
         pinned_at_send[user.seq] = {r.seq for r in rows if r.pinned and r.seq < user.seq}
         if rng.random() < 0.3:
             candidates = [r for r in rows if r.role == Role.USER and not r.pinned]
-            await chat.pin(OWNER, conversation.id, rng.choice(candidates).id, True)  # type: ignore[arg-type]
+            await chat.pin(OWNER, conversation.id, id_of(rng.choice(candidates)), True)
         if rng.random() < 0.1 and any(r.pinned for r in rows):
             pinned = [r for r in rows if r.pinned]
-            await chat.pin(OWNER, conversation.id, rng.choice(pinned).id, False)  # type: ignore[arg-type]
+            await chat.pin(OWNER, conversation.id, id_of(rng.choice(pinned)), False)
 
     _, rows = await chat.history(OWNER, conversation.id)
     chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
@@ -88,7 +88,7 @@ async def test_a_pinned_turn_outlives_the_window(
         await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 12)
     _, rows = await chat.history(OWNER, conversation.id)
     second = next(r for r in rows if r.content.startswith("turn 2:"))
-    pinned = await chat.pin(OWNER, conversation.id, second.id, True)  # type: ignore[arg-type]
+    pinned = await chat.pin(OWNER, conversation.id, id_of(second), True)
     assert pinned.pinned
     for number in range(4, 14):
         user, _ = await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 12)
@@ -96,7 +96,7 @@ async def test_a_pinned_turn_outlives_the_window(
     assert 2 in received_turns(upstream.requests[-1]), "the pin was sent"
     assert 3 not in received_turns(upstream.requests[-1])
     # Unpinned, it goes the way of its neighbours.
-    await chat.pin(OWNER, conversation.id, second.id, False)  # type: ignore[arg-type]
+    await chat.pin(OWNER, conversation.id, id_of(second), False)
     await say(chat, conversation.id, "turn 14: " + "lorem ipsum " * 12)
     assert 2 not in received_turns(upstream.requests[-1])
 
@@ -105,12 +105,12 @@ async def test_pinning_refuses_what_it_cannot_pin(chat: ConversationService) -> 
     conversation = await chat.create(OWNER, "tiny")
     user, answer = await say(chat, conversation.id, "turn 1: hello")
     with pytest.raises(InvalidInput, match="only a user's message"):
-        await chat.pin(OWNER, conversation.id, answer.id, True)  # type: ignore[arg-type]
+        await chat.pin(OWNER, conversation.id, id_of(answer), True)
     with pytest.raises(NotFound):
-        await chat.pin("mallory", conversation.id, user.id, True)  # type: ignore[arg-type]
+        await chat.pin("mallory", conversation.id, id_of(user), True)
     other = await chat.create(OWNER, "tiny")
     with pytest.raises(NotFound):
-        await chat.pin(OWNER, other.id, user.id, True)  # type: ignore[arg-type]
+        await chat.pin(OWNER, other.id, id_of(user), True)
     with pytest.raises(NotFound):
         await chat.pin(OWNER, conversation.id, 10**9, True)
 
@@ -130,7 +130,7 @@ async def test_preview_is_the_fit_the_send_makes_and_stores_nothing(
     assert len(upstream.requests) == requests_before, "nothing sent"
     user, _ = await say(chat, conversation.id, content)
     assert preview.id is None and preview.seq == user.seq
-    assert preview.dropped_turns == user.dropped_turns > 0
+    assert user.dropped_turns is not None and preview.dropped_turns == user.dropped_turns > 0
     assert preview.fit_left_out == user.fit_left_out
     assert preview.fit_estimated_tokens == user.fit_estimated_tokens
     with pytest.raises(InvalidInput):

@@ -27,7 +27,7 @@ class CommandError(Exception):
     """A reason to stop, shown to the user as is."""
 
 
-def add_user_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_user_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     user = commands.add_parser("user", help="manage user accounts")
     actions = user.add_subparsers(dest="user_command", required=True)
     create = actions.add_parser("create", help="create a user account")
@@ -46,7 +46,7 @@ def add_user_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
     remove.set_defaults(run=cmd_user_delete)
 
 
-def add_token_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     token = commands.add_parser("token", help="manage API tokens")
     actions = token.add_subparsers(dest="token_command", required=True)
     create = actions.add_parser(

@@ -40,13 +40,13 @@ def username_key(username: str) -> str:
     return username.lower()
 
 
-def _timestamp(*, nullable: bool = False) -> Column:  # type: ignore[type-arg]
+def _timestamp(*, nullable: bool = False) -> Column[datetime]:
     if nullable:
         return Column(DateTime(timezone=True), nullable=True)
     return Column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 
-def _owner() -> Column:  # type: ignore[type-arg]
+def _owner() -> Column[int]:
     """A user reference that disappears with its user (sessions and tokens die with it)."""
     return Column(Integer, ForeignKey("user_account.id", ondelete="CASCADE"), nullable=False)
 

@@ -398,7 +398,7 @@ class AccountService:
 
 def _execute(session: Session, statement: Executable) -> int:
     """One Core statement; how many rows it changed."""
-    return session.connection().execute(statement).rowcount  # type: ignore[attr-defined,no-any-return]
+    return session.connection().execute(statement).rowcount
 
 
 def _due(last: datetime, now: datetime) -> bool:

@@ -5,9 +5,10 @@ for admins, `POST /settings/password` for everyone. The rules live in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from litestar import Controller, MediaType, Request, get, patch, post
+from litestar.params import FromQuery, JSONBody
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_201_CREATED
 
@@ -45,8 +46,8 @@ async def _form(request: Request[Any, Any, Any]) -> dict[str, str]:
 
 class UserAdminApi(Controller):
     path = "/api/admin/users"
-    guards = [admin_only]  # noqa: RUF012
-    tags: ClassVar[list[str]] = ["admin"]
+    guards = (admin_only,)
+    tags = ("admin",)
 
     @get("/")
     async def list_users(self, request: Request[Any, Any, Any]) -> list[dict[str, object]]:
@@ -54,7 +55,7 @@ class UserAdminApi(Controller):
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_user(
-        self, request: Request[Any, Any, Any], data: NewUser
+        self, request: Request[Any, Any, Any], data: JSONBody[NewUser]
     ) -> dict[str, object]:
         user = await management(request).create(
             data.username, data.password, is_admin=data.is_admin
@@ -63,7 +64,7 @@ class UserAdminApi(Controller):
 
     @patch("/{user_id:int}")
     async def update_user(
-        self, request: Request[Any, Any, Any], user_id: RowId, data: UserChanges
+        self, request: Request[Any, Any, Any], user_id: RowId, data: JSONBody[UserChanges]
     ) -> dict[str, object]:
         """`active: false` ends the user's sessions and revokes their tokens; a new
         `password` ends their sessions. The last active admin stays one (409)."""
@@ -91,7 +92,9 @@ class UserPages(Controller):
     include_in_schema = False
 
     @get("/admin/users", guards=[admin_only], media_type=MediaType.HTML)
-    async def users_page(self, request: Request[Any, Any, Any], done: str = "") -> Template:
+    async def users_page(
+        self, request: Request[Any, Any, Any], done: FromQuery[str] = ""
+    ) -> Template:
         return Template(
             "admin/users.html",
             context={"users": await management(request).list(), "notice": DONE.get(done)},

@@ -11,6 +11,7 @@ from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
 from litestar.exceptions import NotAuthorizedException
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
 from webapp.accounts.models import User
@@ -77,7 +78,9 @@ class AccountPages(Controller):
     include_in_schema = False
 
     @get("/login", exclude_from_auth=True, media_type=MediaType.HTML)
-    async def login_form(self, request: Request[Any, Any, Any], next: str | None = None) -> Any:
+    async def login_form(
+        self, request: Request[Any, Any, Any], next: FromQuery[str | None] = None
+    ) -> Any:
         accounts: AccountService = request.app.state.accounts
         if not await accounts.has_users():
             return Redirect("/setup", status_code=303)
@@ -151,7 +154,9 @@ class AccountPages(Controller):
         return await _signed_in(request, user.id, "/")
 
     @get("/settings")
-    async def settings(self, request: Request[Any, Any, Any], done: str = "") -> Template:
+    async def settings(
+        self, request: Request[Any, Any, Any], done: FromQuery[str] = ""
+    ) -> Template:
         return await _settings_page(request, new_token=None, password_changed=done == "password")
 
     @post("/settings/tokens")

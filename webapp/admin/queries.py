@@ -24,6 +24,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import ColumnElement, Date, cast, exists, func, literal_column, or_
+from sqlalchemy import select as sa_select
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
@@ -186,9 +187,9 @@ class Review:
         first = _paint(len(users), intervals)
         last = _paint(len(users), reversed(intervals))
         return {
-            users[i]: LeftOutBy(counts[i], first[i], last[i])
-            for i in range(len(users))
-            if counts[i] and first[i] is not None and last[i] is not None
+            seq: LeftOutBy(count, by_first, by_last)
+            for seq, count, by_first, by_last in zip(users, counts, first, last, strict=True)
+            if count and by_first is not None and by_last is not None
         }
 
 
@@ -271,7 +272,8 @@ def trimmed_conversations(
         .subquery("trims")
     )
     query = (
-        select(
+        # SQLAlchemy's own select: SQLModel's is typed for four columns at most.
+        sa_select(
             col(Conversation.id),
             col(Conversation.title),
             col(Conversation.owner),
@@ -341,7 +343,7 @@ def trimmed_conversations(
     query = query.order_by(key.desc() if listing.descending else key.asc(), col(Conversation.id))
     if per_page is not None:
         query = query.offset((page - 1) * per_page).limit(per_page)
-    rows = session.exec(query).all()
+    rows = session.connection().execute(query).all()
 
     served = _served_models(session, [row[0] for row in rows])
     items = [
@@ -377,6 +379,7 @@ def _served_models(session: Session, ids: Sequence[str]) -> dict[str, list[str]]
     )
     served: dict[str, list[str]] = {}
     for cid, name in session.exec(query).all():
+        assert name is not None  # only answers whose model is known
         served.setdefault(cid, []).append(name)
     return served
 

@@ -14,10 +14,9 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, get
 from litestar.connection import ASGIConnection
-from litestar.di import NamedDependency
 from litestar.exceptions import PermissionDeniedException
 from litestar.handlers import BaseRouteHandler
-from litestar.params import FromPath, Parameter
+from litestar.params import FromPath, QueryParameter
 from litestar.response import Response, Template
 
 from webapp.admin import queries
@@ -25,12 +24,9 @@ from webapp.admin.chart import per_day_chart, per_model_chart
 from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
 from webapp.admin.queries import Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.models import Message, Role
-from webapp.chat.service import ConversationService
 from webapp.chat.views import MessageView
 from webapp.llm.window import runs_of
-
-Chat = NamedDependency[ConversationService]
-"""The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
+from webapp.web.deps import Chat
 
 CHART_DAYS = 30
 COLUMNS = (
@@ -116,7 +112,7 @@ def review_turns(review: Review) -> list[ReviewTurn]:
 
 
 class AdminController(Controller):
-    guards = [admin_only]  # noqa: RUF012  (Litestar reads it as a class attribute)
+    guards = (admin_only,)
     include_in_schema = False
 
     async def _page(
@@ -127,7 +123,7 @@ class AdminController(Controller):
         )
 
     @get(LIST_PATH)
-    async def trimmed_page(self, request: Request, chat: Chat) -> Template:
+    async def trimmed_page(self, request: Request[Any, Any, Any], chat: Chat) -> Template:
         listing = parse_listing(request.query_params)
         page = await self._page(chat, listing)
         per_day = await chat.db.read(queries.trimmed_per_day, CHART_DAYS)
@@ -150,7 +146,7 @@ class AdminController(Controller):
         )
 
     @get(f"{LIST_PATH}.csv")
-    async def trimmed_csv(self, request: Request, chat: Chat) -> Response[str]:
+    async def trimmed_csv(self, request: Request[Any, Any, Any], chat: Chat) -> Response[str]:
         """Every matching row (not one page), in the list's sort order."""
         page = await self._page(chat, parse_listing(request.query_params), everything=True)
         return Response(
@@ -166,20 +162,22 @@ class AdminController(Controller):
     async def trimmed_api(
         self,
         chat: Chat,
-        configuration: Annotated[str | None, Parameter(description="configuration name")] = None,
-        model: Annotated[str | None, Parameter(description="a model that served")] = None,
+        configuration: Annotated[
+            str | None, QueryParameter(description="configuration name")
+        ] = None,
+        model: Annotated[str | None, QueryParameter(description="a model that served")] = None,
         # Not named `owner`: that is the app-wide dependency (who is asking), which would
         # shadow the query parameter and drop it from the schema.
         owner_filter: Annotated[
             str | None,
-            Parameter(query="owner", description="username, raw owner, or embed:<name>"),
+            QueryParameter(name="owner", description="username, raw owner, or embed:<name>"),
         ] = None,
-        since: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
-        until: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
-        sort: Annotated[str | None, Parameter(description=", ".join(SORTS))] = None,
-        order: Annotated[str | None, Parameter(description="asc or desc")] = None,
-        page: Annotated[str | None, Parameter(description="1 or more")] = None,
-        per_page: Annotated[str | None, Parameter(description=f"1 to {MAX_PER_PAGE}")] = None,
+        since: Annotated[str | None, QueryParameter(description="YYYY-MM-DD, UTC")] = None,
+        until: Annotated[str | None, QueryParameter(description="YYYY-MM-DD, UTC")] = None,
+        sort: Annotated[str | None, QueryParameter(description=", ".join(SORTS))] = None,
+        order: Annotated[str | None, QueryParameter(description="asc or desc")] = None,
+        page: Annotated[str | None, QueryParameter(description="1 or more")] = None,
+        per_page: Annotated[str | None, QueryParameter(description=f"1 to {MAX_PER_PAGE}")] = None,
     ) -> dict[str, Any]:
         """Conversations with at least one trimmed turn, with the same filters as the page."""
         listing = parse_listing(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, ScalarSelect, bindparam, func
+from sqlalchemy import ColumnElement, Connection, bindparam, func
 from sqlmodel import col, select
 
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, GatewayCall, Message, Role, Status
@@ -46,10 +46,10 @@ RECENT_CALLS = (
     .limit(bindparam("limit"))
 )
 """The owner's gateway calls that stored no message: they count against the same limit."""
-RECENT_COUNT: ScalarSelect[int] = (
+RECENT_COUNT: ColumnElement[int] = (
     select(func.count()).select_from(RECENT_SENDS.subquery()).scalar_subquery()
     + select(func.count()).select_from(RECENT_CALLS.subquery()).scalar_subquery()
-)  # type: ignore[assignment]
+)
 """Both counted, as one expression a send's first statement returns."""
 
 

@@ -27,6 +27,7 @@ from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Pla
 from webapp.llm.providers.base import ProviderError, StreamBroken
 from webapp.llm.routing import RoutingError
 from webapp.settings import Settings
+from webapp.stored import id_of
 from webapp.timeutil import utcnow
 from webapp.web.markdown import render_markdown
 
@@ -148,7 +149,7 @@ class AnswerWriter:
             finally:
                 if final_row is None:
                     status, error = Status.FAILED, UNSTORED_ERROR
-                final = message_dict(final_row or answer)
+                final = message_dict(final_row if final_row is not None else answer)
                 if status in (Status.COMPLETE, Status.STOPPED):
                     channel.publish(Event("done", final), last=True)
                 else:
@@ -172,7 +173,7 @@ class AnswerWriter:
                 # made once history was counted.
                 progress.trying = event.fit.model
                 columns = fit_columns(event.fit, stored(planned))
-                await self._db.write(_set_columns, user.id, columns)
+                await self._db.write(_set_columns, id_of(user), columns)
                 user = updated(user, columns)
                 channel.publish(Event("fit", message_dict(user)))
             elif isinstance(event, Delta):
@@ -222,7 +223,7 @@ class AnswerWriter:
             "prompt_tokens": usage.prompt_tokens if usage is not None else None,
             "completion_tokens": usage.completion_tokens if usage is not None else None,
         }
-        await self._db.write(_set_columns, answer.id, values)
+        await self._db.write(_set_columns, id_of(answer), values)
         return updated(answer, values)
 
     async def _count_answer(self, model: str | None, text: str) -> dict[str, int] | None:

@@ -10,7 +10,7 @@ nothing is duplicated or lost by arriving late.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +76,7 @@ class AnswerRegistry:
         self._running: dict[int, RunningAnswer] = {}
 
     def start(
-        self, answer_id: int, run: Callable[[Channel, asyncio.Event], Awaitable[None]]
+        self, answer_id: int, run: Callable[[Channel, asyncio.Event], Coroutine[Any, Any, None]]
     ) -> RunningAnswer:
         channel = Channel()
         stop = asyncio.Event()

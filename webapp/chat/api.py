@@ -7,15 +7,14 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from litestar import Controller, MediaType, Request, Response, delete, get, patch, post
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response.base import ASGIResponse
 from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
-from sse_starlette import EventSourceResponse
 
 from webapp.chat.answers import Channel
 from webapp.chat.sending import Send
@@ -24,6 +23,8 @@ from webapp.chat.service import ConversationService
 from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
+from webapp.web.deps import Chat, Owner
+from webapp.web.events import event_stream
 from webapp.web.params import RowId
 
 
@@ -56,7 +57,11 @@ class MessageRef:
     message_id: int
 
 
-def wants_event_stream(request: Request) -> bool:
+ExportFormat = Annotated[Literal["json", "markdown"], QueryParameter(name="format")]
+"""`?format=`: named apart from the builtin `format`."""
+
+
+def wants_event_stream(request: Request[Any, Any, Any]) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
@@ -68,15 +73,12 @@ async def sse_events(channel: Channel) -> AsyncIterator[dict[str, Any]]:
         yield item
 
 
-async def _answer(request: Request, chat: ConversationService, send: Send) -> ASGIApp:
+async def _answer(
+    request: Request[Any, Any, Any], chat: ConversationService, send: Send
+) -> ASGIApp:
     """A send's answer: streamed when the client asks for events, else waited for."""
     if wants_event_stream(request):
-        return EventSourceResponse(
-            sse_events(send.running.channel),
-            status_code=HTTP_201_CREATED,
-            ping=15,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        return event_stream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
     user, answer = await chat.settle(send)
     return ASGIResponse(
         body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),
@@ -95,7 +97,7 @@ async def _with_branch(
 
 
 @get("/api/search", tags=["conversations"])
-async def search(chat: ConversationService, owner: str, q: str | None = None) -> dict[str, Any]:
+async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> dict[str, Any]:
     """The caller's own finished messages containing every word of `q` (each word a
     prefix), best first; `snippet` is HTML: escaped text, matches in `<mark>`."""
     hits = await chat.search(owner, q)
@@ -109,17 +111,15 @@ def download_name(title: str) -> str:
 
 class ConversationController(Controller):
     path = "/api/conversations"
-    tags: ClassVar[list[str]] = ["conversations"]
+    tags = ("conversations",)
 
     @get("/")
-    async def list_conversations(
-        self, chat: ConversationService, owner: str
-    ) -> list[dict[str, Any]]:
-        return [conversation_dict(c) for c in await chat.list(owner)]
+    async def list_conversations(self, chat: Chat, owner: Owner) -> list[dict[str, Any]]:
+        return [conversation_dict(c) for c in await chat.conversations(owner)]
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_conversation(
-        self, chat: ConversationService, owner: str, data: NewConversation | None = None
+        self, chat: Chat, owner: Owner, data: JSONBody[NewConversation | None] = None
     ) -> dict[str, Any]:
         data = data or NewConversation()
         conversation = await chat.create(owner, data.configuration, data.title)
@@ -127,19 +127,17 @@ class ConversationController(Controller):
 
     @get("/{conversation_id:str}")
     async def read_conversation(
-        self, chat: ConversationService, owner: str, conversation_id: str
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> dict[str, Any]:
         return await _with_branch(chat, owner, conversation_id)
 
     @get("/{conversation_id:str}/export")
     async def export_conversation(
         self,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
-        export_format: Annotated[
-            Literal["json", "markdown"], Parameter(query="format", default="json")
-        ],
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        export_format: ExportFormat = "json",
     ) -> Response[Any]:
         """The whole conversation: `json` (every message of every branch with its fit facts,
         for import) or `markdown` (the branch shown, to read). Served as a download named
@@ -161,7 +159,7 @@ class ConversationController(Controller):
 
     @post("/import", status_code=HTTP_201_CREATED)
     async def import_conversation(
-        self, chat: ConversationService, owner: str, data: dict[str, Any]
+        self, chat: Chat, owner: Owner, data: JSONBody[dict[str, Any]]
     ) -> dict[str, Any]:
         """A new conversation from a JSON export (`GET .../export?format=json`)."""
         conversation = await chat.import_conversation(owner, data)
@@ -171,10 +169,10 @@ class ConversationController(Controller):
     @patch("/{conversation_id:str}")
     async def update_conversation(
         self,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
-        data: ConversationChanges,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        data: JSONBody[ConversationChanges],
     ) -> dict[str, Any]:
         if data.title is None and data.configuration is None:
             raise InvalidInput("nothing to change: send a title or a configuration")
@@ -189,18 +187,18 @@ class ConversationController(Controller):
 
     @delete("/{conversation_id:str}", status_code=204)
     async def delete_conversation(
-        self, chat: ConversationService, owner: str, conversation_id: str
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> None:
         await chat.delete(owner, conversation_id)
 
     @post("/{conversation_id:str}/messages", status_code=HTTP_201_CREATED)
     async def send_message(
         self,
-        request: Request,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
-        data: NewMessage,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        data: JSONBody[NewMessage],
     ) -> ASGIApp:
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
@@ -213,10 +211,10 @@ class ConversationController(Controller):
     )
     async def regenerate(
         self,
-        request: Request,
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
         message_id: RowId,
     ) -> ASGIApp:
         """A new answer to a user turn, as an alternative turn: 201 {user, assistant}, or
@@ -226,7 +224,7 @@ class ConversationController(Controller):
 
     @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)
     async def switch_branch(
-        self, chat: ConversationService, owner: str, conversation_id: str, data: MessageRef
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[MessageRef]
     ) -> dict[str, Any]:
         """Make the branch through a message active (down to its newest leaf): the next
         send continues it. Answers the conversation with that branch."""
@@ -235,7 +233,7 @@ class ConversationController(Controller):
 
     @post("/{conversation_id:str}/fork", status_code=HTTP_201_CREATED)
     async def fork(
-        self, chat: ConversationService, owner: str, conversation_id: str, data: MessageRef
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[MessageRef]
     ) -> dict[str, Any]:
         """A new conversation holding the branch up to and including a message's turn."""
         fork = await chat.fork(owner, conversation_id, data.message_id)
@@ -243,14 +241,14 @@ class ConversationController(Controller):
 
     @post("/{conversation_id:str}/preview", status_code=HTTP_200_OK)
     async def preview_send(
-        self, chat: ConversationService, owner: str, conversation_id: str, data: Preview
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
         return preview_dict(await chat.preview(owner, conversation_id, data.content))
 
     @post("/{conversation_id:str}/messages/{message_id:int}/pin", status_code=HTTP_200_OK)
     async def pin_turn(
-        self, chat: ConversationService, owner: str, conversation_id: str, message_id: int
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
     ) -> dict[str, Any]:
         """Pin a user turn: it is sent on every later send, after the head."""
         return message_dict(await chat.pin(owner, conversation_id, message_id, True))
@@ -260,13 +258,13 @@ class ConversationController(Controller):
         status_code=HTTP_200_OK,
     )
     async def unpin_turn(
-        self, chat: ConversationService, owner: str, conversation_id: str, message_id: int
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
     ) -> dict[str, Any]:
         return message_dict(await chat.pin(owner, conversation_id, message_id, False))
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
     async def stop_answer(
-        self, chat: ConversationService, owner: str, conversation_id: str
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> dict[str, Any]:
         answer = await chat.stop(owner, conversation_id)
         return {

@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, text
+from sqlalchemy import Connection, Executable, bindparam, inspect, select, text
 from sqlmodel import col
 
 from webapp.chat.history import Branch, rows_on_branch
 from webapp.chat.models import Message
 from webapp.db import as_loaded
+from webapp.stored import id_of
 
-_COLUMNS = tuple(Message.__table__.columns)  # type: ignore[attr-defined]
+_COLUMNS = tuple(inspect(Message).columns)
 _NAMES = tuple(column.key for column in _COLUMNS)
 _seq = col(Message.seq)
 _in_conversation = col(Message.conversation_id) == bindparam("conversation_id")
@@ -33,11 +35,11 @@ _NEWEST_IN = (
 _OLDEST_IN = (
     select(*_COLUMNS).where(_in_conversation, *_within).order_by(_seq).limit(bindparam("limit"))
 )
-_RUN_STARTS = select(Message.id, Message.seq, Message.parent_seq).where(
+_RUN_STARTS = select(col(Message.id), _seq, col(Message.parent_seq)).where(
     _in_conversation, col(Message.parent_seq).is_not(None)
 )
 """Every run start of a conversation, through its partial index: one row per fork."""
-_IDS_AT = select(Message.seq, Message.id).where(
+_IDS_AT = select(_seq, col(Message.id)).where(
     _in_conversation, _seq.in_(bindparam("seqs", expanding=True))
 )
 _NEXT_RUN_START = text(
@@ -51,7 +53,7 @@ _NEWEST_CHILD = text(
 _NEWEST_SEQ = text("SELECT max(seq) FROM message WHERE conversation_id = :conversation_id")
 
 
-def _message(row: tuple) -> Message:  # type: ignore[type-arg]
+def _message(row: tuple[Any, ...]) -> Message:
     return as_loaded(Message, dict(zip(_NAMES, row, strict=True)))
 
 
@@ -109,6 +111,7 @@ def alternatives(
         return {}
     children: dict[int, dict[int, int]] = defaultdict(dict)  # parent -> {seq: id}
     for row_id, seq, parent in starts:
+        assert row_id is not None and parent is not None  # a primary key; run starts only
         children[parent][seq] = row_id
     wanted = {parent_of(user) for user in users} & children.keys()
     if not wanted:
@@ -118,19 +121,22 @@ def alternatives(
         _IDS_AT, {"conversation_id": conversation_id, "seqs": [p + 1 for p in wanted]}
     ).all()
     for seq, row_id in following:
+        assert row_id is not None  # a primary key
         if seq not in run_starts:
             children[seq - 1][seq] = row_id
-    found = {}
+    found: dict[int, Alternatives] = {}
     for user in users:
         siblings = children.get(parent_of(user))
         if siblings and user.seq in siblings and len(siblings) > 1:
             ids = tuple(siblings[seq] for seq in sorted(siblings))
-            found[user.id] = Alternatives(ids.index(user.id), len(ids), ids)  # type: ignore[index, arg-type]
+            user_id = id_of(user)
+            found[user_id] = Alternatives(ids.index(user_id), len(ids), ids)
     return found
 
 
-def _scalar(connection: Connection, statement: object, **params: object) -> int | None:
-    return connection.execute(statement, params).scalar()  # type: ignore[arg-type, no-any-return]
+def _scalar(connection: Connection, statement: Executable, **params: object) -> int | None:
+    value: int | None = connection.execute(statement, params).scalar()
+    return value
 
 
 def leaf_through(connection: Connection, conversation_id: str, seq: int) -> int:

@@ -4,6 +4,7 @@ another branch, fork, delete, purge. Sending a message is `sending`'s job."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, col, select
@@ -80,7 +81,7 @@ class ConversationEditor:
         conversation.active_seq = imported.active_seq
         # prior_turns speaks of each row's own branch: the replayable turns on the path up
         # to the row it continues (`upto`, by seq; 0 is the very start).
-        rows: list[dict[str, object]] = []
+        rows: list[dict[str, Any]] = []
         upto = {0: 0}
         for values in imported.messages:
             values = {**values, "created_at": values["created_at"] or now, "updated_at": now}

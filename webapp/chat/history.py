@@ -47,6 +47,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
+from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Integer, Select, bindparam, select, text
 from sqlmodel import col
@@ -76,6 +77,11 @@ SEQ, ROLE, STATUS, CONTENT, ESTIMATE, PRIOR, ID, PINNED, COUNTS = range(9)
 Sizer = tuple[str | None, float, int]
 """How one model sizes a message: (its exact tokenizer or None, the estimate's factor,
 template tokens per counted message); see `LLMManager.sizers`."""
+
+Statement = Select[*tuple[Any, ...]]
+"""One of the prepared statements below (their columns vary with the tokenizers)."""
+RowValues = tuple[Any, ...]
+"""A row read as a plain tuple."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +142,7 @@ def is_replayable(status: str, content: str) -> bool:
 USER, ASSISTANT = Role.USER.value, Role.ASSISTANT.value
 
 
-def _turns(rows: Sequence[tuple], *, newest_first: bool) -> list[StoredTurn]:  # type: ignore[type-arg]
+def _turns(rows: Sequence[RowValues], *, newest_first: bool) -> list[StoredTurn]:
     """Pair user rows with their answers (the row right after) and keep the replayable.
 
     Rows are plain tuples in `_COLUMNS` order: this loop runs over every kept row of a
@@ -251,12 +257,12 @@ def read_branch(connection: Connection, conversation_id: str, leaf: int | None =
 class _Statements:
     """The statements of a history walk, for one set of tokenizers."""
 
-    newest_in: Select  # type: ignore[type-arg]
+    newest_in: Statement
     """Rows of one run's part, newest first."""
-    oldest_in: Select  # type: ignore[type-arg]
-    pinned_between: Select  # type: ignore[type-arg]
+    oldest_in: Statement
+    pinned_between: Statement
     """User seqs of pinned turns in a range, through the partial index on pinned rows."""
-    seqs_in: Select  # type: ignore[type-arg]
+    seqs_in: Statement
 
 
 @lru_cache(maxsize=64)
@@ -267,10 +273,10 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     columns = (*_COLUMNS, *(counts[t].as_integer() for t in tokenizers))
     seq = col(Message.seq)
 
-    def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Select:  # type: ignore[type-arg]
+    def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Statement:
         return (
             select(*columns)
-            .where(Message.conversation_id == bindparam("conversation_id"), *conditions)
+            .where(col(Message.conversation_id) == bindparam("conversation_id"), *conditions)
             .order_by(seq.desc() if newest_first else seq)
             .limit(bindparam("limit"))
         )
@@ -280,35 +286,35 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
         newest_in=ranged(*within, newest_first=True),
         oldest_in=ranged(*within, newest_first=False),
         pinned_between=select(seq).where(
-            Message.conversation_id == bindparam("conversation_id"),
+            col(Message.conversation_id) == bindparam("conversation_id"),
             col(Message.pinned),
             seq > bindparam("after"),
             seq < bindparam("before"),
         ),
         seqs_in=select(*columns)
         .where(
-            Message.conversation_id == bindparam("conversation_id"),
+            col(Message.conversation_id) == bindparam("conversation_id"),
             seq.in_(bindparam("seqs", expanding=True)),
         )
         .order_by(seq),
     )
 
 
-def _rows(connection: Connection, statement: Select, **params: object) -> list[tuple]:  # type: ignore[type-arg]
+def _rows(connection: Connection, statement: Statement, **params: object) -> list[RowValues]:
     """Rows as plain tuples, in one index range scan."""
     return [tuple(row) for row in connection.execute(statement, params)]
 
 
 def rows_on_branch(
     connection: Connection,
-    statement: Select,  # type: ignore[type-arg]
+    statement: Statement,
     conversation_id: str,
     parts: Iterator[tuple[int, int]],
     limit: int,
-) -> list[tuple]:  # type: ignore[type-arg]
+) -> list[RowValues]:
     """Up to `limit` rows of a branch, one range scan per run part (`Branch.newest_first`
     or `Branch.oldest_first`), in that order. `statement` takes :first, :last, :limit."""
-    rows: list[tuple] = []  # type: ignore[type-arg]
+    rows: list[RowValues] = []
     for first, last in parts:
         rows += _rows(
             connection,
@@ -336,7 +342,7 @@ class Tail:
     batch of the walk back through the branch; `next_seq` and `answering` speak of the
     whole conversation."""
 
-    rows: list[tuple]  # type: ignore[type-arg]
+    rows: list[RowValues]
     complete: bool
     """The rows reach back to the branch's first message."""
     tokenizers: tuple[str, ...] = ()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from webapp.chat.models import Message, Role, Status
 from webapp.chat.service import ConversationService
 from webapp.errors import NotFound
+from webapp.stored import id_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ async def follow_answer(
     floor = len(answer.content)
     async for event in running.channel.follow():
         if event.name == "fit":
-            user = await chat.message(owner, conversation_id, user.id)  # type: ignore[arg-type]
+            user = await chat.message(owner, conversation_id, id_of(user))
             if len(text) >= floor:
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
         elif event.name == "delta":
@@ -59,7 +60,7 @@ async def follow_answer(
                 shown = time.monotonic()
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
     final = await chat.message(owner, conversation_id, answer_id)
-    user = await chat.message(owner, conversation_id, user.id)  # type: ignore[arg-type]
+    user = await chat.message(owner, conversation_id, id_of(user))
     yield Snapshot(final, user, final=True)
 
 
@@ -77,5 +78,5 @@ async def _poll(
             return
         await asyncio.sleep(chat.poll_interval)
         await chat.reap_stale(conversation_id)
-        answer = await chat.message(owner, conversation_id, answer.id)  # type: ignore[arg-type]
-        user = await chat.message(owner, conversation_id, user.id)  # type: ignore[arg-type]
+        answer = await chat.message(owner, conversation_id, id_of(answer))
+        user = await chat.message(owner, conversation_id, id_of(user))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime
 from enum import StrEnum
+from typing import TypedDict
 
 from sqlalchemy import (
     JSON,
@@ -60,7 +61,7 @@ JSON_TYPE = JSON().with_variant(JSONB(), "postgresql")
 """JSON on SQLite, JSONB on PostgreSQL; both index into it with `column[key]`."""
 
 
-def _timestamp() -> Column:  # type: ignore[type-arg]
+def _timestamp() -> Column[datetime]:
     return Column(DateTime(timezone=True), nullable=False, default=utcnow)
 
 
@@ -72,7 +73,15 @@ def user_owner(user_id: int) -> str:
     return f"{USER_OWNER_PREFIX}{user_id}"
 
 
-def owner_columns(owner: str) -> dict[str, object]:
+class OwnerKeys(TypedDict, total=False):
+    """The columns of a conversation row that say whose it is, besides `owner`."""
+
+    user_id: int
+    embed_name: str
+    visitor: str
+
+
+def owner_columns(owner: str) -> OwnerKeys:
     """The keys an owner string stands for, as the conversation row stores them: a user's
     id (a foreign key: the conversations go when the user goes, so a later account that
     gets the same id inherits nothing), or an embed's name and the visitor's digest."""

@@ -14,11 +14,10 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import UploadFile
-from litestar.di import Provide
-from litestar.params import Parameter
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
-from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
@@ -34,8 +33,11 @@ from webapp.chat.views import (
 from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
+from webapp.stored import id_of
 from webapp.timeutil import utcnow
-from webapp.web.params import RowId, Seq
+from webapp.web.deps import Chat, Owner
+from webapp.web.events import event_stream
+from webapp.web.params import OptionalRowIdQuery, RowId, Seq
 from webapp.web.templates import render_fragment
 
 PAGE_TURNS = 50
@@ -82,7 +84,11 @@ def go_to(request: Request[Any, Any, Any], url: str) -> Response[Any]:
     return Redirect(url, status_code=303)
 
 
-async def user_conversation(owner: str, conversation_id: str) -> ConversationRef:
+FoundConversation = NamedDependency[ConversationRef]
+"""The controller's `conversation` dependency: the page's conversation, found its way."""
+
+
+async def user_conversation(owner: Owner, conversation_id: FromPath[str]) -> ConversationRef:
     return ConversationRef(owner=owner, id=conversation_id, base=f"/c/{conversation_id}")
 
 
@@ -96,9 +102,10 @@ class ConversationPages(Controller):
 
     @get("/")
     async def conversation_page(
-        self, chat: ConversationService, conversation: ConversationRef, at: RowId | None = None
+        self, chat: Chat, conversation: FoundConversation, at: OptionalRowIdQuery = None
     ) -> Template:
         """The newest turns; with `at` (a search hit's message), back to that one too."""
+        rows: list[Message]
         if conversation.draft is not None:
             row, rows, has_older = conversation.draft, [], False
         else:
@@ -122,7 +129,7 @@ class ConversationPages(Controller):
 
     @get("/older")
     async def older_messages(
-        self, chat: ConversationService, conversation: ConversationRef, before: Seq
+        self, chat: Chat, conversation: FoundConversation, before: Seq
     ) -> Template:
         return await _branch_page(chat, conversation, before)
 
@@ -130,8 +137,8 @@ class ConversationPages(Controller):
     async def send(
         self,
         request: Request[Any, Any, Any],
-        chat: ConversationService,
-        conversation: ConversationRef,
+        chat: Chat,
+        conversation: FoundConversation,
     ) -> Template:
         content = await form_field(request, "content")
         conversation_id = await conversation.stored_id(chat)
@@ -139,7 +146,7 @@ class ConversationPages(Controller):
 
     @post("/retry/{answer_id:int}")
     async def retry(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
+        self, chat: Chat, conversation: FoundConversation, answer_id: RowId
     ) -> Template:
         """A failed answer's Retry: a regenerate of its turn, shown in its place (the failed
         answer stays on record as an alternative), so no duplicate turn, no stale Retry."""
@@ -152,7 +159,7 @@ class ConversationPages(Controller):
 
     @post("/regenerate/{message_id:int}")
     async def regenerate(
-        self, chat: ConversationService, conversation: ConversationRef, message_id: RowId
+        self, chat: Chat, conversation: FoundConversation, message_id: RowId
     ) -> Template:
         """A new answer to a turn (named by its user message or its answer): the branch
         is shown again, with the new turn streaming where the old one was."""
@@ -162,8 +169,8 @@ class ConversationPages(Controller):
     async def edit(
         self,
         request: Request[Any, Any, Any],
-        chat: ConversationService,
-        conversation: ConversationRef,
+        chat: Chat,
+        conversation: FoundConversation,
         message_id: RowId,
     ) -> Template:
         """Send an edited user message as an alternative to its turn."""
@@ -173,7 +180,7 @@ class ConversationPages(Controller):
 
     @post("/branch/{message_id:int}")
     async def switch_branch(
-        self, chat: ConversationService, conversation: ConversationRef, message_id: RowId
+        self, chat: Chat, conversation: FoundConversation, message_id: RowId
     ) -> Template:
         """Show another alternative of a turn: the branch through that message."""
         await chat.branch(conversation.owner, conversation.id, message_id)
@@ -183,8 +190,8 @@ class ConversationPages(Controller):
     async def fork(
         self,
         request: Request[Any, Any, Any],
-        chat: ConversationService,
-        conversation: ConversationRef,
+        chat: Chat,
+        conversation: FoundConversation,
         message_id: RowId,
     ) -> Response[Any]:
         """Copy the branch up to this message's turn into a new conversation and open it
@@ -198,8 +205,8 @@ class ConversationPages(Controller):
     async def preview(
         self,
         request: Request[Any, Any, Any],
-        chat: ConversationService,
-        conversation: ConversationRef,
+        chat: Chat,
+        conversation: FoundConversation,
     ) -> Template:
         """The meter for what is being typed: what the next send would leave out, with
         a remedy when one exists. An empty box shows the last send's meter again."""
@@ -214,15 +221,13 @@ class ConversationPages(Controller):
         return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
 
     @post("/pin/{message_id:int}")
-    async def pin(
-        self, chat: ConversationService, conversation: ConversationRef, message_id: int
-    ) -> Template:
+    async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
         row = await chat.pin(conversation.owner, conversation.id, message_id, True)
         return await _message(chat, row, conversation)
 
     @post("/unpin/{message_id:int}")
     async def unpin(
-        self, chat: ConversationService, conversation: ConversationRef, message_id: int
+        self, chat: Chat, conversation: FoundConversation, message_id: RowId
     ) -> Template:
         row = await chat.pin(conversation.owner, conversation.id, message_id, False)
         return await _message(chat, row, conversation)
@@ -231,8 +236,8 @@ class ConversationPages(Controller):
     async def switch_configuration(
         self,
         request: Request[Any, Any, Any],
-        chat: ConversationService,
-        conversation: ConversationRef,
+        chat: Chat,
+        conversation: FoundConversation,
     ) -> Response[Any]:
         """Bound the next send against another configuration's model (not for embeds,
         whose configuration is the site owner's choice)."""
@@ -243,12 +248,12 @@ class ConversationPages(Controller):
         return go_to(request, conversation.base)
 
     @post("/stop", status_code=204)
-    async def stop(self, chat: ConversationService, conversation: ConversationRef) -> None:
+    async def stop(self, chat: Chat, conversation: FoundConversation) -> None:
         await chat.stop(conversation.owner, conversation.id)
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
+        self, chat: Chat, conversation: FoundConversation, answer_id: RowId
     ) -> ASGIApp:
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
         snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)
@@ -273,9 +278,7 @@ class ConversationPages(Controller):
                     return
                 snapshot = await anext(snapshots)
 
-        return EventSourceResponse(
-            events(), ping=15, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        )
+        return event_stream(events())
 
 
 class ConversationAdmin(Controller):
@@ -284,32 +287,32 @@ class ConversationAdmin(Controller):
     include_in_schema = False
 
     @get("/")
-    async def home(self, chat: ConversationService, owner: str) -> Redirect:
-        conversations = await chat.list(owner, limit=1)
+    async def home(self, chat: Chat, owner: Owner) -> Redirect:
+        conversations = await chat.conversations(owner, limit=1)
         conversation = conversations[0] if conversations else await chat.create(owner)
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
     @get("/conversations")
     async def more_conversations(
         self,
-        chat: ConversationService,
-        owner: str,
-        offset: Annotated[int, Parameter(ge=0, le=10**9)],
-        current: str = "",
+        chat: Chat,
+        owner: Owner,
+        offset: Annotated[int, QueryParameter(ge=0, le=10**9)],
+        current: FromQuery[str] = "",
     ) -> Template:
         """The sidebar's next page of conversations."""
         context = await sidebar(chat, owner, offset, current)
         return Template("chat/_conversation_list.html", context=context)
 
     @get("/search")
-    async def search(self, chat: ConversationService, owner: str, q: str = "") -> Template:
+    async def search(self, chat: Chat, owner: Owner, q: FromQuery[str] = "") -> Template:
         """The sidebar's results as the user types; an empty box shows none."""
         hits = await chat.search(owner, q) if q.strip() else None
         return Template("chat/_search_results.html", context={"hits": hits, "query": q})
 
     @post("/c/import")
     async def import_file(
-        self, request: Request[Any, Any, Any], chat: ConversationService, owner: str
+        self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
         """A JSON export chosen in the sidebar becomes a new conversation, opened at once."""
         form = await request.form()
@@ -328,7 +331,7 @@ class ConversationAdmin(Controller):
 
     @post("/c/new")
     async def new_conversation(
-        self, request: Request[Any, Any, Any], chat: ConversationService, owner: str
+        self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
         form = await request.form()
         configuration = form.get("configuration")
@@ -341,9 +344,9 @@ class ConversationAdmin(Controller):
     async def rename(
         self,
         request: Request[Any, Any, Any],
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
     ) -> Template:
         title = await form_field(request, "title")
         conversation = await chat.rename(owner, conversation_id, title)
@@ -353,9 +356,9 @@ class ConversationAdmin(Controller):
     async def delete(
         self,
         request: Request[Any, Any, Any],
-        chat: ConversationService,
-        owner: str,
-        conversation_id: str,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
     ) -> Response[Any]:
         await chat.delete(owner, conversation_id)
         return go_to(request, "/")
@@ -365,7 +368,7 @@ async def sidebar(
     chat: ConversationService, owner: str, offset: int, current_id: str
 ) -> dict[str, Any]:
     """One page of the sidebar: conversations grouped by day, and where the next starts."""
-    rows = await chat.list(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+    rows = await chat.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
     return {
         "conversations": rows[:SIDEBAR_PAGE],
         "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),
@@ -390,7 +393,7 @@ async def _regenerate(
 ) -> Template:
     row = await chat.message(conversation.owner, conversation.id, message_id)
     user = row if row.role == "user" else await chat.user_row_of(row)
-    await chat.regenerate(conversation.owner, conversation.id, user.id)  # type: ignore[arg-type]
+    await chat.regenerate(conversation.owner, conversation.id, id_of(user))
     return await _branch_page(chat, conversation)
 
 

@@ -35,7 +35,9 @@ class ConversationReader:
     async def get(self, owner: str, conversation_id: str) -> Conversation:
         return await self._db.read(self.owned, owner, conversation_id)
 
-    async def list(self, owner: str, limit: int = 200, offset: int = 0) -> list[Conversation]:
+    async def conversations(
+        self, owner: str, limit: int = 200, offset: int = 0
+    ) -> list[Conversation]:
         def read(session: Session) -> list[Conversation]:
             query = (
                 select(Conversation)

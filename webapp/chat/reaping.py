@@ -4,33 +4,28 @@ They are marked interrupted, so the conversation can take a send again."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TypeVar
 
-from sqlalchemy import Connection, Select, Update, update
+from sqlalchemy import ColumnElement, Connection, update
 from sqlmodel import Session, col, select
 
 from webapp.chat.models import Message, Status
 from webapp.db import Database
 from webapp.timeutil import utcnow
 
-Statement = TypeVar("Statement", bound=Select | Update)  # type: ignore[type-arg]
-
 INTERRUPTED_ERROR = "The server stopped before this answer was finished."
 
 
-def stale(statement: Statement, conversation_id: str | None, after: float) -> Statement:
-    """`statement` narrowed to answers still marked streaming whose writer went quiet."""
+def stale(conversation_id: str | None, after: float) -> list[ColumnElement[bool]]:
+    """What picks answers still marked streaming whose writer went quiet."""
     cutoff = utcnow() - timedelta(seconds=after)
-    statement = statement.where(
-        col(Message.status) == Status.STREAMING, col(Message.updated_at) < cutoff
-    )
+    conditions = [col(Message.status) == Status.STREAMING, col(Message.updated_at) < cutoff]
     if conversation_id is not None:
-        statement = statement.where(col(Message.conversation_id) == conversation_id)
-    return statement
+        conditions.append(col(Message.conversation_id) == conversation_id)
+    return conditions
 
 
 def reap(connection: Connection, conversation_id: str | None, after: float) -> int:
-    statement = stale(update(Message), conversation_id, after)
+    statement = update(Message).where(*stale(conversation_id, after))
     result = connection.execute(
         statement.values(status=Status.INTERRUPTED, error=INTERRUPTED_ERROR)
     )
@@ -51,7 +46,7 @@ class Reaper:
         return await self._db.write(self._reap, conversation_id)
 
     def _any_stale(self, session: Session, conversation_id: str | None) -> bool:
-        query = stale(select(Message.id), conversation_id, self._after).limit(1)
+        query = select(col(Message.id)).where(*stale(conversation_id, self._after)).limit(1)
         return session.connection().execute(query).first() is not None
 
     def _reap(self, session: Session, conversation_id: str | None) -> int:

@@ -3,7 +3,7 @@ rebuilt after an UPDATE without reading them back."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, bindparam, update
+from sqlalchemy import Connection, bindparam, inspect, update
 from sqlmodel import col, select
 
 from webapp.chat.history import StoredTranscript, left_out_seqs
@@ -12,6 +12,8 @@ from webapp.db import as_loaded
 from webapp.errors import NotFound
 from webapp.llm.window import FitResult
 
+_CONVERSATION_COLUMNS = tuple(inspect(Conversation).columns)
+_MESSAGE_COLUMNS = tuple(inspect(Message).columns)
 _UPDATE_MESSAGE = update(Message).where(col(Message.id) == bindparam("message_id"))
 """Sets the columns named by the parameters it is executed with."""
 
@@ -24,7 +26,7 @@ def check_id(message_id: int) -> None:
 
 def owned_in(connection: Connection, owner: str, conversation_id: str) -> Conversation:
     row = connection.execute(
-        select(*Conversation.__table__.columns).where(  # type: ignore[attr-defined]
+        select(*_CONVERSATION_COLUMNS).where(
             col(Conversation.id) == conversation_id, col(Conversation.owner) == owner
         )
     ).first()
@@ -36,7 +38,7 @@ def owned_in(connection: Connection, owner: str, conversation_id: str) -> Conver
 def row_in(connection: Connection, conversation_id: str, message_id: int) -> Message:
     """A message of this conversation (a message of another one is not found either)."""
     row = connection.execute(
-        select(*Message.__table__.columns).where(  # type: ignore[attr-defined]
+        select(*_MESSAGE_COLUMNS).where(
             col(Message.id) == message_id, col(Message.conversation_id) == conversation_id
         )
     ).first()

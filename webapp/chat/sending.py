@@ -15,6 +15,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
@@ -33,6 +34,7 @@ from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
 from webapp.settings import Settings
+from webapp.stored import id_of
 from webapp.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -137,7 +139,7 @@ class Sender:
         )
         self._recent.remember(conversation.id, conversation.configuration)
         running = self._answers.start(
-            answer.id,  # type: ignore[arg-type]
+            id_of(answer),
             lambda channel, stop: self.writer.write(user, answer, planned, channel, stop),
         )
         return Send(conversation, user, answer, running)
@@ -192,10 +194,10 @@ class Sender:
             connection,
             conversation.id,
             tail,
-            newest,  # type: ignore[arg-type]
+            newest,
             newest_tokens,
             budget=manager.largest_budget(route),
-            system_prompt=system_message,  # type: ignore[arg-type]
+            system_prompt=system_message,
             system_tokens=estimate_message(system_message) if system_message else 0,
             system_counts=manager.system_counts(route, system) if system else None,
             sizers=manager.sizers(route),
@@ -257,7 +259,7 @@ class Sender:
             else route
         )
         common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 **MESSAGE_DEFAULTS,
                 **common,
@@ -329,7 +331,7 @@ class Sender:
                 **MESSAGE_DEFAULTS,
                 "id": None,
                 "conversation_id": conversation_id,
-                "seq": planned.transcript.seqs[-1],  # type: ignore[attr-defined]
+                "seq": stored(planned).seqs[-1],
                 "role": Role.USER,
                 "content": text,
                 "created_at": now,

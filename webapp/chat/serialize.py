@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from webapp.chat.branches import Alternatives
 from webapp.chat.models import Conversation, Message
+from webapp.stored import id_of
 from webapp.timeutil import as_utc
 
 
-def _iso(value) -> str:  # type: ignore[no-untyped-def]
+def _iso(value: datetime) -> str:
     return as_utc(value).isoformat().replace("+00:00", "Z")
 
 
@@ -81,10 +83,7 @@ def conversation_dict(
     }
     if messages is not None:
         alternatives = alternatives or {}
-        data["messages"] = [
-            message_dict(m, alternatives.get(m.id))  # type: ignore[arg-type]
-            for m in messages
-        ]
+        data["messages"] = [message_dict(m, alternatives.get(id_of(m))) for m in messages]
     return data
 
 

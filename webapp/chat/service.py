@@ -53,8 +53,10 @@ class ConversationService:
     async def get(self, owner: str, conversation_id: str) -> Conversation:
         return await self._reader.get(owner, conversation_id)
 
-    async def list(self, owner: str, limit: int = 200, offset: int = 0) -> list[Conversation]:
-        return await self._reader.list(owner, limit, offset)
+    async def conversations(
+        self, owner: str, limit: int = 200, offset: int = 0
+    ) -> list[Conversation]:
+        return await self._reader.conversations(owner, limit, offset)
 
     async def search(self, owner: str, query: object) -> list[Hit]:
         return await self._reader.search(owner, query)

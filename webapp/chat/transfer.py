@@ -85,7 +85,9 @@ class Imported:
     active_seq: int | None = None
 
 
-def _field(where: str, data: dict[str, Any], key: str, kinds: tuple[type, ...], *, null: bool):  # type: ignore[no-untyped-def]
+def _field(
+    where: str, data: dict[str, Any], key: str, kinds: tuple[type, ...], *, null: bool
+) -> Any:  # one of `kinds` (or None): the caller knows which it asked for
     value = data.get(key)
     if value is None:
         if null:
@@ -128,7 +130,7 @@ def _spans(where: str, value: object) -> list[list[int]]:
         for span in value
     ):
         raise InvalidInput(f"{where} must be a list of [first_seq, last_seq] pairs")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _fit(where: str, fit: object) -> dict[str, Any]:

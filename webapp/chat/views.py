@@ -13,6 +13,7 @@ from markupsafe import Markup, escape
 from webapp.chat.branches import Alternatives
 from webapp.chat.history import is_replayable
 from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.stored import id_of
 from webapp.timeutil import as_utc
 from webapp.web.markdown import render_markdown
 
@@ -202,7 +203,7 @@ def message_views(
     rows: list[Message], alternatives: Mapping[int, Alternatives] | None = None
 ) -> list[MessageView]:
     alternatives = alternatives or {}
-    views = [MessageView(row, alternatives.get(row.id)) for row in rows]  # type: ignore[arg-type]
+    views = [MessageView(row, alternatives.get(id_of(row))) for row in rows]
     for user, answer in pairwise(views):
         if user.is_user and answer.row.seq == user.row.seq + 1:
             done = answer.row.status != Status.STREAMING

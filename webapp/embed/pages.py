@@ -16,15 +16,16 @@ from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from litestar.handlers import BaseRouteHandler
+from litestar.params import FromPath
 
 from webapp.accounts.service import digest
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation
 from webapp.chat.pages import ConversationPages, ConversationRef
-from webapp.chat.service import ConversationService
 from webapp.chat.titles import clean_title
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
+from webapp.web.deps import Chat
 
 EMBED_PATH = "/embed/"
 SENDING_HANDLERS = frozenset({"send", "retry", "regenerate", "edit"})
@@ -49,14 +50,14 @@ def frame_ancestors(catalog: Catalog, path: str) -> tuple[str, ...] | None:
 
 
 async def visitor_conversation(
-    request: Request[Any, Any, Any], chat: ConversationService, embed_name: str
+    request: Request[Any, Any, Any], chat: Chat, embed_name: FromPath[str]
 ) -> ConversationRef:
     spec = chat.catalog.embeds.get(embed_name)
     if spec is None:
         raise NotFound("no such embed")
     owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
     base = f"{EMBED_PATH}{spec.name}"
-    existing = await chat.list(owner, limit=1)
+    existing = await chat.conversations(owner, limit=1)
     if existing:
         return ConversationRef(owner, existing[0].id, base, spec)
     draft = Conversation(
@@ -86,6 +87,6 @@ async def embed_quota(
 class EmbedPages(ConversationPages):
     path = "/embed/{embed_name:str}"
     dependencies = {"conversation": Provide(visitor_conversation)}  # noqa: RUF012
-    guards = [embed_quota]  # noqa: RUF012
+    guards = (embed_quota,)
     page_template = "embed/page.html"
     opt = {"exclude_from_auth": True}  # noqa: RUF012

@@ -9,18 +9,18 @@ chunk carry the fit that was actually sent.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from litestar import Request, Response, post
 from litestar.response import Stream
 
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
-from webapp.gateway.deps import Chat, Limit, Owner, json_response, resolve_route
+from webapp.gateway.deps import Limit, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider
 from webapp.gateway.report import fit_headers, fit_report
 from webapp.gateway.schemas import ChatCompletionRequest, parse
-from webapp.gateway.streaming import STREAM_HEADERS, Chunks, completion_body, replay, sse
+from webapp.gateway.streaming import Chunks, completion_body, replay, sse
 from webapp.llm.manager import (
     Counted,
     Delta,
@@ -32,6 +32,8 @@ from webapp.llm.manager import (
     Transcript,
 )
 from webapp.llm.providers.base import ProviderError
+from webapp.web.deps import Chat, Owner
+from webapp.web.events import STREAM_HEADERS
 
 
 @post("/chat/completions", status_code=200)
@@ -97,7 +99,7 @@ async def _stream(manager: LLMManager, plan: Plan, body: ChatCompletionRequest) 
 
 
 async def _relay(
-    chunks: Chunks, first: StreamEvent | None, events: AsyncIterator[StreamEvent]
+    chunks: Chunks, first: StreamEvent | None, events: AsyncGenerator[StreamEvent, None]
 ) -> AsyncIterator[bytes]:
     finished: Finished | None = None
     try:
@@ -113,7 +115,7 @@ async def _relay(
         yield _error_event(from_provider(error, chunks.model))
         return
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
     for data in chunks.last(
         finished.finish_reason if finished else None, finished.usage if finished else None
     ):

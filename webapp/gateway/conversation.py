@@ -32,8 +32,10 @@ from webapp.errors import NotFound
 from webapp.gateway.errors import GatewayError, invalid
 from webapp.gateway.report import DROPPED_TURNS_HEADER
 from webapp.gateway.schemas import ChatCompletionRequest
-from webapp.gateway.streaming import STREAM_HEADERS, Chunks, new_id, sse
+from webapp.gateway.streaming import Chunks, new_id, sse
 from webapp.llm.providers.base import Usage
+from webapp.stored import id_of
+from webapp.web.events import STREAM_HEADERS
 
 CONVERSATION_HEADER = "x-conversation-id"
 FAILED = frozenset({Status.FAILED, Status.INTERRUPTED})
@@ -170,10 +172,10 @@ async def _stream(
         if event.name != "fit":
             first = event
             break
-    user = await chat.message(owner, send.conversation.id, send.user.id)  # type: ignore[arg-type]
+    user = await chat.message(owner, send.conversation.id, id_of(send.user))
     report = _report(send.conversation.id, body.model, user)
     if first is not None and first.name == "error":
-        answer = await chat.message(owner, send.conversation.id, send.answer.id)  # type: ignore[arg-type]
+        answer = await chat.message(owner, send.conversation.id, id_of(send.answer))
         raise _failure(answer, report)
     report["assistant_message_id"] = send.answer.id
     chunks = Chunks(user.fit_model or body.model, report, body.include_usage)

@@ -1,5 +1,5 @@
-"""What every gateway endpoint takes: its dependencies, the route its `model` names, and
-JSON answers with headers."""
+"""What every gateway endpoint takes besides the app's own dependencies: the rate limit,
+the route its `model` names, and JSON answers with headers."""
 
 from __future__ import annotations
 
@@ -8,16 +8,13 @@ from typing import Any
 from litestar import MediaType, Response
 from litestar.di import NamedDependency
 
-from webapp.chat.service import ConversationService
 from webapp.gateway.errors import GatewayError, model_not_found
 from webapp.gateway.limits import RateLimit
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import Route, RoutingError
 
-Chat = NamedDependency[ConversationService]
-"""The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
-Owner = NamedDependency[str]
 Limit = NamedDependency[RateLimit]
+"""The gateway router's `limit` dependency: the chat's per-user rate limit."""
 
 
 def resolve_route(manager: LLMManager, name: str) -> Route:

@@ -27,16 +27,16 @@ from webapp.timeutil import as_utc, utcnow
 def _newest(connection: Connection, owner: str, since: datetime, limit: int) -> list[datetime]:
     """The owner's newest `limit` counted calls and chat sends in the window, newest first."""
     calls = connection.execute(
-        select(GatewayCall.called_at)
+        select(col(GatewayCall.called_at))
         .where(col(GatewayCall.owner) == owner, col(GatewayCall.called_at) > since)
         .order_by(col(GatewayCall.called_at).desc())
         .limit(limit)
     ).scalars()
     sends = connection.execute(
-        select(Message.created_at)
+        select(col(Message.created_at))
         .where(
             col(Message.conversation_id).in_(
-                select(Conversation.id).where(
+                select(col(Conversation.id)).where(
                     col(Conversation.owner) == owner, col(Conversation.updated_at) > since
                 )
             ),

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from litestar import Request, Response, post
 
-from webapp.gateway.deps import Chat, Limit, Owner, json_response, resolve_route
+from webapp.gateway.deps import Limit, json_response, resolve_route
 from webapp.gateway.errors import from_provider
 from webapp.gateway.report import COMPLETION_OVERFLOW_HEADER, completion_report
 from webapp.gateway.schemas import CompletionRequest, EmbeddingRequest, parse
@@ -26,6 +26,7 @@ from webapp.llm.estimator import estimate_text
 from webapp.llm.manager import AllModelsFailed
 from webapp.llm.providers.base import ProviderError
 from webapp.llm.routing import Route
+from webapp.web.deps import Chat, Owner
 
 Result = TypeVar("Result")
 

@@ -17,12 +17,12 @@ from litestar.params import FromPath
 from webapp.db import Database
 from webapp.gateway.auth import BearerTokenAuth
 from webapp.gateway.chat import chat_completions
-from webapp.gateway.deps import Chat
 from webapp.gateway.errors import gateway_exception_handler, model_not_found
 from webapp.gateway.limits import RateLimit
 from webapp.gateway.passthrough import completions, embeddings
 from webapp.llm.describe import configuration_dicts
 from webapp.settings import Settings
+from webapp.web.deps import Chat
 
 
 def _model_entry(described: dict[str, Any]) -> dict[str, Any]:

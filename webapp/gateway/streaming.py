@@ -20,7 +20,6 @@ from typing import Any
 from webapp.llm.providers.base import ChatResult, Usage
 
 DONE = b"data: [DONE]\n\n"
-STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
 def new_id(prefix: str) -> str:

@@ -855,7 +855,7 @@ def _section(
     return result
 
 
-def parse_catalog(data: dict[str, Any], source: str) -> Catalog:
+def parse_catalog(data: object, source: str) -> Catalog:
     """Validate already-parsed TOML; raise CatalogError listing every problem found.
 
     Sections are read in dependency order (providers, models, configurations,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -333,7 +333,7 @@ class LLMManager:
         )
         return transcript, result, counted
 
-    async def stream(self, plan: Plan) -> AsyncIterator[StreamEvent]:
+    async def stream(self, plan: Plan) -> AsyncGenerator[StreamEvent, None]:
         """Send a plan and stream the answer. Everything that can go wrong before the first
         chunk (a refused prompt, a model that is down) is handled here, with a `Fitted`
         for every fit made after the plan's; after the first chunk nothing can be pruned
@@ -359,7 +359,7 @@ class LLMManager:
                 )
                 async with aclosing(chunks):
                     try:
-                        first = await anext(chunks, None)
+                        opening = await anext(chunks, None)
                     except ContextLengthExceeded as error:
                         await self._tighten(model, result, error)
                         if retried:
@@ -376,7 +376,7 @@ class LLMManager:
                         break
                     finish_reason: str | None = None
                     usage: Usage | None = None
-                    chunk = first
+                    chunk = opening
                     while chunk is not None:
                         if chunk.text:
                             yield Delta(chunk.text)

@@ -16,6 +16,7 @@ import logging
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from webapp.llm.catalog import ModelSpec
 from webapp.llm.estimator import REPLY_PRIMING, estimate_message, estimate_tools
@@ -97,7 +98,7 @@ def runs_of(indices: Sequence[int]) -> tuple[Span, ...]:
 def fit(
     messages: Sequence[Message],
     model: ModelSpec,
-    tools: list[dict] | None = None,
+    tools: list[dict[str, Any]] | None = None,
     reserve: int | None = None,
     *,
     estimates: Sequence[int] | None = None,

@@ -50,7 +50,10 @@ def run_migrations(connection: Connection) -> None:
 
 
 async def run_online() -> None:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("alembic.ini names no sqlalchemy.url and none was given")
+    engine = create_engine(url)
     async with engine.connect() as connection:
         await connection.run_sync(run_migrations)
     await engine.dispose()

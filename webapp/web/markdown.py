@@ -27,6 +27,7 @@ _markdown = (
     .enable(["table", "strikethrough", "linkify"])
     .use(math_plugin)
 )
+assert _markdown.linkify is not None  # the "linkify" option above makes it
 _markdown.linkify.set({"fuzzy_link": False, "fuzzy_email": False})
 """Only URLs with a scheme (or `www.`) become links: `file.py` in prose stays text."""
 

@@ -25,11 +25,12 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
-from litestar.connection import ASGIConnection
+from litestar.connection import ASGIConnection, Request
 from litestar.datastructures import Cookie, MutableScopeHeaders
+from litestar.enums import ScopeType
 from litestar.exceptions import PermissionDeniedException
 from litestar.handlers import BaseRouteHandler
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
@@ -73,7 +74,7 @@ def unsign(secret_key: str, purpose: str, signed: str | None) -> str | None:
     return value
 
 
-def header(request_headers: list[tuple[bytes, bytes]], name: str) -> str | None:
+def header(request_headers: Iterable[tuple[bytes, bytes]], name: str) -> str | None:
     wanted = name.encode()
     for key, value in request_headers:
         if key == wanted:
@@ -118,7 +119,7 @@ class CSRFAnchorMiddleware:
         self.secret_key = secret_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]
@@ -181,15 +182,17 @@ async def csrf_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRout
     Only a request the authentication middleware accepted by a valid API token is exempt:
     the mere header (`Bearer x`) proves nothing, and routes that need no sign-in (sign-in,
     sign-out, the embed) never validate one."""
-    if connection.scope["method"] in SAFE_METHODS or connection.scope.get("auth") == "token":
+    # The app has HTTP routes only: an app-level guard's connection is a Request.
+    request = cast("Request[Any, Any, Any]", connection)
+    if request.method in SAFE_METHODS or request.scope.get("auth") == "token":
         return
-    expected = connection.scope["state"].get("csrf_token")
-    given = connection.headers.get(CSRF_HEADER)
-    content_type = connection.headers.get("content-type", "")
+    expected = request.scope["state"].get("csrf_token")
+    given = request.headers.get(CSRF_HEADER)
+    content_type = request.headers.get("content-type", "")
     if not given and content_type.startswith(
         ("application/x-www-form-urlencoded", "multipart/form-data")
     ):
-        form = await connection.form()  # type: ignore[attr-defined]
+        form = await request.form()
         value = form.get(CSRF_FIELD)
         given = value if isinstance(value, str) else None
     if not expected or not given or not hmac.compare_digest(expected, given):
@@ -214,7 +217,8 @@ def security_headers(
         if message["type"] != "http.response.start":
             return
         headers = MutableScopeHeaders.from_message(message)
-        allowed = frame_ancestors(scope.get("path", "")) if scope["type"] == "http" else None
+        http = scope["type"] == ScopeType.HTTP
+        allowed = frame_ancestors(scope.get("path", "")) if http else None
         ancestors = " ".join(allowed) if allowed else "'none'"
         headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(ancestors=ancestors)
         if not allowed:

@@ -31,6 +31,7 @@ def request_timeout() -> float:
 class DeadlineH11Protocol(H11Protocol):
     _deadline: asyncio.TimerHandle | None = None
 
+    # Typed as uvicorn's own H11Protocol types it (narrower than asyncio's BaseTransport).
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()

@@ -7,7 +7,7 @@ anything else fails the call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -152,7 +152,7 @@ class Provider(Protocol):
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
-    ) -> AsyncIterator[StreamChunk]: ...
+    ) -> AsyncGenerator[StreamChunk, None]: ...
 
     async def complete(
         self, model_id: str, prompt: str, *, max_tokens: int | None = None

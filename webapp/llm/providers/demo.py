@@ -9,7 +9,7 @@ a few minutes of chatting.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from webapp.llm.estimator import estimate_message, estimate_text
@@ -86,7 +86,7 @@ class DemoProvider:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncGenerator[StreamChunk, None]:
         reply = describe(messages, info)
         words = reply.split(" ")
         for index, word in enumerate(words):

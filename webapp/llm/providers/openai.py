@@ -25,7 +25,7 @@ import json
 import re
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -332,7 +332,7 @@ class OpenAIProvider:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncGenerator[StreamChunk, None]:
         """Yield text chunks as they arrive, then one last chunk with finish_reason and usage.
 
         Usage usually comes after the finish_reason, in a chunk with no choices, so the

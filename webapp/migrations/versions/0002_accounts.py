@@ -11,7 +11,7 @@ Create Date: 2026-12-01 01:02:06.032363
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision: str = "0002"

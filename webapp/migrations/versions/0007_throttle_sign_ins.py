@@ -11,7 +11,7 @@ leaves the throttle's window, so that every worker sees the same count.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision: str = "0007"

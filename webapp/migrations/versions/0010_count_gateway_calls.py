@@ -11,7 +11,7 @@ time here, for the window of the rate limit, so that every worker counts it.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision: str = "0010"
