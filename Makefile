@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint format bench bench-fit bench-stream bench-page bench-window clean
+.PHONY: run test lint format bench bench-fit bench-stream bench-page bench-window bench-load clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff format webapp tests bench
 	$(BIN)/ruff check --fix webapp tests bench
 
-bench: bench-fit bench-stream bench-page bench-window
+bench: bench-fit bench-stream bench-page bench-window bench-load
 
 bench-fit: $(VENV)/.installed-test
 	$(BIN)/python -m bench.fit_and_load
@@ -48,6 +48,9 @@ bench-page: $(VENV)/.installed-test
 
 bench-window: $(VENV)/.installed-test
 	$(BIN)/python -m bench.window_fill
+
+bench-load: $(VENV)/.installed-test
+	$(BIN)/python -m bench.load
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1254,6 +1254,7 @@ def main(argv: list[str] | None = None) -> None:
         help="name=window,... (default: small=1024,medium=4096,large=16384,huge=131072)",
     )
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between chunks")
+    parser.add_argument("--reply", default=None, help="answer every call with this text")
     parser.add_argument(
         "--engine", choices=ENGINES, default="openai", help="which real server to behave like"
     )
@@ -1270,6 +1271,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer=args.tokenizer,
     )
     server.chunk_delay = args.chunk_delay
+    server.set_reply(args.reply)
     server.serve_forever()
 
 

@@ -24,6 +24,8 @@ import math
 from datetime import datetime
 
 from sqlalchemy import Column, DateTime
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import Field, SQLModel, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -164,14 +166,24 @@ class Calibrator:
         return factor
 
     async def _store(self, model: str) -> None:
+        """One upsert: answers of one model finish together, and each may store what it
+        learned; a read-then-insert would let two of them insert the same new row."""
         if self._sessions is None:
             return
+        values = {
+            "model": model,
+            "factor": self.factor(model),
+            "samples": self._samples.get(model, 0),
+            "message_overhead": self._overheads.get(model),
+            "updated_at": utcnow(),
+        }
         async with self._sessions() as session, session.begin():
-            row = await session.get(ModelCalibration, model)
-            if row is None:
-                row = ModelCalibration(model=model)
-            row.factor = self.factor(model)
-            row.samples = self._samples.get(model, 0)
-            row.message_overhead = self._overheads.get(model)
-            row.updated_at = utcnow()
-            session.add(row)
+            dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+            insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+            statement = insert(ModelCalibration).values(values)
+            await session.execute(
+                statement.on_conflict_do_update(
+                    index_elements=["model"],
+                    set_={key: statement.excluded[key] for key in values if key != "model"},
+                )
+            )

@@ -51,6 +51,11 @@ __all__ = [
 ]
 
 CONNECT_TIMEOUT = 5.0
+POOL = httpx.Limits(max_connections=None, max_keepalive_connections=1000, keepalive_expiry=30)
+"""No ceiling on connections to one provider: every answer being written holds one for
+as long as it streams, and httpx's default of 100 would queue the 101st send behind a
+whole answer. Up to 1000 stay open between answers, so a busy minute does not keep
+opening new ones."""
 """Seconds to open a connection. Short: a dead host should hand over to a fallback quickly,
 while `timeout` (the read timeout) has to cover a slow model's time to first token."""
 
@@ -293,6 +298,7 @@ class OpenAIProvider:
             base_url=self.base_url + "/",
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
+            limits=POOL,
             transport=transport,
         )
 
