@@ -17,7 +17,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
-from webapp.chat.answers import Channel
+from webapp.chat.answers import Channel, Event
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService, Send, clean_title
 from webapp.chat.transfer import export_json, export_markdown
@@ -58,12 +58,18 @@ def wants_event_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-async def sse_events(channel: Channel) -> AsyncIterator[dict[str, Any]]:
-    async for event in channel.follow():
-        item: dict[str, Any] = {"event": event.name, "data": json.dumps(event.data)}
-        if event.id is not None:
-            item["id"] = event.id
-        yield item
+def sse_frame(event: Event) -> bytes:
+    """One event as the stream carries it (the framing sse-starlette uses for pings)."""
+    head = f"event: {event.name}\r\n"
+    if event.id is not None:
+        head = f"{head}id: {event.id}\r\n"
+    return f"{head}data: {json.dumps(event.data)}\r\n\r\n".encode()
+
+
+async def sse_events(channel: Channel) -> AsyncIterator[bytes]:
+    """The answer's events, framed; whatever arrived since the last write goes in one."""
+    async for batch in channel.batches():
+        yield b"".join(map(sse_frame, batch))
 
 
 async def _answer(request: Request, chat: ConversationService, send: Send) -> ASGIApp:
