@@ -22,6 +22,7 @@ from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
 from webapp.chat.api import ConversationController, search
+from webapp.chat.notify import answer_notices
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import create_engine, session_factory
@@ -143,6 +144,13 @@ def create_app(
     tokenizers = Tokenizers()
     manager = LLMManager(catalog, calibrator, providers, tokenizers)
     chat = ConversationService(sessions, manager, settings)
+    # How this process hears of answers other workers write (and of stops for its own).
+    notices = answer_notices(
+        settings.database_url,
+        sessions,
+        settings.stream_flush_interval,
+        on_stop=chat.answers.request_stop,
+    )
     accounts = AccountService(
         sessions,
         failures_allowed=settings.sign_in_failures_allowed,
@@ -155,6 +163,7 @@ def create_app(
         manager.catalog, _ = await discover(catalog)
         await tokenizers.probe(manager.catalog)
         await calibrator.load()
+        await notices.start()
         await accounts.purge_expired_sessions()
         reaped = await chat.reap_stale()
         if reaped:
@@ -162,6 +171,7 @@ def create_app(
 
     async def stop() -> None:
         await chat.answers.shutdown()
+        await notices.stop()
         await manager.aclose()
         await tokenizers.aclose()
         await engine.dispose()
@@ -186,6 +196,7 @@ def create_app(
         template_config=template_config(),
         dependencies={
             "chat": Provide(lambda: chat, sync_to_thread=False),
+            "notices": Provide(lambda: notices, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
         },
         exception_handlers={
@@ -205,6 +216,7 @@ def create_app(
         openapi_config=OpenAPIConfig(title="webapp", version="0.1.0", path="/schema"),
     )
     app.state.chat = chat
+    app.state.notices = notices
     app.state.accounts = accounts
     app.state.embed_quota = EmbedQuota(
         sessions,

@@ -3,18 +3,20 @@
 A page that streams an answer, or is reloaded mid-answer, wants snapshots of the
 answer so far. When the answer runs in this process, its channel gives every
 delta at once; when it runs in another worker (or another machine), the rows
-it flushes are polled. Either way each snapshot is the whole text so far, so a
-watcher that connects late or reconnects can neither duplicate nor lose text.
+it flushes are read each time the process hears that they moved (see
+`webapp.chat.notify`: LISTEN/NOTIFY on PostgreSQL, one shared poll on SQLite).
+Either way each snapshot is the whole text so far, so a watcher that connects late
+or reconnects can neither duplicate nor lose text.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from webapp.chat.models import Message, Role, Status
+from webapp.chat.notify import AnswerNotices, PollingNotices
 from webapp.chat.service import ConversationService
 from webapp.errors import NotFound
 
@@ -32,6 +34,7 @@ async def follow_answer(
     conversation_id: str,
     answer_id: int,
     *,
+    notices: AnswerNotices | None = None,
     throttle: float = 0.05,
 ) -> AsyncIterator[Snapshot]:
     answer = await chat.message(owner, conversation_id, answer_id)
@@ -40,7 +43,10 @@ async def follow_answer(
     user = await chat.user_row_of(answer)
     running = chat.answers.get(answer_id)
     if answer.status != Status.STREAMING or running is None:
-        async for snapshot in _poll(chat, owner, conversation_id, answer, user):
+        stored = _follow_stored(
+            chat, notices or _unshared(chat), owner, conversation_id, answer, user
+        )
+        async for snapshot in stored:
             yield snapshot
         return
     text = ""
@@ -63,19 +69,37 @@ async def follow_answer(
     yield Snapshot(final, user, final=True)
 
 
-async def _poll(
-    chat: ConversationService, owner: str, conversation_id: str, answer: Message, user: Message
+def _unshared(chat: ConversationService) -> AnswerNotices:
+    """For a caller that has no process-wide notices (a script, a test): its own poll."""
+    return PollingNotices(chat.sessions, chat.settings.stream_flush_interval)
+
+
+async def _follow_stored(
+    chat: ConversationService,
+    notices: AnswerNotices,
+    owner: str,
+    conversation_id: str,
+    answer: Message,
+    user: Message,
 ) -> AsyncIterator[Snapshot]:
+    """Snapshots of an answer written elsewhere: read when it moves. A writer that died
+    sends nothing more; now and then the watcher looks for itself, and reaps."""
+    assert answer.id is not None and user.id is not None
+    recheck = chat.settings.stale_stream_after / 3
     seen: tuple[str, str, int | None] | None = None
-    while True:
-        final = answer.status != Status.STREAMING
-        state = (answer.content, answer.status, user.dropped_turns)
-        if state != seen or final:
-            seen = state
-            yield Snapshot(answer, user, final=final)
-        if final:
-            return
-        await asyncio.sleep(chat.settings.stream_flush_interval)
-        await chat.reap_stale(conversation_id)
-        answer = await chat.message(owner, conversation_id, answer.id)  # type: ignore[arg-type]
-        user = await chat.message(owner, conversation_id, user.id)  # type: ignore[arg-type]
+    with notices.watch(answer.id) as watch:
+        if answer.status == Status.STREAMING:
+            # Read again now the watch is on, so a notice sent in between is not missed.
+            answer = await chat.message(owner, conversation_id, answer.id)
+        while True:
+            final = answer.status != Status.STREAMING
+            state = (answer.content, answer.status, user.dropped_turns)
+            if state != seen or final:
+                seen = state
+                yield Snapshot(answer, user, final=final)
+            if final:
+                return
+            if not await watch.wait(recheck):
+                await chat.reap_stale(conversation_id)
+            answer = await chat.message(owner, conversation_id, answer.id)
+            user = await chat.message(owner, conversation_id, user.id)

@@ -22,6 +22,7 @@ from sse_starlette import EventSourceResponse
 
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.notify import AnswerNotices
 from webapp.chat.service import ConversationService, Send
 from webapp.chat.views import (
     Alternative,
@@ -247,10 +248,16 @@ class ConversationPages(Controller):
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
-        self, chat: ConversationService, conversation: ConversationRef, answer_id: RowId
+        self,
+        chat: ConversationService,
+        notices: AnswerNotices,
+        conversation: ConversationRef,
+        answer_id: RowId,
     ) -> ASGIApp:
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
-        snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)
+        snapshots = follow_answer(
+            chat, conversation.owner, conversation.id, answer_id, notices=notices
+        )
         first = await anext(snapshots)  # checks ownership before the stream opens
         # The user row is re-rendered with each snapshot: it keeps its "‹ i/n ›".
         alternatives = await chat.alternatives_of(conversation.id, [first.user])
