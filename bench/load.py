@@ -41,12 +41,15 @@ from pathlib import Path
 import httpx
 import uvloop
 
+from bench import watchers
 from bench.common import machine
 from bench.sse_client import Stream, app_event, post_request, stream, upstream_event
 
 HOST = "127.0.0.1"
 WEBAPP = Path(sys.executable).parent / "webapp"
 CHUNK_DELAY = 0.02
+QUIET_CHUNK_DELAY = 6.0
+"""The second upstream: an answer that says nothing for seconds (idle watchers)."""
 REPLY = " ".join(
     [
         "The",
@@ -128,7 +131,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def catalog(path: Path, upstream_port: int) -> Path:
+def catalog(path: Path, upstream_port: int, slow_port: int) -> Path:
     path.write_text(
         f"""
 [[providers]]
@@ -136,6 +139,24 @@ name = "up"
 kind = "openai"
 base_url = "http://{HOST}:{upstream_port}/v1"
 timeout = 60
+
+[[providers]]
+name = "slow"
+kind = "openai"
+base_url = "http://{HOST}:{slow_port}/v1"
+timeout = 60
+
+[[models]]
+name = "quiet"
+provider = "slow"
+model_id = "{UPSTREAM_MODEL}"
+context_window = 16384
+max_output_tokens = 400
+tokenizer = "estimate"
+
+[[configurations]]
+name = "quiet"
+model = "quiet"
 
 [[models]]
 name = "bench"
@@ -202,9 +223,9 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None
 
 
 @contextmanager
-def upstream(folder: Path, core_set: set[int]) -> Iterator[int]:
+def upstream(folder: Path, core_set: set[int], chunk_delay: float = CHUNK_DELAY) -> Iterator[int]:
     port = free_port()
-    log = folder / "upstream.log"
+    log = folder / f"upstream-{port}.log"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -213,7 +234,7 @@ def upstream(folder: Path, core_set: set[int]) -> Iterator[int]:
             "--port",
             str(port),
             "--chunk-delay",
-            str(CHUNK_DELAY),
+            str(chunk_delay),
             "--reply",
             REPLY,
         ],
@@ -441,6 +462,30 @@ def report_load(n: int, direct: Side, through: Side, rounds: int) -> dict[str, f
     return {"ratio": a99 / d99, "gap99": gap99, "failures": len(through.failures)}
 
 
+def cross_worker(env: dict[str, str], folder: Path, url: str, clients: list[Client]) -> None:
+    token = clients[0].token
+    with (
+        server(env, folder, 1, set()) as (writer, _),
+        server(env, folder, 1, set()) as (watcher, watcher_pid),
+    ):
+        own = [c.conversation for c in clients if c.token == token][:8]
+        delays = uvloop.run(watchers.follow_delay(url, writer, watcher, token, own))
+        quiet = quiet_conversation(writer, token)
+        idle = uvloop.run(watchers.idle_watchers(writer, watcher, watcher_pid, token, quiet))
+    watchers.report(delays, idle)
+
+
+def quiet_conversation(port: int, token: str) -> str:
+    """A conversation whose answers come from the upstream that waits seconds a chunk."""
+    response = httpx.post(
+        f"http://{HOST}:{port}/api/conversations",
+        json={"configuration": "quiet"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
 def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
     """py-spy sampling the server while the loads run (collapsed stacks, for reading)."""
     process = subprocess.Popen(
@@ -480,7 +525,7 @@ def measure(
     app_cores: set[int],
     pairs: int,
     profile_to: Path | None = None,
-) -> None:
+) -> list[Client]:
     webapp(env, "migrate")
     with server(env, folder, workers, app_cores) as (port, pid):
         clients = set_up_accounts(env, port, max(loads))
@@ -513,6 +558,7 @@ def measure(
             )
         if workers == 1 and 500 in results:
             print(f"  targets N=500: failures 0 {verdict(results[500]['failures'] == 0)}")
+    return clients
 
 
 POSTGRES_SERVER = os.environ.get(
@@ -567,10 +613,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        with upstream(folder, other_cores) as up_port:
+        with (
+            upstream(folder, other_cores) as up_port,
+            upstream(folder, other_cores, chunk_delay=QUIET_CHUNK_DELAY) as quiet_port,
+        ):
             base_env = {
                 **os.environ,
-                "WEBAPP_CONFIG": str(catalog(folder / "catalog.toml", up_port)),
+                "WEBAPP_CONFIG": str(catalog(folder / "catalog.toml", up_port, quiet_port)),
                 "WEBAPP_SECRET_KEY": secrets.token_hex(16),
                 "WEBAPP_RATE_LIMIT_MESSAGES": str(RATE_LIMIT),
             }
@@ -592,7 +641,7 @@ def main(argv: list[str] | None = None) -> None:
                 pg_loads = [int(n) for n in args.postgres_loads.split(",") if n]
                 with postgres_database() as url:
                     env = {**base_env, "WEBAPP_DATABASE_URL": url}
-                    measure(
+                    clients = measure(
                         env,
                         folder,
                         up_port,
@@ -602,6 +651,8 @@ def main(argv: list[str] | None = None) -> None:
                         app_cores=set(available),
                         pairs=0,
                     )
+                    print("PostgreSQL, two servers (one writes, the other follows):")
+                    cross_worker(env, folder, url, clients)
 
 
 if __name__ == "__main__":
