@@ -48,7 +48,7 @@ from bench.sse_client import Stream, app_event, post_request, stream, upstream_e
 HOST = "127.0.0.1"
 WEBAPP = Path(sys.executable).parent / "webapp"
 CHUNK_DELAY = 0.02
-QUIET_CHUNK_DELAY = 6.0
+QUIET_CHUNK_DELAY = 15.0
 """The second upstream: an answer that says nothing for seconds (idle watchers)."""
 REPLY = " ".join(
     [
@@ -528,11 +528,11 @@ def measure(
 ) -> list[Client]:
     webapp(env, "migrate")
     with server(env, folder, workers, app_cores) as (port, pid):
-        clients = set_up_accounts(env, port, max(loads))
+        clients = set_up_accounts(env, port, max(loads, default=10))
         # Warm up: code paths, connections to the upstream, the database's caches.
-        uvloop.run(load(port, pid, up_port, clients, min(20, max(loads)), 1))
+        uvloop.run(load(port, pid, up_port, clients, min(20, len(clients)), 1))
         results = {}
-        profiler = profile(pid, profile_to) if profile_to else None
+        profiler = profile(pid, profile_to) if profile_to and loads else None
         for n in loads:
             results[n] = report_load(
                 n, *uvloop.run(load(port, pid, up_port, clients, n, rounds)), rounds
@@ -541,7 +541,11 @@ def measure(
             profiler.send_signal(signal.SIGINT)
             profiler.wait(timeout=30)
         if pairs:
+            profiler = profile(pid, profile_to) if profile_to and not loads else None
             direct, through = uvloop.run(single(port, up_port, clients, pairs))
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(timeout=30)
             added = statistics.median(a - d for a, d in zip(through, direct, strict=True))
             print(
                 f"  single send: direct TTFT median {statistics.median(direct):.1f} ms, "

@@ -52,13 +52,17 @@ async def _send(api: httpx.AsyncClient, conversation: str) -> None:
         await r.aread()
 
 
-async def _follow(api: httpx.AsyncClient, conversation: str, answer: int) -> dict[int, float]:
+async def _follow(
+    api: httpx.AsyncClient, conversation: str, answer: int, started: list[int] | None = None
+) -> dict[int, float]:
     """Arrival time of each snapshot, by the length of text it shows (its event id)."""
     seen: dict[int, float] = {}
     path = f"/c/{conversation}/answers/{answer}/stream"
     async with api.stream("GET", path) as stream:
         async for line in stream.aiter_lines():
             if line.startswith("id:"):
+                if not seen and started is not None:
+                    started.append(answer)
                 seen.setdefault(int(line[3:].strip()), time.perf_counter())
             elif line.startswith("event: done"):
                 break

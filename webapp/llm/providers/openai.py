@@ -19,7 +19,9 @@ message, because servers like to echo it back ("Incorrect API key provided: sk-.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import email.utils
 import json
 import re
@@ -264,6 +266,19 @@ def _retry_after(headers: httpx.Headers, message: str) -> float | None:
     return None
 
 
+REST_TIMEOUT = 1.0
+"""How long to wait for a stream's body to end after its [DONE]."""
+
+
+async def _read_rest(events: AsyncIterator[str]) -> None:
+    """Read what follows [DONE], the end of the body: a response left unread is closed
+    rather than returned to the pool, and every answer would pay for a new connection."""
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(REST_TIMEOUT):
+            async for _ in events:
+                pass
+
+
 # --------------------------------------------------------------------------------------
 # The provider.
 # --------------------------------------------------------------------------------------
@@ -367,8 +382,10 @@ class OpenAIProvider:
                         yield StreamChunk(text=result.content)
                     yield StreamChunk(finish_reason=result.finish_reason, usage=result.usage)
                     return
-                async for data in self._sse_data(response):
+                events = self._sse_data(response)
+                async for data in events:
                     if data == "[DONE]":
+                        await _read_rest(events)
                         break
                     event = self._stream_event(data, path, model_id, yielded)
                     usage = _usage(event.get("usage")) or usage
