@@ -45,6 +45,7 @@ from webapp.llm.providers.base import (
     StreamChunk,
     Usage,
 )
+from webapp.llm.providers.pool import ClientShards
 
 __all__ = [
     "OpenAIProvider",
@@ -53,11 +54,6 @@ __all__ = [
 ]
 
 CONNECT_TIMEOUT = 5.0
-POOL = httpx.Limits(max_connections=None, max_keepalive_connections=1000, keepalive_expiry=30)
-"""No ceiling on connections to one provider: every answer being written holds one for
-as long as it streams, and httpx's default of 100 would queue the 101st send behind a
-whole answer. Up to 1000 stay open between answers, so a busy minute does not keep
-opening new ones."""
 """Seconds to open a connection. Short: a dead host should hand over to a fallback quickly,
 while `timeout` (the read timeout) has to cover a slow model's time to first token."""
 
@@ -285,7 +281,7 @@ async def _read_rest(events: AsyncIterator[str]) -> None:
 
 
 class OpenAIProvider:
-    """An OpenAI-compatible HTTP API, spoken through one pooled `httpx.AsyncClient`.
+    """An OpenAI-compatible HTTP API, spoken through pooled `httpx.AsyncClient`s (shards).
 
     `base_url` includes the API prefix (e.g. ``http://127.0.0.1:11434/v1``); the endpoint
     paths are appended to it. `timeout` is the read timeout, i.e. the longest silence
@@ -309,12 +305,17 @@ class OpenAIProvider:
         headers = {"Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url + "/",
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
-            limits=POOL,
-            transport=transport,
+        tls = httpx.create_ssl_context()  # one for every shard: each costs milliseconds
+        self._clients = ClientShards(
+            lambda limits: httpx.AsyncClient(
+                verify=tls,
+                base_url=self.base_url + "/",
+                headers=headers,
+                timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
+                limits=limits,
+                transport=transport,
+            ),
+            single=transport is not None,
         )
 
     def __repr__(self) -> str:
@@ -327,7 +328,7 @@ class OpenAIProvider:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._clients.aclose()
 
     # ---- the four calls --------------------------------------------------------------
 
@@ -366,9 +367,12 @@ class OpenAIProvider:
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with self._client.stream(
-                "POST", path, json=body, headers={"Accept": "text/event-stream"}
-            ) as response:
+            async with (
+                self._clients.client() as client,
+                client.stream(
+                    "POST", path, json=body, headers={"Accept": "text/event-stream"}
+                ) as response,
+            ):
                 if response.status_code >= 400:
                     await response.aread()
                     raise self._status_error(response, path, model_id)
@@ -473,7 +477,8 @@ class OpenAIProvider:
 
     async def _post_json(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
         try:
-            response = await self._client.post(path, json=body)
+            async with self._clients.client() as client:
+                response = await client.post(path, json=body)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path, model_id) from None
         if response.status_code >= 400:
