@@ -138,10 +138,14 @@ async def idle_watchers(
             return used, await _healthz(watch)
 
         alone = await cost()
+        started: list[int] = []
         followers = [
-            asyncio.create_task(_follow(watch, conversation, answer)) for _ in range(IDLE_WATCHERS)
+            asyncio.create_task(_follow(watch, conversation, answer, started))
+            for _ in range(IDLE_WATCHERS)
         ]
-        await asyncio.sleep(1.0)
+        while len(started) < IDLE_WATCHERS:  # each one following, its first snapshot shown
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)  # and the last ones' set-up done
         watched = await cost()
         await write.post(f"/api/conversations/{conversation}/stop")
         await asyncio.gather(sending, *followers, return_exceptions=True)
