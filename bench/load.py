@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -412,19 +412,17 @@ async def burst(port: int, requests: list[bytes], kind: object) -> list[Stream]:
 
 async def load(
     app_port: int, app_pid: int, up_port: int, clients: list[Client], n: int, rounds: int
-) -> tuple[Side, Side]:
+) -> list[tuple[Side, Side]]:
     """`rounds` paired rounds of N concurrent sends, direct first then through the app."""
-    direct, through = Side([]), Side([], cpu=0.0)
+    pairs = []
     for _ in range(rounds):
-        direct.streams += await burst(up_port, [direct_request(up_port)] * n, upstream_event)
+        direct = Side(await burst(up_port, [direct_request(up_port)] * n, upstream_event))
         await asyncio.sleep(0.3)
         before = cpu_seconds(app_pid)
-        through.streams += await burst(
-            app_port, [app_request(app_port, c) for c in clients[:n]], app_event
-        )
-        through.cpu = (through.cpu or 0.0) + cpu_seconds(app_pid) - before
+        streams = await burst(app_port, [app_request(app_port, c) for c in clients[:n]], app_event)
+        pairs.append((direct, Side(streams, cpu=cpu_seconds(app_pid) - before)))
         await asyncio.sleep(0.3)
-    return direct, through
+    return pairs
 
 
 async def single(
@@ -442,24 +440,35 @@ async def single(
     return direct, through
 
 
-def report_load(n: int, direct: Side, through: Side, rounds: int) -> dict[str, float]:
-    d_t, a_t = direct.ttfts(), through.ttfts()
-    d99, a99 = percentile(d_t, 0.99), percentile(a_t, 0.99)
-    gap99 = percentile(through.gaps(), 0.99)
-    answers = max(1, len(through.streams) - len(through.failures))
-    cpu = (through.cpu or 0.0) / answers
+def report_load(n: int, rounds: list[tuple[Side, Side]]) -> dict[str, float]:
+    """Each figure per round, then the median over the rounds: one disturbed round (the
+    machine is shared) moves the result less than in pooled percentiles."""
+
+    def median(figure: Callable[[Side, Side], float]) -> float:
+        return statistics.median(figure(d, a) for d, a in rounds)
+
+    def p(side: Side, share: float) -> float:
+        return percentile(side.ttfts(), share)
+
+    failures = [s for _, a in rounds for s in a.failures]
+    ratio = median(lambda d, a: p(a, 0.99) / p(d, 0.99))
+    gap99 = median(lambda d, a: percentile(a.gaps(), 0.99))
+    cpu = median(lambda d, a: (a.cpu or 0.0) / max(1, len(a.streams) - len(a.failures)))
     print(
-        f"  N={n:<4} direct  TTFT p50 {percentile(d_t, 0.5):7.0f} / p99 {d99:7.0f} ms   "
-        f"gap p99 {percentile(direct.gaps(), 0.99):5.0f} ms   failures {len(direct.failures)}"
+        f"  N={n:<4} direct  TTFT p50 {median(lambda d, a: p(d, 0.5)):7.0f} / p99 "
+        f"{median(lambda d, a: p(d, 0.99)):7.0f} ms   "
+        f"gap p99 {median(lambda d, a: percentile(d.gaps(), 0.99)):5.0f} ms   "
+        f"failures {sum(len(d.failures) for d, _ in rounds)}"
     )
     print(
-        f"  N={n:<4} app     TTFT p50 {percentile(a_t, 0.5):7.0f} / p99 {a99:7.0f} ms   "
-        f"gap p99 {gap99:5.0f} ms   failures {len(through.failures)}   "
-        f"CPU {cpu * 1000:.1f} ms/answer   (p99 app/direct {a99 / d99:.2f}x, {rounds} rounds)"
+        f"  N={n:<4} app     TTFT p50 {median(lambda d, a: p(a, 0.5)):7.0f} / p99 "
+        f"{median(lambda d, a: p(a, 0.99)):7.0f} ms   gap p99 {gap99:5.0f} ms   "
+        f"failures {len(failures)}   CPU {cpu * 1000:.1f} ms/answer   "
+        f"(p99 app/direct {ratio:.2f}x; medians of {len(rounds)} rounds)"
     )
-    for failed in through.failures[:3]:
+    for failed in failures[:3]:
         print(f"      failure: {failed.error}")
-    return {"ratio": a99 / d99, "gap99": gap99, "failures": len(through.failures)}
+    return {"ratio": ratio, "gap99": gap99, "failures": len(failures)}
 
 
 def cross_worker(env: dict[str, str], folder: Path, url: str, clients: list[Client]) -> None:
@@ -535,9 +544,7 @@ def measure(
         profiler = profile(pid, profile_to) if profile_to and loads else None
         for n in loads:
             times = min(rounds, 2) if n >= 500 else rounds  # the longest rounds: two do
-            results[n] = report_load(
-                n, *uvloop.run(load(port, pid, up_port, clients, n, times)), times
-            )
+            results[n] = report_load(n, uvloop.run(load(port, pid, up_port, clients, n, times)))
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(timeout=30)
