@@ -608,7 +608,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=30, help="paired single sends")
     parser.add_argument("--no-postgres", action="store_true", help="skip the --workers 2 run")
     parser.add_argument("--postgres-loads", default="200")
-    parser.add_argument("--profile", type=Path, help="py-spy the SQLite server into this file")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy (pip install py-spy) the SQLite server into this file"
+    )
     args = parser.parse_args(argv)
     loads = [int(n) for n in args.loads.split(",") if n]
     available = cores()

@@ -42,13 +42,8 @@ from webapp.accounts.models import User
 from webapp.accounts.web import owner_of
 from webapp.admin import queries
 from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
-from webapp.admin.web import (
-    AdminController,
-    Listing,
-    admin_only,
-    left_out_spans,
-    parse_listing,
-)
+from webapp.admin.listing import SORTS, Listing, parse_listing
+from webapp.admin.web import AdminController, admin_only, left_out_spans
 from webapp.app import app_error, http_error
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService
@@ -266,9 +261,12 @@ async def expected_rows(world: World) -> dict[str, Expected]:
     return expected
 
 
-async def listing(world: World, **kwargs: Any) -> queries.Page[queries.TrimmedRow]:
+async def listing(
+    world: World, *, everything: bool = False, **kwargs: Any
+) -> queries.Page[queries.TrimmedRow]:
+    request = Listing(**kwargs)
     async with world.chat.sessions() as session:
-        return await queries.trimmed_conversations(session, **kwargs)
+        return await queries.trimmed_conversations(session, request, everything=everything)
 
 
 def ids(page: queries.Page[queries.TrimmedRow]) -> list[str]:
@@ -350,7 +348,7 @@ SORT_KEYS: dict[str, Callable[[queries.TrimmedRow], Any]] = {
 
 @module_loop
 async def test_each_sort_and_the_pages(world: World) -> None:
-    assert set(SORT_KEYS) == set(queries.SORTS)
+    assert set(SORT_KEYS) == set(SORTS)
     rows = (await listing(world)).items
     for sort, key in SORT_KEYS.items():
         for descending in (False, True):
@@ -374,10 +372,12 @@ async def test_each_sort_and_the_pages(world: World) -> None:
 
     with pytest.raises(InvalidInput, match="cannot sort by 'title; drop'"):
         await listing(world, sort="title; drop")
-    with pytest.raises(InvalidInput, match="page must be 1 or more"):
+    with pytest.raises(InvalidInput, match="page must be between 1 and 1,000,000, not 0"):
         await listing(world, page=0)
-    with pytest.raises(InvalidInput, match="per_page"):
+    with pytest.raises(InvalidInput, match="per_page must be between 1 and 200, not 0"):
         await listing(world, per_page=0)
+    with pytest.raises(InvalidInput, match="per_page must be between 1 and 200, not 201"):
+        await listing(world, per_page=201)
 
 
 # ---- the overview --------------------------------------------------------------------------
@@ -465,7 +465,7 @@ def test_charts_escape_labels_and_stay_well_formed() -> None:
 
 @module_loop
 async def test_csv_has_a_header_and_every_row(world: World) -> None:
-    page = await listing(world, sort="title", descending=False, per_page=None)
+    page = await listing(world, sort="title", descending=False, everything=True)
     assert page.total == len(page.items) == 4 and page.pages == 1
     parsed = list(csv.reader(io.StringIO(queries.to_csv(page.items))))
     assert parsed[0] == list(queries.CSV_COLUMNS)
@@ -815,6 +815,10 @@ async def test_the_list_page_json_and_csv(client: AsyncTestClient, world: World)
         ("/api/admin/trimmed?page=0", "page must be between 1"),
         ("/api/admin/trimmed?until=2024-13-01", "until must be a date"),
         ("/admin/trimmed.csv?order=sideways", "order must be asc or desc"),
+        # One cap for the page, the CSV and the API: the query layer has no other.
+        ("/admin/trimmed?per_page=201", "per_page must be between 1 and 200, not 201"),
+        ("/api/admin/trimmed?per_page=500", "per_page must be between 1 and 200, not 500"),
+        ("/admin/trimmed.csv?per_page=201", "per_page must be between 1 and 200, not 201"),
     ):
         response = await client.get(url, headers=admin)
         assert response.status_code == 400, url

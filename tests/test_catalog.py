@@ -508,6 +508,35 @@ ERROR_CASES = [
      "api_key_env", "not an environment variable name"),
     ("empty-name", "[[models]]\nname = ''\nprovider = 'openai'", "models[2]", "name",
      "must not be empty"),
+    # Where pydantic finds the problem: an item of an array, a key of an inline table.
+    ("capability-not-a-string", M + "capabilities = ['chat', 1]", "models[2] 'x'",
+     "capabilities[1]", "expected a string, got an integer (1)"),
+    ("fallback-blank", C + "model = 'small'\nfallbacks = ['big', ' ']", "configurations[1] 'c'",
+     "fallbacks[1]", "must not be empty"),
+    ("origin-not-a-string", E + "allowed_origins = [true]", "embeds[0] 'w'",
+     "allowed_origins[0]", "expected a string, got a boolean (True)"),
+    ("criteria-wrong-type", C + "criteria = { min_context_window = '8k' }",
+     "configurations[1] 'c'", "criteria.min_context_window",
+     "expected an integer, got a string ('8k')"),
+    ("criteria-capability-item", C + "criteria = { capabilities = [1] }",
+     "configurations[1] 'c'", "criteria.capabilities[0]", "expected a string"),
+    ("criteria-unknown-capability", C + "criteria = { capabilities = ['chatt'] }",
+     "configurations[1] 'c'", "criteria.capabilities", "unknown capability 'chatt'"),
+    ("provider-unknown-key", P + "kind = 'demo'\nbase_ur = 'http://x.test'", "providers[1] 'p'",
+     "base_ur", "unknown key (did you mean 'base_url'?)"),
+    ("embed-unknown-key", E + "allowed_origins = ['https://a.test']\ncolour = 'red'",
+     "embeds[0] 'w'", "colour", "unknown key"),
+    ("date-for-window", M + "context_window = 2024-01-01", "models[2] 'x'", "context_window",
+     "expected an integer, got a date/time"),
+    ("string-timeout", P + "kind = 'demo'\ntimeout = 'fast'", "providers[1] 'p'", "timeout",
+     "expected a number, got a string ('fast')"),
+    ("bool-timeout", P + "kind = 'demo'\ntimeout = true", "providers[1] 'p'", "timeout",
+     "expected a number, got a boolean (True)"),
+    ("inf-cost", M + "cost_input = inf", "models[2] 'x'", "cost_input", "finite"),
+    ("name-not-a-string", "[[models]]\nname = 7\nprovider = 'openai'", "models[2]", "name",
+     "expected a string, got an integer (7)"),
+    ("system-prompt-not-a-string", C + "model = 'small'\nsystem_prompt = ['hi']",
+     "configurations[1] 'c'", "system_prompt", "expected a string, got an array"),
 ]  # fmt: skip
 
 
@@ -647,6 +676,23 @@ def test_a_broken_model_does_not_cascade_into_its_configurations(tmp_path: Path)
     assert errors == [
         f"{path}: models[0] 'small': field 'context_window': "
         "expected an integer, got a string ('16k')"
+    ]
+
+
+def test_one_entry_reports_each_place_once_in_order(tmp_path: Path) -> None:
+    """Every problem of one entry, each at its own place, in the order of the fields."""
+    text = BASE + (
+        "\n[[configurations]]\nname = 'c'\nmax_tokens = 0\n"
+        "criteria = { capabilities = ['chat', 2], min_context_window = 'big', "
+        "max_cots_input = 1 }\n"
+    )
+    path, errors = errors_for(tmp_path, text)
+    where = f"{path}: configurations[1] 'c': field"
+    assert errors == [
+        f"{where} 'criteria.capabilities[1]': expected a string, got an integer (2)",
+        f"{where} 'criteria.min_context_window': expected an integer, got a string ('big')",
+        f"{where} 'criteria.max_cots_input': unknown key (did you mean 'max_cost_input'?)",
+        f"{where} 'max_tokens': must be greater than 0, got 0",
     ]
 
 

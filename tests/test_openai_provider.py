@@ -161,6 +161,33 @@ async def test_stream_is_parsed_as_it_arrives(
     assert arrivals[-1] - arrivals[0] > 0.2
 
 
+async def test_stream_framed_the_long_way_reads_the_same(
+    provider: OpenAIProvider,
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    """Keep-alive comments, ids, a data-less retry event, JSON over several data lines and
+    CRLF line ends are all SSE; none of them changes the answer."""
+    plain, error = await collect(provider.stream_chat("small", HELLO))
+    assert error is None
+    upstream.frame_streams_verbosely()
+    framed, error = await collect(provider.stream_chat("small", HELLO))
+    assert error is None
+    assert len(framed) > 2 and framed == plain
+    assert framed[-1].finish_reason == "stop" and framed[-1].usage is not None
+
+
+async def test_a_page_instead_of_a_stream_is_unavailable(
+    provider: OpenAIProvider,
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    """A 200 that is neither JSON nor an event stream is not read as an empty answer."""
+    upstream.answer_streams_with_a_page()
+    chunks, error = await collect(provider.stream_chat("small", HELLO))
+    assert chunks == []
+    assert isinstance(error, ProviderUnavailable) and error.retryable
+    assert "text/html" in error.message and "not an event stream" in error.message
+
+
 async def test_chat_with_tools_returns_the_tool_call(
     provider: OpenAIProvider,
     upstream: FakeUpstream,  # noqa: F811

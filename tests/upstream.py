@@ -48,7 +48,7 @@ import tiktoken
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -329,6 +329,20 @@ def _sse(data: Any) -> bytes:
     return f"data: {text}\n\n".encode()
 
 
+async def _verbose(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The same events framed the long way (see FakeUpstream.frame_streams_verbosely)."""
+    number = 0
+    async for event in events:
+        payload = event.decode().removeprefix("data: ").removesuffix("\n\n")
+        if payload != "[DONE]":
+            payload = json.dumps(json.loads(payload), indent=1)
+        number += 1
+        lines = [": keep-alive", "", f"id: {number}", *(f"data: {p}" for p in payload.split("\n"))]
+        if number == 1:
+            lines[2:2] = ["retry: 3000", ""]
+        yield ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
 def _pieces(text: str) -> list[str]:
     """Stream pieces: word by word (each with its trailing space), at least three."""
     pieces = re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
@@ -498,6 +512,8 @@ class FakeUpstream:
             self._tokenize_failures: list[_Failure] = []
             self._tokenize_stalls: list[_Stall] = []
             self._num_ctx: dict[str, int] = {}
+            self._verbose_frames = False
+            self._portal_page = False
 
     def fail_next(
         self,
@@ -523,6 +539,19 @@ class FakeUpstream:
         (only streaming requests take such a stall)."""
         with self._lock:
             self._stalls.append(_Stall(seconds, count, before_first_chunk))
+
+    def frame_streams_verbosely(self) -> None:
+        """Until reset, streams use the rest of what SSE allows, as some servers and proxies
+        do: a comment (keep-alive) before each event, an `id:`, a data-less `retry:`
+        event, each JSON chunk over several `data:` lines, and CRLF line ends."""
+        with self._lock:
+            self._verbose_frames = True
+
+    def answer_streams_with_a_page(self) -> None:
+        """Until reset, a streamed chat request gets a 200 HTML page, as from a captive
+        portal or a misrouted proxy: neither JSON nor an event stream."""
+        with self._lock:
+            self._portal_page = True
 
     def set_reply(self, text: str | None) -> None:
         """Force the reply text of every chat/completion until reset (None: echo again)."""
@@ -1018,9 +1047,14 @@ class FakeUpstream:
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         if self.engine == "llama-cpp-python":
             include_usage = False  # it ignores stream_options: no usage on streamed answers
-        return _EventStream(
-            self._chat_events(ident, created, model, text, tool_call, finish, usage, include_usage)
+        with self._lock:
+            verbose, portal = self._verbose_frames, self._portal_page
+        if portal:
+            return HTMLResponse("<html><body>Sign in to continue</body></html>")
+        events = self._chat_events(
+            ident, created, model, text, tool_call, finish, usage, include_usage
         )
+        return _EventStream(_verbose(events) if verbose else events)
 
     async def _chat_events(
         self,

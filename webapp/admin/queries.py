@@ -29,6 +29,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User, username_key
+from webapp.admin.listing import Listing
 from webapp.chat.branches import parent_of
 from webapp.chat.history import is_replayable
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role
@@ -37,18 +38,6 @@ from webapp.timeutil import as_utc, utcnow
 
 T = TypeVar("T")
 
-SORTS = (
-    "owner",
-    "title",
-    "configuration",
-    "models",
-    "trimmed_turns",
-    "most_dropped",
-    "last_activity",
-)
-"""The columns a list may be sorted by; anything else is refused, never interpolated."""
-
-MAX_PER_PAGE = 500
 UNKNOWN_MODEL = "(unknown)"
 
 _answer = aliased(Message, name="answer")
@@ -260,37 +249,17 @@ def _as_date(value: date | str) -> date:
     return value if isinstance(value, date) else date.fromisoformat(value)
 
 
-def _check_listing(sort: str, page: int, per_page: int | None) -> None:
-    if sort not in SORTS:
-        raise InvalidInput(f"cannot sort by {sort!r}; choose one of: {', '.join(SORTS)}")
-    if page < 1:
-        raise InvalidInput(f"page must be 1 or more, not {page}")
-    if per_page is not None and not 1 <= per_page <= MAX_PER_PAGE:
-        raise InvalidInput(f"per_page must be between 1 and {MAX_PER_PAGE}, not {per_page}")
-
-
 async def trimmed_conversations(
-    session: AsyncSession,
-    *,
-    configuration: str | None = None,
-    model: str | None = None,
-    owner: str | None = None,
-    since: date | None = None,
-    until: date | None = None,
-    sort: str = "last_activity",
-    descending: bool = True,
-    page: int = 1,
-    per_page: int | None = 50,
+    session: AsyncSession, listing: Listing, *, everything: bool = False
 ) -> Page[TrimmedRow]:
-    """Conversations with at least one trimmed send, filtered, sorted and paged in SQL.
+    """Conversations with at least one trimmed send, filtered, sorted and paged in SQL;
+    `everything` puts every match on one page (the CSV export).
 
-    `owner` matches a username (any case), a raw owner string, or `embed:<name>` for
-    every visitor of that embed. `since`/`until` are inclusive UTC days of the last
-    activity. Ties in any sort are broken by conversation id, so pages never overlap.
+    Ties in any sort are broken by conversation id, so pages never overlap.
     """
-    _check_listing(sort, page, per_page)
-    if since is not None and until is not None and since > until:
-        raise InvalidInput(f"the date range is empty: {since} is after {until}")
+    configuration, model, owner = listing.configuration, listing.model, listing.owner
+    since, until, sort = listing.since, listing.until, listing.sort
+    page, per_page = (1, None) if everything else (listing.page, listing.per_page)
 
     trims = (
         select(
@@ -370,7 +339,7 @@ async def trimmed_conversations(
             "most_dropped": trims.c.most_dropped,
             "last_activity": col(Conversation.updated_at),
         }[sort]
-    query = query.order_by(key.desc() if descending else key.asc(), col(Conversation.id))
+    query = query.order_by(key.desc() if listing.descending else key.asc(), col(Conversation.id))
     if per_page is not None:
         query = query.offset((page - 1) * per_page).limit(per_page)
     rows = (await session.exec(query)).all()

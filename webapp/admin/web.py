@@ -1,19 +1,15 @@
 """The admin review on the web: the list of trimmed conversations (page, JSON, CSV) and
 the review of one conversation. Admins only: `admin_only` guards the whole controller.
 
-Query parameters are read as text and parsed here, so a bad date, an unknown sort
-column or a page below 1 is a 400 that says which parameter is wrong, never a 500 and
-never a generic validation message. The filter form is a GET: nothing here changes
-state, so there is no CSRF token to carry.
+Query parameters are parsed by `webapp.admin.listing`, the one place that says what a
+list may ask for. The filter form is a GET: nothing here changes state, so there is no
+CSRF token to carry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
-from datetime import date
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any
-from urllib.parse import urlencode
 
 from litestar import Controller, Request, get
 from litestar.connection import ASGIConnection
@@ -25,23 +21,17 @@ from litestar.response import Response, Template
 
 from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
+from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
 from webapp.admin.queries import Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.models import Message, Role
 from webapp.chat.service import ConversationService
 from webapp.chat.views import MessageView
-from webapp.errors import InvalidInput, refuse_nul
 from webapp.llm.window import runs_of
 
 Chat = NamedDependency[ConversationService]
 """The app-wide `chat` dependency, declared as one (Litestar 3 stops inferring them)."""
 
-LIST_PATH = "/admin/trimmed"
-DEFAULT_PER_PAGE = 50
-DEFAULT_SORT = "last_activity"
-MAX_PER_PAGE = 200
 CHART_DAYS = 30
-TEXT_SORTS = frozenset({"owner", "title", "configuration", "models"})
-"""Read A to Z on first click; counts and dates read largest / newest first."""
 COLUMNS = (
     ("title", "Conversation"),
     ("owner", "Owner"),
@@ -58,125 +48,6 @@ def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandl
     user = connection.scope.get("user")
     if user is None or not getattr(user, "is_admin", False):
         raise PermissionDeniedException("this page is for admins only")
-
-
-@dataclass(frozen=True, slots=True)
-class Listing:
-    """One list request: its filters, sort and page, and the links that change them."""
-
-    configuration: str | None = None
-    model: str | None = None
-    owner: str | None = None
-    since: date | None = None
-    until: date | None = None
-    sort: str = DEFAULT_SORT
-    descending: bool = True
-    page: int = 1
-    per_page: int = DEFAULT_PER_PAGE
-
-    @property
-    def order(self) -> str:
-        return "desc" if self.descending else "asc"
-
-    @property
-    def filtered(self) -> bool:
-        return any((self.configuration, self.model, self.owner, self.since, self.until))
-
-    def params(self) -> dict[str, str]:
-        """The query string of this listing, leaving out defaults and empty filters."""
-        values: dict[str, Any] = {
-            "configuration": self.configuration,
-            "model": self.model,
-            "owner": self.owner,
-            "since": self.since,
-            "until": self.until,
-            "sort": self.sort if self.sort != DEFAULT_SORT else None,
-            "order": None if self.descending else "asc",
-            "page": self.page if self.page != 1 else None,
-            "per_page": self.per_page if self.per_page != DEFAULT_PER_PAGE else None,
-        }
-        return {key: str(value) for key, value in values.items() if value is not None}
-
-    def url(self, path: str = LIST_PATH, **changes: Any) -> str:
-        query = urlencode(replace(self, **changes).params())
-        return f"{path}?{query}" if query else path
-
-    def sort_url(self, column: str) -> str:
-        """The same filters sorted by `column`: the other way round if it is the current
-        sort, else in that column's natural order; always from the first page."""
-        descending = not self.descending if column == self.sort else column not in TEXT_SORTS
-        return self.url(sort=column, descending=descending, page=1)
-
-    def aria_sort(self, column: str) -> str:
-        if column != self.sort:
-            return "none"
-        return "descending" if self.descending else "ascending"
-
-    def filters(self) -> dict[str, Any]:
-        return {
-            "configuration": self.configuration,
-            "model": self.model,
-            "owner": self.owner,
-            "since": self.since,
-            "until": self.until,
-            "sort": self.sort,
-            "descending": self.descending,
-        }
-
-
-def _text(params: Mapping[str, str | None], name: str) -> str | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    value = refuse_nul(value, name).strip()
-    return value or None
-
-
-def _date(params: Mapping[str, str | None], name: str) -> date | None:
-    value = _text(params, name)
-    if value is None:
-        return None
-    try:
-        return date.fromisoformat(value)
-    except ValueError:
-        raise InvalidInput(f"{name} must be a date as YYYY-MM-DD, not {value!r}") from None
-
-
-def _integer(params: Mapping[str, str | None], name: str, default: int, most: int) -> int:
-    value = _text(params, name)
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise InvalidInput(f"{name} must be a whole number, not {value!r}") from None
-    if not 1 <= number <= most:
-        raise InvalidInput(f"{name} must be between 1 and {most:,}, not {number}")
-    return number
-
-
-def parse_listing(params: Mapping[str, str | None]) -> Listing:
-    """A Listing from query parameters; InvalidInput (400) names any bad one."""
-    sort = _text(params, "sort") or DEFAULT_SORT
-    if sort not in queries.SORTS:
-        raise InvalidInput(f"cannot sort by {sort!r}; choose one of: {', '.join(queries.SORTS)}")
-    order = _text(params, "order")
-    if order not in (None, "asc", "desc"):
-        raise InvalidInput(f"order must be asc or desc, not {order!r}")
-    since, until = _date(params, "since"), _date(params, "until")
-    if since is not None and until is not None and since > until:
-        raise InvalidInput(f"the date range is empty: since {since} is after until {until}")
-    return Listing(
-        configuration=_text(params, "configuration"),
-        model=_text(params, "model"),
-        owner=_text(params, "owner"),
-        since=since,
-        until=until,
-        sort=sort,
-        descending=(order or "desc") == "desc",
-        page=_integer(params, "page", 1, 1_000_000),
-        per_page=_integer(params, "per_page", DEFAULT_PER_PAGE, MAX_PER_PAGE),
-    )
 
 
 def row_dict(row: TrimmedRow) -> dict[str, Any]:
@@ -251,12 +122,7 @@ class AdminController(Controller):
         self, chat: Chat, listing: Listing, *, everything: bool = False
     ) -> Page[TrimmedRow]:
         async with chat.sessions() as session:
-            return await queries.trimmed_conversations(
-                session,
-                **listing.filters(),
-                page=1 if everything else listing.page,
-                per_page=None if everything else listing.per_page,
-            )
+            return await queries.trimmed_conversations(session, listing, everything=everything)
 
     @get(LIST_PATH)
     async def trimmed_page(self, request: Request, chat: Chat) -> Template:
@@ -309,7 +175,7 @@ class AdminController(Controller):
         ] = None,
         since: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
         until: Annotated[str | None, Parameter(description="YYYY-MM-DD, UTC")] = None,
-        sort: Annotated[str | None, Parameter(description=", ".join(queries.SORTS))] = None,
+        sort: Annotated[str | None, Parameter(description=", ".join(SORTS))] = None,
         order: Annotated[str | None, Parameter(description="asc or desc")] = None,
         page: Annotated[str | None, Parameter(description="1 or more")] = None,
         per_page: Annotated[str | None, Parameter(description=f"1 to {MAX_PER_PAGE}")] = None,

@@ -13,16 +13,25 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 DEFAULT_WINDOW = 8192
 """Window assumed for a model whose context_window is not given (DESIGN section 3)."""
@@ -271,7 +280,13 @@ def _syntax_error_line(source: str, exc: tomllib.TOMLDecodeError) -> str:
     return f"{source}: {where}: TOML syntax error: {message}"
 
 
-# --------------------------------------------------------------------------- field reading
+# --------------------------------------------------------------------------- the file's shape
+#
+# Each [[table]] entry is a pydantic model: pydantic checks types, ranges, required and
+# unknown keys, and reports every problem of an entry at once with its location. Checks
+# that need the sections before (a model's provider, a configuration's models) run as
+# field validators reading `_Known` from the validation context, so an entry's reference
+# errors come out with its type errors. `_lines` turns pydantic's errors into our lines.
 
 
 _TOML_TYPE_NAMES: dict[type, str] = {
@@ -296,157 +311,42 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-class _Problems:
-    """Collects error lines for one file so validation can go on after the first problem."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.lines: list[str] = []
-
-    def add(self, where: str, message: str) -> None:
-        self.lines.append(f"{self.source}: {where}: {message}")
+_REFUSED = "catalog"
+"""The error type of every check written here; its messages are shown as they are."""
 
 
-class _Table:
-    """Typed reads from one TOML table that report problems instead of raising.
-
-    Each read returns None when the value is absent or wrong, and marks the
-    entry as not ok, so cross-checks can skip entries that already failed
-    rather than pile consequential errors on top.
-    """
-
-    def __init__(
-        self,
-        data: Mapping[str, Any],
-        where: str,
-        problems: _Problems,
-        allowed: Iterable[str],
-        prefix: str = "",
-    ) -> None:
-        self.data = data
-        self.where = where
-        self.problems = problems
-        self.prefix = prefix
-        self.ok = True
-        allowed = tuple(allowed)
-        for key in data:
-            if key not in allowed:
-                self.error(key, f"unknown key{_did_you_mean(key, allowed)}")
-
-    def error(self, key: str, message: str) -> None:
-        self.ok = False
-        self.problems.add(f"{self.where}: field '{self.prefix}{key}'", message)
-
-    def _get(self, key: str, required: bool) -> Any:
-        if key not in self.data:
-            if required:
-                self.error(key, "required field is missing")
-            return None
-        return self.data[key]
-
-    def string(self, key: str, *, required: bool = False, allow_empty: bool = False) -> str | None:
-        value = self._get(key, required)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            self.error(key, f"expected a string, got {_describe(value)}")
-            return None
-        if not allow_empty and not value.strip():
-            self.error(key, "must not be empty")
-            return None
-        return value
-
-    def integer(self, key: str, *, required: bool = False) -> int | None:
-        value = self._get(key, required)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.error(key, f"expected an integer, got {_describe(value)}")
-            return None
-        return value
-
-    def positive_integer(self, key: str, *, required: bool = False) -> int | None:
-        value = self.integer(key, required=required)
-        if value is not None and value <= 0:
-            self.error(key, f"must be greater than 0, got {value}")
-            return None
-        return value
-
-    def number(self, key: str, *, minimum: float, inclusive: bool) -> float | None:
-        """A finite int or float no lower than `minimum` (strictly above when not inclusive)."""
-        value = self._get(key, False)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.error(key, f"expected a number, got {_describe(value)}")
-            return None
-        if not math.isfinite(value):
-            self.error(key, f"must be a finite number, got {value}")
-            return None
-        if value < minimum or (not inclusive and value == minimum):
-            bound = "at least" if inclusive else "greater than"
-            self.error(key, f"must be {bound} {minimum:g}, got {value:g}")
-            return None
-        return float(value)
-
-    def boolean(self, key: str) -> bool | None:
-        value = self._get(key, False)
-        if value is None:
-            return None
-        if not isinstance(value, bool):
-            self.error(key, f"expected true or false, got {_describe(value)}")
-            return None
-        return value
-
-    def strings(self, key: str, *, required: bool = False) -> tuple[str, ...] | None:
-        value = self._get(key, required)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            self.error(key, f"expected an array of strings, got {_describe(value)}")
-            return None
-        bad = [item for item in value if not isinstance(item, str) or not item.strip()]
-        if bad:
-            self.error(key, f"expected non-empty strings, got {_describe(bad[0])}")
-            return None
-        return tuple(value)
-
-    def capabilities(self, key: str) -> frozenset[str] | None:
-        values = self.strings(key)
-        if values is None:
-            return None
-        unknown = [value for value in values if value not in KNOWN_CAPABILITIES]
-        for value in unknown:
-            known = ", ".join(sorted(KNOWN_CAPABILITIES))
-            hint = _did_you_mean(value, KNOWN_CAPABILITIES)
-            self.error(key, f"unknown capability '{value}'{hint}; known: {known}")
-        return None if unknown else frozenset(values)
+def _refuse(*messages: str) -> PydanticCustomError:
+    """One field's problems (one or more lines) as a pydantic error."""
+    return PydanticCustomError(_REFUSED, "{message}", {"message": messages[0], "all": messages})
 
 
-# --------------------------------------------------------------------------- sections
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise _refuse("must not be empty")
+    return value
 
 
-_SECTIONS = ("providers", "models", "configurations", "embeds")
-
-_PROVIDER_KEYS = ("name", "kind", "base_url", "api_key_env", "timeout")
-_MODEL_KEYS = (
-    "name",
-    "provider",
-    "model_id",
-    "context_window",
-    "max_output_tokens",
-    "capabilities",
-    "cost_input",
-    "cost_output",
-    "tokenizer",
-)
-_CONFIGURATION_KEYS = ("name", "model", "criteria", "system_prompt", "max_tokens", "fallbacks")
-_CRITERIA_KEYS = ("capabilities", "min_context_window", "max_cost_input", "prefer_lowest_cost")
-_EMBED_KEYS = ("name", "configuration", "allowed_origins", "title", "greeting")
+Text = Annotated[str, AfterValidator(_not_blank)]
+"""A string with something in it: an empty name or URL is a mistake, not a value."""
+Count = Annotated[int, Field(gt=0)]
+Cost = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_EMBED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+def _known_capabilities(values: list[str]) -> list[str]:
+    known = ", ".join(sorted(KNOWN_CAPABILITIES))
+    unknown = [
+        f"unknown capability '{value}'{_did_you_mean(value, KNOWN_CAPABILITIES)}; known: {known}"
+        for value in values
+        if value not in KNOWN_CAPABILITIES
+    ]
+    if unknown:
+        raise _refuse(*unknown)
+    return values
+
+
+Capabilities = Annotated[list[Text], AfterValidator(_known_capabilities)]
+
 
 _S = TypeVar("_S")
 
@@ -465,19 +365,455 @@ class _Section(Generic[_S]):
     broken: bool = False
 
 
+@dataclass
+class _Known:
+    """What the sections read so far declare, for the references of the next one."""
+
+    folder: Path
+    """Where the file is: a relative tokenizer path is read from there."""
+    providers: _Section[ProviderSpec] = field(default_factory=_Section)
+    models: _Section[ModelSpec] = field(default_factory=_Section)
+    configurations: _Section[ConfigurationSpec] = field(default_factory=_Section)
+
+
+def _known(info: ValidationInfo) -> _Known:
+    return cast(_Known, cast(dict[str, Any], info.context)["known"])
+
+
+class _Table(BaseModel):
+    """Strict: TOML has real types, so "8k", 4096.0 or "yes" is a mistake to name, not a
+    value to coerce; and a key no entry knows is a typo that would silently do nothing."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class _Entry(_Table):
+    name: Text
+
+    @classmethod
+    def presence_problems(cls, data: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(field, message) for rules on which keys are present, which pydantic has no
+        per-field place for; checked on the raw entry, alongside pydantic's errors."""
+        return []
+
+    def spec(self) -> Any:
+        """The frozen spec the rest of the app reads."""
+        raise NotImplementedError
+
+
+class _ProviderEntry(_Entry):
+    kind: str
+    base_url: Text | None = Field(default=None, validate_default=True)
+    api_key_env: Text | None = None
+    timeout: Seconds = 60.0
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, kind: str) -> str:
+        if kind not in PROVIDER_KINDS:
+            expected = " or ".join(f"'{k}'" for k in PROVIDER_KINDS)
+            hint = _did_you_mean(kind, PROVIDER_KINDS)
+            raise _refuse(f"unknown provider kind '{kind}'{hint}; expected {expected}")
+        return kind
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, base_url: str | None, info: ValidationInfo) -> str | None:
+        if base_url is None:
+            if info.data.get("kind") == "openai":
+                raise _refuse(
+                    "required for an 'openai' provider (e.g. https://api.openai.com/v1 "
+                    "or http://127.0.0.1:11434/v1 for Ollama)"
+                )
+            return None
+        problem = _url_problem(base_url)
+        if problem:
+            raise _refuse(problem)
+        return base_url.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_env(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_api_key_env(value)
+        return value
+
+    def spec(self) -> ProviderSpec:
+        return ProviderSpec(
+            name=self.name,
+            kind=cast(ProviderKind, self.kind),
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            timeout=self.timeout,
+        )
+
+
+class _ModelEntry(_Entry):
+    provider: Text
+    model_id: Text | None = None
+    context_window: Count | None = Field(default=None, validate_default=True)
+    max_output_tokens: Count | None = None
+    capabilities: Capabilities = Field(default_factory=lambda: ["chat"])
+    cost_input: Cost | None = None
+    cost_output: Cost | None = None
+    tokenizer: Text | None = Field(default=None, validate_default=True)
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, provider: str, info: ValidationInfo) -> str:
+        declared = _known(info).providers.declared
+        if provider not in declared:
+            hint = _did_you_mean(provider, declared)
+            raise _refuse(f"unknown provider '{provider}'{hint}; declare it in [[providers]]")
+        return provider
+
+    @field_validator("context_window")
+    @classmethod
+    def _context_window(cls, window: int | None, info: ValidationInfo) -> int | None:
+        """Left out, a demo model gets the demo's window; any other model's is discovered
+        from its server after loading (webapp.llm.discovery)."""
+        if window is None and _served_by_demo(info):
+            return DEMO_WINDOW
+        return window
+
+    @field_validator("max_output_tokens")
+    @classmethod
+    def _max_output_tokens(cls, most: int | None, info: ValidationInfo) -> int | None:
+        # An unknown window is checked against max_output_tokens once discovered.
+        window = info.data.get("context_window")
+        if most is not None and window is not None and most >= window:
+            raise _refuse(
+                f"{most} must be less than context_window ({window}): "
+                "the reply would leave no room for the prompt"
+            )
+        return most
+
+    @field_validator("capabilities")
+    @classmethod
+    def _capabilities(cls, capabilities: list[str]) -> list[str]:
+        if not capabilities:
+            raise _refuse('must list at least one capability (default is ["chat"])')
+        return capabilities
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, setting: str | None, info: ValidationInfo) -> str:
+        return _tokenizer(setting, demo=_served_by_demo(info), folder=_known(info).folder)
+
+    def spec(self) -> ModelSpec:
+        return ModelSpec(
+            name=self.name,
+            provider=self.provider,
+            model_id=self.model_id if self.model_id is not None else self.name,
+            context_window=self.context_window,
+            max_output_tokens=self.max_output_tokens,
+            capabilities=frozenset(self.capabilities),
+            cost_input=self.cost_input,
+            cost_output=self.cost_output,
+            tokenizer=cast(str, self.tokenizer),
+        )
+
+
+def _served_by_demo(info: ValidationInfo) -> bool:
+    provider = _known(info).providers.specs.get(info.data.get("provider", ""))
+    return provider is not None and provider.kind == "demo"
+
+
+def _tokenizer(setting: str | None, *, demo: bool, folder: Path) -> str:
+    """The validated `tokenizer` setting; left out, the estimate for the demo, else "auto".
+
+    Checked here, at start, rather than at the first send: a missing package or file
+    should stop the app with the entry named, not quietly count with the estimate.
+    """
+    if setting is None:
+        return "estimate" if demo else "auto"
+    kind, argument = split_tokenizer(setting.strip())
+    examples = "'auto', 'server', 'estimate', 'tiktoken:<encoding>' or 'huggingface:<path>'"
+    if kind not in TOKENIZER_KINDS:
+        hint = _did_you_mean(kind, TOKENIZER_KINDS)
+        raise _refuse(f"unknown tokenizer '{setting}'{hint}; expected {examples}")
+    if kind in ("auto", "server", "estimate"):
+        if argument:
+            raise _refuse(f"'{kind}' takes no argument, got '{setting}'")
+        if kind == "server" and demo:
+            raise _refuse("the demo provider has no tokenize endpoint; use 'estimate'")
+        return kind
+    if not argument.strip():
+        what = (
+            "an encoding, e.g. 'tiktoken:cl100k_base'"
+            if kind == "tiktoken"
+            else "the path of a tokenizer.json, e.g. 'huggingface:models/qwen/tokenizer.json'"
+        )
+        raise _refuse(f"'{kind}:' needs {what}")
+    if kind == "tiktoken":
+        problem = _tiktoken_problem(argument)
+        if problem:
+            raise _refuse(problem)
+        return setting
+    if importlib.util.find_spec("tokenizers") is None:
+        raise _refuse(
+            "needs the 'tokenizers' package, which is not installed: "
+            "pip install 'webapp[huggingface]'"
+        )
+    path = Path(argument).expanduser()
+    path = (path if path.is_absolute() else folder / path).resolve()
+    if not path.is_file():
+        raise _refuse(f"tokenizer file not found: {path}")
+    return f"huggingface:{path}"
+
+
+class _CriteriaTable(_Table):
+    capabilities: Capabilities = Field(default_factory=list)
+    min_context_window: Count | None = None
+    max_cost_input: Cost | None = None
+    prefer_lowest_cost: bool = False
+
+    def spec(self) -> Criteria:
+        return Criteria(
+            capabilities=frozenset(self.capabilities),
+            min_context_window=self.min_context_window,
+            max_cost_input=self.max_cost_input,
+            prefer_lowest_cost=self.prefer_lowest_cost,
+        )
+
+
+class _ConfigurationEntry(_Entry):
+    model: Text | None = None
+    criteria: _CriteriaTable | None = None
+    system_prompt: str | None = None
+    max_tokens: Count | None = None
+    fallbacks: list[Text] = Field(default_factory=list)
+
+    @classmethod
+    def presence_problems(cls, data: Mapping[str, Any]) -> list[tuple[str, str]]:
+        if "model" in data and "criteria" in data:
+            return [("model", "set either 'model' (a fixed model) or 'criteria', not both")]
+        if "model" not in data and "criteria" not in data:
+            return [
+                (
+                    "model",
+                    "required: set 'model' (a fixed model) or 'criteria' (a model chosen per call)",
+                )
+            ]
+        return []
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, model: str | None, info: ValidationInfo) -> str | None:
+        declared = _known(info).models.declared
+        if model is not None and model not in declared:
+            hint = _did_you_mean(model, declared)
+            raise _refuse(f"unknown model '{model}'{hint}; declare it in [[models]]")
+        return model
+
+    @field_validator("criteria")
+    @classmethod
+    def _criteria(
+        cls, criteria: _CriteriaTable | None, info: ValidationInfo
+    ) -> _CriteriaTable | None:
+        """Checked only when every model is valid: a broken one might have matched."""
+        models = _known(info).models
+        if criteria is None or models.broken:
+            return criteria
+        wanted = criteria.spec()
+        if not any(wanted.matches(model) for model in models.specs.values()):
+            raise _refuse(f"no model in [[models]] matches {_describe_criteria(wanted)}")
+        return criteria
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _max_tokens(cls, max_tokens: int | None, info: ValidationInfo) -> int | None:
+        fixed = _known(info).models.specs.get(info.data.get("model") or "")
+        if (
+            max_tokens is not None
+            and fixed is not None
+            and fixed.context_window is not None
+            and max_tokens >= fixed.window
+        ):
+            raise _refuse(
+                f"{max_tokens} must be less than the window of model '{fixed.name}' "
+                f"({fixed.window}): the reply would leave no room for the prompt"
+            )
+        return max_tokens
+
+    @field_validator("fallbacks")
+    @classmethod
+    def _fallbacks(cls, fallbacks: list[str], info: ValidationInfo) -> list[str]:
+        """Each fallback must be a declared model that can still hold a prompt after the
+        reply."""
+        models = _known(info).models
+        model, max_tokens = info.data.get("model"), info.data.get("max_tokens")
+        problems: list[str] = []
+        for index, fallback in enumerate(fallbacks):
+            spec = models.specs.get(fallback)
+            if fallback not in models.declared:
+                hint = _did_you_mean(fallback, models.declared)
+                problems.append(f"unknown model '{fallback}'{hint}; declare it in [[models]]")
+            elif fallback in fallbacks[:index]:
+                problems.append(f"model '{fallback}' is listed twice")
+            elif fallback == model:
+                problems.append(f"model '{fallback}' is the configuration's own model")
+            elif (
+                spec is not None
+                and spec.context_window is not None
+                and max_tokens is not None
+                and max_tokens >= spec.window
+            ):
+                problems.append(
+                    f"model '{fallback}' has a window of {spec.window}, not more than "
+                    f"max_tokens {max_tokens}"
+                )
+        if problems:
+            raise _refuse(*problems)
+        return fallbacks
+
+    def spec(self) -> ConfigurationSpec:
+        return ConfigurationSpec(
+            name=self.name,
+            model=self.model,
+            criteria=self.criteria.spec() if self.criteria is not None else None,
+            system_prompt=self.system_prompt,
+            max_tokens=self.max_tokens,
+            fallbacks=tuple(self.fallbacks),
+        )
+
+
+class _EmbedEntry(_Entry):
+    configuration: Text
+    allowed_origins: list[Text]
+    title: Text | None = None
+    greeting: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _url_safe_name(cls, name: str) -> str:
+        if not _EMBED_NAME.fullmatch(name):
+            raise _refuse(
+                f"'{name}' is used in the URL /embed/{{name}}: use only letters, "
+                "digits, '.', '_' and '-'"
+            )
+        return name
+
+    @field_validator("configuration")
+    @classmethod
+    def _configuration(cls, configuration: str, info: ValidationInfo) -> str:
+        declared = _known(info).configurations.declared
+        if configuration not in declared:
+            hint = _did_you_mean(configuration, declared)
+            raise _refuse(
+                f"unknown configuration '{configuration}'{hint}; declare it in [[configurations]]"
+            )
+        return configuration
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _allowed_origins(cls, origins: list[str]) -> list[str]:
+        if not origins:
+            raise _refuse("must list at least one origin, such as 'https://example.com'")
+        problems = [problem for problem in map(_origin_problem, origins) if problem]
+        if problems:
+            raise _refuse(*problems)
+        return origins
+
+    def spec(self) -> EmbedSpec:
+        return EmbedSpec(
+            name=self.name,
+            configuration=self.configuration,
+            allowed_origins=tuple(self.allowed_origins),
+            title=self.title,
+            greeting=self.greeting,
+        )
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_EMBED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+# --------------------------------------------------------------------------- error lines
+
+
+def _field_name(loc: tuple[int | str, ...]) -> str:
+    """pydantic's location in the file's words: `criteria.min_window`, `fallbacks[1]`."""
+    name = ""
+    for part in loc:
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += f".{part}" if name else part
+    return name
+
+
+def _message(error: ErrorDetails, entry: type[_Table]) -> tuple[str, ...]:
+    """What one pydantic error says, in the words the rest of the catalog's errors use."""
+    kind, found, ctx = error["type"], error["input"], error.get("ctx") or {}
+    if kind == _REFUSED:
+        return tuple(ctx["all"])
+    if kind == "extra_forbidden":
+        table = _CriteriaTable if len(error["loc"]) > 1 else entry  # the one nested table
+        return (f"unknown key{_did_you_mean(str(error['loc'][-1]), table.model_fields)}",)
+    if kind == "model_type":
+        return (f'expected a table such as {{ capabilities = ["chat"] }}, got {_describe(found)}',)
+    if kind in ("greater_than", "greater_than_equal"):
+        bound = "greater than" if kind == "greater_than" else "at least"
+        limit = ctx["gt"] if kind == "greater_than" else ctx["ge"]
+        return (f"must be {bound} {limit:g}, got {found:g}",)
+    if kind == "missing":
+        return ("required field is missing",)
+    if kind == "finite_number":
+        return (f"must be a finite number, got {found}",)
+    if kind in _EXPECTED:
+        return (f"expected {_EXPECTED[kind]}, got {_describe(found)}",)
+    return (error["msg"],)
+
+
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "list_type": "an array of strings",  # every array in the file holds strings
+}
+"""What a field wanted, by pydantic's error type, when the value found had another type."""
+
+
+def _lines(exc: ValidationError, entry: type[_Table]) -> list[tuple[str, str]]:
+    return [
+        (_field_name(error["loc"]), message)
+        for error in exc.errors(include_url=False)
+        for message in _message(error, entry)
+    ]
+
+
+class _Problems:
+    """Collects error lines for one file so validation can go on after the first problem."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.lines.append(f"{self.source}: {where}: {message}")
+
+
+# --------------------------------------------------------------------------- the whole file
+
+
+_SECTIONS = ("providers", "models", "configurations", "embeds")
+
+
 def _section(
     data: Mapping[str, Any],
     section: str,
-    allowed: tuple[str, ...],
+    entry_type: type[_Entry],
+    known: _Known,
     problems: _Problems,
-    build: Callable[[_Table, str | None], _S | None],
-) -> _Section[_S]:
-    """Check each entry's shape, name and uniqueness, then let `build` read the rest.
+) -> _Section[Any]:
+    """Validate each entry of one [[table]] array; keep the specs of those without fault.
 
-    `build` gets the entry's reader and its name (None when the name is bad) and
-    returns a spec; the spec is kept only if no field of the entry was wrong.
+    The names of broken entries are declared too, so references to them are not
+    reported again as unknown.
     """
-    result: _Section[_S] = _Section()
+    result: _Section[Any] = _Section()
     value = data.get(section, [])
     if not isinstance(value, list):
         problems.add(
@@ -493,23 +829,71 @@ def _section(
             problems.add(label, f"expected a table ([[{section}]]), got {_describe(entry)}")
             result.broken = True
             continue
-        raw_name = entry.get("name")
-        if isinstance(raw_name, str) and raw_name.strip():
-            label = f"{label} '{raw_name}'"
-        table = _Table(entry, label, problems, allowed)
-        name = table.string("name", required=True)
-        if name is not None:
+        found: list[tuple[str, str]] = []
+        name = entry.get("name")
+        if isinstance(name, str) and name.strip():
+            label = f"{label} '{name}'"
             if name in result.declared:
                 first = result.declared[name]
-                table.error("name", f"duplicate name '{name}' (already used by {first})")
+                found.append(("name", f"duplicate name '{name}' (already used by {first})"))
             else:
                 result.declared[name] = label
-        spec = build(table, name)
-        if table.ok and spec is not None and name is not None:
-            result.specs[name] = spec
+        spec = None
+        try:
+            validated = entry_type.model_validate(entry, context={"known": known})
+        except ValidationError as exc:
+            found += _lines(exc, entry_type)
         else:
+            spec = validated.spec()
+        found += entry_type.presence_problems(entry)
+        for field_name, message in found:
+            problems.add(f"{label}: field '{field_name}'", message)
+        if found or spec is None:
             result.broken = True
+        else:
+            result.specs[spec.name] = spec
     return result
+
+
+def parse_catalog(data: dict[str, Any], source: str) -> Catalog:
+    """Validate already-parsed TOML; raise CatalogError listing every problem found.
+
+    Sections are read in dependency order (providers, models, configurations,
+    embeds) so each can check its references against the one before.
+    """
+    problems = _Problems(source)
+    if not isinstance(data, dict):
+        problems.add("top level", f"expected a table, got {_describe(data)}")
+        raise CatalogError(source, problems.lines)
+    for key in data:
+        if key not in _SECTIONS:
+            problems.add(
+                f"top level: field '{key}'",
+                f"unknown key{_did_you_mean(key, _SECTIONS)}; "
+                "expected [[providers]], [[models]], [[configurations]] or [[embeds]]",
+            )
+    known = _Known(folder=Path(source).resolve().parent)
+    known.providers = _section(data, "providers", _ProviderEntry, known, problems)
+    known.models = _section(data, "models", _ModelEntry, known, problems)
+    known.configurations = _section(data, "configurations", _ConfigurationEntry, known, problems)
+    embeds = _section(data, "embeds", _EmbedEntry, known, problems)
+    if known.configurations.count == 0 and isinstance(data.get("configurations", []), list):
+        problems.add(
+            "top level: field 'configurations'",
+            "no [[configurations]]: declare at least one (the first is the default)",
+        )
+    if problems.lines:
+        raise CatalogError(source, problems.lines)
+    return Catalog(
+        providers=known.providers.specs,
+        models=known.models.specs,
+        configurations=known.configurations.specs,
+        embeds=embeds.specs,
+        source=source,
+    )
+
+
+# --------------------------------------------------------------------------- value checks
 
 
 def _url_problem(url: str) -> str | None:
@@ -547,163 +931,19 @@ def _origin_problem(origin: str) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- builders
-
-
-def _provider(table: _Table, name: str | None) -> ProviderSpec | None:
-    kind = table.string("kind", required=True)
-    if kind is not None and kind not in PROVIDER_KINDS:
-        expected = " or ".join(f"'{k}'" for k in PROVIDER_KINDS)
-        table.error(
-            "kind",
-            f"unknown provider kind '{kind}'{_did_you_mean(kind, PROVIDER_KINDS)}; "
-            f"expected {expected}",
-        )
-        kind = None
-    base_url = table.string("base_url")
-    if base_url is not None:
-        problem = _url_problem(base_url)
-        if problem:
-            table.error("base_url", problem)
-        base_url = base_url.rstrip("/")
-    elif kind == "openai" and "base_url" not in table.data:
-        table.error(
-            "base_url",
-            "required for an 'openai' provider (e.g. https://api.openai.com/v1 "
-            "or http://127.0.0.1:11434/v1 for Ollama)",
-        )
-    api_key_env = table.string("api_key_env")
-    if api_key_env is not None:
-        _check_api_key_env(table, api_key_env)
-    timeout = table.number("timeout", minimum=0.0, inclusive=False)
-    if name is None or kind is None:
-        return None
-    return ProviderSpec(
-        name=name,
-        kind=cast(ProviderKind, kind),
-        base_url=base_url,
-        api_key_env=api_key_env,
-        timeout=timeout if timeout is not None else 60.0,
-    )
-
-
-def _check_api_key_env(table: _Table, value: str) -> None:
+def _check_api_key_env(value: str) -> None:
     """The file names the variable; the key stays in the environment, out of files and logs.
 
     The value is never echoed: if it is a secret, the error message must not leak it.
     """
     hint = 'put the NAME of the environment variable there (e.g. api_key_env = "OPENAI_API_KEY")'
     if value.startswith("sk-"):
-        table.error(
-            "api_key_env",
+        raise _refuse(
             f"looks like an API key itself, not a variable name; {hint} "
-            "and set that variable to the key",
+            "and set that variable to the key"
         )
-    elif not _ENV_NAME.fullmatch(value):
-        table.error("api_key_env", f"is not an environment variable name; {hint}")
-
-
-def _model(
-    providers: _Section[ProviderSpec], folder: Path, table: _Table, name: str | None
-) -> ModelSpec | None:
-    provider = table.string("provider", required=True)
-    if provider is not None and provider not in providers.declared:
-        hint = _did_you_mean(provider, providers.declared)
-        table.error("provider", f"unknown provider '{provider}'{hint}; declare it in [[providers]]")
-    model_id = table.string("model_id")
-    context_window = table.positive_integer("context_window")
-    served_by = providers.specs.get(provider) if provider is not None else None
-    if "context_window" not in table.data and served_by is not None and served_by.kind == "demo":
-        context_window = DEMO_WINDOW
-    max_output_tokens = table.positive_integer("max_output_tokens")
-    # A window left out is discovered from the server after loading (webapp.llm.discovery),
-    # which checks max_output_tokens against it then; here only a known window is checked.
-    if (
-        max_output_tokens is not None
-        and context_window is not None
-        and max_output_tokens >= context_window
-    ):
-        table.error(
-            "max_output_tokens",
-            f"{max_output_tokens} must be less than context_window ({context_window}): "
-            "the reply would leave no room for the prompt",
-        )
-    capabilities = table.capabilities("capabilities")
-    if capabilities is not None and not capabilities:
-        table.error("capabilities", 'must list at least one capability (default is ["chat"])')
-    if "capabilities" not in table.data:
-        capabilities = frozenset({"chat"})
-    cost_input = table.number("cost_input", minimum=0.0, inclusive=True)
-    cost_output = table.number("cost_output", minimum=0.0, inclusive=True)
-    tokenizer = _tokenizer(table, served_by, folder)
-    if name is None or provider is None or capabilities is None or tokenizer is None:
-        return None
-    return ModelSpec(
-        name=name,
-        provider=provider,
-        model_id=model_id if model_id is not None else name,
-        context_window=context_window,
-        max_output_tokens=max_output_tokens,
-        capabilities=capabilities,
-        cost_input=cost_input,
-        cost_output=cost_output,
-        tokenizer=tokenizer,
-    )
-
-
-def _tokenizer(table: _Table, served_by: ProviderSpec | None, folder: Path) -> str | None:
-    """The validated `tokenizer` setting, or None (with an error) when it cannot work.
-
-    Checked here, at start, rather than at the first send: a missing package or file
-    should stop the app with the entry named, not quietly count with the estimate.
-    """
-    demo = served_by is not None and served_by.kind == "demo"
-    if "tokenizer" not in table.data:
-        return "estimate" if demo else "auto"
-    setting = table.string("tokenizer")
-    if setting is None:
-        return None
-    kind, argument = split_tokenizer(setting.strip())
-    examples = "'auto', 'server', 'estimate', 'tiktoken:<encoding>' or 'huggingface:<path>'"
-    if kind not in TOKENIZER_KINDS:
-        hint = _did_you_mean(kind, TOKENIZER_KINDS)
-        table.error("tokenizer", f"unknown tokenizer '{setting}'{hint}; expected {examples}")
-        return None
-    if kind in ("auto", "server", "estimate"):
-        if argument:
-            table.error("tokenizer", f"'{kind}' takes no argument, got '{setting}'")
-            return None
-        if kind == "server" and demo:
-            table.error("tokenizer", "the demo provider has no tokenize endpoint; use 'estimate'")
-            return None
-        return kind
-    if not argument.strip():
-        what = (
-            "an encoding, e.g. 'tiktoken:cl100k_base'"
-            if kind == "tiktoken"
-            else ("the path of a tokenizer.json, e.g. 'huggingface:models/qwen/tokenizer.json'")
-        )
-        table.error("tokenizer", f"'{kind}:' needs {what}")
-        return None
-    if kind == "tiktoken":
-        problem = _tiktoken_problem(argument)
-        if problem:
-            table.error("tokenizer", problem)
-            return None
-        return setting
-    if importlib.util.find_spec("tokenizers") is None:
-        table.error(
-            "tokenizer",
-            "needs the 'tokenizers' package, which is not installed: "
-            "pip install 'webapp[huggingface]'",
-        )
-        return None
-    path = Path(argument).expanduser()
-    path = (path if path.is_absolute() else folder / path).resolve()
-    if not path.is_file():
-        table.error("tokenizer", f"tokenizer file not found: {path}")
-        return None
-    return f"huggingface:{path}"
+    if not _ENV_NAME.fullmatch(value):
+        raise _refuse(f"is not an environment variable name; {hint}")
 
 
 def _tiktoken_problem(encoding: str) -> str | None:
@@ -722,85 +962,6 @@ def _tiktoken_problem(encoding: str) -> str | None:
     return None
 
 
-def _configuration(
-    models: _Section[ModelSpec], table: _Table, name: str | None
-) -> ConfigurationSpec | None:
-    has_model, has_criteria = "model" in table.data, "criteria" in table.data
-    if has_model and has_criteria:
-        table.error("model", "set either 'model' (a fixed model) or 'criteria', not both")
-    elif not has_model and not has_criteria:
-        table.error(
-            "model",
-            "required: set 'model' (a fixed model) or 'criteria' (a model chosen per call)",
-        )
-    model = table.string("model")
-    if model is not None and model not in models.declared:
-        table.error(
-            "model",
-            f"unknown model '{model}'{_did_you_mean(model, models.declared)}; "
-            "declare it in [[models]]",
-        )
-    criteria = _criteria(table) if has_criteria else None
-    if criteria is not None and not models.broken and not _any_match(models, criteria):
-        table.error("criteria", f"no model in [[models]] matches {_describe_criteria(criteria)}")
-    max_tokens = table.positive_integer("max_tokens")
-    fixed = models.specs.get(model) if model is not None else None
-    if (
-        max_tokens is not None
-        and fixed is not None
-        and fixed.context_window is not None
-        and max_tokens >= fixed.window
-    ):
-        table.error(
-            "max_tokens",
-            f"{max_tokens} must be less than the window of model '{fixed.name}' ({fixed.window}): "
-            "the reply would leave no room for the prompt",
-        )
-    fallbacks = table.strings("fallbacks")
-    if fallbacks is not None:
-        _check_fallbacks(table, models, fallbacks, model, max_tokens)
-    system_prompt = table.string("system_prompt", allow_empty=True)
-    if name is None or (model is None and criteria is None):
-        return None
-    return ConfigurationSpec(
-        name=name,
-        model=model,
-        criteria=criteria,
-        system_prompt=system_prompt,
-        max_tokens=max_tokens,
-        fallbacks=fallbacks or (),
-    )
-
-
-def _criteria(parent: _Table) -> Criteria | None:
-    """Read the inline criteria table; its problems count against the configuration."""
-    value = parent.data["criteria"]
-    if not isinstance(value, dict):
-        parent.error(
-            "criteria",
-            f'expected a table such as {{ capabilities = ["chat"] }}, got {_describe(value)}',
-        )
-        return None
-    table = _Table(value, parent.where, parent.problems, _CRITERIA_KEYS, prefix="criteria.")
-    capabilities = table.capabilities("capabilities")
-    min_context_window = table.positive_integer("min_context_window")
-    max_cost_input = table.number("max_cost_input", minimum=0.0, inclusive=True)
-    prefer_lowest_cost = table.boolean("prefer_lowest_cost")
-    if not table.ok:
-        parent.ok = False
-        return None
-    return Criteria(
-        capabilities=capabilities or frozenset(),
-        min_context_window=min_context_window,
-        max_cost_input=max_cost_input,
-        prefer_lowest_cost=bool(prefer_lowest_cost),
-    )
-
-
-def _any_match(models: _Section[ModelSpec], criteria: Criteria) -> bool:
-    return any(criteria.matches(model) for model in models.specs.values())
-
-
 def _describe_criteria(criteria: Criteria) -> str:
     parts = []
     if criteria.capabilities:
@@ -810,113 +971,3 @@ def _describe_criteria(criteria: Criteria) -> str:
     if criteria.max_cost_input is not None:
         parts.append(f"max_cost_input {criteria.max_cost_input:g} (unknown cost never matches)")
     return ", ".join(parts) if parts else "these criteria"
-
-
-def _check_fallbacks(
-    table: _Table,
-    models: _Section[ModelSpec],
-    fallbacks: tuple[str, ...],
-    model: str | None,
-    max_tokens: int | None,
-) -> None:
-    """Each fallback must be a declared model that can still hold a prompt after the reply."""
-    seen: set[str] = set()
-    for fallback in fallbacks:
-        if fallback not in models.declared:
-            hint = _did_you_mean(fallback, models.declared)
-            table.error("fallbacks", f"unknown model '{fallback}'{hint}; declare it in [[models]]")
-        elif fallback in seen:
-            table.error("fallbacks", f"model '{fallback}' is listed twice")
-        elif fallback == model:
-            table.error("fallbacks", f"model '{fallback}' is the configuration's own model")
-        else:
-            spec = models.specs.get(fallback)
-            known = spec is not None and spec.context_window is not None
-            if spec is not None and known and max_tokens is not None and max_tokens >= spec.window:
-                table.error(
-                    "fallbacks",
-                    f"model '{fallback}' has a window of {spec.window}, not more than "
-                    f"max_tokens {max_tokens}",
-                )
-        seen.add(fallback)
-
-
-def _embed(
-    configurations: _Section[ConfigurationSpec], table: _Table, name: str | None
-) -> EmbedSpec | None:
-    if name is not None and not _EMBED_NAME.fullmatch(name):
-        table.error(
-            "name",
-            f"'{name}' is used in the URL /embed/{{name}}: use only letters, "
-            "digits, '.', '_' and '-'",
-        )
-    configuration = table.string("configuration", required=True)
-    if configuration is not None and configuration not in configurations.declared:
-        hint = _did_you_mean(configuration, configurations.declared)
-        table.error(
-            "configuration",
-            f"unknown configuration '{configuration}'{hint}; declare it in [[configurations]]",
-        )
-    origins = table.strings("allowed_origins", required=True)
-    if origins is not None and not origins:
-        table.error(
-            "allowed_origins", "must list at least one origin, such as 'https://example.com'"
-        )
-    for origin in origins or ():
-        problem = _origin_problem(origin)
-        if problem:
-            table.error("allowed_origins", problem)
-    title = table.string("title")
-    greeting = table.string("greeting", allow_empty=True)
-    if name is None or configuration is None or origins is None:
-        return None
-    return EmbedSpec(
-        name=name,
-        configuration=configuration,
-        allowed_origins=origins,
-        title=title,
-        greeting=greeting,
-    )
-
-
-# --------------------------------------------------------------------------- the whole file
-
-
-def parse_catalog(data: dict[str, Any], source: str) -> Catalog:
-    """Validate already-parsed TOML; raise CatalogError listing every problem found.
-
-    Sections are read in dependency order (providers, models, configurations,
-    embeds) so each can check its references against the one before.
-    """
-    problems = _Problems(source)
-    if not isinstance(data, dict):
-        problems.add("top level", f"expected a table, got {_describe(data)}")
-        raise CatalogError(source, problems.lines)
-    for key in data:
-        if key not in _SECTIONS:
-            problems.add(
-                f"top level: field '{key}'",
-                f"unknown key{_did_you_mean(key, _SECTIONS)}; "
-                "expected [[providers]], [[models]], [[configurations]] or [[embeds]]",
-            )
-    providers = _section(data, "providers", _PROVIDER_KEYS, problems, _provider)
-    folder = Path(source).resolve().parent
-    models = _section(data, "models", _MODEL_KEYS, problems, partial(_model, providers, folder))
-    configurations = _section(
-        data, "configurations", _CONFIGURATION_KEYS, problems, partial(_configuration, models)
-    )
-    embeds = _section(data, "embeds", _EMBED_KEYS, problems, partial(_embed, configurations))
-    if configurations.count == 0 and isinstance(data.get("configurations", []), list):
-        problems.add(
-            "top level: field 'configurations'",
-            "no [[configurations]]: declare at least one (the first is the default)",
-        )
-    if problems.lines:
-        raise CatalogError(source, problems.lines)
-    return Catalog(
-        providers=providers.specs,
-        models=models.specs,
-        configurations=configurations.specs,
-        embeds=embeds.specs,
-        source=source,
-    )

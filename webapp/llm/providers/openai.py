@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource
 
 from webapp.llm.providers.base import (
     CallInfo,
@@ -386,7 +387,7 @@ class OpenAIProvider:
                         yield StreamChunk(text=result.content)
                     yield StreamChunk(finish_reason=result.finish_reason, usage=result.usage)
                     return
-                events = self._sse_data(response)
+                events = self._sse_data(response, path, model_id)
                 async for data in events:
                     if data == "[DONE]":
                         await _read_rest(events)
@@ -516,23 +517,23 @@ class OpenAIProvider:
         except (ValueError, TypeError, AttributeError) as exc:
             raise self._malformed(path, model_id, exc) from None
 
-    @staticmethod
-    async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
-        """The `data` of each server-sent event, joined over its lines as SSE says."""
-        lines: list[str] = []
-        async for line in response.aiter_lines():
-            if not line:
-                if lines:
-                    yield "\n".join(lines)
-                    lines = []
-                continue
-            if line.startswith(":"):
-                continue  # a comment, used as keep-alive
-            field, _, value = line.partition(":")
-            if field == "data":
-                lines.append(value[1:] if value.startswith(" ") else value)
-        if lines:
-            yield "\n".join(lines)
+    def _sse_data(self, response: httpx.Response, path: str, model_id: str) -> AsyncIterator[str]:
+        """The `data` of each server-sent event, read by httpx-sse: it joins an event's data
+        lines and drops comments, which servers send as keep-alives.
+
+        An event with no data (a bare `id:` or `retry:`) carries no chunk and is skipped.
+        A 200 that is not an event stream (a proxy's page) is refused up front, like a 200
+        whose JSON cannot be read, so the call is tried elsewhere.
+        """
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.partition(";")[0]:
+            raise ProviderUnavailable(
+                f"{self._where(path, model_id)} answered HTTP {response.status_code} with "
+                f"{content_type or 'no content type'!r}, not an event stream",
+                status=response.status_code,
+                reason="sent an answer this app cannot read",
+            )
+        return (event.data async for event in EventSource(response).aiter_sse() if event.data)
 
     def _stream_event(self, data: str, path: str, model_id: str, yielded: bool) -> dict[str, Any]:
         """One stream event as JSON; an error event becomes the matching error."""

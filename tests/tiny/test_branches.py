@@ -7,38 +7,17 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from sqlmodel import col, select
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_pins import TINY, received_turns
-from tests.test_service import OWNER, build_service, close_service
+from tests.test_service import OWNER
+from tests.tiny import received_turns
 from tests.upstream import FakeUpstream
 from webapp.admin.queries import review
 from webapp.chat.models import REPLAYABLE, Message, Role
 from webapp.chat.service import ConversationService
 from webapp.errors import Conflict, InvalidInput, NotFound
-from webapp.settings import Settings
-
-
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
-    return Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, TINY),
-        stream_flush_interval=0.05,
-        rate_limit_messages=0,
-    )
-
-
-@pytest.fixture
-async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
-    service = await build_service(settings)
-    yield service
-    await close_service(service)
 
 
 async def all_rows(chat: ConversationService, conversation_id: str) -> list[Message]:

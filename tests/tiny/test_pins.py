@@ -5,59 +5,15 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_service import OWNER, build_service, close_service, say
+from tests.test_service import OWNER, say
+from tests.tiny import received_turns
 from tests.upstream import FakeUpstream
 from webapp.chat.models import REPLAYABLE, Message, Role
 from webapp.chat.service import ConversationService
 from webapp.errors import InvalidInput, NotFound
-from webapp.settings import Settings
-
-TINY = """
-[[models]]
-name = "tiny"
-provider = "up"
-model_id = "small"
-context_window = 700
-max_output_tokens = 60
-
-[[configurations]]
-name = "tiny"
-model = "tiny"
-system_prompt = "Be brief."
-"""
-
-
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
-    return Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, TINY),
-        stream_flush_interval=0.05,
-        rate_limit_messages=0,
-    )
-
-
-@pytest.fixture
-async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
-    service = await build_service(settings)
-    yield service
-    await close_service(service)
-
-
-def received_turns(request: dict) -> set[int]:  # type: ignore[type-arg]
-    """The turn numbers a chat request carried (every user message says 'turn N:')."""
-    found = set()
-    for message in request["body"]["messages"]:
-        match = re.match(r"turn (\d+):", str(message.get("content") or ""))
-        if message["role"] == "user" and match:
-            found.add(int(match.group(1)))
-    return found
 
 
 def replayable_users(rows: list[Message], before_seq: int) -> dict[int, int]:
