@@ -19,8 +19,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from sqlalchemy import Connection, insert, text
-from sqlmodel import col, select
+from sqlalchemy import insert, text
+from sqlmodel import Session, col, select
 
 from bench.common import (
     active_path,
@@ -34,7 +34,7 @@ from bench.common import (
 )
 from webapp.chat.history import load_transcript, read_tail
 from webapp.chat.models import Conversation, Message, Role, Status
-from webapp.db import create_engine, in_transaction, session_factory
+from webapp.db import Database, create_engine
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ConfigurationSpec, ModelSpec, ProviderSpec
 from webapp.llm.estimator import estimate_message
@@ -132,16 +132,16 @@ async def populate(url: str, forks: int = 0) -> tuple[str, int]:
 
 
 async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, list[float]]:
-    engine = create_engine(url)
-    sessions = session_factory(engine)
+    db = Database(url)
     manager = LLMManager(catalog(), Calibrator())
     newest = {"role": "user", "content": "And what do you make of all that?"}
     newest_tokens = estimate_message(newest)
     results: dict[str, list[float]] = {}
     naive_fits = {}
 
-    def load(connection: Connection, route: Route) -> Transcript:
+    def load(session: Session, route: Route) -> Transcript:
         """What a send reads, in the transaction a send reads it in."""
+        connection = session.connection()
         tail = read_tail(connection, conversation_id, manager.exact_tokenizers(route))
         assert tail.next_seq == newest_seq + 1 and tail.prior_turns == TURNS
         return load_transcript(
@@ -159,18 +159,16 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
         model = route.primary
 
         async def bounded(route=route, model=model) -> None:  # type: ignore[no-untyped-def]
-            transcript = await in_transaction(sessions, load, route)
+            transcript = await db.write(load, route)
             manager.fit_for(route, model, transcript)
 
         async def naive(route=route, model=model) -> FitResult:  # type: ignore[no-untyped-def]
-            async with sessions() as session:
-                rows = (
-                    await session.exec(
-                        select(Message)
-                        .where(Message.conversation_id == conversation_id)
-                        .order_by(col(Message.seq))
-                    )
-                ).all()
+            query = (
+                select(Message)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(col(Message.seq))
+            )
+            rows = await db.read(lambda session: session.exec(query).all())
             rows = active_path([r.model_dump() for r in rows])
             messages = [{"role": r["role"], "content": r["content"]} for r in rows] + [newest]
             estimates = [r["estimated_tokens"] for r in rows] + [newest_tokens]
@@ -183,7 +181,7 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
 
     for name in ("big", "small"):
         route = manager.route(name)
-        transcript = await in_transaction(sessions, load, route)
+        transcript = await db.write(load, route)
         result = manager.fit_for(route, route.primary, transcript)
         everything = await naive_fits[name]()
         assert result.messages == everything.messages, "bounded and naive fits disagree"
@@ -192,7 +190,7 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
             f"({len(transcript.pinned)} pins read, {result.pins_dropped} of them left out), "
             f"{result.dropped_turns:,} left out"
         )
-    await engine.dispose()
+    await db.dispose()
     return results
 
 

@@ -43,7 +43,7 @@ from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, t
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.models import Conversation, Message, Role, Status
-from webapp.db import create_engine, session_factory
+from webapp.db import Database, create_engine
 from webapp.llm.estimator import estimate_message
 from webapp.settings import Settings
 from webapp.web.markdown import render_markdown
@@ -202,9 +202,9 @@ async def populate(url: str, conversation_id: str, turns: int = TURNS, forks: in
 
 async def create_account(url: str) -> str:
     """A user and an API token for it (the pages need a signed-in owner)."""
-    engine = create_engine(url)
+    engine = Database(url)
     try:
-        accounts = AccountService(session_factory(engine))
+        accounts = AccountService(engine)
         user = await accounts.create_user("bench", "bench password 1234")
         assert user.id is not None
         _, token = await accounts.create_token(user.id, "bench")
@@ -214,10 +214,11 @@ async def create_account(url: str) -> str:
 
 
 async def owner_of(app: Any, conversation_id: str) -> str:
-    async with app.state.chat.sessions() as session:
-        conversation = await session.get(Conversation, conversation_id)
-        assert conversation is not None
-        return conversation.owner
+    conversation = await app.state.chat.db.read(
+        lambda session: session.get(Conversation, conversation_id)
+    )
+    assert conversation is not None
+    return conversation.owner
 
 
 async def stages(app: Any, conversation_id: str, repeats: int = 10) -> None:

@@ -29,7 +29,7 @@ import httpx
 from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary
 from tests.catalogs import write_upstream_catalog
 from webapp.chat.service import ConversationService
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 from webapp.llm.calibration import Calibrator
 from webapp.llm.manager import LLMManager
 from webapp.llm.providers.openai import OpenAIProvider
@@ -77,9 +77,9 @@ async def measure(upstream: Upstream, folder: Path) -> None:
         database_url=fresh_sqlite(folder / "bench.db"),
         config=write_upstream_catalog(folder / "catalog.toml", upstream),  # type: ignore[arg-type]
     )
-    sessions = session_factory(create_engine(settings.database_url))
-    manager = LLMManager(settings.catalog, Calibrator(sessions))
-    chat = ConversationService(sessions, manager, settings)
+    db = Database(settings.database_url)
+    manager = LLMManager(settings.catalog, Calibrator(db))
+    chat = ConversationService(db, manager, settings)
     direct = OpenAIProvider(upstream.base_url)
 
     async def send(owner: str, conversation_id: str, content: str) -> None:
@@ -136,7 +136,7 @@ async def measure(upstream: Upstream, folder: Path) -> None:
     )
     await direct.aclose()
     await manager.aclose()
-    await sessions.kw["bind"].dispose()
+    await db.dispose()
 
 
 def main() -> None:

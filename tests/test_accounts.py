@@ -18,10 +18,11 @@ from argon2 import PasswordHasher
 from sqlalchemy import delete, update
 from sqlmodel import select
 
+from tests.dbutil import session_on
 from webapp.accounts.models import ApiToken, LoginSession, SignInAttempt, User
 from webapp.accounts.passwords import CHECKS_AT_ONCE
 from webapp.accounts.service import AccountService
-from webapp.db import create_engine, session_factory, transaction
+from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.timeutil import as_utc, utcnow
 
@@ -54,13 +55,13 @@ class CountingHasher(PasswordHasher):
 
 @pytest.fixture
 async def accounts(database_url: str) -> AsyncIterator[AccountService]:
-    engine = create_engine(database_url)
-    yield AccountService(session_factory(engine), hasher=CountingHasher())
-    await engine.dispose()
+    db = Database(database_url)
+    yield AccountService(db, hasher=CountingHasher())
+    await db.dispose()
 
 
 async def rows(accounts: AccountService, model: type) -> list:  # type: ignore[type-arg]
-    async with accounts.sessions() as session:
+    async with session_on(accounts.db) as session:
         return list((await session.exec(select(model))).all())
 
 
@@ -171,7 +172,7 @@ async def test_a_hash_with_weaker_parameters_is_replaced_on_sign_in(
 ) -> None:
     await accounts.create_user("alice", PASSWORD)
     [before] = await rows(accounts, User)
-    stronger = AccountService(accounts.sessions, hasher=CountingHasher(time_cost=2))
+    stronger = AccountService(accounts.db, hasher=CountingHasher(time_cost=2))
     assert await stronger.authenticate("alice", PASSWORD) is not None
     [after] = await rows(accounts, User)
     assert after.password_hash != before.password_hash
@@ -249,7 +250,7 @@ async def test_an_expired_session_gives_none_and_is_purged(accounts: AccountServ
     expired = await accounts.start_session(user.id, lifetime=timedelta(0))
     aged = await accounts.start_session(user.id)
     live = await accounts.start_session(user.id, lifetime=timedelta(hours=1))
-    async with transaction(accounts.sessions) as session:
+    async with session_on(accounts.db, begin=True) as session:
         await session.exec(
             update(LoginSession)
             .where(LoginSession.id == sha256(aged))  # type: ignore[arg-type]
@@ -271,7 +272,7 @@ async def test_last_seen_is_written_at_most_once_a_minute(accounts: AccountServi
     [unchanged] = await rows(accounts, LoginSession)
     assert unchanged.last_seen_at == started.last_seen_at
     long_ago = utcnow() - timedelta(minutes=5)
-    async with transaction(accounts.sessions) as session:
+    async with session_on(accounts.db, begin=True) as session:
         await session.exec(update(LoginSession).values(last_seen_at=long_ago))
     before = utcnow()
     await accounts.user_for_session(secret)
@@ -293,7 +294,7 @@ async def test_deleting_a_user_deletes_their_sessions_and_tokens(
     assert user.id is not None
     secret = await accounts.start_session(user.id)
     _, token = await accounts.create_token(user.id, "ci")
-    async with transaction(accounts.sessions) as session:
+    async with session_on(accounts.db, begin=True) as session:
         await session.exec(delete(User).where(User.id == user.id))  # type: ignore[arg-type]
     assert await rows(accounts, LoginSession) == [] and await rows(accounts, ApiToken) == []
     assert await accounts.user_for_session(secret) is None
@@ -408,8 +409,8 @@ def test_cli_creates_a_user_and_a_token_that_the_service_accepts(sqlite_url: str
     assert issued.stdout == token + "\n" and token.startswith("wa_")
 
     async def check() -> None:
-        engine = create_engine(sqlite_url)
-        accounts = AccountService(session_factory(engine))
+        engine = Database(sqlite_url)
+        accounts = AccountService(engine)
         try:
             user = await accounts.user_for_token(token)
             assert user is not None and user.username == "Dave" and user.is_admin
@@ -469,7 +470,7 @@ async def test_failed_sign_ins_throttle_the_username_before_any_password_is_chec
 
     # Once the failures are older than the window, the password works again and the
     # slate is cleaned.
-    async with transaction(accounts.sessions) as session:
+    async with session_on(accounts.db, begin=True) as session:
         await session.exec(
             update(SignInAttempt).values(attempted_at=utcnow() - timedelta(minutes=16))
         )

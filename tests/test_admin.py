@@ -37,6 +37,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
+from tests.dbutil import session_on
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
 from webapp.accounts.web import owner_of
@@ -47,7 +48,7 @@ from webapp.admin.web import AdminController, admin_only, left_out_spans
 from webapp.app import app_error, http_error
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService
-from webapp.db import create_engine, is_sqlite, session_factory, transaction
+from webapp.db import Database, is_sqlite
 from webapp.errors import AppError, InvalidInput, NotFound
 from webapp.llm.calibration import Calibrator
 from webapp.llm.manager import LLMManager
@@ -81,15 +82,15 @@ class World:
 
 
 async def build_service(settings: Settings) -> ConversationService:
-    sessions = session_factory(create_engine(settings.database_url))
-    calibrator = Calibrator(sessions)
+    db = Database(settings.database_url)
+    calibrator = Calibrator(db)
     await calibrator.load()
-    return ConversationService(sessions, LLMManager(settings.catalog, calibrator), settings)
+    return ConversationService(db, LLMManager(settings.catalog, calibrator), settings)
 
 
 async def add_user(chat: ConversationService, name: str, *, admin: bool = False) -> User:
     user = User(username=name, username_key=name.lower(), password_hash="x", is_admin=admin)
-    async with transaction(chat.sessions) as session:
+    async with session_on(chat.db, begin=True) as session:
         session.add(user)
     return user
 
@@ -138,7 +139,7 @@ async def talk(
 
 async def set_activity(chat: ConversationService, conversation_id: str, when: datetime) -> None:
     """Move a conversation (and its messages) to another time, as if it happened then."""
-    async with transaction(chat.sessions) as session:
+    async with session_on(chat.db, begin=True) as session:
         await session.exec(
             update(Conversation)
             .where(col(Conversation.id) == conversation_id)
@@ -217,9 +218,9 @@ async def world(
             await set_activity(chat, world.ids["mixed"], TWO_DAYS_AGO_EARLY)
             yield world
         finally:
-            await chat.answers.shutdown()
+            await chat.shutdown()
             await chat.manager.aclose()
-            await chat.sessions.kw["bind"].dispose()
+            await chat.db.dispose()
 
 
 # ---- the oracle: the same facts, computed in Python from everything stored -----------------
@@ -235,7 +236,7 @@ class Expected:
 
 
 async def everything(chat: ConversationService) -> tuple[list[Conversation], list[Message]]:
-    async with chat.sessions() as session:
+    async with session_on(chat.db) as session:
         conversations = list((await session.exec(select(Conversation))).all())
         messages = list((await session.exec(select(Message).order_by(col(Message.seq)))).all())
     return conversations, messages
@@ -265,8 +266,8 @@ async def listing(
     world: World, *, everything: bool = False, **kwargs: Any
 ) -> queries.Page[queries.TrimmedRow]:
     request = Listing(**kwargs)
-    async with world.chat.sessions() as session:
-        return await queries.trimmed_conversations(session, request, everything=everything)
+    async with session_on(world.chat.db) as session:
+        return await session.run_sync(queries.trimmed_conversations, request, everything=everything)
 
 
 def ids(page: queries.Page[queries.TrimmedRow]) -> list[str]:
@@ -400,9 +401,11 @@ async def test_trimmed_turns_per_day_and_per_model(world: World, admin_database_
     engine = create_async_engine(admin_database_url, connect_args=connect_args)
     try:
         async with AsyncSession(engine) as session:
-            days = await queries.trimmed_per_day(session, 30)
-            week = await queries.trimmed_per_day(session, 7, today=TODAY - timedelta(days=1))
-            models = await queries.trimmed_per_model(session)
+            days = await session.run_sync(queries.trimmed_per_day, 30)
+            week = await session.run_sync(
+                queries.trimmed_per_day, 7, today=TODAY - timedelta(days=1)
+            )
+            models = await session.run_sync(queries.trimmed_per_model)
     finally:
         await engine.dispose()
     assert len(days) == 30 and days[0].day == TODAY - timedelta(days=29) and days[-1].day == TODAY
@@ -553,8 +556,8 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
     checked = 0
     for name in ("long", "embed", "mixed", "big", "short"):
         conversation_id = world.ids[name]
-        async with world.chat.sessions() as session:
-            review = await queries.review(session, conversation_id)
+        async with session_on(world.chat.db) as session:
+            review = await session.run_sync(queries.review, conversation_id)
         messages = review.messages
         assert [m.seq for m in messages] == list(range(1, len(messages) + 1)), "whole, in order"
         seq_of = {m.content: m.seq for m in messages if m.role == Role.USER}
@@ -583,8 +586,8 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
             assert review.trimmed == []
     assert checked >= 10
 
-    async with world.chat.sessions() as session:
-        long = await queries.review(session, world.ids["long"])
+    async with session_on(world.chat.db) as session:
+        long = await session.run_sync(queries.review, world.ids["long"])
     # The failed 4th turn is on record but was never replayed, so never "left out", though
     # stored spans run over it.
     failed = next(m for m in long.messages if m.role == Role.ASSISTANT and m.status == "failed")
@@ -645,9 +648,9 @@ def test_who_left_a_turn_out_matches_brute_force_on_overlapping_spans() -> None:
 
 @module_loop
 async def test_review_of_an_unknown_conversation_is_not_found(world: World) -> None:
-    async with world.chat.sessions() as session:
+    async with session_on(world.chat.db) as session:
         with pytest.raises(NotFound):
-            await queries.review(session, "no-such-id")
+            await session.run_sync(queries.review, "no-such-id")
 
 
 # ---- parsing and the web layer ---------------------------------------------------------------
@@ -722,7 +725,7 @@ async def client(world: World) -> AsyncIterator[AsyncTestClient]:
     async def stop(app: Litestar) -> None:
         chat: ConversationService = app.state.chat
         await chat.manager.aclose()
-        await chat.sessions.kw["bind"].dispose()
+        await chat.db.dispose()
 
     def chat(state: State) -> ConversationService:
         return state.chat  # type: ignore[no-any-return]
@@ -836,8 +839,8 @@ async def test_the_review_page_marks_trims_and_what_they_left_out(
     assert response.status_code == 200
     html = response.text
     assert "style=" not in html and "<style" not in html
-    async with world.chat.sessions() as session:
-        review = await queries.review(session, conversation_id)
+    async with session_on(world.chat.db) as session:
+        review = await session.run_sync(queries.review, conversation_id)
     for message in review.messages:
         assert f'data-message-id="{message.id}"' in html, "the whole history is shown"
     numbers = review.turn_numbers

@@ -14,7 +14,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 from webapp.settings import Settings
 
 MESSAGE_FIELDS = {
@@ -55,9 +55,9 @@ async def client(
 async def make_user(database_url: str, name: str, *, admin: bool = False) -> str:
     """A user and an API token for them, made outside the app (the test client runs the
     app on its own event loop, and database connections belong to one loop)."""
-    engine = create_engine(database_url)
+    engine = Database(database_url)
     try:
-        accounts = AccountService(session_factory(engine))
+        accounts = AccountService(engine)
         user = await accounts.create_user(name, "correct horse battery", is_admin=admin)
         _, token = await accounts.create_token(user.id, "tests")
         return token

@@ -6,28 +6,27 @@ import asyncio
 
 import pytest
 
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 from webapp.llm.calibration import Calibrator
 
 
 async def test_answers_finishing_together_store_one_row_that_a_restart_reads(
     database_url: str,
 ) -> None:
-    engine = create_engine(database_url)
-    sessions = session_factory(engine)
+    db = Database(database_url)
     try:
         # Fifty answers of a model never seen before learn at the same moment: each
         # would insert the model's row; none may fail for it.
-        learners = [Calibrator(sessions) for _ in range(50)]
+        learners = [Calibrator(db) for _ in range(50)]
         await asyncio.gather(
             *(c.observe("fresh", raw_estimate=100, prompt_tokens=150) for c in learners)
         )
-        restarted = Calibrator(sessions)
+        restarted = Calibrator(db)
         await restarted.load()
         assert restarted.factor("fresh") == pytest.approx(1.5 * 1.05)
         await learners[0].observe_overhead("fresh", 500, 10, 573, fixed=3)
-        restarted = Calibrator(sessions)
+        restarted = Calibrator(db)
         await restarted.load()
         assert restarted.overhead("fresh") == 8, "an update of the same row is kept too"
     finally:
-        await engine.dispose()
+        await db.dispose()

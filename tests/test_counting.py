@@ -19,7 +19,7 @@ from tests.test_service import OWNER, say
 from tests.upstream import FakeUpstream
 from webapp.chat.models import Status
 from webapp.chat.service import ConversationService
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
 from webapp.llm.manager import LLMManager, Transcript
@@ -96,16 +96,16 @@ async def counting_service(
     catalog = load_catalog(path)
     tokenizers = Tokenizers()
     await tokenizers.probe(catalog)
-    sessions = session_factory(create_engine(database_url))
-    manager = LLMManager(catalog, Calibrator(sessions), tokenizers=tokenizers)
-    service = ConversationService(sessions, manager, settings)
+    db = Database(database_url)
+    manager = LLMManager(catalog, Calibrator(db), tokenizers=tokenizers)
+    service = ConversationService(db, manager, settings)
     try:
         yield service
     finally:
-        await service.answers.shutdown()
+        await service.shutdown()
         await manager.aclose()
         await tokenizers.aclose()
-        await sessions.kw["bind"].dispose()
+        await db.dispose()
 
 
 @pytest.fixture

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
+import threading
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import insert, select
+from sqlmodel import Session, SQLModel
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
 from webapp.chat.serialize import message_dict
-from webapp.db import as_loaded, create_engine, in_transaction, session_factory
+from webapp.db import Database, as_loaded, create_engine
 from webapp.migrate import upgrade
 from webapp.timeutil import as_utc, utcnow
 
@@ -49,7 +53,7 @@ async def test_a_row_built_from_written_values_equals_the_row_read_back(
             inserted = await connection.execute(insert(Message).returning(Message.id), [values])
             message_id = inserted.scalar_one()
         built = as_loaded(Message, {**values, "id": message_id})
-        async with session_factory(engine)() as session:
+        async with AsyncSession(engine) as session:
             read = await session.get(Message, message_id)
         assert read is not None
         assert message_dict(built) == message_dict(read)
@@ -71,10 +75,10 @@ async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
     path = tmp_path / "lock.db"
     url = f"sqlite+aiosqlite:///{path}"
     upgrade(url)
-    engine = create_engine(url)
+    db = Database(url)
 
-    def read_then_try_a_write_elsewhere(connection: Connection) -> str:
-        connection.execute(select(Conversation.id)).all()
+    def read_then_try_a_write_elsewhere(session: Session) -> str:
+        session.connection().execute(select(Conversation.id)).all()
         other = sqlite3.connect(path, timeout=0)
         try:
             other.execute(
@@ -89,9 +93,9 @@ async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
             other.close()
 
     try:
-        outcome = await in_transaction(session_factory(engine), read_then_try_a_write_elsewhere)
+        outcome = await db.write(read_then_try_a_write_elsewhere)
     finally:
-        await engine.dispose()
+        await db.dispose()
     assert outcome == "database is locked"
 
 
@@ -105,3 +109,47 @@ def test_a_test_run_has_a_postgresql_database_of_its_own(postgres_url: str) -> N
     own = make_url(postgres_url).database
     assert own != make_url(POSTGRES_SERVER_URL).database
     assert own is not None and own.startswith(f"webapp_test_{os.getpid()}_")
+
+
+async def test_a_read_is_not_kept_waiting_by_a_write_in_progress(tmp_path: Path) -> None:
+    """Under WAL a read runs beside the one writer, and sees the last committed state."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'readers.db'}"
+    upgrade(url)
+    db = Database(url)
+    holding, release = threading.Event(), threading.Event()
+    now = utcnow()
+
+    def slow_write(session: Session) -> None:
+        conversation = Conversation(owner="w", configuration="c", created_at=now, updated_at=now)
+        session.add(conversation)
+        session.flush()
+        holding.set()
+        assert release.wait(10), "the read never finished while the write held its lock"
+
+    def count(session: Session) -> int:
+        return len(session.connection().execute(select(Conversation.id)).all())
+
+    try:
+        writing = asyncio.create_task(db.write(slow_write))
+        await asyncio.get_running_loop().run_in_executor(None, holding.wait, 10)
+        seen = await db.read(count)
+        release.set()
+        await writing
+        assert seen == 0, "a read sees only what was committed"
+        assert await db.read(count) == 1
+    finally:
+        release.set()
+        await db.dispose()
+
+
+async def test_an_in_memory_database_keeps_its_rows_between_transactions() -> None:
+    db = Database("sqlite+aiosqlite:///:memory:")
+    now = utcnow()
+    try:
+        await db.write(lambda session: SQLModel.metadata.create_all(session.connection()))
+        conversation = Conversation(owner="m", configuration="c", created_at=now, updated_at=now)
+        await db.write(lambda session: session.add(conversation))
+        read = await db.read(lambda session: session.get(Conversation, conversation.id))
+        assert read is not None and read.owner == "m"
+    finally:
+        await db.dispose()

@@ -13,6 +13,7 @@ import pytest
 from litestar import Litestar
 from sqlalchemy import func
 from sqlmodel import select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import write_upstream_catalog
 from tests.test_bad_input import htmx_headers
@@ -20,7 +21,7 @@ from tests.test_security import EMBED, Client
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat.models import Conversation
-from webapp.db import create_engine, session_factory
+from webapp.db import Database, create_engine
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import TooManyRequests
 from webapp.settings import Settings
@@ -45,7 +46,7 @@ def app(settings: Settings) -> Litestar:
 async def conversations(database_url: str) -> int:
     engine = create_engine(database_url)
     try:
-        async with session_factory(engine)() as session:
+        async with AsyncSession(engine) as session:
             return (await session.exec(select(func.count()).select_from(Conversation))).one()
     finally:
         await engine.dispose()
@@ -117,10 +118,8 @@ async def test_fresh_visitor_ids_do_not_reset_the_quota(app: Litestar, database_
 
 
 async def test_an_embed_has_a_ceiling_over_all_addresses(database_url: str) -> None:
-    engine = create_engine(database_url)
-    quota = EmbedQuota(
-        session_factory(engine), per_client=2, per_embed=5, window=timedelta(minutes=1)
-    )
+    engine = Database(database_url)
+    quota = EmbedQuota(engine, per_client=2, per_embed=5, window=timedelta(minutes=1))
     try:
         for address in range(5):
             await quota.take("support", f"10.0.0.{address}")

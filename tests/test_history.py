@@ -10,10 +10,11 @@ import pytest
 from sqlalchemy import Connection, insert
 
 from tests.catalogs import upstream_catalog
+from tests.dbutil import written
 from tests.upstream import FakeUpstream
 from webapp.chat.history import Tail, load_transcript, read_tail
 from webapp.chat.models import Conversation, Message, Status
-from webapp.db import create_engine, in_transaction, session_factory
+from webapp.db import create_engine
 from webapp.llm.calibration import Calibrator
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Transcript
@@ -101,7 +102,7 @@ async def bounded_fit(manager: LLMManager, route, engine, conversation_id, newes
         )
         return tail, transcript
 
-    tail, transcript = await in_transaction(session_factory(engine), load)
+    tail, transcript = await written(engine, load)
     return tail, transcript, manager.fit_for(route, route.primary, transcript)
 
 
@@ -249,7 +250,7 @@ async def test_a_branch_loads_like_fitting_that_branch_whole(
                         budget=manager.largest_budget(route),
                     )
 
-                tail, transcript = await in_transaction(session_factory(engine), load)
+                tail, transcript = await written(engine, load)
                 assert [
                     s for run in reversed(tail.branch.runs) for s in range(run[0], run[1] + 1)
                 ] == seqs

@@ -19,11 +19,12 @@ from sqlalchemy.exc import IntegrityError
 
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import POSTGRES_SERVER_URL, _on_server, _postgres_reachable
+from tests.dbutil import session_on
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.models import Conversation
-from webapp.db import create_engine, session_factory, transaction
+from webapp.db import Database, create_engine
 from webapp.migrate import upgrade
 from webapp.settings import Settings
 
@@ -32,9 +33,9 @@ PASSWORD = "correct horse battery"
 
 @pytest.fixture
 async def accounts(database_url: str) -> AsyncIterator[AccountService]:
-    engine = create_engine(database_url)
-    yield AccountService(session_factory(engine))
-    await engine.dispose()
+    db = Database(database_url)
+    yield AccountService(db)
+    await db.dispose()
 
 
 async def test_a_new_account_inherits_nothing_of_a_deleted_one(
@@ -58,7 +59,7 @@ async def test_a_new_account_inherits_nothing_of_a_deleted_one(
         _, fresh = await accounts.create_token(new.id, "script")
         mine = await client.get("/api/conversations", headers={"Authorization": f"Bearer {fresh}"})
         assert mine.status_code == 200 and mine.json() == []
-    async with accounts.sessions() as session:
+    async with session_on(accounts.db) as session:
         count = await session.execute(text("SELECT count(*) FROM conversation"))
         assert count.scalar_one() == 0, "the conversation went with its user"
     assert not await accounts.delete_user(old.id)
@@ -68,10 +69,10 @@ async def test_even_a_reused_id_would_find_nothing(accounts: AccountService) -> 
     """Should an id ever come back, the foreign key already took the old rows with it."""
     user = await accounts.create_user("olga", PASSWORD)
     assert user.id is not None
-    async with transaction(accounts.sessions) as session:
+    async with session_on(accounts.db, begin=True) as session:
         session.add(Conversation(owner=f"user:{user.id}", user_id=user.id, configuration="demo"))
     await accounts.delete_user(user.id)
-    async with transaction(accounts.sessions) as session:
+    async with session_on(accounts.db, begin=True) as session:
         await session.execute(
             text(
                 "INSERT INTO user_account (id, username, username_key, password_hash, is_admin,"
@@ -79,7 +80,7 @@ async def test_even_a_reused_id_would_find_nothing(accounts: AccountService) -> 
             ),
             {"id": user.id, "now": datetime.now(UTC)},
         )
-    async with accounts.sessions() as session:
+    async with session_on(accounts.db) as session:
         count = await session.execute(text("SELECT count(*) FROM conversation"))
         assert count.scalar_one() == 0
 
@@ -99,13 +100,13 @@ async def test_the_database_refuses_an_owner_without_its_keys(
 ) -> None:
     await accounts.create_user("alice", PASSWORD)
     with pytest.raises(IntegrityError):
-        async with transaction(accounts.sessions) as session:
+        async with session_on(accounts.db, begin=True) as session:
             session.add(Conversation(configuration="demo", **values))  # type: ignore[arg-type]
 
 
 async def test_a_user_key_must_name_a_user(accounts: AccountService) -> None:
     with pytest.raises(IntegrityError):
-        async with transaction(accounts.sessions) as session:
+        async with session_on(accounts.db, begin=True) as session:
             session.add(Conversation(owner="user:4242", user_id=4242, configuration="demo"))
 
 

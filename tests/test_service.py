@@ -11,10 +11,12 @@ import pytest
 from sqlalchemy import func, select, update
 
 from tests.catalogs import write_upstream_catalog
+from tests.dbutil import session_on
 from tests.upstream import FakeUpstream, count_chat_tokens
+from webapp.chat.admission import RECENT_SENDS
 from webapp.chat.models import Message, Status
-from webapp.chat.service import _RECENT_SENDS, ConversationService
-from webapp.db import create_engine, session_factory, transaction
+from webapp.chat.service import ConversationService
+from webapp.db import Database, create_engine
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.manager import LLMManager
@@ -26,16 +28,16 @@ OWNER = "alice"
 
 
 async def build_service(settings: Settings) -> ConversationService:
-    sessions = session_factory(create_engine(settings.database_url))
-    calibrator = Calibrator(sessions)
+    db = Database(settings.database_url)
+    calibrator = Calibrator(db)
     await calibrator.load()
-    return ConversationService(sessions, LLMManager(settings.catalog, calibrator), settings)
+    return ConversationService(db, LLMManager(settings.catalog, calibrator), settings)
 
 
 async def close_service(service: ConversationService) -> None:
-    await service.answers.shutdown()
+    await service.shutdown()
     await service.manager.aclose()
-    await service.sessions.kw["bind"].dispose()
+    await service.db.dispose()
 
 
 @pytest.fixture
@@ -138,7 +140,7 @@ async def test_unknown_configuration_leaves_no_fit(
     chat: ConversationService, settings: Settings
 ) -> None:
     conversation = await chat.create(OWNER, "small")
-    async with transaction(chat.sessions) as session:
+    async with session_on(chat.db, begin=True) as session:
         stored = await session.get(type(conversation), conversation.id)
         stored.configuration = "retired"
         session.add(stored)
@@ -255,12 +257,12 @@ async def test_restart_marks_in_flight_answers_interrupted(
     upstream.chunk_delay = 0.02
     send = await chat.send(OWNER, conversation.id, "Long answer please")
     await asyncio.sleep(0.3)
-    await chat.answers.shutdown()  # what a graceful server stop does
+    await chat.shutdown()  # what a graceful server stop does
     assert send.running.task.done()
     _, messages = await chat.history(OWNER, conversation.id)
     assert messages[1].status == Status.INTERRUPTED and messages[1].content.startswith("w0")
     # A worker that died without a word leaves a row nobody writes: it is reaped.
-    async with transaction(chat.sessions) as session:
+    async with session_on(chat.db, begin=True) as session:
         await session.execute(
             update(Message)
             .where(Message.id == messages[1].id)
@@ -360,7 +362,7 @@ async def test_counting_recent_sends_reads_only_the_window(tmp_path: Path) -> No
     upgrade(url)
     engine = create_engine(url)
     try:
-        count = select(func.count()).select_from(_RECENT_SENDS.subquery())
+        count = select(func.count()).select_from(RECENT_SENDS.subquery())
         compiled = count.compile(dialect=engine.dialect)
         values = compiled.construct_params({"owned_by": OWNER, "since": utcnow(), "limit": 30})
         async with engine.connect() as connection:
@@ -384,7 +386,7 @@ async def test_watchers_hear_the_end_even_when_it_cannot_be_stored(
         raise RuntimeError("disk I/O error (simulated)")
 
     conversation = await chat.create(OWNER, "small")
-    monkeypatch.setattr(chat, "_finish", fails)
+    monkeypatch.setattr(chat._sender.writer, "finish", fails)
     send = await chat.send(OWNER, conversation.id, "hello")
     events = [event async for event in send.running.channel.follow()]
     assert events[0].name == "fit" and events[-1].name == "error"

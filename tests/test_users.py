@@ -16,7 +16,7 @@ from tests.test_api import make_user
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 from webapp.settings import Settings
 
 PASSWORD = "correct horse battery"
@@ -39,9 +39,9 @@ async def admin(
 
 async def accounts_call(database_url: str, method: str, *args: Any) -> Any:
     """Call the account service outside the app (its own engine, its own loop)."""
-    engine = create_engine(database_url)
+    engine = Database(database_url)
     try:
-        return await getattr(AccountService(session_factory(engine)), method)(*args)
+        return await getattr(AccountService(engine), method)(*args)
     finally:
         await engine.dispose()
 

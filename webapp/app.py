@@ -16,6 +16,7 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from sqlalchemy import text
+from sqlmodel import Session
 
 from webapp.accounts.service import AccountService
 from webapp.accounts.users_web import UserAdminApi, UserPages
@@ -25,7 +26,7 @@ from webapp.chat.api import ConversationController, search
 from webapp.chat.notify import answer_notices
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
@@ -120,16 +121,19 @@ async def favicon() -> Redirect:
     return Redirect("/static/icon.svg", status_code=301)
 
 
+def _ping(session: Session) -> None:
+    session.connection().execute(text("SELECT 1"))
+
+
 @get("/healthz", tags=["health"], exclude_from_auth=True)
 async def healthz(chat: ConversationService) -> dict[str, str]:
-    async with chat.sessions() as session:
-        await session.execute(text("SELECT 1"))
+    await chat.db.read(_ping)
     return {"status": "ok"}
 
 
 @get("/api/configurations", tags=["configurations"])
 async def list_configurations(chat: ConversationService) -> list[dict[str, Any]]:
-    return configuration_dicts(chat.manager.catalog)
+    return configuration_dicts(chat.catalog)
 
 
 def create_app(
@@ -138,21 +142,17 @@ def create_app(
     """Build the app. `providers` replaces the clients built from the catalog, by name."""
     settings = settings or Settings()
     catalog = settings.catalog
-    engine = create_engine(settings.database_url)
-    sessions = session_factory(engine)
-    calibrator = Calibrator(sessions)
+    db = Database(settings.database_url)
+    calibrator = Calibrator(db)
     tokenizers = Tokenizers()
     manager = LLMManager(catalog, calibrator, providers, tokenizers)
-    chat = ConversationService(sessions, manager, settings)
+    chat = ConversationService(db, manager, settings)
     # How this process hears of answers other workers write (and of stops for its own).
     notices = answer_notices(
-        settings.database_url,
-        sessions,
-        settings.stream_flush_interval,
-        on_stop=chat.answers.request_stop,
+        settings.database_url, db, settings.stream_flush_interval, on_stop=chat.request_stop
     )
     accounts = AccountService(
-        sessions,
+        db,
         failures_allowed=settings.sign_in_failures_allowed,
         failure_window=timedelta(seconds=settings.sign_in_failure_window),
     )
@@ -170,11 +170,11 @@ def create_app(
             log.warning("marked %d answers interrupted: their writer stopped", reaped)
 
     async def stop() -> None:
-        await chat.answers.shutdown()
+        await chat.shutdown()
         await notices.stop()
         await manager.aclose()
         await tokenizers.aclose()
-        await engine.dispose()
+        await db.dispose()
 
     app = Litestar(
         route_handlers=[
@@ -190,7 +190,7 @@ def create_app(
             UserPages,
             UserAdminApi,
             AdminController,
-            gateway_router(chat),
+            gateway_router(db, settings),
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
@@ -219,7 +219,7 @@ def create_app(
     app.state.notices = notices
     app.state.accounts = accounts
     app.state.embed_quota = EmbedQuota(
-        sessions,
+        db,
         per_client=settings.embed_rate_limit_messages,
         per_embed=settings.embed_rate_limit_total,
         window=timedelta(seconds=settings.rate_limit_window),

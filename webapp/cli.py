@@ -104,7 +104,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     import asyncio
 
     from webapp.chat.service import ConversationService
-    from webapp.db import create_engine, session_factory
+    from webapp.db import Database
     from webapp.llm.calibration import Calibrator
     from webapp.llm.manager import LLMManager
 
@@ -114,14 +114,13 @@ def cmd_purge(args: argparse.Namespace) -> int:
     settings = Settings()
 
     async def run() -> list:  # type: ignore[type-arg]
-        engine = create_engine(settings.database_url)
-        sessions = session_factory(engine)
+        db = Database(settings.database_url)
         manager = LLMManager(settings.catalog, Calibrator())
         try:
-            chat = ConversationService(sessions, manager, settings)
+            chat = ConversationService(db, manager, settings)
             return await chat.purge_idle(args.days, dry_run=args.dry_run)
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     idle = asyncio.run(run())
     verb = "would delete" if args.dry_run else "deleted"

@@ -1,41 +1,50 @@
-"""The database engine and sessions.
+"""The database: where every read and every write of the app goes.
 
-SQLite is the embedded default and needs a few pragmas to behave under a web
-server (WAL so readers never block the writer, a busy timeout instead of
-instant "database is locked", foreign keys enforced). PostgreSQL needs nothing
-special.
+The rule, one for the whole app: a unit of database work is a plain synchronous
+function of a SQLModel `Session` (Core statements run on `session.connection()`),
+handed to `Database.write` when it may write and to `Database.read` when it only
+reads. Each call is one transaction: committed when the function returns, rolled
+back when it raises. No other module opens a session or an engine (Alembic's
+migrations keep their own, through `create_engine`).
 
-The transactions of a send run through `in_transaction`: plain synchronous Core
-code, which a file-backed SQLite database runs whole on a thread of its own
-with the sqlite3 driver. Through aiosqlite every statement costs four hops to
-the driver's thread and a greenlet, which on SQLite is most of a send's time.
+Why synchronous work: through aiosqlite every statement costs four hops to the
+driver's thread and a greenlet, which on SQLite was most of a send's time; one
+hop per transaction is what the async world has to pay.
+
+- SQLite, a file: writes run on one thread of their own and begin with `BEGIN
+  IMMEDIATE`, so a write transaction holds the write lock from its first
+  statement, reads included (what it read cannot change before it writes), and
+  writers queue on that thread instead of on SQLite's busy timeout. Reads run on
+  a small pool of other threads, each in a deferred transaction (one snapshot):
+  under WAL they never wait for the writer.
+- SQLite in memory (tests, scripts): one connection, one thread, for both.
+- PostgreSQL (asyncpg): the work runs on the async engine's connection through
+  `run_sync`, a transaction per call; writes that must not interleave take a row
+  lock (the send's UPDATE of its conversation).
+
+Keep write work short and free of waiting on anything but the database: on SQLite
+every writer of the process waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
-from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import (
-    AsyncEngine,
-    async_sessionmaker,
-    create_async_engine,
-)
-from sqlalchemy.orm.attributes import manager_of_class
-from sqlmodel import SQLModel
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+from sqlmodel import Session, SQLModel
 
 Model = TypeVar("Model", bound=SQLModel)
 Result = TypeVar("Result")
 Args = ParamSpec("Args")
+Work = Callable[Concatenate[Session, Args], Result]
 
 SQLITE_PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -43,6 +52,8 @@ SQLITE_PRAGMAS = (
     "PRAGMA foreign_keys=ON",
     "PRAGMA synchronous=NORMAL",
 )
+READER_THREADS = 4
+"""Reads of a file-backed SQLite database at once (WAL lets them all run beside the writer)."""
 
 
 def is_sqlite(url: str) -> bool:
@@ -57,109 +68,116 @@ def _set_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-
 
 
 def _no_implicit_begin(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    """The sqlite3 driver would begin only before the first write; we begin ourselves."""
     dbapi_connection.isolation_level = None
 
 
-def _begin_immediate(connection: Connection) -> None:
-    """A transaction run by `in_transaction` holds SQLite's write lock from its first
-    statement, reads included (the sqlite3 driver would begin only before the first
-    write): what it reads cannot change before it writes."""
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+# Transactions always end (commit, or rollback on error), so a pool's own rollback on
+# return would only be one more round trip to the driver.
+_SQLITE_POOL: dict[str, Any] = {"pool_reset_on_return": None, "pool_use_lifo": True}
 
 
-# Sessions and transactions always end (commit, or rollback on close), so a pool's own
-# rollback on return would only be one more round trip to the driver.
-_SQLITE_POOL = {"pool_reset_on_return": None, "pool_use_lifo": True}
-
-
-class _SQLiteThread:
-    """One SQLite file's `in_transaction` work, run on one thread with the sqlite3 driver.
-    One thread is enough: SQLite lets one transaction write at a time anyway."""
-
-    def __init__(self, url: str) -> None:
-        self.engine = create_sync_engine(
-            make_url(url).set(drivername="sqlite+pysqlite"),
-            connect_args={"timeout": 10, "check_same_thread": False},
-            **_SQLITE_POOL,  # type: ignore[arg-type]
-        )
-        event.listen(self.engine, "connect", _set_pragmas)
-        event.listen(self.engine, "connect", _no_implicit_begin)
-        event.listen(self.engine, "begin", _begin_immediate)
-        self._thread: ThreadPoolExecutor | None = None
-
-    async def run(
-        self, work: Callable[Concatenate[Connection, Args], Result], *args: Args.args
-    ) -> Result:
-        def transaction() -> Result:
-            with self.engine.begin() as connection:
-                return work(connection, *args)
-
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, transaction)
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._thread.shutdown()
-            self._thread = None
-        self.engine.dispose()
-
-
-_threads: WeakKeyDictionary[Engine, _SQLiteThread] = WeakKeyDictionary()
-
-
-def create_engine(url: str) -> AsyncEngine:
-    """An async engine; for a file-backed SQLite the folder is created on first use."""
-    if not is_sqlite(url):
-        return create_async_engine(url, pool_pre_ping=True)
-    engine = create_async_engine(url, connect_args={"timeout": 10}, **_SQLITE_POOL)
-    event.listen(engine.sync_engine, "connect", _set_pragmas)
-    database = make_url(url).database
-    if database and database != ":memory:":
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
-        thread = _threads[engine.sync_engine] = _SQLiteThread(url)
-        event.listen(engine.sync_engine, "engine_disposed", lambda _engine: thread.close())
+def _sqlite_engine(url: str, begin: str, **options: Any) -> Engine:
+    engine = create_sync_engine(
+        make_url(url).set(drivername="sqlite+pysqlite"),
+        connect_args={"timeout": 10, "check_same_thread": False},
+        **options,
+    )
+    event.listen(engine, "connect", _set_pragmas)
+    event.listen(engine, "connect", _no_implicit_begin)
+    event.listen(engine, "begin", lambda connection: connection.exec_driver_sql(begin))
     return engine
 
 
-async def in_transaction(
-    sessions: async_sessionmaker[AsyncSession],
-    work: Callable[Concatenate[Connection, Args], Result],
-    *args: Args.args,
-) -> Result:
-    """Run `work(connection, *args)`, synchronous Core code, in one transaction: committed
-    when it returns, rolled back when it raises. A file-backed SQLite database runs it on
-    its own thread; any other database runs it on the async engine, through run_sync."""
-    engine: AsyncEngine = sessions.kw["bind"]
-    thread = _threads.get(engine.sync_engine)
-    if thread is not None:
-        return await thread.run(work, *args)
-    async with engine.begin() as connection:
-        return await connection.run_sync(work, *args)
+def _in_session(bind: Engine | Connection, work: Work[Args, Result], *args: Any) -> Result:
+    """One transaction of `work`: the session flushes and commits when it returns."""
+    with Session(bind=bind, expire_on_commit=False) as session, session.begin():
+        return work(session, *args)
 
 
-def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, class_=AsyncSession, expire_on_commit=False)
+class _SQLite:
+    def __init__(self, url: str) -> None:
+        database = make_url(url).database
+        if not database or database == ":memory:":
+            # One connection holds the whole database: every transaction takes turns on it.
+            engine = _sqlite_engine(url, "BEGIN", poolclass=StaticPool)
+            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+            self.writer, self.reader = engine, engine
+            self.writing, self.reading = thread, thread
+            return
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        self.writer = _sqlite_engine(url, "BEGIN IMMEDIATE", **_SQLITE_POOL)
+        self.reader = _sqlite_engine(url, "BEGIN", **_SQLITE_POOL)
+        self.writing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-write")
+        self.reading = ThreadPoolExecutor(
+            max_workers=READER_THREADS, thread_name_prefix="sqlite-read"
+        )
+
+    async def run(self, write: bool, work: Work[Args, Result], *args: Any) -> Result:
+        engine, thread = (self.writer, self.writing) if write else (self.reader, self.reading)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(thread, _in_session, engine, work, *args)
+
+    async def dispose(self) -> None:
+        for thread in {self.writing, self.reading}:
+            thread.shutdown()
+        for engine in {self.writer, self.reader}:
+            engine.dispose()
 
 
-@asynccontextmanager
-async def transaction(
-    sessions: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[AsyncSession]:
-    """A short write transaction: committed on success, rolled back on error."""
-    async with sessions() as session, session.begin():
-        yield session
+class _Async:
+    def __init__(self, url: str) -> None:
+        self.engine = create_async_engine(url, pool_pre_ping=True)
+
+    async def run(self, write: bool, work: Work[Args, Result], *args: Any) -> Result:
+        async with self.engine.connect() as connection:
+            return await connection.run_sync(_in_session, work, *args)
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+class Database:
+    """The app's one way into its database (see the module's docstring for the rule)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.dialect = make_url(url).get_backend_name()
+        self._backend = _SQLite(url) if self.dialect == "sqlite" else _Async(url)
+
+    async def read(self, work: Work[Args, Result], *args: Args.args) -> Result:
+        """Run `work(session, *args)` in a transaction that only reads."""
+        return await self._backend.run(False, work, *args)
+
+    async def write(self, work: Work[Args, Result], *args: Args.args) -> Result:
+        """Run `work(session, *args)` in a transaction that may write; on SQLite it holds
+        the write lock from its first statement."""
+        return await self._backend.run(True, work, *args)
+
+    async def dispose(self) -> None:
+        await self._backend.dispose()
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An async engine with the app's SQLite pragmas: for Alembic's migrations and for
+    scripts that load data in bulk, never for the app's own work (that is `Database`)."""
+    if not is_sqlite(url):
+        return create_async_engine(url, pool_pre_ping=True)
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, connect_args={"timeout": 10}, **_SQLITE_POOL)
+    event.listen(engine.sync_engine, "connect", _set_pragmas)
+    return engine
 
 
 def as_loaded(model: type[Model], values: Mapping[str, Any]) -> Model:
-    """An instance built the way the ORM builds one from a fetched row: the values go
-    straight into its state. For a row the code has just written itself, whose values
-    are complete and valid already; the constructor's per-attribute bookkeeping costs
-    some forty times more, and a send builds several rows. No session tracks the
-    instance: to change the row later, load it in one."""
+    """An instance of a row the code has just written itself, whose values are complete
+    and valid already: pydantic's `model_construct` takes them as they are, where the
+    constructor's validation and per-attribute ORM bookkeeping cost some ten times more,
+    and a send builds several rows. No session tracks the instance (nor could: it has no
+    ORM state): to change the row later, load it in one."""
     missing = model.model_fields.keys() - values.keys()
     if missing:
         raise ValueError(f"{model.__name__} row without {', '.join(sorted(missing))}")
-    instance = manager_of_class(model).new_instance()
-    instance.__dict__.update(values)
-    return instance  # type: ignore[no-any-return]
+    return model.model_construct(**values)

@@ -35,7 +35,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -117,9 +117,9 @@ def create_account(database_url: str) -> str:
     """The test user (an admin) and an API token for it; returns the token."""
 
     async def create() -> str:
-        engine = create_engine(database_url)
+        engine = Database(database_url)
         try:
-            accounts = AccountService(session_factory(engine))
+            accounts = AccountService(engine)
             user = await accounts.create_user(USERNAME, PASSWORD, is_admin=True)
             assert user.id is not None
             _, token = await accounts.create_token(user.id, "browser tests")

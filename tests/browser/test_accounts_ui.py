@@ -17,14 +17,14 @@ from tests.browser.conftest import PASSWORD, USERNAME, OpenPage, Server, Servers
 from tests.browser.test_chat_ui import create_conversation, send_by_api, turn_text
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
-from webapp.db import create_engine, session_factory
+from webapp.db import Database
 
 
 def add_user(database_url: str, name: str) -> None:
     async def create() -> None:
-        engine = create_engine(database_url)
+        engine = Database(database_url)
         try:
-            await AccountService(session_factory(engine)).create_user(name, PASSWORD)
+            await AccountService(engine).create_user(name, PASSWORD)
         finally:
             await engine.dispose()
 

@@ -11,6 +11,7 @@ import re
 import pytest
 from sqlmodel import col, select
 
+from tests.dbutil import session_on
 from tests.test_service import OWNER
 from tests.tiny import received_turns
 from tests.upstream import FakeUpstream
@@ -22,7 +23,7 @@ from webapp.errors import Conflict, InvalidInput, NotFound
 
 async def all_rows(chat: ConversationService, conversation_id: str) -> list[Message]:
     """Every stored row of every branch, by seq."""
-    async with chat.sessions() as session:
+    async with session_on(chat.db) as session:
         query = (
             select(Message)
             .where(Message.conversation_id == conversation_id)
@@ -129,8 +130,8 @@ async def test_every_send_carries_exactly_its_branch(
     assert trimmed >= 3, "the tiny window trims"
 
     # The admin review reads the stored spans: it names left-out turns of each send's branch.
-    async with chat.sessions() as session:
-        found = await review(session, conversation.id)
+    async with session_on(chat.db) as session:
+        found = await session.run_sync(review, conversation.id)
     for turn in found.trimmed:
         branch = set(path_to(rows, turn.seq))
         assert set(found.left_out(turn)) <= branch

@@ -122,18 +122,18 @@ def _run(work: Callable[[AccountService], Awaitable[T]]) -> T:
     from sqlalchemy.exc import DBAPIError
 
     from webapp.accounts.service import AccountService
-    from webapp.db import create_engine, session_factory
+    from webapp.db import Database
     from webapp.errors import AppError
     from webapp.settings import Settings
 
     url = Settings().database_url
 
     async def main() -> T:
-        engine = create_engine(url)
+        db = Database(url)
         try:
-            return await work(AccountService(session_factory(engine)))
+            return await work(AccountService(db))
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     try:
         return asyncio.run(main())

@@ -13,12 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import delete, exists, text, update
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from webapp.accounts.models import ApiToken, LoginSession, User
 from webapp.accounts.passwords import check_password
 from webapp.accounts.service import AccountService, digest
-from webapp.db import transaction
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.timeutil import utcnow
 
@@ -49,7 +48,6 @@ def user_dict(user: User) -> dict[str, object]:
 class UserManagement:
     def __init__(self, accounts: AccountService) -> None:
         self.accounts = accounts
-        self.sessions = accounts.sessions
 
     async def list(self) -> list[User]:
         return await self.accounts.list_users()
@@ -65,13 +63,14 @@ class UserManagement:
         if changes.password is not None:
             check_password(changes.password)
             password_hash = await self.accounts.passwords.hash(changes.password)
-        async with transaction(self.sessions) as session:
-            if session.bind.dialect.name == "postgresql":
-                connection = await session.connection()
-                await connection.execute(
+
+        def change(session: Session) -> User:
+            connection = session.connection()
+            if connection.dialect.name == "postgresql":
+                connection.execute(
                     text(f"LOCK TABLE {User.__tablename__} IN SHARE ROW EXCLUSIVE MODE")
                 )
-            user = await session.get(User, user_id)
+            user = session.get(User, user_id)
             if user is None:
                 raise NotFound(f"no user with id {user_id}")
             if changes.is_admin is False or changes.active is False:
@@ -86,7 +85,7 @@ class UserManagement:
                         **({"active": False} if changes.active is False else {}),
                     )
                 )
-                if (await session.exec(guarded)).rowcount != 1:  # type: ignore[call-overload]
+                if connection.execute(guarded).rowcount != 1:
                     raise Conflict(LAST_ADMIN)
             values: dict[str, object] = {}
             if changes.is_admin:
@@ -96,18 +95,20 @@ class UserManagement:
             if password_hash is not None:
                 values["password_hash"] = password_hash
             if values:
-                await session.exec(update(User).where(col(User.id) == user_id).values(**values))  # type: ignore[call-overload]
+                connection.execute(update(User).where(col(User.id) == user_id).values(**values))
             if changes.active is False or password_hash is not None:
                 # Whoever held the account's sessions (or its old password) is out.
-                await session.exec(delete(LoginSession).where(col(LoginSession.user_id) == user_id))  # type: ignore[call-overload]
+                connection.execute(delete(LoginSession).where(col(LoginSession.user_id) == user_id))
             if changes.active is False:
-                await session.exec(
-                    update(ApiToken)  # type: ignore[call-overload]
+                connection.execute(
+                    update(ApiToken)
                     .where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
                     .values(revoked_at=utcnow())
                 )
-            await session.refresh(user)
+            session.refresh(user)
             return user
+
+        return await self.accounts.db.write(change)
 
     async def change_own_password(
         self, user_id: int, current: str, new: str, *, keep_session: str = ""
@@ -124,18 +125,21 @@ class UserManagement:
             raise InvalidInput("the new password is the same as the current one")
         check_password(new)
         password_hash = await self.accounts.passwords.hash(new)
-        async with transaction(self.sessions) as session:
-            await session.exec(
-                update(User).where(col(User.id) == user_id).values(password_hash=password_hash)  # type: ignore[call-overload]
+
+        def change(session: Session) -> None:
+            connection = session.connection()
+            connection.execute(
+                update(User).where(col(User.id) == user_id).values(password_hash=password_hash)
             )
-            await session.exec(
-                delete(LoginSession).where(  # type: ignore[call-overload]
+            connection.execute(
+                delete(LoginSession).where(
                     col(LoginSession.user_id) == user_id,
                     col(LoginSession.id) != digest(keep_session),
                 )
             )
 
+        await self.accounts.db.write(change)
+
     async def active_admins(self) -> int:
-        async with self.sessions() as session:
-            rows = await session.exec(select(User.id).where(col(User.is_admin), col(User.active)))
-            return len(rows.all())
+        query = select(User.id).where(col(User.is_admin), col(User.active))
+        return await self.accounts.db.read(lambda session: len(session.exec(query).all()))

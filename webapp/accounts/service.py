@@ -22,9 +22,8 @@ from argon2 import PasswordHasher
 from sqlalchemy import Boolean, DateTime, String, delete, func, insert, literal, text, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlalchemy.sql import Executable
+from sqlmodel import Session, col, select
 
 from webapp.accounts.models import (
     CLIENT_MAX_LENGTH,
@@ -36,7 +35,7 @@ from webapp.accounts.models import (
     username_key,
 )
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
-from webapp.db import transaction
+from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.timeutil import as_utc, utcnow
 
@@ -78,13 +77,13 @@ def check_username(username: str) -> None:
 class AccountService:
     def __init__(
         self,
-        sessions: async_sessionmaker[AsyncSession],
+        db: Database,
         *,
         hasher: PasswordHasher | None = None,
         failures_allowed: int = SIGN_IN_FAILURES_ALLOWED,
         failure_window: timedelta = SIGN_IN_FAILURE_WINDOW,
     ) -> None:
-        self.sessions = sessions
+        self.db = db
         self.passwords = Passwords(hasher)
         self.failures_allowed = failures_allowed
         self.failure_window = failure_window
@@ -92,9 +91,9 @@ class AccountService:
     # Users
 
     async def has_users(self) -> bool:
-        async with self.sessions() as session:
-            rows = await session.exec(select(User.id).limit(1))
-            return rows.first() is not None
+        return await self.db.read(
+            lambda session: session.exec(select(User.id).limit(1)).first() is not None
+        )
 
     async def create_user(self, username: str, password: str, *, is_admin: bool = False) -> User:
         """Make an account; a taken username (in any letter case) is refused.
@@ -111,8 +110,7 @@ class AccountService:
             is_admin=is_admin,
         )
         try:
-            async with transaction(self.sessions) as session:
-                session.add(user)
+            await self.db.write(lambda session: session.add(user))
         except IntegrityError:
             raise InvalidInput(f"the username {username!r} is already taken") from None
         return user
@@ -132,10 +130,11 @@ class AccountService:
         check_password(password)
         password_hash = await self.passwords.hash(password)
         key = username_key(username)
-        async with transaction(self.sessions) as session:
-            if session.bind.dialect.name == "postgresql":
-                connection = await session.connection()
-                await connection.execute(
+
+        def insert_first(session: Session) -> User:
+            connection = session.connection()
+            if connection.dialect.name == "postgresql":
+                connection.execute(
                     text(f"LOCK TABLE {User.__tablename__} IN SHARE ROW EXCLUSIVE MODE")
                 )
             values = sa_select(
@@ -148,11 +147,12 @@ class AccountService:
             statement = insert(User).from_select(
                 ["username", "username_key", "password_hash", "is_admin", "created_at"], values
             )
-            result = await session.exec(statement)
+            result = connection.execute(statement)
             if result.rowcount != 1:
                 raise Conflict("an account already exists: sign in instead")
-            created = await session.exec(select(User).where(User.username_key == key))
-            return created.one()
+            return session.exec(select(User).where(User.username_key == key)).one()
+
+        return await self.db.write(insert_first)
 
     async def authenticate(self, username: str, password: str, client: str = "") -> User | None:
         """The user whose credentials these are, or None; records the sign-in.
@@ -181,15 +181,19 @@ class AccountService:
         values: dict[str, object] = {"last_login_at": utcnow()}
         if verdict.new_hash is not None:
             values["password_hash"] = verdict.new_hash
-        async with transaction(self.sessions) as session:
-            await session.exec(update(User).where(col(User.id) == user.id).values(**values))
-            await session.exec(
+
+        def signed_in(session: Session) -> None:
+            connection = session.connection()
+            connection.execute(update(User).where(col(User.id) == user.id).values(**values))
+            connection.execute(
                 delete(SignInAttempt).where(
                     col(SignInAttempt.username_key) == key,
                     col(SignInAttempt.client) == client,
                     col(SignInAttempt.attempted_at) <= attempt,
                 )
             )
+
+        await self.db.write(signed_in)
         for name, value in values.items():
             setattr(user, name, value)
         return user
@@ -204,20 +208,22 @@ class AccountService:
         if allowed <= 0:
             return now
         since = now - self.failure_window
-        async with transaction(self.sessions) as session:
-            if session.bind.dialect.name == "postgresql":
+
+        def record(session: Session) -> list[datetime]:
+            connection = session.connection()
+            if connection.dialect.name == "postgresql":
                 # Under READ COMMITTED, parallel transactions would each count without the
                 # others' attempts: one at a time per username and client. (SQLite runs one
                 # writing transaction at a time anyway.)
                 lock = func.hashtext(f"{key} {client}")
-                await session.exec(select(func.pg_advisory_xact_lock(lock)))
-            await session.exec(
+                connection.execute(select(func.pg_advisory_xact_lock(lock)))
+            connection.execute(
                 delete(SignInAttempt).where(col(SignInAttempt.attempted_at) <= since)
             )
             session.add(SignInAttempt(username_key=key, client=client, attempted_at=now))
-            await session.flush()
-            newest_first = list(
-                await session.exec(
+            session.flush()
+            return list(
+                session.exec(
                     select(SignInAttempt.attempted_at)
                     .where(
                         SignInAttempt.username_key == key,
@@ -228,6 +234,8 @@ class AccountService:
                     .limit(allowed + 1)
                 )
             )
+
+        newest_first = await self.db.write(record)
         if len(newest_first) <= allowed:
             return now
         # This attempt is the newest; it may go ahead once the `allowed`-th before it has
@@ -241,32 +249,28 @@ class AccountService:
         )
 
     async def get_user(self, user_id: int) -> User | None:
-        async with self.sessions() as session:
-            return await session.get(User, user_id)
+        return await self.db.read(lambda session: session.get(User, user_id))
 
     async def get_user_by_name(self, username: str) -> User | None:
         """Case-insensitive: `Alice` finds `alice`."""
         if not USERNAME_PATTERN.fullmatch(username):
             return None
-        async with self.sessions() as session:
-            rows = await session.exec(
-                select(User).where(User.username_key == username_key(username))
-            )
-            return rows.first()
+        query = select(User).where(User.username_key == username_key(username))
+        return await self.db.read(lambda session: session.exec(query).first())
 
     async def delete_user(self, user_id: int) -> bool:
         """Delete an account and everything that is its own: sessions, API tokens and
         conversations go with it (ON DELETE CASCADE), so none of them works again and no
         later account can inherit them. False if there was no such user."""
-        async with transaction(self.sessions) as session:
-            result = await session.exec(delete(User).where(col(User.id) == user_id))
-            return result.rowcount > 0
+        statement = delete(User).where(col(User.id) == user_id)
+        return await self.db.write(
+            lambda session: session.connection().execute(statement).rowcount > 0
+        )
 
     async def list_users(self) -> list[User]:
         """Every account, by username (case-insensitively)."""
-        async with self.sessions() as session:
-            rows = await session.exec(select(User).order_by(col(User.username_key)))
-            return list(rows.all())
+        query = select(User).order_by(col(User.username_key))
+        return await self.db.read(lambda session: list(session.exec(query).all()))
 
     # Browser sessions
 
@@ -282,8 +286,7 @@ class AccountService:
             last_seen_at=now,
         )
         try:
-            async with transaction(self.sessions) as session:
-                session.add(login)
+            await self.db.write(lambda session: session.add(login))
         except IntegrityError:
             raise NotFound(f"no user with id {user_id}") from None
         return secret
@@ -292,13 +295,12 @@ class AccountService:
         """The user a cookie's secret signs in, or None if unknown or expired."""
         if not secret or len(secret) > MAX_SECRET_LENGTH:
             return None
-        async with self.sessions() as session:
-            rows = await session.exec(
-                select(LoginSession, User)
-                .join(User, col(User.id) == col(LoginSession.user_id))
-                .where(LoginSession.id == digest(secret), col(User.active))
-            )
-            found = rows.first()
+        query = (
+            select(LoginSession, User)
+            .join(User, col(User.id) == col(LoginSession.user_id))
+            .where(LoginSession.id == digest(secret), col(User.active))
+        )
+        found = await self.db.read(lambda session: session.exec(query).first())
         if found is None:
             return None
         login, user = found
@@ -306,28 +308,26 @@ class AccountService:
         if as_utc(login.expires_at) <= now:
             return None
         if _due(login.last_seen_at, now):
-            async with transaction(self.sessions) as session:
-                await session.exec(
-                    update(LoginSession)
-                    .where(col(LoginSession.id) == login.id)
-                    .values(last_seen_at=now)
-                )
+            await self.db.write(
+                _execute,
+                update(LoginSession)
+                .where(col(LoginSession.id) == login.id)
+                .values(last_seen_at=now),
+            )
         return user
 
     async def end_session(self, secret: str) -> None:
         """Sign out: the secret no longer works, whether or not it ever did."""
         if not secret or len(secret) > MAX_SECRET_LENGTH:
             return
-        async with transaction(self.sessions) as session:
-            await session.exec(delete(LoginSession).where(col(LoginSession.id) == digest(secret)))
+        await self.db.write(
+            _execute, delete(LoginSession).where(col(LoginSession.id) == digest(secret))
+        )
 
     async def purge_expired_sessions(self) -> int:
         """Delete expired sessions (they already stopped working); returns how many."""
-        async with transaction(self.sessions) as session:
-            result = await session.exec(
-                delete(LoginSession).where(col(LoginSession.expires_at) <= utcnow())
-            )
-            return result.rowcount
+        statement = delete(LoginSession).where(col(LoginSession.expires_at) <= utcnow())
+        return await self.db.write(_execute, statement)
 
     # API tokens
 
@@ -339,8 +339,7 @@ class AccountService:
         plain = new_token()
         token = ApiToken(user_id=user_id, name=name, token_hash=digest(plain), prefix=plain[:8])
         try:
-            async with transaction(self.sessions) as session:
-                session.add(token)
+            await self.db.write(lambda session: session.add(token))
         except IntegrityError:
             raise NotFound(f"no user with id {user_id}") from None
         return token, plain
@@ -349,53 +348,57 @@ class AccountService:
         """The owner of a live (not revoked) token, or None."""
         if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
             return None
-        async with self.sessions() as session:
-            rows = await session.exec(
-                select(ApiToken, User)
-                .join(User, col(User.id) == col(ApiToken.user_id))
-                .where(
-                    ApiToken.token_hash == digest(token),
-                    col(ApiToken.revoked_at).is_(None),
-                    col(User.active),
-                )
+        query = (
+            select(ApiToken, User)
+            .join(User, col(User.id) == col(ApiToken.user_id))
+            .where(
+                ApiToken.token_hash == digest(token),
+                col(ApiToken.revoked_at).is_(None),
+                col(User.active),
             )
-            found = rows.first()
+        )
+        found = await self.db.read(lambda session: session.exec(query).first())
         if found is None:
             return None
         api_token, user = found
         now = utcnow()
         if api_token.last_used_at is None or _due(api_token.last_used_at, now):
-            async with transaction(self.sessions) as session:
-                await session.exec(
-                    update(ApiToken)
-                    .where(col(ApiToken.id) == api_token.id)
-                    .values(last_used_at=now)
-                )
+            await self.db.write(
+                _execute,
+                update(ApiToken).where(col(ApiToken.id) == api_token.id).values(last_used_at=now),
+            )
         return user
 
     async def list_tokens(self, user_id: int) -> list[ApiToken]:
         """The user's tokens, newest first; revoked ones included (`revoked_at` set)."""
-        async with self.sessions() as session:
-            rows = await session.exec(
-                select(ApiToken)
-                .where(ApiToken.user_id == user_id)
-                .order_by(col(ApiToken.created_at).desc(), col(ApiToken.id).desc())
-            )
-            return list(rows.all())
+        query = (
+            select(ApiToken)
+            .where(ApiToken.user_id == user_id)
+            .order_by(col(ApiToken.created_at).desc(), col(ApiToken.id).desc())
+        )
+        return await self.db.read(lambda session: list(session.exec(query).all()))
 
     async def revoke_token(self, user_id: int, token_id: int) -> bool:
         """Revoke one of the user's tokens. False if it is not theirs (or does not exist).
 
         Revoking an already revoked token is True and keeps the first revocation time.
         """
-        async with transaction(self.sessions) as session:
-            token = await session.get(ApiToken, token_id)
+
+        def revoke(session: Session) -> bool:
+            token = session.get(ApiToken, token_id)
             if token is None or token.user_id != user_id:
                 return False
             if token.revoked_at is None:
                 token.revoked_at = utcnow()
                 session.add(token)
             return True
+
+        return await self.db.write(revoke)
+
+
+def _execute(session: Session, statement: Executable) -> int:
+    """One Core statement; how many rows it changed."""
+    return session.connection().execute(statement).rowcount  # type: ignore[attr-defined,no-any-return]
 
 
 def _due(last: datetime, now: datetime) -> bool:

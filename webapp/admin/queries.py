@@ -25,8 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import ColumnElement, Date, cast, exists, func, literal_column, or_
 from sqlalchemy.orm import aliased
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col, select
 
 from webapp.accounts.models import User, username_key
 from webapp.admin.listing import Listing
@@ -233,8 +232,8 @@ def _owner_user_join() -> ColumnElement[bool]:
     return col(Conversation.user_id) == col(User.id)
 
 
-async def _dialect(session: AsyncSession) -> str:
-    return (await session.connection()).dialect.name
+def _dialect(session: Session) -> str:
+    return session.connection().dialect.name
 
 
 def _utc_day(column: Any, dialect: str) -> ColumnElement[Any]:
@@ -249,8 +248,8 @@ def _as_date(value: date | str) -> date:
     return value if isinstance(value, date) else date.fromisoformat(value)
 
 
-async def trimmed_conversations(
-    session: AsyncSession, listing: Listing, *, everything: bool = False
+def trimmed_conversations(
+    session: Session, listing: Listing, *, everything: bool = False
 ) -> Page[TrimmedRow]:
     """Conversations with at least one trimmed send, filtered, sorted and paged in SQL;
     `everything` puts every match on one page (the CSV export).
@@ -308,7 +307,7 @@ async def trimmed_conversations(
     if until is not None:
         query = query.where(col(Conversation.updated_at) < _day_start(until + timedelta(days=1)))
 
-    total = (await session.exec(select(func.count()).select_from(query.subquery()))).one()
+    total = session.exec(select(func.count()).select_from(query.subquery())).one()
 
     key: Any
     if sort == "models":
@@ -342,9 +341,9 @@ async def trimmed_conversations(
     query = query.order_by(key.desc() if listing.descending else key.asc(), col(Conversation.id))
     if per_page is not None:
         query = query.offset((page - 1) * per_page).limit(per_page)
-    rows = (await session.exec(query)).all()
+    rows = session.exec(query).all()
 
-    served = await _served_models(session, [row[0] for row in rows])
+    served = _served_models(session, [row[0] for row in rows])
     items = [
         TrimmedRow(
             conversation_id=cid,
@@ -362,7 +361,7 @@ async def trimmed_conversations(
     return Page(items=items, total=total, page=page, per_page=per_page)
 
 
-async def _served_models(session: AsyncSession, ids: Sequence[str]) -> dict[str, list[str]]:
+def _served_models(session: Session, ids: Sequence[str]) -> dict[str, list[str]]:
     """The distinct models that answered in each of `ids`: one query for the page."""
     if not ids:
         return {}
@@ -377,13 +376,13 @@ async def _served_models(session: AsyncSession, ids: Sequence[str]) -> dict[str,
         .order_by(col(Message.conversation_id), col(Message.model))
     )
     served: dict[str, list[str]] = {}
-    for cid, name in (await session.exec(query)).all():
+    for cid, name in session.exec(query).all():
         served.setdefault(cid, []).append(name)
     return served
 
 
-async def trimmed_per_day(
-    session: AsyncSession, days: int = 30, *, today: date | None = None
+def trimmed_per_day(
+    session: Session, days: int = 30, *, today: date | None = None
 ) -> list[DayCount]:
     """Trimmed sends per UTC day of the user row, for the `days` days ending `today`
     (default: today in UTC), oldest first, days without any included as zero."""
@@ -391,7 +390,7 @@ async def trimmed_per_day(
         raise InvalidInput(f"days must be 1 or more, not {days}")
     today = today or utcnow().date()
     first = today - timedelta(days=days - 1)
-    day = _utc_day(col(Message.created_at), await _dialect(session)).label("day")
+    day = _utc_day(col(Message.created_at), _dialect(session)).label("day")
     query = (
         select(day, func.count())
         .where(
@@ -402,14 +401,14 @@ async def trimmed_per_day(
         )
         .group_by(literal_column("day"))
     )
-    counts = {_as_date(value): count for value, count in (await session.exec(query)).all()}
+    counts = {_as_date(value): count for value, count in session.exec(query).all()}
     return [
         DayCount(first + timedelta(days=offset), counts.get(first + timedelta(days=offset), 0))
         for offset in range(days)
     ]
 
 
-async def trimmed_per_model(session: AsyncSession) -> list[ModelCount]:
+def trimmed_per_model(session: Session) -> list[ModelCount]:
     """Trimmed sends per model they were sized for, most first."""
     model = col(Message.fit_model)
     count = func.count()
@@ -419,13 +418,13 @@ async def trimmed_per_model(session: AsyncSession) -> list[ModelCount]:
         .group_by(model)
         .order_by(count.desc(), model)
     )
-    rows = (await session.exec(query)).all()
+    rows = session.exec(query).all()
     return [ModelCount(name or UNKNOWN_MODEL, n) for name, n in rows]
 
 
-async def review(session: AsyncSession, conversation_id: str) -> Review:
+def review(session: Session, conversation_id: str) -> Review:
     """The whole history of one conversation and, for each trimmed send, what it left out."""
-    conversation = await session.get(Conversation, conversation_id)
+    conversation = session.get(Conversation, conversation_id)
     if conversation is None:
         raise NotFound("no such conversation")
     query = (
@@ -433,8 +432,8 @@ async def review(session: AsyncSession, conversation_id: str) -> Review:
         .where(col(Message.conversation_id) == conversation_id)
         .order_by(col(Message.seq))
     )
-    messages = list((await session.exec(query)).all())
-    username = await _username(session, conversation.user_id)
+    messages = list(session.exec(query).all())
+    username = _username(session, conversation.user_id)
 
     trimmed = [
         TrimmedTurn(
@@ -480,8 +479,8 @@ def turn_numbers(messages: list[Message]) -> dict[int, int]:
     return numbers
 
 
-async def _username(session: AsyncSession, user_id: int | None) -> str | None:
-    user = await session.get(User, user_id) if user_id is not None else None
+def _username(session: Session, user_id: int | None) -> str | None:
+    user = session.get(User, user_id) if user_id is not None else None
     return user.username if user is not None else None
 
 

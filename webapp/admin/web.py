@@ -9,6 +9,7 @@ CSRF token to carry.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get
@@ -121,17 +122,17 @@ class AdminController(Controller):
     async def _page(
         self, chat: Chat, listing: Listing, *, everything: bool = False
     ) -> Page[TrimmedRow]:
-        async with chat.sessions() as session:
-            return await queries.trimmed_conversations(session, listing, everything=everything)
+        return await chat.db.read(
+            partial(queries.trimmed_conversations, listing=listing, everything=everything)
+        )
 
     @get(LIST_PATH)
     async def trimmed_page(self, request: Request, chat: Chat) -> Template:
         listing = parse_listing(request.query_params)
         page = await self._page(chat, listing)
-        async with chat.sessions() as session:
-            per_day = await queries.trimmed_per_day(session, CHART_DAYS)
-            per_model = await queries.trimmed_per_model(session)
-        catalog = chat.manager.catalog
+        per_day = await chat.db.read(queries.trimmed_per_day, CHART_DAYS)
+        per_model = await chat.db.read(queries.trimmed_per_model)
+        catalog = chat.catalog
         return Template(
             "admin/trimmed.html",
             context={
@@ -207,8 +208,7 @@ class AdminController(Controller):
 
     @get("/admin/c/{conversation_id:str}")
     async def review_page(self, chat: Chat, conversation_id: FromPath[str]) -> Template:
-        async with chat.sessions() as session:
-            review = await queries.review(session, conversation_id)
+        review = await chat.db.read(queries.review, conversation_id)
         return Template(
             "admin/review.html",
             context={

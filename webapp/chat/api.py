@@ -18,8 +18,10 @@ from litestar.types import ASGIApp
 from sse_starlette import EventSourceResponse
 
 from webapp.chat.answers import Channel, Event
+from webapp.chat.sending import Send
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
-from webapp.chat.service import ConversationService, Send, clean_title
+from webapp.chat.service import ConversationService
+from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.web.params import RowId

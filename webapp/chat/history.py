@@ -13,7 +13,7 @@ A turn is replayed only if its answer is worth replaying: complete, stopped or
 interrupted with some text. A failed answer stays in the record but is not sent.
 
 Pinned turns are read through a partial index, whatever their age. What a send reads
-runs inside its write transaction (see `webapp.db.in_transaction`), so these
+runs inside its write transaction (see `webapp.db.Database.write`), so these
 functions are synchronous.
 
 Branches. Editing or regenerating a turn never changes a stored row: it adds a new

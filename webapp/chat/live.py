@@ -41,7 +41,7 @@ async def follow_answer(
     if answer.role != Role.ASSISTANT:
         raise NotFound("no such answer: that id is a user's message")
     user = await chat.user_row_of(answer)
-    running = chat.answers.get(answer_id)
+    running = chat.running(answer_id)
     if answer.status != Status.STREAMING or running is None:
         stored = _follow_stored(
             chat, notices or _unshared(chat), owner, conversation_id, answer, user
@@ -71,7 +71,7 @@ async def follow_answer(
 
 def _unshared(chat: ConversationService) -> AnswerNotices:
     """For a caller that has no process-wide notices (a script, a test): its own poll."""
-    return PollingNotices(chat.sessions, chat.settings.stream_flush_interval)
+    return PollingNotices(chat.db, chat.poll_interval)
 
 
 async def _follow_stored(
@@ -85,7 +85,6 @@ async def _follow_stored(
     """Snapshots of an answer written elsewhere: read when it moves. A writer that died
     sends nothing more; now and then the watcher looks for itself, and reaps."""
     assert answer.id is not None and user.id is not None
-    recheck = chat.settings.stale_stream_after / 3
     seen: tuple[str, str, int | None] | None = None
     with notices.watch(answer.id) as watch:
         if answer.status == Status.STREAMING:
@@ -99,7 +98,7 @@ async def _follow_stored(
                 yield Snapshot(answer, user, final=final)
             if final:
                 return
-            if not await watch.wait(recheck):
+            if not await watch.wait(chat.recheck_interval):
                 await chat.reap_stale(conversation_id)
             answer = await chat.message(owner, conversation_id, answer.id)
             user = await chat.message(owner, conversation_id, user.id)

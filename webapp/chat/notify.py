@@ -29,12 +29,11 @@ from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlalchemy.sql import Select
-from sqlmodel import col
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col
 
 from webapp.chat.models import Message
+from webapp.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -187,11 +186,11 @@ class PollingNotices(AnswerNotices):
     """SQLite: one query per interval for all the answers watched in this process; only
     the watchers of an answer whose row changed are woken."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], interval: float) -> None:
+    def __init__(self, db: Database, interval: float) -> None:
         super().__init__()
-        self._sessions = sessions
+        self._db = db
         self._interval = interval
-        self._seen: dict[int, tuple[object, ...]] = {}
+        self._seen: dict[int, tuple[object, ...] | None] = {}
         self._task: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
@@ -215,33 +214,37 @@ class PollingNotices(AnswerNotices):
             if not ids:
                 break
             try:
-                async with self._sessions() as session:
-                    rows = await session.execute(
-                        select(Message.id, Message.status, func.length(Message.content)).where(
-                            col(Message.id).in_(ids)
-                        )
-                    )
-                    states = {row[0]: tuple(row[1:]) for row in rows}
+                states = await self._db.read(_states, ids)
             except Exception as error:  # a busy or broken database: wake all to re-read
                 log.warning("could not poll the answers watched: %s", error)
                 self.wake_all()
                 continue
             for answer_id in ids:
                 state = states.get(answer_id)
-                if self._seen.get(answer_id) != state:
-                    self._seen[answer_id] = state  # type: ignore[assignment]
+                if self._seen.get(answer_id, ()) != state:
+                    self._seen[answer_id] = state
                     self.wake(answer_id)
             for gone in self._seen.keys() - self._watchers.keys():
                 del self._seen[gone]
 
 
+def _states(session: Session, ids: list[int]) -> dict[int, tuple[object, ...]]:
+    """What tells that an answer moved: its status and the length of its text."""
+    rows = session.connection().execute(
+        select(Message.id, Message.status, func.length(Message.content)).where(
+            col(Message.id).in_(ids)
+        )
+    )
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
 def answer_notices(
     database_url: str,
-    sessions: async_sessionmaker[AsyncSession],
+    db: Database,
     interval: float,
     on_stop: Callable[[int], object] | None = None,
 ) -> AnswerNotices:
     """LISTEN/NOTIFY on PostgreSQL, a shared poll on SQLite (and any other engine)."""
     if make_url(database_url).get_backend_name() == "postgresql":
         return PostgresNotices(database_url, on_stop)
-    return PollingNotices(sessions, interval)
+    return PollingNotices(db, interval)

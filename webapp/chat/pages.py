@@ -23,7 +23,8 @@ from sse_starlette import EventSourceResponse
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.notify import AnswerNotices
-from webapp.chat.service import ConversationService, Send
+from webapp.chat.sending import Send
+from webapp.chat.service import ConversationService
 from webapp.chat.views import (
     Alternative,
     Meter,
@@ -117,7 +118,7 @@ class ConversationPages(Controller):
         }
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
-            context["configurations"] = configuration_dicts(chat.manager.catalog)
+            context["configurations"] = configuration_dicts(chat.catalog)
         return Template(self.page_template, context=context)
 
     @get("/older")
@@ -385,7 +386,7 @@ def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative,
     first: switching to one is the meter's remedy for a trimmed send."""
     found = [
         Alternative(entry["name"], entry["serving_model"], entry["window"])
-        for entry in configuration_dicts(chat.manager.catalog)
+        for entry in configuration_dicts(chat.catalog)
         if entry["window"] and entry["window"] > window
     ]
     return tuple(sorted(found, key=lambda alt: -alt.window)[:2])

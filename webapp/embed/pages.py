@@ -20,7 +20,8 @@ from litestar.handlers import BaseRouteHandler
 from webapp.accounts.service import digest
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation
 from webapp.chat.pages import ConversationPages, ConversationRef
-from webapp.chat.service import ConversationService, clean_title
+from webapp.chat.service import ConversationService
+from webapp.chat.titles import clean_title
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
@@ -50,7 +51,7 @@ def frame_ancestors(catalog: Catalog, path: str) -> tuple[str, ...] | None:
 async def visitor_conversation(
     request: Request[Any, Any, Any], chat: ConversationService, embed_name: str
 ) -> ConversationRef:
-    spec = chat.manager.catalog.embeds.get(embed_name)
+    spec = chat.catalog.embeds.get(embed_name)
     if spec is None:
         raise NotFound("no such embed")
     owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
@@ -75,7 +76,7 @@ async def embed_quota(
     if handler.handler_name not in SENDING_HANDLERS:
         return
     name = embed_name_of(connection.scope["path"])
-    if name is None or name not in connection.app.state.chat.manager.catalog.embeds:
+    if name is None or name not in connection.app.state.chat.catalog.embeds:
         return
     quota: EmbedQuota = connection.app.state.embed_quota
     client = connection.client.host if connection.client else ""

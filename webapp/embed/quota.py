@@ -14,11 +14,9 @@ import math
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func
-from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col, select
 
-from webapp.db import transaction
+from webapp.db import Database
 from webapp.embed.models import CLIENT_MAX_LENGTH, EmbedSend
 from webapp.errors import TooManyRequests
 from webapp.timeutil import as_utc, utcnow
@@ -27,13 +25,13 @@ from webapp.timeutil import as_utc, utcnow
 class EmbedQuota:
     def __init__(
         self,
-        sessions: async_sessionmaker[AsyncSession],
+        db: Database,
         *,
         per_client: int,
         per_embed: int,
         window: timedelta,
     ) -> None:
-        self.sessions = sessions
+        self.db = db
         self.per_client = per_client
         self.per_embed = per_embed
         self.window = window
@@ -49,24 +47,28 @@ class EmbedQuota:
         client = client[:CLIENT_MAX_LENGTH]
         now = utcnow()
         since = now - self.window
-        async with transaction(self.sessions) as session:
-            if session.bind.dialect.name == "postgresql":
+
+        def count(session: Session) -> None:
+            connection = session.connection()
+            if connection.dialect.name == "postgresql":
                 lock = func.hashtext(f"embed-send {embed_name}")
-                await session.exec(select(func.pg_advisory_xact_lock(lock)))
-            await session.exec(delete(EmbedSend).where(col(EmbedSend.sent_at) <= since))
+                connection.execute(select(func.pg_advisory_xact_lock(lock)))
+            connection.execute(delete(EmbedSend).where(col(EmbedSend.sent_at) <= since))
             if self.per_client > 0:
-                await self._refuse_if_full(
+                self._refuse_if_full(
                     session, since, self.per_client, "from your address", embed_name, client
                 )
             if self.per_embed > 0:
-                await self._refuse_if_full(
+                self._refuse_if_full(
                     session, since, self.per_embed, "through this chat", embed_name
                 )
             session.add(EmbedSend(embed_name=embed_name, client=client, sent_at=now))
 
-    async def _refuse_if_full(
+        await self.db.write(count)
+
+    def _refuse_if_full(
         self,
-        session: AsyncSession,
+        session: Session,
         since: datetime,
         limit: int,
         where: str,
@@ -79,7 +81,7 @@ class EmbedQuota:
         if client is not None:
             query = query.where(col(EmbedSend.client) == client)
         newest_first = list(
-            await session.exec(query.order_by(col(EmbedSend.sent_at).desc()).limit(limit))
+            session.exec(query.order_by(col(EmbedSend.sent_at).desc()).limit(limit))
         )
         if len(newest_first) < limit:
             return

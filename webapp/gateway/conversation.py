@@ -26,7 +26,8 @@ from litestar.response import Stream
 
 from webapp.chat.answers import Event
 from webapp.chat.models import Message, Status
-from webapp.chat.service import ConversationService, Send
+from webapp.chat.sending import Send
+from webapp.chat.service import ConversationService
 from webapp.errors import NotFound
 from webapp.gateway.errors import GatewayError, invalid
 from webapp.gateway.report import DROPPED_TURNS_HEADER

@@ -16,12 +16,10 @@ import math
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, func, insert, select
-from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import col
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col
 
 from webapp.chat.models import Conversation, GatewayCall, Message, Role
-from webapp.db import in_transaction
+from webapp.db import Database
 from webapp.gateway.errors import too_many
 from webapp.timeutil import as_utc, utcnow
 
@@ -52,10 +50,8 @@ def _newest(connection: Connection, owner: str, since: datetime, limit: int) -> 
 
 
 class RateLimit:
-    def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], limit: int, window: float
-    ) -> None:
-        self.sessions = sessions
+    def __init__(self, db: Database, limit: int, window: float) -> None:
+        self.db = db
         self.limit = limit
         self.window = window
 
@@ -64,7 +60,7 @@ class RateLimit:
         that will store a message (`record=False`) is only checked: its message counts."""
         if self.limit <= 0:
             return
-        wait = await in_transaction(self.sessions, self._admit, owner, utcnow(), record)
+        wait = await self.db.write(self._admit, owner, utcnow(), record)
         if wait is not None:
             raise too_many(
                 f"You have made {self.limit} calls in the last {self.window:g} seconds; "
@@ -72,7 +68,8 @@ class RateLimit:
                 wait,
             )
 
-    def _admit(self, connection: Connection, owner: str, now: datetime, record: bool) -> int | None:
+    def _admit(self, session: Session, owner: str, now: datetime, record: bool) -> int | None:
+        connection = session.connection()
         if connection.dialect.name == "postgresql":
             # Under READ COMMITTED two calls would each count without the other: one at a
             # time per owner. (SQLite's transactions here hold its write lock from BEGIN.)

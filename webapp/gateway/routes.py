@@ -14,7 +14,7 @@ from litestar import Router, get
 from litestar.di import Provide
 from litestar.params import FromPath
 
-from webapp.chat.service import ConversationService
+from webapp.db import Database
 from webapp.gateway.auth import BearerTokenAuth
 from webapp.gateway.chat import chat_completions
 from webapp.gateway.deps import Chat
@@ -22,6 +22,7 @@ from webapp.gateway.errors import gateway_exception_handler, model_not_found
 from webapp.gateway.limits import RateLimit
 from webapp.gateway.passthrough import completions, embeddings
 from webapp.llm.describe import configuration_dicts
+from webapp.settings import Settings
 
 
 def _model_entry(described: dict[str, Any]) -> dict[str, Any]:
@@ -43,22 +44,21 @@ def _model_entry(described: dict[str, Any]) -> dict[str, Any]:
 @get("/models")
 async def list_models(chat: Chat) -> dict[str, Any]:
     """The configurations, by name: what a call's `model` names."""
-    described = configuration_dicts(chat.manager.catalog)
+    described = configuration_dicts(chat.catalog)
     return {"object": "list", "data": [_model_entry(entry) for entry in described]}
 
 
 @get("/models/{name:str}")
 async def read_model(chat: Chat, name: FromPath[str]) -> dict[str, Any]:
-    for entry in configuration_dicts(chat.manager.catalog):
+    for entry in configuration_dicts(chat.catalog):
         if entry["name"] == name:
             return _model_entry(entry)
     raise model_not_found(name)
 
 
-def gateway_router(chat: ConversationService) -> Router:
+def gateway_router(db: Database, settings: Settings) -> Router:
     """The /v1 router: bearer tokens only, OpenAI-shaped errors, the chat's rate limit."""
-    settings = chat.settings
-    limit = RateLimit(chat.sessions, settings.rate_limit_messages, settings.rate_limit_window)
+    limit = RateLimit(db, settings.rate_limit_messages, settings.rate_limit_window)
     return Router(
         path="/v1",
         route_handlers=[list_models, read_model, chat_completions, completions, embeddings],

@@ -26,10 +26,9 @@ from datetime import datetime
 from sqlalchemy import Column, DateTime
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlmodel import Field, SQLModel, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Field, Session, SQLModel, select
 
+from webapp.db import Database
 from webapp.llm.window import SAFETY_FRACTION
 from webapp.timeutil import utcnow
 
@@ -74,8 +73,8 @@ def _learned(current: float, target: float) -> float:
 class Calibrator:
     """The factors in memory, written through to the database when they change."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession] | None = None) -> None:
-        self._sessions = sessions
+    def __init__(self, db: Database | None = None) -> None:
+        self._db = db
         self._factors: dict[str, float] = {}
         self._samples: dict[str, int] = {}
         self._overheads: dict[str, float] = {}
@@ -88,14 +87,14 @@ class Calibrator:
         return math.ceil(self._overheads.get(model, DEFAULT_OVERHEAD))
 
     async def load(self) -> None:
-        if self._sessions is None:
+        if self._db is None:
             return
-        async with self._sessions() as session:
-            for row in await session.exec(select(ModelCalibration)):
-                self._factors[row.model] = _clamp(row.factor)
-                self._samples[row.model] = row.samples
-                if row.message_overhead is not None:
-                    self._overheads[row.model] = row.message_overhead
+        rows = await self._db.read(lambda session: list(session.exec(select(ModelCalibration))))
+        for row in rows:
+            self._factors[row.model] = _clamp(row.factor)
+            self._samples[row.model] = row.samples
+            if row.message_overhead is not None:
+                self._overheads[row.model] = row.message_overhead
 
     async def observe(self, model: str, raw_estimate: int, prompt_tokens: int) -> float:
         """Learn from one answer: the provider counted `prompt_tokens` for what we put at
@@ -166,10 +165,14 @@ class Calibrator:
         return factor
 
     async def _store(self, model: str) -> None:
-        """One upsert: answers of one model finish together, and each may store what it
-        learned; a read-then-insert would let two of them insert the same new row."""
-        if self._sessions is None:
+        if self._db is None:
             return
+        await self._db.write(self._write, model)
+
+    def _write(self, session: Session, model: str) -> None:
+        """One upsert: answers of one model finish together, and on PostgreSQL their
+        transactions run side by side; a read-then-insert would let two of them insert
+        the same new row."""
         values = {
             "model": model,
             "factor": self.factor(model),
@@ -177,13 +180,13 @@ class Calibrator:
             "message_overhead": self._overheads.get(model),
             "updated_at": utcnow(),
         }
-        async with self._sessions() as session, session.begin():
-            dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-            insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-            statement = insert(ModelCalibration).values(values)
-            await session.execute(
-                statement.on_conflict_do_update(
-                    index_elements=["model"],
-                    set_={key: statement.excluded[key] for key in values if key != "model"},
-                )
+        connection = session.connection()
+        postgres = connection.dialect.name == "postgresql"
+        statement = (postgresql_insert if postgres else sqlite_insert)(ModelCalibration)
+        statement = statement.values(values)
+        connection.execute(
+            statement.on_conflict_do_update(
+                index_elements=["model"],
+                set_={key: statement.excluded[key] for key in values if key != "model"},
             )
+        )

@@ -1,0 +1,241 @@
+"""Changing conversations: create, import, rename, switch configuration, pin a turn, show
+another branch, fork, delete, purge. Sending a message is `sending`'s job."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import delete, func, insert, update
+from sqlmodel import Session, col, select
+
+from webapp.chat.branches import leaf_through, renumbered, whole_branch
+from webapp.chat.history import is_replayable, read_branch
+from webapp.chat.models import Conversation, Message, Role, Status, owner_columns
+from webapp.chat.reading import ConversationReader
+from webapp.chat.rows import check_id, owned_in, row_in
+from webapp.chat.sending import RecentConfigurations
+from webapp.chat.titles import DEFAULT_TITLE, clean_title, fork_title
+from webapp.chat.transfer import parse_export
+from webapp.db import Database, as_loaded
+from webapp.errors import Conflict, InvalidInput, NotFound
+from webapp.llm.estimator import estimate_message
+from webapp.llm.manager import LLMManager
+from webapp.timeutil import utcnow
+from webapp.web.markdown import render_markdown
+
+
+class ConversationEditor:
+    """Reads the catalog through the manager: discovery at start replaces it."""
+
+    def __init__(
+        self,
+        db: Database,
+        manager: LLMManager,
+        reader: ConversationReader,
+        recent: RecentConfigurations,
+    ) -> None:
+        self._db = db
+        self._manager = manager
+        self._reader = reader
+        self._recent = recent
+
+    def check_configuration(self, configuration: str) -> None:
+        configurations = self._manager.catalog.configurations
+        if configuration not in configurations:
+            known = ", ".join(configurations)
+            raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+
+    async def create(
+        self, owner: str, configuration: str | None = None, title: str | None = None
+    ) -> Conversation:
+        configuration = configuration or self._manager.catalog.default_configuration
+        self.check_configuration(configuration)
+        conversation = Conversation(
+            owner=owner,
+            **owner_columns(owner),
+            configuration=configuration,
+            title=clean_title(title) if title is not None else DEFAULT_TITLE,
+        )
+        await self._db.write(lambda session: session.add(conversation))
+        self._recent.remember(conversation.id, conversation.configuration)
+        return conversation
+
+    async def import_conversation(self, owner: str, data: object) -> Conversation:
+        """A new conversation of `owner` holding a JSON export's messages and fit facts,
+        as they were; `prior_turns` is recounted, answers are rendered once more."""
+        imported = parse_export(
+            data,
+            default_configuration=self._manager.catalog.default_configuration,
+            known=set(self._manager.catalog.configurations),
+        )
+        now = utcnow()
+        conversation = Conversation(
+            owner=owner,
+            **owner_columns(owner),
+            configuration=imported.configuration,
+            title=clean_title(imported.title),
+            created_at=imported.created_at or now,
+            updated_at=now,
+        )
+        conversation.active_seq = imported.active_seq
+        # prior_turns speaks of each row's own branch: the replayable turns on the path up
+        # to the row it continues (`upto`, by seq; 0 is the very start).
+        rows: list[dict[str, object]] = []
+        upto = {0: 0}
+        for values in imported.messages:
+            values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
+            seq = values["seq"]
+            parent = values["parent_seq"] if values["parent_seq"] is not None else seq - 1
+            if values["estimated_tokens"] is None:
+                values["estimated_tokens"] = estimate_message(values)
+            if values["role"] == Role.USER:
+                values["prior_turns"] = upto[parent]
+                upto[seq] = upto[parent]
+            else:
+                upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
+                values["content_html"] = str(render_markdown(values["content"]))
+            rows.append(values)
+
+        def store(session: Session) -> None:
+            session.add(conversation)
+            session.flush()
+            session.add_all(Message(conversation_id=conversation.id, **values) for values in rows)
+
+        await self._db.write(store)
+        self._recent.remember(conversation.id, conversation.configuration)
+        return conversation
+
+    async def rename(self, owner: str, conversation_id: str, title: str) -> Conversation:
+        title = clean_title(title)
+
+        def change(session: Session) -> Conversation:
+            conversation = self._reader.owned(session, owner, conversation_id)
+            conversation.title = title
+            conversation.updated_at = utcnow()
+            session.add(conversation)
+            return conversation
+
+        return await self._db.write(change)
+
+    async def set_configuration(
+        self, owner: str, conversation_id: str, configuration: str
+    ) -> Conversation:
+        """Switch the conversation to another configuration: the next send is bounded
+        against its model. Nothing already stored changes."""
+        self.check_configuration(configuration)
+
+        def change(session: Session) -> Conversation:
+            conversation = self._reader.owned(session, owner, conversation_id)
+            conversation.configuration = configuration
+            conversation.updated_at = utcnow()
+            session.add(conversation)
+            return conversation
+
+        conversation = await self._db.write(change)
+        self._recent.remember(conversation_id, configuration)
+        return conversation
+
+    async def pin(
+        self, owner: str, conversation_id: str, message_id: int, pinned: bool = True
+    ) -> Message:
+        """Pin (or unpin) a user turn: a pinned turn is sent on every later send, after the
+        head, as long as head, pins and the newest turn fit."""
+        check_id(message_id)
+
+        def change(session: Session) -> Message:
+            self._reader.owned(session, owner, conversation_id)
+            row = session.get(Message, message_id)
+            if row is None or row.conversation_id != conversation_id:
+                raise NotFound("no such message")
+            if row.role != Role.USER:
+                raise InvalidInput("only a user's message can be pinned: it pins its whole turn")
+            row.pinned = pinned
+            row.updated_at = utcnow()
+            session.add(row)
+            return row
+
+        return await self._db.write(change)
+
+    async def delete(self, owner: str, conversation_id: str) -> None:
+        """Delete the conversation with its messages (stop its answer first: see the service)."""
+
+        def remove(session: Session) -> None:
+            session.delete(self._reader.owned(session, owner, conversation_id))
+
+        await self._db.write(remove)
+
+    async def purge_idle(self, days: float, *, dry_run: bool = False) -> list[Conversation]:
+        """Delete conversations nobody touched for `days` days (messages go with them)."""
+        cutoff = utcnow() - timedelta(days=days)
+
+        def purge(session: Session) -> list[Conversation]:
+            idle = list(
+                session.exec(
+                    select(Conversation)
+                    .where(col(Conversation.updated_at) < cutoff)
+                    .order_by(col(Conversation.updated_at))
+                )
+            )
+            if not dry_run and idle:
+                session.connection().execute(
+                    delete(Conversation).where(col(Conversation.id).in_([c.id for c in idle]))
+                )
+            return idle
+
+        return await self._db.write(purge)
+
+    async def branch(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
+        """Show and continue the branch through a message, down to its newest leaf."""
+        check_id(message_id)
+
+        def switch(session: Session) -> Conversation:
+            connection = session.connection()
+            conversation = owned_in(connection, owner, conversation_id)
+            row = row_in(connection, conversation_id, message_id)
+            leaf = leaf_through(connection, conversation_id, row.seq)
+            newest = connection.execute(
+                select(func.max(Message.seq)).where(Message.conversation_id == conversation_id)
+            ).scalar()
+            active = None if leaf == newest else leaf
+            connection.execute(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id)
+                .values(active_seq=active)
+            )
+            return as_loaded(Conversation, {**conversation.model_dump(), "active_seq": active})
+
+        return await self._db.write(switch)
+
+    async def fork(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
+        """A new conversation (same owner and configuration) holding the branch up to and
+        including the turn of a message, renumbered from 1, every fit fact kept."""
+        check_id(message_id)
+
+        def copy(session: Session) -> Conversation:
+            connection = session.connection()
+            source = owned_in(connection, owner, conversation_id)
+            row = row_in(connection, conversation_id, message_id)
+            end = row.seq + 1 if row.role == Role.USER else row.seq
+            rows = whole_branch(
+                connection, conversation_id, read_branch(connection, conversation_id, end)
+            )
+            if any(r.status == Status.STREAMING for r in rows):
+                raise Conflict("this answer is still being written; fork it once it is done")
+            now = utcnow()
+            fork = Conversation(
+                owner=owner,
+                **owner_columns(owner),
+                configuration=source.configuration,
+                title=fork_title(source.title),
+                created_at=now,
+                updated_at=now,
+            )
+            connection.execute(insert(Conversation).values(fork.model_dump()))
+            copies = renumbered(rows, fork.id)
+            if copies:
+                connection.execute(insert(Message), copies)
+            return fork
+
+        fork = await self._db.write(copy)
+        self._recent.remember(fork.id, fork.configuration)
+        return fork

@@ -1,0 +1,406 @@
+"""Sending a message: store the turn, bounded for the model that will answer first, and
+start the answer task; stop it; preview the fit the next send would make.
+
+A send writes the user's message (and a placeholder for the answer) before anything else
+can go wrong, so a failed provider call never loses it. The bound is applied against the
+model that will actually serve; its facts go on the user row the moment they are known,
+and again if a fallback model takes over (`answering`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import Connection, bindparam, insert, update
+from sqlmodel import Session, col, select
+
+from webapp.chat.admission import RECENT_COUNT, Admission
+from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
+from webapp.chat.answers import AnswerRegistry, RunningAnswer
+from webapp.chat.branches import parent_of
+from webapp.chat.flushing import AnswerFlusher
+from webapp.chat.history import Tail, load_transcript, read_tail
+from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.notify import STOP, notice
+from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
+from webapp.chat.titles import DEFAULT_TITLE, title_from
+from webapp.db import Database, as_loaded
+from webapp.errors import InvalidInput, NotFound, refuse_nul
+from webapp.llm.estimator import estimate_message
+from webapp.llm.manager import LLMManager, Plan
+from webapp.llm.routing import Route, RoutingError
+from webapp.settings import Settings
+from webapp.timeutil import utcnow
+
+log = logging.getLogger(__name__)
+
+_TOUCH_CONVERSATION = (
+    update(Conversation)
+    .where(
+        col(Conversation.id) == bindparam("conversation_id"),
+        col(Conversation.owner) == bindparam("owned_by"),
+    )
+    .values(updated_at=bindparam("now"))
+    .returning(Conversation, RECENT_COUNT)
+)
+"""Takes the conversation's lock and counts the owner's recent sends and gateway calls,
+in one round trip."""
+_INSERT_MESSAGES = insert(Message).returning(col(Message.seq), col(Message.id))
+"""Both rows of a turn in one statement; ids come back by seq (SQLite does not promise
+RETURNING in VALUES order, and asking for that order costs a statement per row)."""
+
+
+@dataclass(slots=True)
+class Send:
+    conversation: Conversation
+    user: Message
+    answer: Message
+    running: RunningAnswer
+
+
+class RecentConfigurations:
+    """Which configuration this process last saw each conversation use: only a hint (for
+    counting a new message before its send), so a stale entry costs a re-count, never a
+    wrong fit."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._known: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, conversation_id: str) -> str | None:
+        return self._known.get(conversation_id)
+
+    def remember(self, conversation_id: str, configuration: str) -> None:
+        self._known[conversation_id] = configuration
+        self._known.move_to_end(conversation_id)
+        if len(self._known) > self._size:
+            self._known.popitem(last=False)
+
+
+class Sender:
+    def __init__(
+        self,
+        db: Database,
+        manager: LLMManager,
+        settings: Settings,
+        answers: AnswerRegistry,
+        admission: Admission,
+        recent: RecentConfigurations,
+        flusher: AnswerFlusher,
+    ) -> None:
+        self._db = db
+        self._manager = manager
+        self._settings = settings
+        self._answers = answers
+        self._admission = admission
+        self._recent = recent
+        self.writer = AnswerWriter(db, manager, settings, flusher)
+
+    def validate_content(self, content: object) -> str:
+        if not isinstance(content, str):
+            raise InvalidInput("content must be a string")
+        if not content.strip():
+            raise InvalidInput("the message is empty")
+        refuse_nul(content, "the message")
+        limit = self._settings.max_message_chars
+        if len(content) > limit:
+            raise InvalidInput(
+                f"the message is {len(content):,} characters; the limit is {limit:,}"
+            )
+        return content
+
+    async def send(
+        self, owner: str, conversation_id: str, content: object, edit_of: int | None = None
+    ) -> Send:
+        text = self.validate_content(content)
+        if edit_of is not None:
+            check_id(edit_of)
+        return await asyncio.shield(self._send(owner, conversation_id, text, edit_of))
+
+    async def regenerate(self, owner: str, conversation_id: str, message_id: int) -> Send:
+        check_id(message_id)
+        original = await self._db.read(_message_of, owner, conversation_id, message_id)
+        if original.role != Role.USER:
+            raise InvalidInput("regenerate names a user's message: its turn gets a new answer")
+        return await asyncio.shield(
+            self._send(owner, conversation_id, original.content, message_id)
+        )
+
+    async def _send(
+        self, owner: str, conversation_id: str, text: str, alternative_to: int | None = None
+    ) -> Send:
+        counts = await self._count_newest(conversation_id, text)
+        conversation, user, answer, planned = await self._db.write(
+            self._store_turn, owner, conversation_id, text, counts, alternative_to
+        )
+        self._recent.remember(conversation.id, conversation.configuration)
+        running = self._answers.start(
+            answer.id,  # type: ignore[arg-type]
+            lambda channel, stop: self.writer.write(user, answer, planned, channel, stop),
+        )
+        return Send(conversation, user, answer, running)
+
+    async def _count_newest(self, conversation_id: str, text: str) -> dict[str, int]:
+        """Count a new message with the tokenizer of the model that will be asked first,
+        before the send's transaction (counting may mean a request to the engine, which
+        must not hold the conversation's lock). Which model that is comes from what this
+        process last saw of the conversation; when it does not know, or the tokenizer
+        fails, the answer task counts it instead (`LLMManager.count_missing`)."""
+        configuration = self._recent.get(conversation_id)
+        if configuration is None:
+            return {}
+        try:
+            route = self._manager.route(configuration)
+        except RoutingError:
+            return {}
+        tokenizer = self._manager.tokenizer_for(route.primary)
+        if not tokenizer.exact:
+            return {}
+        try:
+            (count,) = await asyncio.wait_for(tokenizer.count([text]), COUNT_TIMEOUT)
+        except Exception as error:  # any failure of a tokenizer: the send estimates instead
+            log.warning("could not count a new message with %s: %s", tokenizer.id, error)
+            return {}
+        return {tokenizer.id: count}
+
+    def _route(self, conversation: Conversation) -> Route | RoutingError:
+        """A configuration that no longer routes anywhere is the answer's failure, not the
+        send's: the message is kept all the same."""
+        try:
+            return self._manager.route(conversation.configuration)
+        except RoutingError as error:
+            return error
+
+    def _plan(
+        self,
+        connection: Connection,
+        conversation: Conversation,
+        route: Route,
+        tail: Tail,
+        newest: dict[str, str],
+        newest_tokens: int,
+        newest_counts: dict[str, int] | None = None,
+    ) -> Plan:
+        """Read as much history as the route could send and fit it for the model that will
+        be asked first."""
+        manager = self._manager
+        system = route.configuration.system_prompt
+        system_message = {"role": "system", "content": system} if system else None
+        transcript = load_transcript(
+            connection,
+            conversation.id,
+            tail,
+            newest,  # type: ignore[arg-type]
+            newest_tokens,
+            budget=manager.largest_budget(route),
+            system_prompt=system_message,  # type: ignore[arg-type]
+            system_tokens=estimate_message(system_message) if system_message else 0,
+            system_counts=manager.system_counts(route, system) if system else None,
+            sizers=manager.sizers(route),
+            newest_counts=newest_counts,
+        )
+        return manager.plan(route, transcript)
+
+    def _store_turn(
+        self,
+        session: Session,
+        owner: str,
+        conversation_id: str,
+        text: str,
+        counts: dict[str, int] | None = None,
+        alternative_to: int | None = None,
+    ) -> tuple[Conversation, Message, Message, Plan | RoutingError]:
+        """The send's one transaction. It starts by taking the conversation's lock (a row
+        lock on PostgreSQL, the write lock on SQLite), so two sends can never interleave
+        their rows, and the history the bound reads is exactly the history the new row
+        follows: the active branch, or, for an alternative to a user turn, the branch up
+        to the row that turn continued. The new turn becomes the active branch's leaf."""
+        connection = session.connection()
+        now = utcnow()
+        admission = self._admission
+        limit = admission.rate_limit_for(owner)
+        touched = connection.execute(
+            _TOUCH_CONVERSATION,
+            {
+                "conversation_id": conversation_id,
+                "owned_by": owner,
+                "now": now,
+                "since": now - timedelta(seconds=admission.window),
+                "limit": max(limit, 0),
+            },
+        ).first()
+        if touched is None:
+            raise NotFound("no such conversation")
+        *columns, recent_sends = touched
+        conversation = as_loaded(Conversation, dict(zip(touched._fields, columns, strict=False)))
+        if limit > 0 and recent_sends >= limit:
+            admission.refuse_too_many(connection, owner, limit, now)
+        leaf = conversation.active_seq
+        if alternative_to is not None:
+            original = row_in(connection, conversation_id, alternative_to)
+            if original.role != Role.USER:
+                raise InvalidInput("edit_of names a user's message: an answer is regenerated")
+            leaf = parent_of(original)
+        route = self._route(conversation)
+        tokenizers = self._manager.exact_tokenizers(route) if isinstance(route, Route) else []
+        tail = read_tail(connection, conversation_id, tokenizers, leaf)
+        if tail.answering:
+            admission.refuse_if_busy(connection, conversation_id)
+            tail = read_tail(connection, conversation_id, tokenizers, leaf)
+        newest = {"role": Role.USER.value, "content": text}
+        user_tokens = estimate_message(newest)
+        planned = (
+            self._plan(connection, conversation, route, tail, newest, user_tokens, counts)
+            if isinstance(route, Route)
+            else route
+        )
+        common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
+        rows = [
+            {
+                **MESSAGE_DEFAULTS,
+                **common,
+                "seq": tail.next_seq,
+                "parent_seq": tail.parent_seq,
+                "role": Role.USER,
+                "content": text,
+                "estimated_tokens": user_tokens,
+                "prior_turns": tail.prior_turns,
+                "token_counts": counts or None,
+                **(fit_columns(planned.fit, stored(planned)) if isinstance(planned, Plan) else {}),
+            },
+            {
+                **MESSAGE_DEFAULTS,
+                **common,
+                "seq": tail.next_seq + 1,
+                "role": Role.ASSISTANT,
+                "status": Status.STREAMING,
+            },
+        ]
+        ids = dict(connection.execute(_INSERT_MESSAGES, rows).all())
+        user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
+        if isinstance(planned, Plan):
+            # The new message is stored now: counts made for it later are kept on its row.
+            transcript = stored(planned)
+            with_id = dataclasses.replace(transcript, ids=[*(transcript.ids or [])[:-1], user.id])
+            planned = dataclasses.replace(planned, transcript=with_id)
+        changes: dict[str, object] = {}
+        if conversation.active_seq is not None:  # the new answer is the newest row again
+            changes["active_seq"] = None
+        if user.seq == 1 and conversation.title == DEFAULT_TITLE:
+            changes["title"] = title_from(text)
+        if changes:
+            connection.execute(
+                update(Conversation)
+                .where(col(Conversation.id) == conversation_id)
+                .values(**changes)
+            )
+            conversation = as_loaded(Conversation, {**conversation.model_dump(), **changes})
+        return conversation, user, answer, planned
+
+    async def preview(self, owner: str, conversation_id: str, content: object) -> Message:
+        """The user row the next send of `content` would write, with its fit, stored
+        nowhere: what the context meter shows while the user types. Read without the
+        conversation's lock, so it may be a send behind; the send itself fits again."""
+        text = self.validate_content(content)
+        # The text being typed is estimated, not sent to the engine's tokenizer on every
+        # pause: the history's counts are stored already, and the send counts it exactly.
+        newest = {"role": Role.USER.value, "content": text}
+
+        def plan(session: Session) -> Plan:
+            connection = session.connection()
+            conversation = owned_in(connection, owner, conversation_id)
+            self._recent.remember(conversation.id, conversation.configuration)
+            route = self._route(conversation)
+            if isinstance(route, RoutingError):
+                raise InvalidInput(str(route))
+            tokenizers = self._manager.exact_tokenizers(route)
+            tail = read_tail(connection, conversation_id, tokenizers, conversation.active_seq)
+            return self._plan(
+                connection, conversation, route, tail, newest, estimate_message(newest), {}
+            )
+
+        planned = await self._db.read(plan)
+        now = utcnow()
+        return as_loaded(
+            Message,
+            {
+                **MESSAGE_DEFAULTS,
+                "id": None,
+                "conversation_id": conversation_id,
+                "seq": planned.transcript.seqs[-1],  # type: ignore[attr-defined]
+                "role": Role.USER,
+                "content": text,
+                "created_at": now,
+                "updated_at": now,
+                "token_counts": None,
+                **fit_columns(planned.fit, stored(planned)),
+            },
+        )
+
+    async def settle(self, send: Send) -> tuple[Message, Message]:
+        """Wait for the answer (it goes on even if the caller goes away) and reload both rows."""
+        await asyncio.shield(send.running.task)
+
+        def reload(session: Session) -> tuple[Message, Message]:
+            user = session.get(Message, send.user.id)
+            answer = session.get(Message, send.answer.id)
+            assert user is not None and answer is not None
+            return user, answer
+
+        return await self._db.read(reload)
+
+    async def stop(self, owner: str, conversation_id: str) -> Message | None:
+        """Stop the answer being written, wherever it runs; the text so far is kept."""
+        answer_id = await self._db.read(_streaming_answer_id, owner, conversation_id)
+        if answer_id is None:
+            return None
+        # On PostgreSQL the worker writing it hears of it at once (a notice), not at its
+        # next flush.
+        await self._db.write(_mark_stopped, answer_id, self._db.dialect == "postgresql")
+        if self._answers.request_stop(answer_id):
+            await self._settle(answer_id)
+        return await self._db.read(lambda session: session.get(Message, answer_id))
+
+    async def halt(self, owner: str, conversation_id: str) -> None:
+        """End the answer this worker writes in the conversation, if any (before deleting it)."""
+        answer_id = await self._db.read(_streaming_answer_id, owner, conversation_id)
+        if answer_id is not None and self._answers.request_stop(answer_id):
+            await self._settle(answer_id)
+
+    async def _settle(self, answer_id: int, timeout: float = 10.0) -> None:
+        running = self._answers.get(answer_id)
+        if running is not None:
+            await asyncio.wait([running.task], timeout=timeout)
+
+
+def _message_of(session: Session, owner: str, conversation_id: str, message_id: int) -> Message:
+    connection = session.connection()
+    owned_in(connection, owner, conversation_id)
+    return row_in(connection, conversation_id, message_id)
+
+
+def _streaming_answer_id(session: Session, owner: str, conversation_id: str) -> int | None:
+    connection = session.connection()
+    owned_in(connection, owner, conversation_id)
+    return connection.execute(
+        select(Message.id).where(
+            Message.conversation_id == conversation_id,
+            Message.status == Status.STREAMING,
+        )
+    ).scalar()
+
+
+def _mark_stopped(session: Session, answer_id: int, announce: bool) -> None:
+    connection = session.connection()
+    connection.execute(
+        update(Message)
+        .where(col(Message.id) == answer_id, col(Message.status) == Status.STREAMING)
+        .values(status=Status.STOPPED, updated_at=utcnow())
+    )
+    if announce:
+        connection.execute(notice(STOP, answer_id))
