@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-SHARD = 16
+SHARD = 8
 KEEPALIVE_EXPIRY = 4.0
 """Idle connections are kept this long: under the 5 s after which uvicorn (vLLM's server,
 and many others) closes an idle connection, so a call never lands on one being closed."""
