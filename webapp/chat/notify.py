@@ -171,7 +171,7 @@ class PostgresNotices(AnswerNotices):
                 self.wake_all()
                 await lost.wait()
                 log.warning("the answer notices connection was lost; reconnecting")
-            except (OSError, asyncpg.PostgresError) as error:
+            except Exception as error:  # refused, dropped, timed out: try again shortly
                 log.warning("cannot listen for answer notices (%s); retrying", error)
             finally:
                 self.listening.clear()
