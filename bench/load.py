@@ -8,16 +8,19 @@ machine at nearly the same moment. Reported per side: time to first token (p50/p
 the gap between chunks (p99), failures; for the app also its CPU seconds per answer,
 read from /proc for the server's processes. Then single sends, one at a time, paired
 with a direct request each: the median of the paired differences is what the app adds
-to the first token. Last, the same loads with `--workers 2` on PostgreSQL (a database
-of its own, created and dropped here).
+to the first token. Then N = 200 with `--workers 2` on PostgreSQL (a database of its
+own, created and dropped here), and two servers on that database, one writing answers
+and the other following them (`bench.watchers`: the cross-worker delay, and what 100
+idle watchers cost). Each figure is taken per round; the medians of the rounds are
+printed, so one disturbed round on a shared machine moves them little.
 
 Everything is set up the way a deployment would: `webapp migrate`, `webapp user
 create`, `webapp token create`, conversations through the API. The rate limit stays on,
 raised in the settings (and spread over several users) so that it is checked on every
 send but never reached: this measures streaming, not the limiter.
 
-    make bench-load                      # everything, a few minutes
-    python -m bench.load --loads 200 --no-postgres
+    make bench-load                      # everything, about three minutes
+    python -m bench.load --loads 200 --no-postgres --profile /tmp/serve.txt  # py-spy
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class AnswerFlusher:
         """Flush `text()` for this answer until it finishes; set `stop` if it is stopped."""
         self._tracked[answer_id] = _Tracked(text, stop, 0, time.monotonic())
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="answer-flusher")
+            self._task = asyncio.create_task(self._run(), name="flusher")
 
     def release(self, answer_id: int) -> None:
         """No more flushes for this answer (it is ending)."""

@@ -136,7 +136,7 @@ class PostgresNotices(AnswerNotices):
 
     async def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._listen(), name="answer-notices")
+            self._task = asyncio.create_task(self._listen(), name="notices-listener")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -196,7 +196,7 @@ class PollingNotices(AnswerNotices):
     @contextlib.contextmanager
     def watch(self, answer_id: int) -> Iterator[Watch]:
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._poll(), name="answer-poll")
+            self._task = asyncio.create_task(self._poll(), name="notices-poll")
         with super().watch(answer_id) as watch:
             yield watch
 
