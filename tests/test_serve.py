@@ -25,6 +25,11 @@ WEBAPP = Path(sys.executable).parent / "webapp"
 PASSWORD = "correct horse battery"
 
 Serve = Callable[..., str]
+H11_SERVE = (
+    "import sys, uvicorn; from webapp.web.server import DeadlineH11Protocol; "
+    "uvicorn.run('webapp.asgi:app', port=int(sys.argv[1]), log_level='warning', "
+    "http=DeadlineH11Protocol, timeout_keep_alive=1)"
+)
 
 
 @pytest.fixture
@@ -32,7 +37,7 @@ def serve(sqlite_url: str, tmp_path: Path) -> Iterator[Serve]:
     """`serve(**settings)` starts `webapp serve` on the test's database; returns its URL."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(**settings: str) -> str:
+    def start(parser: str = "httptools", **settings: str) -> str:
         port = free_port()
         env = {
             **os.environ,
@@ -41,13 +46,11 @@ def serve(sqlite_url: str, tmp_path: Path) -> Iterator[Serve]:
             **{f"WEBAPP_{name.upper()}": value for name, value in settings.items()},
         }
         env.pop("FORWARDED_ALLOW_IPS", None)
+        command = [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"]
+        if parser == "h11":  # what `webapp serve` falls back to without httptools
+            command = [sys.executable, "-c", H11_SERVE, str(port)]
         with (tmp_path / f"serve-{port}.log").open("wb") as log:  # the child keeps its own
-            process = subprocess.Popen(
-                [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         started.append(process)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -118,8 +121,9 @@ def closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> 
     return float("inf")
 
 
-def test_slow_and_idle_connections_are_closed(serve: Serve) -> None:
-    url = serve(request_timeout="1", keep_alive_timeout="1")
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_slow_and_idle_connections_are_closed(serve: Serve, parser: str) -> None:
+    url = serve(parser, request_timeout="1", keep_alive_timeout="1")
     port = int(url.rsplit(":", 1)[1])
     slow_headers = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200
     with socket.create_connection(("127.0.0.1", port)) as sock:

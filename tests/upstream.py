@@ -506,6 +506,7 @@ class FakeUpstream:
     def reset(self) -> None:
         """Forget faults, recorded requests, the forced reply, chunk delay and model changes."""
         with self._lock:
+            self._generation = getattr(self, "_generation", 0) + 1
             self._failures: list[_Failure] = []
             self._breaks: list[_Break] = []
             self._stalls: list[_Stall] = []
@@ -721,10 +722,14 @@ class FakeUpstream:
         body, headers = await self._record(request)
         streaming = isinstance(body, dict) and bool(body.get("stream"))
         delay = self._take_stall(streaming, before=True)
+        generation = self._generation
         if delay:
             await asyncio.sleep(delay)
         model = body.get("model") if isinstance(body, dict) else None
-        failure = self._take_failure(model if isinstance(model, str) else None)
+        # A request still stalled when the test that stalled it ended (and reset the
+        # server) takes none of the faults the next test scripts.
+        late = generation != self._generation
+        failure = None if late else self._take_failure(model if isinstance(model, str) else None)
         if failure is not None:
             return self._failure_response(failure, headers)
         if not isinstance(body, dict):
@@ -1295,6 +1300,7 @@ def main(argv: list[str] | None = None) -> None:
         help="name=window,... (default: small=1024,medium=4096,large=16384,huge=131072)",
     )
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between chunks")
+    parser.add_argument("--reply", default=None, help="answer every call with this text")
     parser.add_argument(
         "--engine", choices=ENGINES, default="openai", help="which real server to behave like"
     )
@@ -1311,6 +1317,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer=args.tokenizer,
     )
     server.chunk_delay = args.chunk_delay
+    server.set_reply(args.reply)
     server.serve_forever()
 
 

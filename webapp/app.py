@@ -23,6 +23,7 @@ from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
 from webapp.chat.api import ConversationController, search
+from webapp.chat.notify import answer_notices
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.service import ConversationService
 from webapp.db import Database
@@ -147,6 +148,10 @@ def create_app(
     tokenizers = Tokenizers()
     manager = LLMManager(catalog, calibrator, providers, tokenizers)
     chat = ConversationService(db, manager, settings)
+    # How this process hears of answers other workers write (and of stops for its own).
+    notices = answer_notices(
+        settings.database_url, db, settings.stream_flush_interval, on_stop=chat.request_stop
+    )
     accounts = AccountService(
         db,
         failures_allowed=settings.sign_in_failures_allowed,
@@ -159,6 +164,7 @@ def create_app(
         manager.catalog, _ = await discover(catalog)
         await tokenizers.probe(manager.catalog)
         await calibrator.load()
+        await notices.start()
         await accounts.purge_expired_sessions()
         reaped = await chat.reap_stale()
         if reaped:
@@ -166,6 +172,7 @@ def create_app(
 
     async def stop() -> None:
         await chat.shutdown()
+        await notices.stop()
         await manager.aclose()
         await tokenizers.aclose()
         await db.dispose()
@@ -190,6 +197,7 @@ def create_app(
         template_config=template_config(),
         dependencies={
             "chat": Provide(lambda: chat, sync_to_thread=False),
+            "notices": Provide(lambda: notices, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
         },
         exception_handlers={
@@ -209,6 +217,7 @@ def create_app(
         openapi_config=OpenAPIConfig(title="webapp", version="0.1.0", path="/schema"),
     )
     app.state.chat = chat
+    app.state.notices = notices
     app.state.accounts = accounts
     app.state.embed_quota = EmbedQuota(
         db,

@@ -14,10 +14,11 @@ from webapp.settings import Settings
 def cmd_serve(args: argparse.Namespace) -> int:
     """uvicorn, with what it would otherwise get wrong for us: it believes X-Forwarded-For
     from 127.0.0.1 by default (any local client could pick its address, and so dodge the
-    sign-in throttle and the embed quotas); it never times out a slow request."""
+    sign-in throttle and the embed quotas); it never times out a slow request. Its HTTP
+    parser is httptools where installed (see webapp.web.server)."""
     import uvicorn
 
-    from webapp.web.server import DeadlineH11Protocol
+    from webapp.web.server import http_protocol
 
     settings = Settings()
     proxies = settings.trusted_proxy_list
@@ -31,7 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
         timeout_keep_alive=max(1, round(settings.keep_alive_timeout)),
-        http=DeadlineH11Protocol,
+        http=http_protocol(),
     )
     return 0
 

@@ -17,12 +17,24 @@ import math
 import re
 import secrets
 from datetime import datetime, timedelta
+from typing import Any
 
 from argon2 import PasswordHasher
-from sqlalchemy import Boolean, DateTime, String, delete, func, insert, literal, text, update
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    String,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    text,
+    update,
+)
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, Select
 from sqlmodel import Session, col, select
 
 from webapp.accounts.models import (
@@ -35,7 +47,7 @@ from webapp.accounts.models import (
     username_key,
 )
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
-from webapp.db import Database
+from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.timeutil import as_utc, utcnow
 
@@ -72,6 +84,38 @@ def check_username(username: str) -> None:
             f"the username must be 1 to {USERNAME_MAX_LENGTH} characters, each a letter (a-z, "
             "A-Z), a digit or one of . _ - @"
         )
+
+
+_USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
+_TOKEN_OWNER = (
+    sa_select(*_USER_COLUMNS, ApiToken.id, ApiToken.last_used_at, literal(None))
+    .join(User, col(User.id) == col(ApiToken.user_id))
+    .where(
+        col(ApiToken.token_hash) == bindparam("secret"),
+        col(ApiToken.revoked_at).is_(None),
+        col(User.active),
+    )
+)
+_SESSION_OWNER = (
+    sa_select(*_USER_COLUMNS, LoginSession.id, LoginSession.last_seen_at, LoginSession.expires_at)
+    .join(User, col(User.id) == col(LoginSession.user_id))
+    .where(col(LoginSession.id) == bindparam("secret"), col(User.active))
+)
+"""Who a request signs in as, built once: every request asks, and building the statement
+and two ORM objects each time cost more than the query itself."""
+
+
+def _signed_in_by(
+    session: Session, query: Select[Any], secret: str
+) -> tuple[User, object, datetime | None, datetime | None] | None:
+    """The user, and the id, last use and expiry of the token or session row."""
+    row = session.connection().execute(query, {"secret": secret}).first()
+    if row is None:
+        return None
+    width = len(_USER_COLUMNS)
+    user = as_loaded(User, {c.key: v for c, v in zip(_USER_COLUMNS, row[:width], strict=True)})
+    ident, last, expires = row[width:]
+    return user, ident, last, expires
 
 
 class AccountService:
@@ -295,23 +339,18 @@ class AccountService:
         """The user a cookie's secret signs in, or None if unknown or expired."""
         if not secret or len(secret) > MAX_SECRET_LENGTH:
             return None
-        query = (
-            select(LoginSession, User)
-            .join(User, col(User.id) == col(LoginSession.user_id))
-            .where(LoginSession.id == digest(secret), col(User.active))
-        )
-        found = await self.db.read(lambda session: session.exec(query).first())
+        found = await self.db.read(_signed_in_by, _SESSION_OWNER, digest(secret))
         if found is None:
             return None
-        login, user = found
+        user, login_id, last_seen_at, expires_at = found
         now = utcnow()
-        if as_utc(login.expires_at) <= now:
+        if as_utc(expires_at) <= now:
             return None
-        if _due(login.last_seen_at, now):
+        if _due(last_seen_at, now):
             await self.db.write(
                 _execute,
                 update(LoginSession)
-                .where(col(LoginSession.id) == login.id)
+                .where(col(LoginSession.id) == login_id)
                 .values(last_seen_at=now),
             )
         return user
@@ -348,24 +387,15 @@ class AccountService:
         """The owner of a live (not revoked) token, or None."""
         if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
             return None
-        query = (
-            select(ApiToken, User)
-            .join(User, col(User.id) == col(ApiToken.user_id))
-            .where(
-                ApiToken.token_hash == digest(token),
-                col(ApiToken.revoked_at).is_(None),
-                col(User.active),
-            )
-        )
-        found = await self.db.read(lambda session: session.exec(query).first())
+        found = await self.db.read(_signed_in_by, _TOKEN_OWNER, digest(token))
         if found is None:
             return None
-        api_token, user = found
+        user, token_id, last_used_at, _ = found
         now = utcnow()
-        if api_token.last_used_at is None or _due(api_token.last_used_at, now):
+        if last_used_at is None or _due(last_used_at, now):
             await self.db.write(
                 _execute,
-                update(ApiToken).where(col(ApiToken.id) == api_token.id).values(last_used_at=now),
+                update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=now),
             )
         return user
 

@@ -1,9 +1,11 @@
-"""The answer task: read the provider, publish what arrives, flush the text so far (the
-answer's heartbeat), map a failure to what the user reads, and store the final row.
+"""The answer task: read the provider, publish what arrives, have the text so far flushed
+(the answer's heartbeat), map a failure to what the user reads, and store the final row.
 
 It runs as a task of its own (see `answers.AnswerRegistry`), so the answer outlives the
 request that asked for it, can be watched from another worker, and can be stopped from
-anywhere: a stop made elsewhere is noticed when a flush finds the row no longer streaming.
+anywhere: a stop made elsewhere is noticed when a flush finds the row no longer streaming
+(or at once, on PostgreSQL, by a notice). Its writes go through the process's one
+`flushing.AnswerFlusher`, together with every other answer's.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from sqlalchemy import update
-from sqlmodel import Session, col
+from sqlmodel import Session
 
 from webapp.chat.answers import Channel, Event
+from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.history import StoredTranscript
 from webapp.chat.models import Message, Role, Status
 from webapp.chat.reaping import INTERRUPTED_ERROR
@@ -83,16 +85,6 @@ def failure_of(failure: BaseException, progress: Progress) -> tuple[Status, str]
     return Status.FAILED, "The answer failed because of an internal error."
 
 
-def _flush(session: Session, answer_id: int, text: str) -> bool:
-    """Store an answer's text so far, unless it was stopped meanwhile: whether it wasn't."""
-    result = session.connection().execute(
-        update(Message)
-        .where(col(Message.id) == answer_id, col(Message.status) == Status.STREAMING)
-        .values(content=text, updated_at=utcnow())
-    )
-    return result.rowcount > 0
-
-
 def _set_columns(session: Session, message_id: int, values: dict[str, object]) -> None:
     set_columns(session.connection(), message_id, values)
 
@@ -102,10 +94,13 @@ def _store_counts(session: Session, tokenizer: str, counts: dict[int, int]) -> N
 
 
 class AnswerWriter:
-    def __init__(self, db: Database, manager: LLMManager, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, manager: LLMManager, settings: Settings, flusher: AnswerFlusher
+    ) -> None:
         self._db = db
         self._manager = manager
         self._settings = settings
+        self._flusher = flusher
 
     async def write(
         self,
@@ -120,10 +115,9 @@ class AnswerWriter:
         assert answer.id is not None
         progress = Progress()
         reader = asyncio.create_task(self._read_provider(user, planned, progress, channel))
-        finished = asyncio.Event()
-        flusher = asyncio.create_task(
-            self._flush_while_running(answer.id, progress, stop, finished)
-        )
+        # The text so far is written with every other answer's (`flushing`); that is also
+        # the answer's heartbeat, and how a stop made by another worker is noticed.
+        self._flusher.track(answer.id, lambda: progress.text, stop)
         stopped = asyncio.create_task(stop.wait())
         status, error = Status.COMPLETE, None
         try:
@@ -140,9 +134,9 @@ class AnswerWriter:
             status, error = Status.INTERRUPTED, INTERRUPTED_ERROR
             raise
         finally:
-            finished.set()
+            self._flusher.release(answer.id)
             stopped.cancel()
-            await asyncio.gather(flusher, stopped, return_exceptions=True)
+            await asyncio.gather(stopped, return_exceptions=True)
             final_row: Message | None = None
             try:
                 final_row = await asyncio.shield(self.finish(answer, progress, status, error))
@@ -182,23 +176,6 @@ class AnswerWriter:
             else:
                 progress.finished = event
 
-    async def _flush_while_running(
-        self, answer_id: int, progress: Progress, stop: asyncio.Event, finished: asyncio.Event
-    ) -> None:
-        """Write the text so far every little while, which is also the answer's heartbeat;
-        notice a stop made by another worker. Never cancelled mid-write: it is told to end."""
-        settings = self._settings
-        interval = min(settings.stream_flush_interval, settings.stale_stream_after / 3)
-        while True:
-            try:
-                await asyncio.wait_for(finished.wait(), timeout=interval)
-                return
-            except TimeoutError:
-                pass
-            if not await self._db.write(_flush, answer_id, progress.text):
-                stop.set()
-                return
-
     async def finish(
         self, answer: Message, progress: Progress, status: Status, error: str | None
     ) -> Message:
@@ -223,7 +200,7 @@ class AnswerWriter:
             "prompt_tokens": usage.prompt_tokens if usage is not None else None,
             "completion_tokens": usage.completion_tokens if usage is not None else None,
         }
-        await self._db.write(_set_columns, id_of(answer), values)
+        await self._flusher.finish(id_of(answer), values)
         return updated(answer, values)
 
     async def _count_answer(self, model: str | None, text: str) -> dict[str, int] | None:

@@ -49,11 +49,22 @@ class Channel:
             waiting.set_result(None)
 
     async def follow(self) -> AsyncIterator[Event]:
+        async for batch in self.batches():
+            for event in batch:
+                yield event
+
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        """Everything published since the reader last looked, at once. A reader that falls
+        behind (hundreds of answers streaming on one core) catches up in one step, and
+        one write to its client, instead of one per event: the work follows the reader's
+        wake-ups, not the provider's chunks."""
         position = 0
         while True:
-            while position < len(self._events):
-                position += 1
-                yield self._events[position - 1]
+            if position < len(self._events):
+                batch = self._events[position:]
+                position += len(batch)
+                yield batch
+                continue
             if self._closed:
                 return
             if self._next is None:

@@ -16,7 +16,7 @@ from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
 
-from webapp.chat.answers import Channel
+from webapp.chat.answers import Channel, Event
 from webapp.chat.sending import Send
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService
@@ -65,12 +65,18 @@ def wants_event_stream(request: Request[Any, Any, Any]) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-async def sse_events(channel: Channel) -> AsyncIterator[dict[str, Any]]:
-    async for event in channel.follow():
-        item: dict[str, Any] = {"event": event.name, "data": json.dumps(event.data)}
-        if event.id is not None:
-            item["id"] = event.id
-        yield item
+def sse_frame(event: Event) -> bytes:
+    """One event as the stream carries it (the framing sse-starlette uses for pings)."""
+    head = f"event: {event.name}\r\n"
+    if event.id is not None:
+        head = f"{head}id: {event.id}\r\n"
+    return f"{head}data: {json.dumps(event.data)}\r\n\r\n".encode()
+
+
+async def sse_events(channel: Channel) -> AsyncIterator[bytes]:
+    """The answer's events, framed; whatever arrived since the last write goes in one."""
+    async for batch in channel.batches():
+        yield b"".join(map(sse_frame, batch))
 
 
 async def _answer(

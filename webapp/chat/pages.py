@@ -35,7 +35,7 @@ from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
-from webapp.web.deps import Chat, Owner
+from webapp.web.deps import Chat, Notices, Owner
 from webapp.web.events import event_stream
 from webapp.web.params import OptionalRowIdQuery, RowId, Seq
 from webapp.web.templates import render_fragment
@@ -253,10 +253,16 @@ class ConversationPages(Controller):
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
-        self, chat: Chat, conversation: FoundConversation, answer_id: RowId
+        self,
+        chat: Chat,
+        notices: Notices,
+        conversation: FoundConversation,
+        answer_id: RowId,
     ) -> ASGIApp:
         """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
-        snapshots = follow_answer(chat, conversation.owner, conversation.id, answer_id)
+        snapshots = follow_answer(
+            chat, conversation.owner, conversation.id, answer_id, notices=notices
+        )
         first = await anext(snapshots)  # checks ownership before the stream opens
         # The user row is re-rendered with each snapshot: it keeps its "‹ i/n ›".
         alternatives = await chat.alternatives_of(conversation.id, [first.user])

@@ -24,8 +24,10 @@ from webapp.chat.admission import RECENT_COUNT, Admission
 from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
 from webapp.chat.branches import parent_of
+from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.history import Tail, load_transcript, read_tail
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.notify import STOP, notice
 from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded
@@ -91,6 +93,7 @@ class Sender:
         answers: AnswerRegistry,
         admission: Admission,
         recent: RecentConfigurations,
+        flusher: AnswerFlusher,
     ) -> None:
         self._db = db
         self._manager = manager
@@ -98,7 +101,7 @@ class Sender:
         self._answers = answers
         self._admission = admission
         self._recent = recent
-        self.writer = AnswerWriter(db, manager, settings)
+        self.writer = AnswerWriter(db, manager, settings, flusher)
 
     def validate_content(self, content: object) -> str:
         if not isinstance(content, str):
@@ -358,7 +361,9 @@ class Sender:
         answer_id = await self._db.read(_streaming_answer_id, owner, conversation_id)
         if answer_id is None:
             return None
-        await self._db.write(_mark_stopped, answer_id)
+        # On PostgreSQL the worker writing it hears of it at once (a notice), not at its
+        # next flush.
+        await self._db.write(_mark_stopped, answer_id, self._db.dialect == "postgresql")
         if self._answers.request_stop(answer_id):
             await self._settle(answer_id)
         return await self._db.read(lambda session: session.get(Message, answer_id))
@@ -392,9 +397,12 @@ def _streaming_answer_id(session: Session, owner: str, conversation_id: str) -> 
     ).scalar()
 
 
-def _mark_stopped(session: Session, answer_id: int) -> None:
-    session.connection().execute(
+def _mark_stopped(session: Session, answer_id: int, announce: bool) -> None:
+    connection = session.connection()
+    connection.execute(
         update(Message)
         .where(col(Message.id) == answer_id, col(Message.status) == Status.STREAMING)
         .values(status=Status.STOPPED, updated_at=utcnow())
     )
+    if announce:
+        connection.execute(notice(STOP, answer_id))

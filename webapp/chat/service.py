@@ -4,7 +4,8 @@ the embed talk to. It only wires the jobs together; each lives in a module named
 - `reading`        a conversation, lists, pages of a branch, the record, search
 - `conversations`  create, import, rename, configuration, pins, branch, fork, delete, purge
 - `sending`        a send's one transaction, regenerate, preview, stop
-- `answering`      the answer task: provider, flush heartbeat, failure mapping, final row
+- `answering`      the answer task: provider, failure mapping, final row
+- `flushing`       the one writer of every answer's text so far, heartbeats and final rows
 - `admission`      the rate limit and the one-answer-at-a-time check
 - `reaping`        answers whose writer died
 """
@@ -15,6 +16,7 @@ from webapp.chat.admission import Admission
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
 from webapp.chat.branches import Alternatives
 from webapp.chat.conversations import ConversationEditor
+from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.models import Conversation, Message
 from webapp.chat.reading import ConversationReader
 from webapp.chat.reaping import Reaper
@@ -43,7 +45,16 @@ class ConversationService:
         self._reaper = Reaper(db, settings.stale_stream_after)
         self._reader = ConversationReader(db, self._reaper, recent)
         self._editor = ConversationEditor(db, manager, self._reader, recent)
-        self._sender = Sender(db, manager, settings, self._answers, self._admission, recent)
+        # One writer for every answer this process writes (flushes, heartbeats, finals).
+        self._flusher = AnswerFlusher(
+            db,
+            interval=min(settings.stream_flush_interval, settings.stale_stream_after / 3),
+            heartbeat=settings.stale_stream_after / 3,
+            announce=db.dialect == "postgresql",
+        )
+        self._sender = Sender(
+            db, manager, settings, self._answers, self._admission, recent, self._flusher
+        )
 
     @property
     def catalog(self) -> Catalog:
@@ -165,6 +176,17 @@ class ConversationService:
     async def stop(self, owner: str, conversation_id: str) -> Message | None:
         return await self._sender.stop(owner, conversation_id)
 
+    def request_stop(self, answer_id: int) -> bool:
+        """Stop an answer if this worker writes it (a stop made on another worker)."""
+        return self._answers.request_stop(answer_id)
+
+    @property
+    def recheck_interval(self) -> float:
+        """How long a watcher of an answer written elsewhere waits for a notice before it
+        looks for itself: a writer that died sends none, and its answer is reaped once
+        it has been quiet for `stale_stream_after`."""
+        return self._settings.stale_stream_after / 3
+
     def running(self, answer_id: int) -> RunningAnswer | None:
         """The answer this worker is writing under that id, if it is (to follow it live)."""
         return self._answers.get(answer_id)
@@ -181,3 +203,4 @@ class ConversationService:
     async def shutdown(self) -> None:
         """End this worker's answers (marked interrupted): a graceful server stop."""
         await self._answers.shutdown()
+        await self._flusher.close()

@@ -24,6 +24,8 @@ import math
 from datetime import datetime
 
 from sqlalchemy import Column, DateTime
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Field, Session, SQLModel, select
 
 from webapp.db import Database
@@ -168,11 +170,23 @@ class Calibrator:
         await self._db.write(self._write, model)
 
     def _write(self, session: Session, model: str) -> None:
-        row = session.get(ModelCalibration, model)
-        if row is None:
-            row = ModelCalibration(model=model)
-        row.factor = self.factor(model)
-        row.samples = self._samples.get(model, 0)
-        row.message_overhead = self._overheads.get(model)
-        row.updated_at = utcnow()
-        session.add(row)
+        """One upsert: answers of one model finish together, and on PostgreSQL their
+        transactions run side by side; a read-then-insert would let two of them insert
+        the same new row."""
+        values = {
+            "model": model,
+            "factor": self.factor(model),
+            "samples": self._samples.get(model, 0),
+            "message_overhead": self._overheads.get(model),
+            "updated_at": utcnow(),
+        }
+        connection = session.connection()
+        postgres = connection.dialect.name == "postgresql"
+        statement = (postgresql_insert if postgres else sqlite_insert)(ModelCalibration)
+        statement = statement.values(values)
+        connection.execute(
+            statement.on_conflict_do_update(
+                index_elements=["model"],
+                set_={key: statement.excluded[key] for key in values if key != "model"},
+            )
+        )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from litestar.di import NamedDependency
 
+from webapp.chat.notify import AnswerNotices
 from webapp.chat.service import ConversationService
 
 Chat = NamedDependency[ConversationService]
@@ -15,3 +16,6 @@ Chat = NamedDependency[ConversationService]
 
 Owner = NamedDependency[str]
 """Who the request acts for (`owner`): the signed-in user's owner key."""
+
+Notices = NamedDependency[AnswerNotices]
+"""This process's answer notices (`notices`): how a watcher hears an answer move."""

@@ -1,4 +1,4 @@
-"""uvicorn's HTTP/1.1 protocol with a deadline for reading each request.
+"""uvicorn's HTTP/1.1 protocols with a deadline for reading each request.
 
 uvicorn times out a connection only while it sits idle between requests, and the timer
 stops at the first byte: a client that sends its headers (or its body) a byte at a time
@@ -6,6 +6,10 @@ holds a connection, and a file descriptor, for ever. Here every request, from th
 the connection opens or the previous response ends, must arrive whole within
 `WEBAPP_REQUEST_TIMEOUT` seconds, or the connection is closed. Responses are not timed:
 a streamed answer may run as long as it runs.
+
+`webapp serve` runs on httptools (C parsing, one `write` per chunk) when it is
+installed, and falls back to h11, which is pure Python: with hundreds of answers
+streaming, h11's per-chunk bookkeeping was a good part of the server's CPU.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from webapp.settings import Settings
 
 STILL_ARRIVING = (h11.IDLE, h11.SEND_BODY)
-"""The client's states while its request (headers, then body) is not complete."""
+"""The client's states (h11) while its request (headers, then body) is not complete."""
 
 
 @cache
@@ -28,21 +32,12 @@ def request_timeout() -> float:
     return Settings().request_timeout
 
 
-class DeadlineH11Protocol(H11Protocol):
+class _Deadline:
+    """The timer both protocols share; `_arriving` says whether a request is incomplete."""
+
     _deadline: asyncio.TimerHandle | None = None
-
-    # Typed as uvicorn's own H11Protocol types it (narrower than asyncio's BaseTransport).
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
 
     def _arm(self) -> None:
         self._disarm()
@@ -56,5 +51,60 @@ class DeadlineH11Protocol(H11Protocol):
 
     def _expire(self) -> None:
         self._deadline = None
-        if not self.transport.is_closing() and self.conn.their_state in STILL_ARRIVING:
+        if not self.transport.is_closing() and self._arriving():
             self.transport.close()
+
+    def _arriving(self) -> bool:
+        raise NotImplementedError
+
+
+class DeadlineH11Protocol(_Deadline, H11Protocol):
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arriving(self) -> bool:
+        return self.conn.their_state in STILL_ARRIVING
+
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools is not installed: h11 it is
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+
+
+if HttpToolsProtocol is not None:
+    # At module level: with --workers, uvicorn pickles the class into each worker.
+    class DeadlineHttpToolsProtocol(_Deadline, HttpToolsProtocol):  # type: ignore[misc]
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arriving(self) -> bool:
+            # The newest request is whole once its body has ended (`more_body` False);
+            # until a new one begins after a response, the newest is the answered one.
+            cycle = self.cycle
+            return cycle is None or cycle.response_complete or cycle.more_body
+
+
+def http_protocol() -> type:
+    """The protocol class `webapp serve` gives uvicorn: httptools where it is installed."""
+    if HttpToolsProtocol is not None:
+        return DeadlineHttpToolsProtocol
+    return DeadlineH11Protocol

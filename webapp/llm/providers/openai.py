@@ -19,7 +19,9 @@ message, because servers like to echo it back ("Incorrect API key provided: sk-.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import email.utils
 import json
 import re
@@ -44,6 +46,7 @@ from webapp.llm.providers.base import (
     StreamChunk,
     Usage,
 )
+from webapp.llm.providers.pool import ClientShards
 
 __all__ = [
     "OpenAIProvider",
@@ -260,13 +263,26 @@ def _retry_after(headers: httpx.Headers, message: str) -> float | None:
     return None
 
 
+REST_TIMEOUT = 1.0
+"""How long to wait for a stream's body to end after its [DONE]."""
+
+
+async def _read_rest(events: AsyncIterator[str]) -> None:
+    """Read what follows [DONE], the end of the body: a response left unread is closed
+    rather than returned to the pool, and every answer would pay for a new connection."""
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(REST_TIMEOUT):
+            async for _ in events:
+                pass
+
+
 # --------------------------------------------------------------------------------------
 # The provider.
 # --------------------------------------------------------------------------------------
 
 
 class OpenAIProvider:
-    """An OpenAI-compatible HTTP API, spoken through one pooled `httpx.AsyncClient`.
+    """An OpenAI-compatible HTTP API, spoken through pooled `httpx.AsyncClient`s (shards).
 
     `base_url` includes the API prefix (e.g. ``http://127.0.0.1:11434/v1``); the endpoint
     paths are appended to it. `timeout` is the read timeout, i.e. the longest silence
@@ -290,11 +306,17 @@ class OpenAIProvider:
         headers = {"Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url + "/",
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
-            transport=transport,
+        tls = httpx.create_ssl_context()  # one for every shard: each costs milliseconds
+        self._clients = ClientShards(
+            lambda limits: httpx.AsyncClient(
+                verify=tls,
+                base_url=self.base_url + "/",
+                headers=headers,
+                timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
+                limits=limits,
+                transport=transport,
+            ),
+            single=transport is not None,
         )
 
     def __repr__(self) -> str:
@@ -307,7 +329,7 @@ class OpenAIProvider:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._clients.aclose()
 
     # ---- the four calls --------------------------------------------------------------
 
@@ -346,9 +368,12 @@ class OpenAIProvider:
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with self._client.stream(
-                "POST", path, json=body, headers={"Accept": "text/event-stream"}
-            ) as response:
+            async with (
+                self._clients.client() as client,
+                client.stream(
+                    "POST", path, json=body, headers={"Accept": "text/event-stream"}
+                ) as response,
+            ):
                 if response.status_code >= 400:
                     await response.aread()
                     raise self._status_error(response, path, model_id)
@@ -362,8 +387,10 @@ class OpenAIProvider:
                         yield StreamChunk(text=result.content)
                     yield StreamChunk(finish_reason=result.finish_reason, usage=result.usage)
                     return
-                async for data in self._sse_data(response, path, model_id):
+                events = self._sse_data(response, path, model_id)
+                async for data in events:
                     if data == "[DONE]":
+                        await _read_rest(events)
                         break
                     event = self._stream_event(data, path, model_id, yielded)
                     usage = _usage(event.get("usage")) or usage
@@ -451,7 +478,8 @@ class OpenAIProvider:
 
     async def _post_json(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
         try:
-            response = await self._client.post(path, json=body)
+            async with self._clients.client() as client:
+                response = await client.post(path, json=body)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path, model_id) from None
         if response.status_code >= 400:

@@ -1,0 +1,220 @@
+"""Two real `webapp serve` processes on one PostgreSQL database, as two machines behind a
+load balancer would be: an answer written by one is followed live from the other, and
+stopped from the other. They hear each other through LISTEN/NOTIFY, not by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.browser.conftest import free_port
+from tests.catalogs import write_upstream_catalog
+from tests.conftest import truncate_tables
+from tests.test_api import make_user, parse_sse
+from tests.upstream import FakeUpstream
+from webapp.chat.notify import CHANNEL
+
+pytestmark = pytest.mark.postgres
+
+WEBAPP = Path(sys.executable).parent / "webapp"
+REPLY = " ".join(["word"] * 40)
+"""Forty tokens, forty chunks."""
+FLUSH = 0.1
+Serve = Callable[[], str]
+
+
+@pytest.fixture
+def database(postgres_url: str) -> str:
+    asyncio.run(truncate_tables(postgres_url))
+    return postgres_url
+
+
+@pytest.fixture
+def serve(database: str, upstream: FakeUpstream, tmp_path: Path) -> Iterator[Serve]:
+    """`serve()` starts one more `webapp serve` on the shared database; returns its URL."""
+    catalog = write_upstream_catalog(tmp_path / "catalog.toml", upstream)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> str:
+        port = free_port()
+        log_path = tmp_path / f"serve-{port}.log"
+        env = {
+            **os.environ,
+            "WEBAPP_DATABASE_URL": database,
+            "WEBAPP_CONFIG": str(catalog),
+            "WEBAPP_SECRET_KEY": "cross-worker-tests-secret-0123456789",
+            "WEBAPP_STREAM_FLUSH_INTERVAL": str(FLUSH),
+        }
+        process = subprocess.Popen(
+            [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
+            env=env,
+            stdout=log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"webapp serve exited: {log_path.read_text()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        pytest.fail("webapp serve did not answer in 30 s")
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+async def events(response: httpx.Response) -> AsyncIterator[tuple[str, str, str | None]]:
+    """(event, data, id) of an SSE response as they arrive."""
+    block: list[str] = []
+    async for line in response.aiter_lines():
+        if line:
+            block.append(line)
+            continue
+        name, data, ident = "message", [], None
+        for field in block:
+            key, _, value = field.partition(":")
+            value = value.removeprefix(" ")
+            if key == "event":
+                name = value
+            elif key == "data":
+                data.append(value)
+            elif key == "id":
+                ident = value
+        block = []
+        if data:
+            yield name, "\n".join(data), ident
+
+
+async def streaming_answer(api: httpx.AsyncClient, conversation: str) -> int:
+    """The id of the answer being written in a conversation, read through the API."""
+    for _ in range(100):
+        messages = (await api.get(f"/api/conversations/{conversation}")).json()["messages"]
+        streaming = [m for m in messages if m["role"] == "assistant" and m["status"] == "streaming"]
+        if streaming:
+            return int(streaming[-1]["id"])
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no answer is being written: {messages}")
+
+
+async def send(writer: httpx.AsyncClient, conversation: str) -> list[tuple[str, Any, Any]]:
+    body = {"content": "Tell me something long."}
+    headers = {"Accept": "text/event-stream"}
+    path = f"/api/conversations/{conversation}/messages"
+    async with writer.stream("POST", path, json=body, headers=headers) as response:
+        assert response.status_code == 201, await response.aread()
+        return parse_sse((await response.aread()).decode())
+
+
+def bearer(url: str, token: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+async def test_an_answer_written_by_one_server_is_followed_live_from_another(
+    serve: Serve, database: str, upstream: FakeUpstream
+) -> None:
+    upstream.set_reply(REPLY)
+    upstream.chunk_delay = 0.05  # 40 chunks: a two-second answer, some 20 flushes
+    token = await make_user(database, "alice")
+    writer_url, watcher_url = serve(), serve()
+    async with bearer(writer_url, token) as writer, bearer(watcher_url, token) as watcher:
+        conversation = await writer.post("/api/conversations", json={"configuration": "small"})
+        conversation_id = conversation.json()["id"]
+        sending = asyncio.create_task(send(writer, conversation_id))
+        answer_id = await streaming_answer(watcher, conversation_id)
+        lengths: list[int] = []
+        path = f"/c/{conversation_id}/answers/{answer_id}/stream"
+        async with watcher.stream("GET", path) as stream:
+            assert stream.status_code == 200
+            async for name, data, ident in events(stream):
+                if name == "done":
+                    assert data == "complete"
+                    break
+                assert ident is not None
+                lengths.append(int(ident))
+        sent = await sending
+    assert sent[-1][0] == "done"
+    whole = sent[-1][1]["content"]
+    assert whole == REPLY
+    assert lengths[-1] == len(whole), "the last snapshot is the whole answer"
+    assert lengths == sorted(lengths), "text only grows"
+    assert len(set(lengths)) >= 5, f"followed as it grew, not only at the end: {lengths}"
+
+
+async def test_a_flush_is_announced_when_it_commits(
+    serve: Serve, database: str, upstream: FakeUpstream
+) -> None:
+    """What another worker's listener hears: a notice for the answer with each flush
+    that moved it, and one at its end; none for the heartbeats in between."""
+    upstream.set_reply(REPLY)
+    upstream.chunk_delay = 0.05
+    token = await make_user(database, "alice")
+    url = serve()
+    heard: list[str] = []
+    listener = await asyncpg.connect(
+        make_url(database).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    await listener.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+    try:
+        async with bearer(url, token) as api:
+            conversation_id = (
+                await api.post("/api/conversations", json={"configuration": "small"})
+            ).json()["id"]
+            sent = await send(api, conversation_id)
+            answer_id = sent[-1][1]["id"]
+            upstream.stall(1.0)  # an answer that says nothing for a second: heartbeats only
+            quiet = asyncio.create_task(send(api, conversation_id))
+            await asyncio.sleep(0.8)
+            quiet_answer = await streaming_answer(api, conversation_id)
+            during_stall = [n for n in heard if n.split(" ")[1] == str(quiet_answer)]
+            await quiet
+    finally:
+        await listener.close()
+    mine = [n.split(" ") for n in heard if n.split(" ")[1] == str(answer_id)]
+    assert len(mine) >= 5, heard
+    assert {kind for kind, *_ in mine} == {"moved"}
+    lengths = [int(length) for *_, length in mine]
+    assert lengths == sorted(lengths), "text only grows"
+    assert len(set(lengths)) >= len(lengths) - 1, "a flush that moved nothing sends nothing"
+    assert lengths[-1] == len(REPLY)
+    assert during_stall == [], "a heartbeat that moved nothing wakes nobody"
+
+
+async def test_an_answer_is_stopped_from_the_other_server_at_once(
+    serve: Serve, database: str, upstream: FakeUpstream
+) -> None:
+    upstream.set_reply(REPLY)
+    upstream.chunk_delay = 0.1  # four seconds if nobody stops it
+    token = await make_user(database, "alice")
+    writer_url, other_url = serve(), serve()
+    async with bearer(writer_url, token) as writer, bearer(other_url, token) as other:
+        conversation_id = (
+            await writer.post("/api/conversations", json={"configuration": "small"})
+        ).json()["id"]
+        sending = asyncio.create_task(send(writer, conversation_id))
+        await streaming_answer(other, conversation_id)
+        await asyncio.sleep(0.5)
+        stopped = await other.post(f"/api/conversations/{conversation_id}/stop")
+        assert stopped.status_code == 200 and stopped.json()["stopped"] is True
+        sent = await asyncio.wait_for(sending, 3)
+    name, final, _ = sent[-1]
+    assert name == "done" and final["status"] == "stopped"
+    assert 0 < len(final["content"]) < len(REPLY), "the text so far is kept"

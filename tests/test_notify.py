@@ -1,0 +1,87 @@
+"""How a process hears of answers written elsewhere: one shared poll (SQLite), one
+listening connection (PostgreSQL) that survives losing its connection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import text, update
+from sqlmodel import Session, col
+
+from tests.conftest import truncate_tables
+from tests.test_flushing import _answers
+from webapp.chat.models import Message
+from webapp.chat.notify import STOP, PollingNotices, PostgresNotices, notice
+from webapp.db import Database
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url)
+    yield database
+    await database.dispose()
+
+
+def _grow(session: Session, answer_id: int) -> None:
+    session.connection().execute(
+        update(Message).where(col(Message.id) == answer_id).values(content="more text")
+    )
+
+
+async def test_one_poll_wakes_only_the_watchers_of_an_answer_that_moved(db: Database) -> None:
+    moving, still = await db.write(_answers, 2)
+    notices = PollingNotices(db, interval=0.02)
+    with (
+        notices.watch(moving) as a,
+        notices.watch(moving) as b,
+        notices.watch(still) as quiet,
+    ):
+        # The first poll sees every answer for the first time: each watcher reads once.
+        assert all(await asyncio.gather(a.wait(1), b.wait(1), quiet.wait(1)))
+        await db.write(_grow, moving)
+        assert await a.wait(1) and await b.wait(1), "both watchers of the answer hear it"
+        assert not await quiet.wait(0.1), "the other answer did not move"
+        assert notices.watching() == 3
+    assert notices.watching() == 0
+    await notices.stop()
+
+
+def _send(session: Session, answer_id: int) -> None:
+    session.connection().execute(notice(STOP, answer_id))
+
+
+@pytest.mark.postgres
+async def test_a_listener_that_loses_its_connection_listens_again(postgres_url: str) -> None:
+    await truncate_tables(postgres_url)
+    db = Database(postgres_url)
+    stopped: list[int] = []
+    notices = PostgresNotices(postgres_url, on_stop=stopped.append)
+    await notices.start()
+    try:
+        await asyncio.wait_for(notices.listening.wait(), 10)
+        with notices.watch(41) as watch:
+            await db.write(_send, 41)
+            assert await watch.wait(5) and stopped == [41], "a stop reaches the writer's process"
+            await db.write(
+                lambda session: session.connection().execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+                    )
+                )
+            )
+            # Whatever was said while nobody listened may be lost: every watcher is woken
+            # once the listener is back, to read for itself.
+            assert await watch.wait(10), "woken after reconnecting"
+            await asyncio.wait_for(notices.listening.wait(), 10)
+            await db.write(_send, 41)
+            for _ in range(500):
+                if len(stopped) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert stopped == [41, 41], "and it hears again"
+    finally:
+        await notices.stop()
+        await db.dispose()

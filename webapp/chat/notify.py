@@ -1,0 +1,250 @@
+"""Hearing that an answer written by another worker (or machine) has moved on.
+
+A page that follows an answer running elsewhere used to ask the database every 250 ms,
+two queries and a reap each time, whether or not anything had changed: a hundred such
+watchers kept a server busy doing nothing. Now each process has one `AnswerNotices`:
+
+* on PostgreSQL, one connection that `LISTEN`s; the writer of an answer sends a
+  `NOTIFY` in the same transaction as each flush, so it arrives when the text is
+  committed, and the listener wakes, in memory, just the watchers of that answer. An
+  idle watcher costs an entry in a dict. A notice can also ask the worker that runs an
+  answer to stop it at once.
+* on SQLite (one machine; its workers share a file), one poll per process for every
+  answer watched, a single indexed query per interval, which wakes only the watchers
+  whose answer changed.
+
+Either way a woken watcher reads the rows it shows, so a notice carries nothing a watcher
+must trust, and a lost one (a dropped connection) costs at most a late snapshot: after
+reconnecting every watcher is woken once, and watchers re-read on their own, slowly, in
+case a writer died without a word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.sql import Select
+from sqlmodel import Session, col
+
+from webapp.chat.models import Message
+from webapp.db import Database
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "webapp_answers"
+MOVED = "moved"
+"""An answer's stored row changed: new text, a new status, or its end."""
+STOP = "stop"
+"""Stop an answer: the worker writing it stops it now, not at its next flush."""
+RECONNECT_DELAY = 1.0
+
+
+def notice(kind: str, answer_id: int, length: int | None = None) -> Select[Any]:
+    """The statement that sends a notice when the transaction it runs in commits
+    (PostgreSQL only): "KIND ANSWER_ID [LENGTH]", the length of the text stored, for
+    whoever wants to match a notice to what it announced (the load benchmark does)."""
+    payload = f"{kind} {answer_id}" if length is None else f"{kind} {answer_id} {length}"
+    return select(func.pg_notify(CHANNEL, payload))
+
+
+class Watch:
+    """One watcher's wake-up: set by a notice, cleared when the watcher takes it."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Whether the answer moved (True) or `timeout` seconds passed without a word."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+        except TimeoutError:
+            return False
+        self._event.clear()
+        return True
+
+
+class AnswerNotices:
+    """The watchers of this process, by answer id; subclasses decide what wakes them."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[int, set[Watch]] = {}
+
+    @contextlib.contextmanager
+    def watch(self, answer_id: int) -> Iterator[Watch]:
+        watch = Watch()
+        self._watchers.setdefault(answer_id, set()).add(watch)
+        try:
+            yield watch
+        finally:
+            watchers = self._watchers.get(answer_id)
+            if watchers is not None:
+                watchers.discard(watch)
+                if not watchers:
+                    del self._watchers[answer_id]
+
+    def watching(self) -> int:
+        return sum(map(len, self._watchers.values()))
+
+    def wake(self, answer_id: int) -> None:
+        for watch in self._watchers.get(answer_id, ()):
+            watch.wake()
+
+    def wake_all(self) -> None:
+        for watchers in self._watchers.values():
+            for watch in watchers:
+                watch.wake()
+
+    @property
+    def sends_notices(self) -> bool:
+        """Whether writers must send notices (`notice`) for watchers to hear them."""
+        return False
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+class PostgresNotices(AnswerNotices):
+    """One LISTENing connection per process, fanned out in memory."""
+
+    def __init__(self, database_url: str, on_stop: Callable[[int], object] | None = None) -> None:
+        super().__init__()
+        url = make_url(database_url).set(drivername="postgresql")
+        self._dsn = url.render_as_string(hide_password=False)
+        self._on_stop = on_stop
+        self._task: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()
+        """Set while the connection listens (tests wait for it)."""
+
+    @property
+    def sends_notices(self) -> bool:
+        return True
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._listen(), name="notices-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _received(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
+        kind, _, rest = payload.partition(" ")
+        try:
+            answer_id = int(rest.split(" ", 1)[0])
+        except ValueError:
+            log.warning("ignored a malformed answer notice: %r", payload)
+            return
+        if kind == STOP and self._on_stop is not None:
+            self._on_stop(answer_id)
+        self.wake(answer_id)
+
+    async def _listen(self) -> None:
+        import asyncpg
+
+        while True:
+            lost = asyncio.Event()
+            connection = None
+            try:
+                connection = await asyncpg.connect(self._dsn)
+                connection.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await connection.add_listener(CHANNEL, self._received)
+                self.listening.set()
+                # Whatever was sent while nobody listened is read now.
+                self.wake_all()
+                await lost.wait()
+                log.warning("the answer notices connection was lost; reconnecting")
+            except Exception as error:  # refused, dropped, timed out: try again shortly
+                log.warning("cannot listen for answer notices (%s); retrying", error)
+            finally:
+                self.listening.clear()
+                if connection is not None and not connection.is_closed():
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(connection.close(timeout=2))
+            self.wake_all()  # watchers re-read while there is no connection
+            await asyncio.sleep(RECONNECT_DELAY)
+
+
+class PollingNotices(AnswerNotices):
+    """SQLite: one query per interval for all the answers watched in this process; only
+    the watchers of an answer whose row changed are woken."""
+
+    def __init__(self, db: Database, interval: float) -> None:
+        super().__init__()
+        self._db = db
+        self._interval = interval
+        self._seen: dict[int, tuple[object, ...] | None] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    @contextlib.contextmanager
+    def watch(self, answer_id: int) -> Iterator[Watch]:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._poll(), name="notices-poll")
+        with super().watch(answer_id) as watch:
+            yield watch
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _poll(self) -> None:
+        while self._watchers:
+            await asyncio.sleep(self._interval)
+            ids = list(self._watchers)
+            if not ids:
+                break
+            try:
+                states = await self._db.read(_states, ids)
+            except Exception as error:  # a busy or broken database: wake all to re-read
+                log.warning("could not poll the answers watched: %s", error)
+                self.wake_all()
+                continue
+            for answer_id in ids:
+                state = states.get(answer_id)
+                if self._seen.get(answer_id, ()) != state:
+                    self._seen[answer_id] = state
+                    self.wake(answer_id)
+            for gone in self._seen.keys() - self._watchers.keys():
+                del self._seen[gone]
+
+
+def _states(session: Session, ids: list[int]) -> dict[int, tuple[object, ...]]:
+    """What tells that an answer moved: its status and the length of its text."""
+    rows = session.connection().execute(
+        select(Message.id, Message.status, func.length(Message.content)).where(
+            col(Message.id).in_(ids)
+        )
+    )
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def answer_notices(
+    database_url: str,
+    db: Database,
+    interval: float,
+    on_stop: Callable[[int], object] | None = None,
+) -> AnswerNotices:
+    """LISTEN/NOTIFY on PostgreSQL, a shared poll on SQLite (and any other engine)."""
+    if make_url(database_url).get_backend_name() == "postgresql":
+        return PostgresNotices(database_url, on_stop)
+    return PollingNotices(db, interval)
