@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -353,9 +354,7 @@ def set_up_accounts(env: dict[str, str], port: int, clients: int) -> list[Client
 
 
 @contextmanager
-def _pool(size: int) -> Iterator[object]:
-    from concurrent.futures import ThreadPoolExecutor
-
+def _pool(size: int) -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(size) as pool:
         yield pool
 

@@ -60,8 +60,8 @@ def upstream_event(event: bytes) -> str | None:
 
 class _Protocol(asyncio.Protocol):
     def __init__(
-        self, request: bytes, kind: EventKind, stream: Stream, done: asyncio.Future
-    ) -> None:  # type: ignore[type-arg]
+        self, request: bytes, kind: EventKind, stream: Stream, done: asyncio.Future[None]
+    ) -> None:
         self.request = request
         self.kind = kind
         self.stream = stream

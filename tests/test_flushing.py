@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import partial
 
 import asyncpg
 import pytest
@@ -51,16 +52,16 @@ def _answers(session: Session, count: int) -> list[int]:
         for seq in range(1, count + 1)
     ]
     result = connection.execute(insert(Message).returning(col(Message.id)), rows)
-    return sorted(result.scalars())
+    return sorted(id_of_inserted for id_of_inserted in result.scalars().all() if id_of_inserted)
 
 
 def _rows(session: Session, ids: list[int]) -> dict[int, tuple[str, str, datetime]]:
     found = session.connection().execute(
-        select(Message.id, Message.content, Message.status, Message.updated_at).where(
-            col(Message.id).in_(ids)
-        )
+        select(
+            col(Message.id), col(Message.content), col(Message.status), col(Message.updated_at)
+        ).where(col(Message.id).in_(ids))
     )
-    return {row[0]: tuple(row[1:]) for row in found}  # type: ignore[misc]
+    return {id_: (content, status, at) for id_, content, status, at in found if id_ is not None}
 
 
 def _stop(session: Session, answer_id: int) -> None:
@@ -77,7 +78,7 @@ async def test_moved_answers_are_written_together_and_quiet_ones_only_beat(
     stops = {answer_id: asyncio.Event() for answer_id in ids}
     flusher = AnswerFlusher(db, interval=3600, heartbeat=3600, announce=False)
     for answer_id in ids:
-        flusher.track(answer_id, lambda a=answer_id: texts[a], stops[answer_id])
+        flusher.track(answer_id, partial(texts.__getitem__, answer_id), stops[answer_id])
     texts[ids[0]], texts[ids[1]] = "Hello", "Hi there"
     before = await db.read(_rows, ids)
     await flusher.flush()
@@ -108,7 +109,7 @@ async def test_answers_that_end_together_are_stored_whole(db: Database) -> None:
     ids = await db.write(_answers, 20)
     flusher = AnswerFlusher(db, interval=0.01, heartbeat=3600, announce=False)
     for answer_id in ids:
-        flusher.track(answer_id, lambda a=answer_id: f"text of {a}", asyncio.Event())
+        flusher.track(answer_id, partial("text of {}".format, answer_id), asyncio.Event())
     await asyncio.gather(
         *(
             flusher.finish(
@@ -143,7 +144,7 @@ async def test_each_move_is_announced_on_postgresql(postgres_url: str) -> None:
     texts = {ids[0]: "", ids[1]: ""}
     flusher = AnswerFlusher(db, interval=3600, heartbeat=0.0, announce=True)
     for answer_id in ids:
-        flusher.track(answer_id, lambda a=answer_id: texts[a], asyncio.Event())
+        flusher.track(answer_id, partial(texts.__getitem__, answer_id), asyncio.Event())
     try:
         texts[ids[0]] = "Hello"
         await flusher.flush()  # the second only beats: no notice for it

@@ -88,7 +88,7 @@ def check_username(username: str) -> None:
 
 _USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
 _TOKEN_OWNER = (
-    sa_select(*_USER_COLUMNS, ApiToken.id, ApiToken.last_used_at, literal(None))
+    sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), literal(None)])
     .join(User, col(User.id) == col(ApiToken.user_id))
     .where(
         col(ApiToken.token_hash) == bindparam("secret"),
@@ -97,7 +97,14 @@ _TOKEN_OWNER = (
     )
 )
 _SESSION_OWNER = (
-    sa_select(*_USER_COLUMNS, LoginSession.id, LoginSession.last_seen_at, LoginSession.expires_at)
+    sa_select(
+        *[
+            *_USER_COLUMNS,
+            col(LoginSession.id),
+            col(LoginSession.last_seen_at),
+            col(LoginSession.expires_at),
+        ]
+    )
     .join(User, col(User.id) == col(LoginSession.user_id))
     .where(col(LoginSession.id) == bindparam("secret"), col(User.active))
 )
@@ -344,9 +351,9 @@ class AccountService:
             return None
         user, login_id, last_seen_at, expires_at = found
         now = utcnow()
-        if as_utc(expires_at) <= now:
+        if expires_at is None or as_utc(expires_at) <= now:
             return None
-        if _due(last_seen_at, now):
+        if last_seen_at is None or _due(last_seen_at, now):
             await self.db.write(
                 _execute,
                 update(LoginSession)

@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy import bindparam, select, text, update
 from sqlmodel import Session, col
@@ -90,11 +91,12 @@ def _write(session: Session, batch: Batch, announce: bool) -> list[int]:
     if batch.texts or batch.quiet:
         streaming = [*batch.texts, *batch.quiet]
         ended = connection.execute(
-            select(Message.id).where(
+            select(col(Message.id)).where(
                 col(Message.id).in_(streaming), col(Message.status) != Status.STREAMING
             )
         )
-        stopped = list(ended.scalars())
+        # Ids read back from the table: never NULL, though the model types them optional.
+        stopped = cast("list[int]", list(ended.scalars()))
     if announce:
         moved = [announcement(i, len(t)) for i, t in batch.texts.items() if i not in stopped]
         moved += [

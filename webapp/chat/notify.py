@@ -231,7 +231,7 @@ class PollingNotices(AnswerNotices):
 def _states(session: Session, ids: list[int]) -> dict[int, tuple[object, ...]]:
     """What tells that an answer moved: its status and the length of its text."""
     rows = session.connection().execute(
-        select(Message.id, Message.status, func.length(Message.content)).where(
+        select(col(Message.id), col(Message.status), func.length(col(Message.content))).where(
             col(Message.id).in_(ids)
         )
     )

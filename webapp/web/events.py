@@ -18,8 +18,11 @@ STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 """Never cached; not buffered by a reverse proxy (nginx reads `X-Accel-Buffering`)."""
 
 
-def event_stream(events: AsyncIterator[dict[str, Any]], *, status_code: int = 200) -> ASGIApp:
-    """Each item of `events` (`data`, and `event` / `id` when set) as one SSE message."""
+def event_stream(
+    events: AsyncIterator[dict[str, Any]] | AsyncIterator[bytes], *, status_code: int = 200
+) -> ASGIApp:
+    """Each item of `events` (`data`, and `event` / `id` when set) as one SSE message;
+    bytes are frames already made, written as they are."""
     response = EventSourceResponse(
         events, status_code=status_code, ping=PING_SECONDS, headers=STREAM_HEADERS
     )

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from functools import cache
+from typing import TYPE_CHECKING
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from webapp.settings import Settings
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 STILL_ARRIVING = (h11.IDLE, h11.SEND_BODY)
 """The client's states (h11) while its request (headers, then body) is not complete."""
@@ -83,7 +87,7 @@ except ImportError:  # httptools is not installed: h11 it is
 
 if HttpToolsProtocol is not None:
     # At module level: with --workers, uvicorn pickles the class into each worker.
-    class DeadlineHttpToolsProtocol(_Deadline, HttpToolsProtocol):  # type: ignore[misc]
+    class DeadlineHttpToolsProtocol(_Deadline, HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()
@@ -99,7 +103,7 @@ if HttpToolsProtocol is not None:
         def _arriving(self) -> bool:
             # The newest request is whole once its body has ended (`more_body` False);
             # until a new one begins after a response, the newest is the answered one.
-            cycle = self.cycle
+            cycle: RequestResponseCycle | None = self.cycle  # None until a request begins
             return cycle is None or cycle.response_complete or cycle.more_body
 
 
