@@ -57,12 +57,13 @@ def serve(database: str, upstream: FakeUpstream, tmp_path: Path) -> Iterator[Ser
             "WEBAPP_SECRET_KEY": "cross-worker-tests-secret-0123456789",
             "WEBAPP_STREAM_FLUSH_INTERVAL": str(FLUSH),
         }
-        process = subprocess.Popen(
-            [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
-            env=env,
-            stdout=log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+        with log_path.open("wb") as log:  # the child keeps its own copy
+            process = subprocess.Popen(
+                [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         started.append(process)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
