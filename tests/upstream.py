@@ -433,7 +433,10 @@ class FakeUpstream:
         return f"http://{self.host}:{self.port}/v1"
 
     def _bind(self) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on sockets whose
+        # proto says TCP, and without it Nagle and delayed ACKs hold each kept
+        # connection's first body chunk back ~40 ms.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
@@ -502,6 +505,14 @@ class FakeUpstream:
         self.stop()
 
     # ---- controls ----------------------------------------------------------------------
+
+    def nodelay_of_connections(self) -> list[bool]:
+        """Whether each open connection's socket has TCP_NODELAY set."""
+        assert self._server is not None, "not started"
+        sockets = [
+            c.transport.get_extra_info("socket") for c in self._server.server_state.connections
+        ]
+        return [bool(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)) for s in sockets]
 
     def reset(self) -> None:
         """Forget faults, recorded requests, the forced reply, chunk delay and model changes."""
@@ -650,8 +661,9 @@ class FakeUpstream:
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """Received requests, oldest first: {"method", "path", "body", "headers"}; `body`
-        is the parsed JSON (None for GET or unparsable bodies), `headers` lower-cased."""
+        """Received requests, oldest first: {"method", "path", "body", "headers",
+        "client_port"}; `body` is the parsed JSON (None for GET or unparsable bodies),
+        `headers` lower-cased, `client_port` the connection's (one port, one connection)."""
         with self._lock:
             return list(self._requests)
 
@@ -761,6 +773,7 @@ class FakeUpstream:
                     "path": request.url.path,
                     "body": body,
                     "headers": headers,
+                    "client_port": request.client.port if request.client else None,
                 }
             )
         return body, headers
