@@ -412,65 +412,135 @@ async def burst(port: int, requests: list[bytes], kind: object) -> list[Stream]:
     return list(await asyncio.gather(*(stream(HOST, port, r, kind) for r in requests)))  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class Target:
+    """A server the clients stream from: its port, the pid whose CPU is read, and how a
+    send to it is written."""
+
+    port: int
+    pid: int
+    request: Callable[[Client, bool], bytes]
+
+
+def app_target(port: int, pid: int) -> Target:
+    return Target(port, pid, lambda client, brief: app_request(port, client, brief=brief))
+
+
+def floor_target(port: int, pid: int) -> Target:
+    def request(_client: Client, brief: bool) -> bytes:
+        body: dict[str, object] = {"content": QUESTION, **({"max_tokens": 3} if brief else {})}
+        return post_request(HOST, port, "/relay", body, {})
+
+    return Target(port, pid, request)
+
+
+@dataclass
+class Round:
+    direct: Side
+    app: Side
+    floor: Side | None = None
+
+
+async def through(target: Target, clients: list[Client], n: int) -> Side:
+    before = cpu_seconds(target.pid)
+    requests = [target.request(c, False) for c in clients[:n]]
+    streams = await burst(target.port, requests, app_event)
+    return Side(streams, cpu=cpu_seconds(target.pid) - before)
+
+
 async def load(
-    app_port: int, app_pid: int, up_port: int, clients: list[Client], n: int, rounds: int
-) -> list[tuple[Side, Side]]:
-    """`rounds` paired rounds of N concurrent sends, direct first then through the app."""
-    pairs = []
+    app: Target, up_port: int, clients: list[Client], n: int, rounds: int, floor: Target | None
+) -> list[Round]:
+    """`rounds` rounds of N concurrent sends: direct, then the floor, then the app."""
+    results = []
     for _ in range(rounds):
         direct = Side(await burst(up_port, [direct_request(up_port)] * n, upstream_event))
         await asyncio.sleep(0.3)
-        before = cpu_seconds(app_pid)
-        streams = await burst(app_port, [app_request(app_port, c) for c in clients[:n]], app_event)
-        pairs.append((direct, Side(streams, cpu=cpu_seconds(app_pid) - before)))
+        floor_side = None
+        if floor is not None:
+            floor_side = await through(floor, clients, n)
+            await asyncio.sleep(0.3)
+        results.append(Round(direct, await through(app, clients, n), floor_side))
         await asyncio.sleep(0.3)
-    return pairs
+    return results
 
 
 async def single(
-    app_port: int, up_port: int, clients: list[Client], pairs: int
-) -> tuple[list[float], list[float]]:
-    """One send at a time, each paired with a direct request (short answers)."""
-    direct, through = [], []
+    app: Target, up_port: int, clients: list[Client], pairs: int, floor: Target | None
+) -> dict[str, list[float]]:
+    """One send at a time, each paired with a direct request (short answers): TTFT in ms
+    by side ("direct", "app", and "floor" when there is one)."""
+    sides = {"app": app, **({"floor": floor} if floor is not None else {})}
+    ttfts: dict[str, list[float]] = {"direct": [], **{name: [] for name in sides}}
     for index in range(pairs + 3):
         client = clients[index % len(clients)]
-        d = await stream(HOST, up_port, direct_request(up_port, brief=True), upstream_event)
-        a = await stream(HOST, app_port, app_request(app_port, client, brief=True), app_event)
-        if index >= 3 and d.ok and a.ok and d.ttft is not None and a.ttft is not None:
-            direct.append(d.ttft * 1000)
-            through.append(a.ttft * 1000)
-    return direct, through
+        got = {
+            "direct": await stream(
+                HOST, up_port, direct_request(up_port, brief=True), upstream_event
+            )
+        }
+        for name, target in sides.items():
+            got[name] = await stream(HOST, target.port, target.request(client, True), app_event)
+        if index >= 3 and all(g.ok and g.ttft is not None for g in got.values()):
+            for name, g in got.items():
+                ttfts[name].append((g.ttft or 0.0) * 1000)
+    return ttfts
 
 
-def report_load(n: int, rounds: list[tuple[Side, Side]]) -> dict[str, float]:
+def _floor(r: Round) -> Side:
+    assert r.floor is not None
+    return r.floor
+
+
+def report_load(n: int, rounds: list[Round]) -> dict[str, float]:
     """Each figure per round, then the median over the rounds: one disturbed round (the
     machine is shared) moves the result less than in pooled percentiles."""
 
-    def median(figure: Callable[[Side, Side], float]) -> float:
-        return statistics.median(figure(d, a) for d, a in rounds)
+    def median(figure: Callable[[Round], float]) -> float:
+        return statistics.median(figure(r) for r in rounds)
 
     def p(side: Side, share: float) -> float:
         return percentile(side.ttfts(), share)
 
-    failures = [s for _, a in rounds for s in a.failures]
-    ratio = median(lambda d, a: p(a, 0.99) / p(d, 0.99))
-    gap99 = median(lambda d, a: percentile(a.gaps(), 0.99))
-    cpu = median(lambda d, a: (a.cpu or 0.0) / max(1, len(a.streams) - len(a.failures)))
-    print(
-        f"  N={n:<4} direct  TTFT p50 {median(lambda d, a: p(d, 0.5)):7.0f} / p99 "
-        f"{median(lambda d, a: p(d, 0.99)):7.0f} ms   "
-        f"gap p99 {median(lambda d, a: percentile(d.gaps(), 0.99)):5.0f} ms   "
-        f"failures {sum(len(d.failures) for d, _ in rounds)}"
+    def line(name: str, pick: Callable[[Round], Side], extra: str = "") -> None:
+        failures = sum(len(pick(r).failures) for r in rounds)
+        gap99 = median(lambda r: percentile(pick(r).gaps(), 0.99))
+        print(
+            f"  N={n:<4} {name:<7} TTFT p50 {median(lambda r: p(pick(r), 0.5)):7.0f} / p99 "
+            f"{median(lambda r: p(pick(r), 0.99)):7.0f} ms   gap p99 {gap99:5.0f} ms   "
+            f"failures {failures}{extra}"
+        )
+
+    def cpu(pick: Callable[[Round], Side]) -> str:
+        per_answer = median(
+            lambda r: (pick(r).cpu or 0.0) / max(1, len(pick(r).streams) - len(pick(r).failures))
+        )
+        return f"   CPU {per_answer * 1000:.1f} ms/answer"
+
+    ratio = median(lambda r: p(r.app, 0.99) / p(r.direct, 0.99))
+    line("direct", lambda r: r.direct)
+    if all(r.floor is not None for r in rounds):
+        floor_ratio = median(lambda r: p(_floor(r), 0.99) / p(r.direct, 0.99))
+        line("floor", _floor, f"{cpu(_floor)}   (p99 floor/direct {floor_ratio:.2f}x)")
+    over_floor = (
+        f", app/floor {median(lambda r: p(r.app, 0.99) / p(_floor(r), 0.99)):.2f}x"
+        if all(r.floor is not None for r in rounds)
+        else ""
     )
-    print(
-        f"  N={n:<4} app     TTFT p50 {median(lambda d, a: p(a, 0.5)):7.0f} / p99 "
-        f"{median(lambda d, a: p(a, 0.99)):7.0f} ms   gap p99 {gap99:5.0f} ms   "
-        f"failures {len(failures)}   CPU {cpu * 1000:.1f} ms/answer   "
-        f"(p99 app/direct {ratio:.2f}x; medians of {len(rounds)} rounds)"
+    line(
+        "app",
+        lambda r: r.app,
+        f"{cpu(lambda r: r.app)}   (p99 app/direct {ratio:.2f}x{over_floor}; "
+        f"medians of {len(rounds)} rounds)",
     )
+    failures = [s for r in rounds for s in r.app.failures]
     for failed in failures[:3]:
         print(f"      failure: {failed.error}")
-    return {"ratio": ratio, "gap99": gap99, "failures": len(failures)}
+    return {
+        "ratio": ratio,
+        "gap99": median(lambda r: percentile(r.app.gaps(), 0.99)),
+        "failures": len(failures),
+    }
 
 
 def cross_worker(env: dict[str, str], folder: Path, url: str, clients: list[Client]) -> None:
@@ -535,34 +605,33 @@ def measure(
     workers: int,
     app_cores: set[int],
     pairs: int,
+    with_floor: bool = False,
     profile_to: Path | None = None,
 ) -> list[Client]:
     webapp(env, "migrate")
-    with server(env, folder, workers, app_cores) as (port, pid):
+    with (
+        server(env, folder, workers, app_cores) as (port, pid),
+        relay_floor(folder, up_port, app_cores, with_floor) as floor,
+    ):
+        app = app_target(port, pid)
         clients = set_up_accounts(env, port, max(loads, default=10))
         # Warm up: code paths, connections to the upstream, the database's caches.
-        uvloop.run(load(port, pid, up_port, clients, min(20, len(clients)), 1))
+        uvloop.run(load(app, up_port, clients, min(20, len(clients)), 1, floor))
         results = {}
         profiler = profile(pid, profile_to) if profile_to and loads else None
         for n in loads:
             times = min(rounds, 2) if n >= 500 else rounds  # the longest rounds: two do
-            results[n] = report_load(n, uvloop.run(load(port, pid, up_port, clients, n, times)))
+            results[n] = report_load(n, uvloop.run(load(app, up_port, clients, n, times, floor)))
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(timeout=30)
         if pairs:
             profiler = profile(pid, profile_to) if profile_to and not loads else None
-            direct, through = uvloop.run(single(port, up_port, clients, pairs))
+            ttfts = uvloop.run(single(app, up_port, clients, pairs, floor))
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(timeout=30)
-            added = statistics.median(a - d for a, d in zip(through, direct, strict=True))
-            print(
-                f"  single send: direct TTFT median {statistics.median(direct):.1f} ms, "
-                f"app {statistics.median(through):.1f} ms; added {added:.2f} ms "
-                f"(median of {len(direct)} paired differences; target <= 3 ms: "
-                f"{verdict(added <= 3)})"
-            )
+            report_single(ttfts)
         if workers == 1 and 200 in results:
             r = results[200]
             print(
@@ -573,6 +642,53 @@ def measure(
         if workers == 1 and 500 in results:
             print(f"  targets N=500: failures 0 {verdict(results[500]['failures'] == 0)}")
     return clients
+
+
+def report_single(ttfts: dict[str, list[float]]) -> None:
+    direct = ttfts["direct"]
+
+    def added(name: str) -> float:
+        return statistics.median(a - d for a, d in zip(ttfts[name], direct, strict=True))
+
+    floor = (
+        f", floor {statistics.median(ttfts['floor']):.1f} ms (adds {added('floor'):.2f})"
+        if "floor" in ttfts
+        else ""
+    )
+    print(
+        f"  single send: direct TTFT median {statistics.median(direct):.1f} ms{floor}, "
+        f"app {statistics.median(ttfts['app']):.1f} ms; app adds {added('app'):.2f} ms "
+        f"(median of {len(direct)} paired differences; target <= 3 ms: "
+        f"{verdict(added('app') <= 3)})"
+    )
+
+
+@contextmanager
+def relay_floor(
+    folder: Path, up_port: int, core_set: set[int], wanted: bool
+) -> Iterator[Target | None]:
+    """`bench.relay` on the app's core, or nothing when not `wanted`."""
+    if not wanted:
+        yield None
+        return
+    port = free_port()
+    log = folder / f"relay-{port}.log"
+    env = {**os.environ, "BENCH_RELAY_UPSTREAM": f"http://{HOST}:{up_port}/v1"}
+    env.update(BENCH_RELAY_MODEL=UPSTREAM_MODEL, BENCH_RELAY_SYSTEM=SYSTEM)
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.relay", "--port", str(port)],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    pin(process.pid, core_set)
+    try:
+        wait_until_up(f"http://{HOST}:{port}/relay", process, log)
+        yield floor_target(port, process.pid)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
 
 
 POSTGRES_SERVER = os.environ.get(
@@ -609,6 +725,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds per load")
     parser.add_argument("--pairs", type=int, default=30, help="paired single sends")
     parser.add_argument("--no-postgres", action="store_true", help="skip the --workers 2 run")
+    parser.add_argument("--no-floor", action="store_true", help="skip the bench.relay floor")
     parser.add_argument("--postgres-loads", default="200")
     parser.add_argument(
         "--profile", type=Path, help="py-spy (pip install py-spy) the SQLite server into this file"
@@ -650,6 +767,7 @@ def main(argv: list[str] | None = None) -> None:
                 workers=1,
                 app_cores=app_cores,
                 pairs=args.pairs,
+                with_floor=not args.no_floor,
                 profile_to=args.profile,
             )
             if not args.no_postgres:
