@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +17,15 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.browser.conftest import free_port
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
+from tests.live_server import serving
 from tests.test_api import make_user, parse_sse
 from tests.upstream import FakeUpstream
 from webapp.chat.notify import CHANNEL
 
 pytestmark = pytest.mark.postgres
 
-WEBAPP = Path(sys.executable).parent / "webapp"
 REPLY = " ".join(["word"] * 40)
 """Forty tokens, forty chunks."""
 FLUSH = 0.1
@@ -45,42 +42,15 @@ def database(postgres_url: str) -> str:
 def serve(database: str, upstream: FakeUpstream, tmp_path: Path) -> Iterator[Serve]:
     """`serve()` starts one more `webapp serve` on the shared database; returns its URL."""
     catalog = write_upstream_catalog(tmp_path / "catalog.toml", upstream)
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start() -> str:
-        port = free_port()
-        log_path = tmp_path / f"serve-{port}.log"
-        env = {
-            **os.environ,
-            "WEBAPP_DATABASE_URL": database,
-            "WEBAPP_CONFIG": str(catalog),
-            "WEBAPP_SECRET_KEY": "cross-worker-tests-secret-0123456789",
-            "WEBAPP_STREAM_FLUSH_INTERVAL": str(FLUSH),
-        }
-        with log_path.open("wb") as log:  # the child keeps its own copy
-            process = subprocess.Popen(
-                [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        started.append(process)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"webapp serve exited: {log_path.read_text()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        pytest.fail("webapp serve did not answer in 30 s")
-
-    yield start
-    for process in started:
-        process.terminate()
-        process.wait(timeout=15)
+    env = {
+        **os.environ,
+        "WEBAPP_DATABASE_URL": database,
+        "WEBAPP_CONFIG": str(catalog),
+        "WEBAPP_SECRET_KEY": "cross-worker-tests-secret-0123456789",
+        "WEBAPP_STREAM_FLUSH_INTERVAL": str(FLUSH),
+    }
+    with ExitStack() as servers:
+        yield lambda: servers.enter_context(serving(env, tmp_path))
 
 
 async def events(response: httpx.Response) -> AsyncIterator[tuple[str, str, str | None]]:

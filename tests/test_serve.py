@@ -9,19 +9,18 @@ from __future__ import annotations
 import os
 import re
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.browser.conftest import free_port
+from tests.live_server import serving, webapp_serve
 from tests.test_api import make_user
 
-WEBAPP = Path(sys.executable).parent / "webapp"
 PASSWORD = "correct horse battery"
 
 Serve = Callable[..., str]
@@ -32,13 +31,17 @@ H11_SERVE = (
 )
 
 
+def h11_serve(port: int) -> list[str]:
+    """What `webapp serve` falls back to without httptools."""
+    return [sys.executable, "-c", H11_SERVE, str(port)]
+
+
 @pytest.fixture
 def serve(sqlite_url: str, tmp_path: Path) -> Iterator[Serve]:
     """`serve(**settings)` starts `webapp serve` on the test's database; returns its URL."""
-    started: list[subprocess.Popen[bytes]] = []
+    servers = ExitStack()
 
     def start(parser: str = "httptools", **settings: str) -> str:
-        port = free_port()
         env = {
             **os.environ,
             "WEBAPP_DATABASE_URL": sqlite_url,
@@ -46,28 +49,11 @@ def serve(sqlite_url: str, tmp_path: Path) -> Iterator[Serve]:
             **{f"WEBAPP_{name.upper()}": value for name, value in settings.items()},
         }
         env.pop("FORWARDED_ALLOW_IPS", None)
-        command = [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"]
-        if parser == "h11":  # what `webapp serve` falls back to without httptools
-            command = [sys.executable, "-c", H11_SERVE, str(port)]
-        with (tmp_path / f"serve-{port}.log").open("wb") as log:  # the child keeps its own
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        started.append(process)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"webapp serve exited: {(tmp_path / f'serve-{port}.log').read_text()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    return url
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        pytest.fail("webapp serve did not answer in 30 s")
+        command = h11_serve if parser == "h11" else webapp_serve
+        return servers.enter_context(serving(env, tmp_path, command))
 
-    yield start
-    for process in started:
-        process.terminate()
-        process.wait(timeout=15)
+    with servers:
+        yield start
 
 
 def sign_in(client: httpx.Client, password: str, forwarded_for: str) -> int:

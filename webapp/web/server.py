@@ -36,12 +36,26 @@ def request_timeout() -> float:
     return Settings().request_timeout
 
 
-class _Deadline:
-    """The timer both protocols share; `_arriving` says whether a request is incomplete."""
+class _Deadline(asyncio.Protocol):
+    """The timer and the hooks that run it, for both protocols; `_arriving` says whether
+    a request is incomplete. It comes first in each protocol's bases, so `super()` is
+    uvicorn's protocol; `asyncio.Protocol`, after uvicorn's in the MRO, only types it."""
 
     _deadline: asyncio.TimerHandle | None = None
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
     def _arm(self) -> None:
         self._disarm()
@@ -63,18 +77,6 @@ class _Deadline:
 
 
 class DeadlineH11Protocol(_Deadline, H11Protocol):
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
     def _arriving(self) -> bool:
         return self.conn.their_state in STILL_ARRIVING
 
@@ -88,18 +90,6 @@ except ImportError:  # httptools is not installed: h11 it is
 if HttpToolsProtocol is not None:
     # At module level: with --workers, uvicorn pickles the class into each worker.
     class DeadlineHttpToolsProtocol(_Deadline, HttpToolsProtocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
         def _arriving(self) -> bool:
             # The newest request is whole once its body has ended (`more_body` False);
             # until a new one begins after a response, the newest is the answered one.
