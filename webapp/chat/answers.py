@@ -14,6 +14,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+TEXT_PACE = 0.03
+"""Seconds between two writes of an answer's text to one client. Each write costs the
+server about as much as reading a chunk from the model: a model sending a token every
+few milliseconds (or hundreds of answers at once) would otherwise cost one write each;
+30 ms is faster than anyone reads and leaves the first token untouched."""
+
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -33,6 +39,7 @@ class Channel:
         self._events: list[Event] = []
         self._closed = False
         self._next: asyncio.Future[None] | None = None
+        self._resting: set[asyncio.Future[None]] = set()
 
     def publish(self, event: Event, *, last: bool = False) -> None:
         self._events.append(event)
@@ -45,31 +52,63 @@ class Channel:
 
     def _wake(self) -> None:
         waiting, self._next = self._next, None
-        if waiting is not None and not waiting.done():
-            waiting.set_result(None)
+        if waiting is not None:
+            _settle(waiting)
+        if self._closed:
+            for rested in self._resting:
+                _settle(rested)
 
     async def follow(self) -> AsyncIterator[Event]:
         async for batch in self.batches():
             for event in batch:
                 yield event
 
-    async def batches(self) -> AsyncIterator[list[Event]]:
+    async def batches(self, pace: float = 0.0) -> AsyncIterator[list[Event]]:
         """Everything published since the reader last looked, at once. A reader that falls
         behind (hundreds of answers streaming on one core) catches up in one step, and
         one write to its client, instead of one per event: the work follows the reader's
-        wake-ups, not the provider's chunks."""
+        wake-ups, not the provider's chunks.
+
+        With a `pace`, a batch that carried text is followed by at least `pace` seconds
+        before the next (the end of the answer cuts the wait short): text comes in
+        pieces of that rhythm, each one write to the client, however fast the model
+        sends. The first piece of text is never held back, so the time to the first
+        token is the model's."""
         position = 0
         while True:
             if position < len(self._events):
                 batch = self._events[position:]
                 position += len(batch)
                 yield batch
+                if pace > 0 and not self._closed and any(e.name == "delta" for e in batch):
+                    await self._rest(pace)
                 continue
             if self._closed:
                 return
-            if self._next is None:
-                self._next = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._next)
+            await self._published()
+
+    async def _published(self) -> None:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._next)
+
+    async def _rest(self, pace: float) -> None:
+        """Wait `pace` seconds, or less if the channel closes meanwhile; what is published
+        in between does not wake the reader (that is the point)."""
+        loop = asyncio.get_running_loop()
+        rested: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(pace, _settle, rested)
+        self._resting.add(rested)
+        try:
+            await rested
+        finally:
+            timer.cancel()
+            self._resting.discard(rested)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclass(slots=True)

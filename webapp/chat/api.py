@@ -16,7 +16,7 @@ from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
 
-from webapp.chat.answers import Channel, Event
+from webapp.chat.answers import TEXT_PACE, Channel, Event
 from webapp.chat.sending import Send
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService
@@ -74,8 +74,9 @@ def sse_frame(event: Event) -> bytes:
 
 
 async def sse_events(channel: Channel) -> AsyncIterator[bytes]:
-    """The answer's events, framed; whatever arrived since the last write goes in one."""
-    async for batch in channel.batches():
+    """The answer's events, framed; whatever arrived since the last write goes in one,
+    at most one write of text per `TEXT_PACE`."""
+    async for batch in channel.batches(TEXT_PACE):
         yield b"".join(map(sse_frame, batch))
 
 
