@@ -214,6 +214,28 @@ async def test_cookie_sessions_need_the_csrf_token(
     assert sent.status_code == 200 and 'data-role="user"' in sent.text
 
 
+async def test_a_token_client_gets_no_cookie_and_a_made_up_token_gets_past_no_csrf_check(
+    app: Litestar, database_url: str
+) -> None:
+    """An API client has no cookie jar to protect: no anchor is made for it. A bearer
+    header alone proves nothing, so where no sign-in is checked the CSRF guard still
+    refuses a request without its token."""
+    token = await make_user(database_url, "alice")
+    async with Client(app=app) as client:
+        made = await client.post(
+            "/api/conversations", json={}, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert made.status_code == 201 and "set-cookie" not in made.headers
+        forged = await client.post(
+            "/login",
+            data={"username": "alice", "password": "anything"},
+            headers={"Authorization": "Bearer wa_made-up"},
+        )
+        assert forged.status_code == 403 and "CSRF" in forged.text
+        page = await client.get("/login")  # without a token: a browser, given its anchor
+        assert "webapp_csrf=" in page.headers["set-cookie"]
+
+
 async def test_admin_pages_are_for_admins(app: Litestar, database_url: str) -> None:
     admin = await make_user(database_url, "root", admin=True)
     user = await make_user(database_url, "alice")
