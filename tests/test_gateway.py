@@ -539,7 +539,35 @@ def test_parallel_calls_cannot_slip_past_the_limit(
     with ThreadPoolExecutor(max_workers=8) as pool:
         statuses = sorted(pool.map(call, range(8)))
     assert statuses == [200] * 3 + [429] * 5
-    assert len(upstream.requests) == 3
+    # (Counted by path: a first start also asks the upstream for its models.)
+    assert [r["path"] for r in upstream.requests].count("/v1/embeddings") == 3
+
+
+def test_parallel_sends_in_different_conversations_cannot_slip_past_the_limit(
+    serve: Callable[..., Gateway], database_url: str
+) -> None:
+    """Each send locks its own conversation; the owner's budget needs a lock of its own,
+    or on PostgreSQL (READ COMMITTED) sends side by side each count without the others.
+    Gateway calls take the same lock, since they spend the same budget."""
+    gateway = serve(database_url, rate_limit_messages=3, rate_limit_window=60)
+    with gateway.http() as http:
+        conversations = [
+            http.post("/api/conversations", json={"configuration": "small"}).json()["id"]
+            for _ in range(8)
+        ]
+
+    def send(index: int) -> int:
+        with gateway.http() as http:
+            if index % 4 == 3:  # some gateway calls among the sends
+                body = {"model": "small", "input": "hi"}
+                return http.post("/v1/embeddings", json=body).status_code
+            url = f"/api/conversations/{conversations[index]}/messages"
+            return http.post(url, json={"content": f"hello {index}"}).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = sorted(pool.map(send, range(8)))
+    assert statuses.count(429) == 5, statuses
+    assert sorted(set(statuses) - {429}) in ([200], [201], [200, 201]), statuses
 
 
 def test_chat_sends_and_gateway_calls_share_the_limit(

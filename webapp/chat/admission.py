@@ -53,6 +53,16 @@ RECENT_COUNT: ColumnElement[int] = (
 """Both counted, as one expression a send's first statement returns."""
 
 
+def hold_budget(connection: Connection, owner: str) -> None:
+    """Spend the owner's budget one transaction at a time, until this one ends. Every
+    chat send and gateway call takes this lock before it counts: under PostgreSQL's READ
+    COMMITTED, two sends in two conversations (each holding its own conversation's lock)
+    would each count without the other and both go past the limit. SQLite needs nothing:
+    its write transactions hold the database's write lock from their BEGIN."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"rate {owner}"))))
+
+
 class Admission:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
 
-from webapp.chat.admission import RECENT_COUNT, Admission
+from webapp.chat.admission import RECENT_COUNT, Admission, hold_budget
 from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
 from webapp.chat.branches import parent_of
@@ -226,6 +226,8 @@ class Sender:
         now = utcnow()
         admission = self._admission
         limit = admission.rate_limit_for(owner)
+        if limit > 0:
+            hold_budget(connection, owner)
         touched = connection.execute(
             _TOUCH_CONVERSATION,
             {

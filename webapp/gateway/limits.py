@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, delete, func, insert, select
+from sqlalchemy import Connection, delete, insert, select
 from sqlmodel import Session, col
 
+from webapp.chat.admission import hold_budget
 from webapp.chat.models import Conversation, GatewayCall, Message, Role
 from webapp.db import Database
 from webapp.gateway.errors import too_many
@@ -70,10 +71,7 @@ class RateLimit:
 
     def _admit(self, session: Session, owner: str, now: datetime, record: bool) -> int | None:
         connection = session.connection()
-        if connection.dialect.name == "postgresql":
-            # Under READ COMMITTED two calls would each count without the other: one at a
-            # time per owner. (SQLite's transactions here hold its write lock from BEGIN.)
-            connection.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"gw {owner}"))))
+        hold_budget(connection, owner)
         since = now - timedelta(seconds=self.window)
         connection.execute(
             delete(GatewayCall).where(
