@@ -85,12 +85,9 @@ class Channel:
                 continue
             if self._closed:
                 return
-            await self._published()
-
-    async def _published(self) -> None:
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._next)
+            if self._next is None:
+                self._next = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._next)
 
     async def _rest(self, pace: float) -> None:
         """Wait `pace` seconds, or less if the channel closes meanwhile; what is published
