@@ -47,7 +47,14 @@ import uvloop
 
 from bench import watchers
 from bench.common import machine
-from bench.sse_client import Stream, app_event, post_request, stream, upstream_event
+from bench.sse_client import (
+    Stream,
+    admitted_event,
+    app_event,
+    post_request,
+    stream,
+    upstream_event,
+)
 
 HOST = "127.0.0.1"
 WEBAPP = Path(sys.executable).parent / "webapp"
@@ -632,6 +639,11 @@ def measure(
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(timeout=30)
             report_single(ttfts)
+        if workers == 1 and len(clients) >= ADMISSION_SENDS:
+            # Last: the admitted answers go on waiting until the server stops.
+            report_admission(
+                [uvloop.run(admission(port, pid, clients, ADMISSION_SENDS)) for _ in range(2)]
+            )
         if workers == 1 and 200 in results:
             r = results[200]
             print(
@@ -642,6 +654,47 @@ def measure(
         if workers == 1 and 500 in results:
             print(f"  targets N=500: failures 0 {verdict(results[500]['failures'] == 0)}")
     return clients
+
+
+ADMISSION_SENDS = 200
+
+
+async def admission(port: int, pid: int, clients: list[Client], n: int) -> tuple[float, float, int]:
+    """N sends at once into conversations whose answers wait 15 s for their first word:
+    how long until the last is admitted (its `fit` event), and the server's CPU per
+    send. That is what the app spends on a send before any answer streams, and the
+    earliest the last of a burst can see its first token, however answers stream."""
+    gate = asyncio.Semaphore(16)
+    async with httpx.AsyncClient(base_url=f"http://{HOST}:{port}", timeout=30) as api:
+
+        async def quiet(client: Client) -> bytes:
+            async with gate:
+                made = await api.post(
+                    "/api/conversations",
+                    json={"configuration": "quiet"},
+                    headers={"Authorization": f"Bearer {client.token}"},
+                )
+            made.raise_for_status()
+            path = f"/api/conversations/{made.json()['id']}/messages"
+            headers = {"Authorization": f"Bearer {client.token}"}
+            return post_request(HOST, port, path, {"content": QUESTION}, headers)
+
+        requests = await asyncio.gather(*(quiet(c) for c in clients[:n]))
+    await asyncio.sleep(0.3)
+    started, before = time.perf_counter(), cpu_seconds(pid)
+    streams = await burst(port, requests, admitted_event)
+    cpu = (cpu_seconds(pid) - before) / n
+    return (time.perf_counter() - started) * 1000, cpu * 1000, sum(not s.ok for s in streams)
+
+
+def report_admission(bursts: list[tuple[float, float, int]]) -> None:
+    wall = statistics.median(b[0] for b in bursts)
+    cpu = statistics.median(b[1] for b in bursts)
+    print(
+        f"  admission: {ADMISSION_SENDS} sends whose answers wait: the last admitted after "
+        f"{wall:.0f} ms, {cpu:.2f} ms of CPU a send, failures {sum(b[2] for b in bursts)} "
+        f"(medians of {len(bursts)} bursts)"
+    )
 
 
 def report_single(ttfts: dict[str, list[float]]) -> None:

@@ -47,6 +47,15 @@ def app_event(event: bytes) -> str | None:
     return None
 
 
+def admitted_event(event: bytes) -> str | None:
+    """The app's `fit` ends it: the send was admitted (its answer is left to run)."""
+    if b"event: fit" in event:
+        return "end"
+    if b"event: error" in event:
+        return "fail"
+    return None
+
+
 def upstream_event(event: bytes) -> str | None:
     """An OpenAI-style stream: a chunk with content counts, `[DONE]` ends."""
     if b"data: [DONE]" in event:
