@@ -55,6 +55,7 @@ from bench.sse_client import (
     stream,
     upstream_event,
 )
+from tests.postgres import throwaway_database
 
 HOST = "127.0.0.1"
 WEBAPP = Path(sys.executable).parent / "webapp"
@@ -744,34 +745,6 @@ def relay_floor(
         process.wait(timeout=20)
 
 
-POSTGRES_SERVER = os.environ.get(
-    "WEBAPP_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    from sqlalchemy import text
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    async def on_server(statement: str) -> None:
-        url = make_url(POSTGRES_SERVER).set(database="postgres")
-        engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
-        try:
-            async with engine.connect() as connection:
-                await connection.execute(text(statement))
-        finally:
-            await engine.dispose()
-
-    name = f"webapp_bench_{os.getpid()}_{secrets.token_hex(3)}"
-    asyncio.run(on_server(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(POSTGRES_SERVER).set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(on_server(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__)
     parser.add_argument("--loads", default="50,200,500", help="concurrent sends, comma-separated")
@@ -826,7 +799,7 @@ def main(argv: list[str] | None = None) -> None:
             if not args.no_postgres:
                 print("PostgreSQL, --workers 2:")
                 pg_loads = [int(n) for n in args.postgres_loads.split(",") if n]
-                with postgres_database() as url:
+                with throwaway_database("webapp_bench") as url:
                     env = {**base_env, "WEBAPP_DATABASE_URL": url}
                     clients = measure(
                         env,

@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.postgres import require, throwaway_database
 from tests.upstream import (  # noqa: F401  (the fake OpenAI-compatible servers)
     engine_upstream,
     upstream,
 )
 from webapp.migrate import upgrade
 
-POSTGRES_SERVER_URL = os.environ.get(
-    "WEBAPP_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
-"""Names the PostgreSQL server (and who to connect as). Each test run makes a database of
-its own there and drops it at the end, so two runs at once never see each other's rows."""
 TABLES = (
     "message",
     "conversation",
@@ -36,26 +29,6 @@ TABLES = (
     "gateway_call",
     "user_account",
 )
-
-
-async def _on_server(statement: str) -> None:
-    """Run one statement outside a transaction on the server's maintenance database
-    (CREATE / DROP DATABASE cannot run inside one, nor on the database they name)."""
-    url = make_url(POSTGRES_SERVER_URL).set(database="postgres")
-    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(statement))
-    finally:
-        await engine.dispose()
-
-
-def _postgres_reachable() -> bool:
-    try:
-        asyncio.run(_on_server("SELECT 1"))
-    except Exception:
-        return False
-    return True
 
 
 @pytest.fixture(scope="session")
@@ -70,18 +43,10 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def postgres_url() -> Iterator[str]:
     """A PostgreSQL database of this run's own, migrated from scratch, dropped at the end.
     Under CI the server must be there."""
-    if not _postgres_reachable():
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL is not reachable at {POSTGRES_SERVER_URL} (required under CI)")
-        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_SERVER_URL}")
-    name = f"webapp_test_{os.getpid()}_{secrets.token_hex(4)}"
-    asyncio.run(_on_server(f'CREATE DATABASE "{name}"'))
-    url = make_url(POSTGRES_SERVER_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    require()
+    with throwaway_database("webapp_test") as url:
         upgrade(url)
         yield url
-    finally:
-        asyncio.run(_on_server(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def truncate_tables(url: str) -> None:

@@ -107,7 +107,7 @@ def test_a_test_run_has_a_postgresql_database_of_its_own(postgres_url: str) -> N
     (dropped when the run ends), never the one the server URL names."""
     from sqlalchemy.engine import make_url
 
-    from tests.conftest import POSTGRES_SERVER_URL
+    from tests.postgres import POSTGRES_SERVER_URL
 
     own = make_url(postgres_url).database
     assert own != make_url(POSTGRES_SERVER_URL).database

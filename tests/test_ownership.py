@@ -5,8 +5,6 @@ existing `user:<id>` rows are converted by the migration, data kept."""
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,12 +13,11 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from tests.catalogs import write_upstream_catalog
-from tests.conftest import POSTGRES_SERVER_URL, _on_server, _postgres_reachable
 from tests.dbutil import session_on
+from tests.postgres import require, throwaway_database
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
@@ -124,16 +121,9 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'migrate.db'}"
         return
-    if not _postgres_reachable():
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is required under CI")
-        pytest.skip("PostgreSQL is not reachable")
-    name = f"webapp_migrate_{os.getpid()}_{secrets.token_hex(4)}"
-    asyncio.run(_on_server(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(POSTGRES_SERVER_URL).set(database=name).render_as_string(False)
-    finally:
-        asyncio.run(_on_server(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    require()
+    with throwaway_database("webapp_migrate") as url:
+        yield url
 
 
 def run(url: str, statements: list[tuple[str, dict[str, object]]]) -> list[list[tuple]]:
