@@ -2,24 +2,27 @@
 
 A real `webapp serve` process streams answers from `tests/upstream.py` running in a
 process of its own (60-token answers, 20 ms between chunks). For each load N, N
-clients send at once, each into a conversation of its own, and the same N requests go
-straight to the upstream, alternating round by round, so both sides see the same
-machine at nearly the same moment. Reported per side: time to first token (p50/p99),
-the gap between chunks (p99), failures; for the app also its CPU seconds per answer,
-read from /proc for the server's processes. Then single sends, one at a time, paired
-with a direct request each: the median of the paired differences is what the app adds
-to the first token. Then N = 200 with `--workers 2` on PostgreSQL (a database of its
-own, created and dropped here), and two servers on that database, one writing answers
-and the other following them (`bench.watchers`: the cross-worker delay, and what 100
-idle watchers cost). Each figure is taken per round; the medians of the rounds are
-printed, so one disturbed round on a shared machine moves them little.
+clients send at once, each into a conversation of its own; the same N requests go
+straight to the upstream, and through the floor (`bench.relay`: the framework, the
+provider and the SSE response with none of the app's own work), round by round, so all
+sides see the same machine at nearly the same moment. Reported per side: time to first
+token (p50/p99), the gap between chunks (p99), failures; for the app and the floor also
+their CPU seconds per answer, read from /proc for the server's processes. Then single
+sends, one at a time, each paired with a direct request and a floor request: the median
+of the paired differences is what the app adds to the first token. Then admission: 200
+sends at once whose answers wait (the time until the last is admitted, and the CPU a
+send). Then N = 200 with `--workers 2` on PostgreSQL (a database of its own, created
+and dropped here), and two servers on that database, one writing answers and the other
+following them (`bench.watchers`: the cross-worker delay, and what 100 idle watchers
+cost). Each figure is taken per round; the medians of the rounds are printed, so one
+disturbed round on a shared machine moves them little.
 
 Everything is set up the way a deployment would: `webapp migrate`, `webapp user
 create`, `webapp token create`, conversations through the API. The rate limit stays on,
 raised in the settings (and spread over several users) so that it is checked on every
 send but never reached: this measures streaming, not the limiter.
 
-    make bench-load                      # everything, about three minutes
+    make bench-load                      # everything, about five minutes
     python -m bench.load --loads 200 --no-postgres --profile /tmp/serve.txt  # py-spy
 """
 
