@@ -35,6 +35,7 @@ from sqlmodel import Session, col
 from webapp.chat.models import Message, Status
 from webapp.chat.notify import CHANNEL, MOVED
 from webapp.db import Database
+from webapp.tasks import cancel
 from webapp.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -157,11 +158,8 @@ class AnswerFlusher:
             await self._write(self._due())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while self._tracked:

@@ -34,6 +34,7 @@ from sqlmodel import Session, col
 
 from webapp.chat.models import Message
 from webapp.db import Database
+from webapp.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +140,8 @@ class PostgresNotices(AnswerNotices):
             self._task = asyncio.create_task(self._listen(), name="notices-listener")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     def _received(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
         kind, _, rest = payload.partition(" ")
@@ -201,11 +199,8 @@ class PollingNotices(AnswerNotices):
             yield watch
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     async def _poll(self) -> None:
         while self._watchers:
