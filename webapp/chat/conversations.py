@@ -107,11 +107,15 @@ class ConversationEditor:
         return conversation
 
     async def rename(self, owner: str, conversation_id: str, title: str) -> Conversation:
-        title = clean_title(title)
+        return await self._change(owner, conversation_id, title=clean_title(title))
+
+    async def _change(self, owner: str, conversation_id: str, **values: object) -> Conversation:
+        """Set columns of the owner's conversation, and its `updated_at`."""
 
         def change(session: Session) -> Conversation:
             conversation = self._reader.owned(session, owner, conversation_id)
-            conversation.title = title
+            for name, value in values.items():
+                setattr(conversation, name, value)
             conversation.updated_at = utcnow()
             session.add(conversation)
             return conversation
@@ -124,15 +128,7 @@ class ConversationEditor:
         """Switch the conversation to another configuration: the next send is bounded
         against its model. Nothing already stored changes."""
         self.check_configuration(configuration)
-
-        def change(session: Session) -> Conversation:
-            conversation = self._reader.owned(session, owner, conversation_id)
-            conversation.configuration = configuration
-            conversation.updated_at = utcnow()
-            session.add(conversation)
-            return conversation
-
-        conversation = await self._db.write(change)
+        conversation = await self._change(owner, conversation_id, configuration=configuration)
         self._recent.remember(conversation_id, configuration)
         return conversation
 
