@@ -20,6 +20,7 @@ from tests.upstream import Engine, FakeUpstream
 from webapp.chat.models import Status
 from webapp.chat.service import ConversationService
 from webapp.db import Database
+from webapp.errors import TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
 from webapp.llm.manager import LLMManager, Transcript
@@ -80,7 +81,11 @@ model = "guess"
 
 @asynccontextmanager
 async def counting_service(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream, engine: Engine = "llamacpp"
+    database_url: str,
+    tmp_path: Path,
+    upstream: FakeUpstream,
+    engine: Engine = "llamacpp",
+    rate_limit: int = 0,
 ) -> AsyncIterator[ConversationService]:
     """The service as the app builds it: tokenizers probed against the engine first."""
     upstream.set_engine(engine)
@@ -90,7 +95,7 @@ async def counting_service(
         database_url=database_url,
         config=path,
         stream_flush_interval=0.05,
-        rate_limit_messages=0,
+        rate_limit_messages=rate_limit,
         max_message_chars=20_000,
     )
     catalog = load_catalog(path)
@@ -202,6 +207,25 @@ async def test_a_system_prompt_is_counted_once_and_the_plan_is_sent_as_made(
     preview = await chat.preview(OWNER, conversation.id, "third: what would you send?")
     assert preview.fit_counted_by == "server:gemma+estimate", "the typed text is estimated"
     assert tokenizes(upstream) - before == 2, "a preview asks the engine nothing"
+
+
+async def test_a_send_sure_to_be_refused_does_not_ask_the_engine_to_count_it(
+    database_url: str, tmp_path: Path, engine_upstream: FakeUpstream
+) -> None:
+    """Once an owner is refused, their sends until the wait is over are not counted by
+    the engine first (an embed visitor hammering the send button costs the engine
+    nothing); the send's transaction still decides, and stores nothing."""
+    async with counting_service(database_url, tmp_path, engine_upstream, rate_limit=2) as chat:
+        conversation = await chat.create(OWNER, "gemma")
+        await say(chat, conversation.id, "one")
+        await say(chat, conversation.id, "two")
+        before = tokenizes(engine_upstream)
+        for attempt in range(3):
+            with pytest.raises(TooManyRequests):
+                await chat.send(OWNER, conversation.id, f"again {attempt}")
+        assert tokenizes(engine_upstream) - before == 1, "only the first refused send counted"
+        _, rows = await chat.history(OWNER, conversation.id)
+        assert len(rows) == 4
 
 
 async def test_a_failing_or_slow_tokenizer_never_fails_or_stalls_a_send(

@@ -5,6 +5,8 @@ decides the same."""
 from __future__ import annotations
 
 import math
+import time
+from collections import OrderedDict
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, Connection, bindparam, func
@@ -63,9 +65,27 @@ def hold_budget(connection: Connection, owner: str) -> None:
         connection.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"rate {owner}"))))
 
 
+REFUSALS_KEPT = 10_000
+"""Owners whose refusal this process remembers (embed visitors are many; the oldest go)."""
+
+
 class Admission:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
+        self._refused_until: OrderedDict[str, float] = OrderedDict()
+
+    def refused_lately(self, owner: str) -> bool:
+        """Whether this process refused the owner a send whose wait is not over: only a
+        hint (the send's transaction decides), so that a send sure to be refused does not
+        first ask the engine to count its message."""
+        until = self._refused_until.get(owner)
+        return until is not None and time.monotonic() < until
+
+    def remember_refusal(self, owner: str, refused: TooManyRequests) -> None:
+        self._refused_until[owner] = time.monotonic() + refused.retry_after
+        self._refused_until.move_to_end(owner)
+        if len(self._refused_until) > REFUSALS_KEPT:
+            self._refused_until.popitem(last=False)
 
     def rate_limit_for(self, owner: str) -> int:
         if owner.startswith(EMBED_OWNER_PREFIX):

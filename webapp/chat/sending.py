@@ -31,7 +31,7 @@ from webapp.chat.notify import STOP, notice
 from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded
-from webapp.errors import InvalidInput, NotFound, refuse_nul
+from webapp.errors import InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
@@ -136,10 +136,19 @@ class Sender:
     async def _send(
         self, owner: str, conversation_id: str, text: str, alternative_to: int | None = None
     ) -> Send:
-        counts = await self._count_newest(conversation_id, text)
-        conversation, user, answer, planned = await self._db.write(
-            self._store_turn, owner, conversation_id, text, counts, alternative_to
+        admission = self._admission
+        counts = (
+            {}
+            if admission.refused_lately(owner)
+            else await self._count_newest(conversation_id, text)
         )
+        try:
+            conversation, user, answer, planned = await self._db.write(
+                self._store_turn, owner, conversation_id, text, counts, alternative_to
+            )
+        except TooManyRequests as refused:
+            admission.remember_refusal(owner, refused)
+            raise
         self._recent.remember(conversation.id, conversation.configuration)
         running = self._answers.start(
             id_of(answer),
