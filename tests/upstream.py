@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import pytest
@@ -396,7 +397,14 @@ class FakeUpstream:
         port: int = 0,
         engine: Engine = "openai",
         tokenizer: TokenizerName = "cl100k",
+        *,
+        keep_alive: float = 5.0,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
+        """`keep_alive`: seconds an idle connection stays open (uvicorn's 5 by default,
+        as vLLM's server); `tls`: a certificate and its key, to serve https."""
+        self._keep_alive = keep_alive
+        self._tls = tls
         self._initial_models = dict(models if models is not None else DEFAULT_MODELS)
         self._initial_engine = _check_engine(engine)
         self._initial_tokenizer = tokenizer
@@ -429,8 +437,9 @@ class FakeUpstream:
 
     @property
     def base_url(self) -> str:
-        """Where clients point: ``http://127.0.0.1:PORT/v1``."""
-        return f"http://{self.host}:{self.port}/v1"
+        """Where clients point: ``http://127.0.0.1:PORT/v1`` (https with `tls`)."""
+        scheme = "https" if self._tls else "http"
+        return f"{scheme}://{self.host}:{self.port}/v1"
 
     def _bind(self) -> socket.socket:
         # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on sockets whose
@@ -455,6 +464,9 @@ class FakeUpstream:
             http="h11",
             ws="none",
             timeout_graceful_shutdown=1,
+            timeout_keep_alive=self._keep_alive,  # type: ignore[arg-type]  # a float works
+            ssl_certfile=self._tls[0] if self._tls else None,
+            ssl_keyfile=self._tls[1] if self._tls else None,
         )
         return uvicorn.Server(config)
 

@@ -7,10 +7,13 @@ httpx's own exceptions, SSE framing and timeouts, not a mock's idea of them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -157,6 +160,72 @@ async def test_streams_in_a_row_share_one_connection(
         assert error is None and chunks[-1].finish_reason == "stop"
     ports = {r["client_port"] for r in upstream.requests if r["path"] == "/v1/chat/completions"}
     assert len(ports) == 1
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    """Servers close idle connections (uvicorn, under vLLM, after 5 s); the pool must
+    see that one is gone before it sends on it, or the next answer fails outright."""
+    with FakeUpstream(keep_alive=0.2) as up:
+        async with OpenAIProvider(up.base_url, timeout=5.0) as client:
+            for _ in range(2):
+                chunks, error = await collect(client.stream_chat("small", HELLO))
+                assert error is None and chunks[-1].finish_reason == "stop"
+                await asyncio.sleep(0.6)
+            assert (await client.chat("small", HELLO)).finish_reason == "stop"
+        ports = [r["client_port"] for r in up.requests if r["path"] == "/v1/chat/completions"]
+    assert len(set(ports)) == 3
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key: a private CA's server."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_an_https_upstream_signed_by_a_trusted_private_ca(
+    certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS is set up on the provider's own connections (start_tls), with the CA named
+    the usual way (SSL_CERT_FILE); a stranger's certificate is refused, not trusted."""
+    with FakeUpstream(tls=certificate) as up:
+        assert up.base_url.startswith("https://")
+        async with OpenAIProvider(up.base_url, timeout=5.0) as untrusting:
+            chunks, error = await collect(untrusting.stream_chat("small", HELLO))
+        assert chunks == [] and isinstance(error, ProviderUnavailable)
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate[0]))
+        async with OpenAIProvider(up.base_url, timeout=5.0) as client:
+            for _ in range(2):
+                chunks, error = await collect(client.stream_chat("small", HELLO))
+                assert error is None and chunks[-1].finish_reason == "stop"
+            assert (await client.chat("small", HELLO)).content
+        ports = {r["client_port"] for r in up.requests if r["path"] == "/v1/chat/completions"}
+    assert len(ports) == 1
+
+
+async def test_a_request_larger_than_the_socket_buffer_goes_whole(
+    provider: OpenAIProvider,
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    """A request can be megabytes (a pasted file): writing it waits for the socket to
+    drain (pause_writing, on both loops), and every byte arrives."""
+    long = "word " * 800_000
+    chunks, error = await collect(
+        provider.stream_chat("huge", [{"role": "user", "content": long}], max_tokens=5)
+    )
+    # The server counted all 800,000 words, and answered as vLLM does to that.
+    assert chunks == [] and isinstance(error, ContextLengthExceeded)
+    assert upstream.requests[-1]["body"]["messages"][0]["content"] == long
 
 
 def test_the_upstream_turns_nagle_off() -> None:
