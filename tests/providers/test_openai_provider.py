@@ -176,6 +176,26 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None
     assert len(set(ports)) == 3
 
 
+async def test_a_proxy_named_by_the_environment_is_used(
+    upstream: FakeUpstream,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Behind a proxy, HTTP(S)_PROXY reaches the provider as it reaches any httpx client
+    (the proxy here is a closed port, so going through it fails); NO_PROXY exempts a
+    host, which then gets the provider's own transport."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed_port()}")
+    async with OpenAIProvider(upstream.base_url, timeout=5.0) as client:
+        chunks, error = await collect(client.stream_chat("small", HELLO))
+        assert chunks == [] and isinstance(error, ProviderUnavailable)
+    assert upstream.requests == []
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    async with OpenAIProvider(upstream.base_url, timeout=5.0) as client:
+        chunks, error = await collect(client.stream_chat("small", HELLO))
+        assert error is None and chunks[-1].finish_reason == "stop"
+
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and its key: a private CA's server."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import urllib.request
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -221,6 +222,26 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+def proxied_by_environment(url: httpx.URL) -> bool:
+    """Whether HTTP_PROXY, HTTPS_PROXY or ALL_PROXY (less NO_PROXY) name a proxy for
+    `url`. httpx honours those only on its own transport, so a provider reached through
+    one keeps httpx's, proxy and all."""
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(url.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(url.host)
+
+
+def transport_for(
+    url: httpx.URL, *, verify: ssl.SSLContext, limits: httpx.Limits
+) -> AsyncioTransport | None:
+    """The transport a provider's client at `url` should get: this module's, or None for
+    httpx's own when the environment sends that URL through a proxy."""
+    if proxied_by_environment(url):
+        return None
+    return AsyncioTransport(verify=verify, limits=limits)
 
 
 class AsyncioTransport(httpx.AsyncHTTPTransport):

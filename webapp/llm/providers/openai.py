@@ -46,7 +46,7 @@ from webapp.llm.providers.base import (
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.network import AsyncioTransport
+from webapp.llm.providers.network import transport_for
 from webapp.llm.providers.pool import ClientShards
 
 __all__ = [
@@ -317,7 +317,7 @@ class OpenAIProvider:
                 headers=headers,
                 timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
                 limits=limits,
-                transport=transport or AsyncioTransport(verify=tls, limits=limits),
+                transport=transport or transport_for(url, verify=tls, limits=limits),
             ),
             single=transport is not None,
         )
