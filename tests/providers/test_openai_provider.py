@@ -32,6 +32,7 @@ from webapp.llm.providers.base import (
     StreamBroken,
     StreamChunk,
 )
+from webapp.llm.providers.network import READ_AHEAD
 from webapp.llm.providers.openai import (
     OpenAIProvider,
     is_context_length_message,
@@ -246,6 +247,18 @@ async def test_a_request_larger_than_the_socket_buffer_goes_whole(
     # The server counted all 800,000 words, and answered as vLLM does to that.
     assert chunks == [] and isinstance(error, ContextLengthExceeded)
     assert upstream.requests[-1]["body"]["messages"][0]["content"] == long
+
+
+async def test_an_answer_larger_than_the_read_ahead_arrives_whole(
+    provider: OpenAIProvider,
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    """A body past READ_AHEAD pauses reading from the socket until it is taken: the
+    reading must resume, or the rest would wait in the kernel until the read timeout."""
+    reply = "lorem ipsum " * 100_000  # 1.2 MB, nine times the read-ahead
+    assert len(reply) > 4 * READ_AHEAD
+    upstream.set_reply(reply)
+    assert (await provider.chat("huge", HELLO)).content == reply
 
 
 def test_the_upstream_turns_nagle_off() -> None:

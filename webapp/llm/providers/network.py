@@ -29,11 +29,17 @@ SocketOption = (
 )
 
 
+READ_AHEAD = 128 * 1024
+"""Bytes taken from the socket before anyone asks for them; past this the connection
+stops reading, so a reader slower than its server holds the rest in the kernel."""
+
+
 class _Connection(asyncio.Protocol):
     """What has arrived on one connection, and who waits for more."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self.reading = True
         self.buffer = bytearray()
         self.closed = False
         self.error: BaseException | None = None
@@ -46,7 +52,16 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
+        if len(self.buffer) > READ_AHEAD and self.reading and self.transport is not None:
+            self.reading = False
+            self.transport.pause_reading()
         self._wake()
+
+    def taken(self) -> None:
+        """Called once a read has emptied the buffer (or most of it)."""
+        if not self.reading and len(self.buffer) <= READ_AHEAD and self.transport is not None:
+            self.reading = True
+            self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         self.closed = True
@@ -115,6 +130,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         else:
             data = bytes(connection.buffer[:max_bytes])
             del connection.buffer[:max_bytes]
+        connection.taken()
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -157,6 +173,9 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         except (OSError, ssl.SSLError, ConnectionError) as exc:
             self._transport.close()
             raise httpcore.ConnectError(str(exc)) from None
+        except BaseException:  # cancelled mid-handshake: the socket is nobody's now
+            self._transport.close()
+            raise
         assert transport is not None
         self._connection.transport = transport
         return AsyncioStream(self._connection, transport)
