@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from webapp.db import Database
-from webapp.llm.calibration import Calibrator
+from webapp.db import Args, Database, Result, Work
+from webapp.llm.calibration import MARGIN, MAX_FACTOR, Calibrator
 
 
 async def test_answers_finishing_together_store_one_row_that_a_restart_reads(
@@ -28,5 +28,39 @@ async def test_answers_finishing_together_store_one_row_that_a_restart_reads(
         restarted = Calibrator(db)
         await restarted.load()
         assert restarted.overhead("fresh") == 8, "an update of the same row is kept too"
+    finally:
+        await db.dispose()
+
+
+class CountingDatabase(Database):
+    """The real database, counting the write transactions it is asked for."""
+
+    writes = 0
+
+    async def write(self, work: Work[*Args, Result], *args: *Args) -> Result:
+        self.writes += 1
+        return await super().write(work, *args)
+
+
+async def test_answers_finishing_together_write_once_with_the_newest_values(
+    database_url: str,
+) -> None:
+    """Two hundred answers ending in the same moment each move the factor: the row is
+    written while they learn, then once more with where they left it, not 200 times on
+    the one writer."""
+    db = CountingDatabase(database_url)
+    try:
+        calibrator = Calibrator(db)
+        await asyncio.gather(
+            *(
+                calibrator.observe("busy", raw_estimate=100, prompt_tokens=100 + i)
+                for i in range(200)
+            )
+        )
+        assert db.writes == 2
+        restarted = Calibrator(db)
+        await restarted.load()
+        assert restarted.factor("busy") == pytest.approx(calibrator.factor("busy"))
+        assert restarted.factor("busy") == pytest.approx(min(MAX_FACTOR, 2.99 * MARGIN))
     finally:
         await db.dispose()

@@ -78,6 +78,8 @@ class Calibrator:
         self._factors: dict[str, float] = {}
         self._samples: dict[str, int] = {}
         self._overheads: dict[str, float] = {}
+        self._storing: set[str] = set()
+        self._stale: set[str] = set()
 
     def factor(self, model: str) -> float:
         return self._factors.get(model, 1.0)
@@ -165,9 +167,24 @@ class Calibrator:
         return factor
 
     async def _store(self, model: str) -> None:
+        """Write the model's values through, one write per model at a time: answers that
+        finish together each change the values, and while one write is on its way the
+        others only mark it stale, so one more write takes the newest values for all of
+        them (one transaction on SQLite's one writer, not one per answer)."""
         if self._db is None:
             return
-        await self._db.write(self._write, model)
+        if model in self._storing:
+            self._stale.add(model)
+            return
+        self._storing.add(model)
+        try:
+            while True:
+                self._stale.discard(model)
+                await self._db.write(self._write, model)
+                if model not in self._stale:
+                    return
+        finally:
+            self._storing.discard(model)
 
     def _write(self, session: Session, model: str) -> None:
         """One upsert: answers of one model finish together, and on PostgreSQL their
