@@ -80,6 +80,19 @@ async def collect(
     return chunks, None
 
 
+async def failure(client: OpenAIProvider, streaming: bool) -> ProviderError:
+    """The error a call to "small" meets before any answer: streamed, or not."""
+    if streaming:
+        chunks, error = await collect(client.stream_chat("small", HELLO))
+        assert chunks == []
+    else:
+        with pytest.raises(ProviderError) as caught:
+            await client.chat("small", HELLO)
+        error = caught.value
+    assert isinstance(error, ProviderError)
+    return error
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -450,13 +463,7 @@ async def test_429_maps_to_rate_limited(
     streaming: bool,
 ) -> None:
     upstream.fail_next(429, retry_after=7)
-    if streaming:
-        chunks, error = await collect(provider.stream_chat("small", HELLO))
-        assert chunks == []
-    else:
-        with pytest.raises(RateLimited) as caught:
-            await provider.chat("small", HELLO)
-        error = caught.value
+    error = await failure(provider, streaming)
     assert isinstance(error, RateLimited)
     assert error.retry_after == 7.0
     assert error.retryable is True
@@ -481,13 +488,7 @@ async def test_5xx_is_unavailable(
     streaming: bool,
 ) -> None:
     upstream.fail_next(status)
-    if streaming:
-        chunks, error = await collect(provider.stream_chat("small", HELLO))
-        assert chunks == []
-    else:
-        with pytest.raises(ProviderUnavailable) as caught:
-            await provider.chat("small", HELLO)
-        error = caught.value
+    error = await failure(provider, streaming)
     assert isinstance(error, ProviderUnavailable)
     assert error.retryable is True
     assert error.status == status
@@ -540,13 +541,7 @@ async def test_fail_next_can_target_one_model(
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_connection_refused_is_unavailable(streaming: bool) -> None:
     async with OpenAIProvider(f"http://127.0.0.1:{closed_port()}/v1", api_key=API_KEY) as client:
-        if streaming:
-            chunks, error = await collect(client.stream_chat("small", HELLO))
-            assert chunks == []
-        else:
-            with pytest.raises(ProviderUnavailable) as caught:
-                await client.chat("small", HELLO)
-            error = caught.value
+        error = await failure(client, streaming)
     assert isinstance(error, ProviderUnavailable)
     assert "cannot connect" in error.message
     assert API_KEY not in str(error)
@@ -560,13 +555,7 @@ async def test_stall_beyond_the_timeout_is_unavailable(
     upstream.stall(1.5)
     async with OpenAIProvider(upstream.base_url, timeout=0.5) as client:
         started = time.monotonic()
-        if streaming:
-            chunks, error = await collect(client.stream_chat("small", HELLO))
-            assert chunks == []
-        else:
-            with pytest.raises(ProviderUnavailable) as caught:
-                await client.chat("small", HELLO)
-            error = caught.value
+        error = await failure(client, streaming)
         elapsed = time.monotonic() - started
     assert isinstance(error, ProviderUnavailable)
     assert "0.5 s" in error.message
