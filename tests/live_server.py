@@ -1,30 +1,117 @@
 """`webapp serve` as a child process, for the tests that need the real server on real
-sockets. One place knows how to start it, tell when it is up, say why it died, and stop
-it: every log file and process it opens is closed and waited for, as pytest's
-`filterwarnings = error` turns a leaked one into a failure.
+sockets (the serve and cross-worker tests, the browser tests). One place knows how to
+start it, tell when it is up, say why it died, and stop or kill it: every log file and
+process it opens is closed and waited for, as pytest's `filterwarnings = error` turns a
+leaked one into a failure.
 """
 
 from __future__ import annotations
 
+import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.browser.conftest import free_port
-
 WEBAPP = Path(sys.executable).parent / "webapp"
 START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def webapp_serve(port: int) -> list[str]:
     """The command as deployed; a test may give another to run the app some other way."""
     return [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"]
+
+
+@dataclass(kw_only=True)
+class ServerProcess:
+    """One server process on `port`, its output appended to `log`; started, stopped and
+    started again (same port) as a test needs."""
+
+    name: str
+    env: Mapping[str, str]
+    log: Path
+    port: int = field(default_factory=free_port)
+    command: Callable[[int], Sequence[str]] = webapp_serve
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def start(self) -> None:
+        self.launch()
+        self.wait_until_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (start several, then wait for each)."""
+        with self.log.open("ab") as log:  # the child keeps its own copy
+            log.write(f"---- starting {self.name} on port {self.port}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                self.command(self.port), env=dict(self.env), stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def wait_until_ready(self) -> None:
+        """Poll /healthz; fail at once, with the server's output, if the process dies."""
+        assert self.process is not None
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                pytest.fail(f"{self.name} exited with status {code}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(
+                    f"{self.name} did not answer /healthz in {START_TIMEOUT:g} s:\n{self.output()}"
+                )
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Shut down gracefully (SIGTERM), killing it if it takes too long."""
+        self._end(graceful=True)
+
+    def kill(self) -> None:
+        """Die at once (SIGKILL): no shutdown hook runs, as when a machine loses power."""
+        self._end(graceful=False)
+
+    def _end(self, *, graceful: bool) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        if graceful:
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        process.send_signal(signal.SIGKILL)
+        process.wait()
 
 
 @contextmanager
@@ -37,26 +124,11 @@ def serving(
     stopped on leaving. Its output goes to `serve-{port}.log` in `log_dir`, and is what a
     failure shows if the server exits before it answers."""
     port = free_port()
-    log_path = log_dir / f"serve-{port}.log"
-    with log_path.open("wb") as log:  # the child keeps its own copy
-        process = subprocess.Popen(command(port), env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = ServerProcess(
+        name="webapp serve", env=env, log=log_dir / f"serve-{port}.log", port=port, command=command
+    )
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_answering(process, url, log_path)
-        yield url
+        server.start()
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(timeout=15)
-
-
-def wait_until_answering(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"webapp serve exited: {log_path.read_text()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    pytest.fail(f"webapp serve did not answer in {START_TIMEOUT:g} s")
+        server.stop()

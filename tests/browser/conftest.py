@@ -1,4 +1,4 @@
-"""Browser fixtures: one Chromium, the app served by uvicorn subprocesses, pages made in one place.
+"""Browser fixtures: one Chromium, the app on `webapp serve` processes, pages made in one place.
 
 - `browser`: Debian's Chromium driven by Playwright's sync API (so browser tests are plain
   sync functions). Missing Chromium fails under CI and skips elsewhere.
@@ -15,11 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +29,7 @@ from playwright.sync_api import Browser, Page, Response, sync_playwright
 
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
+from tests.live_server import ServerProcess, free_port
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.db import Database
@@ -48,7 +44,6 @@ LAUNCH_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-START_TIMEOUT = 30.0
 USERNAME = "tester"
 PASSWORD = "correct horse battery staple"
 T = TypeVar("T")
@@ -145,37 +140,16 @@ def sign_in(page: Page, response: Response | None) -> None:
         pytest.fail(f"signing in as {USERNAME!r} failed: {error}")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@dataclass(kw_only=True)
+class Server(ServerProcess):
+    """`webapp serve` for the browser tests, on one database, with the test user's token."""
 
-
-@dataclass
-class Server:
-    """One uvicorn process serving the app; its output goes to `log`."""
-
-    name: str
-    port: int
     database_url: str
-    env: dict[str, str]
-    log: Path
     token: str | None = None
     """The test user's API token, for the JSON API."""
-    process: subprocess.Popen[bytes] | None = None
     client: httpx.Client | None = None
     browser_state: Any = None
     """A signed-in browser's cookies, once a page has signed in on this server."""
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """A JSON API call as the test user (with its API token)."""
@@ -184,77 +158,11 @@ class Server:
             self.client = httpx.Client(base_url=self.url, timeout=30, headers=headers)
         return self.client.request(method, path, **kwargs)
 
-    def start(self) -> None:
-        self.launch()
-        self.wait_until_ready()
-
-    def launch(self) -> None:
-        with self.log.open("ab") as log:
-            log.write(f"---- starting {self.name} on port {self.port}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "webapp.asgi:app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--timeout-graceful-shutdown",
-                    "2",
-                ],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def wait_until_ready(self) -> None:
-        """Poll /healthz; fail at once, with the server's output, if the process dies."""
-        assert self.process is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                pytest.fail(f"{self.name} exited with status {code}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(
-                    f"{self.name} did not answer /healthz in {START_TIMEOUT}s:\n{self.output()}"
-                )
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        """Shut down gracefully (SIGTERM), killing it if it takes too long."""
-        self._end(graceful=True)
-
-    def kill(self) -> None:
-        """Die at once (SIGKILL): no shutdown hook runs, as when a machine loses power."""
-        self._end(graceful=False)
-
     def _end(self, *, graceful: bool) -> None:
         if self.client is not None:
             self.client.close()
             self.client = None
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        if graceful:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-                return
-            except subprocess.TimeoutExpired:
-                pass
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        super()._end(graceful=graceful)
 
 
 LAUNCHED: list[Server] = []
@@ -334,7 +242,9 @@ class Servers:
         }
         if stale_stream_after is not None:
             env["WEBAPP_STALE_STREAM_AFTER"] = str(stale_stream_after)
-        server = Server(name, free_port(), database_url, env, self.folder / f"{name}.log")
+        server = Server(
+            name=name, env=env, log=self.folder / f"{name}.log", database_url=database_url
+        )
         server.token = self.tokens[database_url]
         self.started.append(server)
         LAUNCHED.append(server)

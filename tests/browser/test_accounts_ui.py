@@ -133,7 +133,7 @@ def test_the_embed_chats_inside_an_allowed_host_and_is_refused_elsewhere(
     host_page: HostPage,
     embed_host_port: int,
 ) -> None:
-    from tests.browser.conftest import free_port
+    from tests.live_server import free_port
 
     embed_url = f"{live_server.url}/embed/help"
     page = browser.new_context().new_page()
