@@ -1,4 +1,4 @@
-"""httpcore's network layer on plain asyncio, for the provider's streams.
+"""httpcore's network layer on plain asyncio, for providers spoken to in plain HTTP.
 
 httpcore reaches asyncio through anyio: every socket read runs inside
 `anyio.fail_after` (a cancel scope entered and left, a timer armed) and anyio's stream
@@ -7,6 +7,11 @@ one read per chunk, so with hundreds of answers streaming that bookkeeping is pa
 of thousands of times a second. Here a connection is an `asyncio.Protocol` with a buffer:
 a read takes what has arrived, or waits on one future with one timer for the read
 timeout. HTTP itself stays httpcore's and httpx's; only the bytes move differently.
+
+Only plain HTTP: the engines this app streams hundreds of answers from (llama.cpp, vLLM,
+Ollama, LM Studio) are served that way, on the machine or the local network. An https
+provider, and any provider the environment sends through a proxy, keeps httpx's own
+transport (`transport_for`), whose TLS and proxying are anyio's and httpx's, unchanged.
 
 Errors are httpcore's own (`ConnectError`, `ReadTimeout`, ...), so httpx maps them as it
 maps the default backend's, and callers see the same `httpx` exceptions.
@@ -17,21 +22,26 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import httpcore
 import httpx
+from httpx._utils import URLPattern, get_environment_proxies
 
 SocketOption = (
     tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 )
-
+AddressInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
+"""One of `getaddrinfo`'s answers: family, kind, protocol, canonical name, address."""
 
 READ_AHEAD = 128 * 1024
 """Bytes taken from the socket before anyone asks for them; past this the connection
 stops reading, so a reader slower than its server holds the rest in the kernel."""
+HAPPY_EYEBALLS_DELAY = 0.25
+"""How long one address of a host may try before the next one starts too (RFC 8305's
+recommended delay, and anyio's): a dead first address (an IPv6 route that goes nowhere)
+costs a quarter of a second, not the whole connect timeout."""
 
 
 class _Connection(asyncio.Protocol):
@@ -143,14 +153,18 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         drained = connection.drained
         if drained is not None and not drained.done():
             try:
-                await _wait(drained, timeout)
+                # Shielded: the next write still waits on `drained` if this one is
+                # cancelled or times out.
+                await _wait(asyncio.shield(drained), timeout)
             except TimeoutError:
                 raise httpcore.WriteTimeout("the server did not take the request") from None
             if connection.error is not None:  # lost while the request was on its way
                 raise httpcore.WriteError(str(connection.error))
 
     async def aclose(self) -> None:
-        self._transport.close()
+        # Abort, not close: close() would wait for unsent bytes to drain into a server
+        # that has stopped reading (a write timeout, a cancelled request), for ever.
+        self._transport.abort()
 
     async def start_tls(
         self,
@@ -158,31 +172,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            transport = await loop.start_tls(
-                self._transport,
-                self._connection,
-                ssl_context,
-                server_hostname=server_hostname,
-                ssl_handshake_timeout=timeout,
-            )
-        except TimeoutError:
-            self._transport.close()
-            raise httpcore.ConnectTimeout("the TLS handshake timed out") from None
-        except (OSError, ssl.SSLError, ConnectionError) as exc:
-            self._transport.close()
-            raise httpcore.ConnectError(str(exc)) from None
-        except BaseException:  # cancelled mid-handshake: the socket is nobody's now
-            self._transport.close()
-            raise
-        assert transport is not None
-        self._connection.transport = transport
-        return AsyncioStream(self._connection, transport)
+        self._transport.abort()
+        raise httpcore.ConnectError(
+            "this transport speaks plain HTTP only (https providers keep httpx's own)"
+        )
 
     def get_extra_info(self, info: str) -> Any:
-        if info == "ssl_object":
-            return self._transport.get_extra_info("ssl_object")
         if info == "client_addr":
             return self._transport.get_extra_info("sockname")
         if info == "server_addr":
@@ -196,6 +191,76 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         return None
 
 
+async def _attempt(address: AddressInfo, local_address: str | None) -> socket.socket:
+    family, kind, proto, _, target = address
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setblocking(False)
+        if local_address:
+            sock.bind((local_address, 0))
+        await asyncio.get_running_loop().sock_connect(sock, target)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _interleaved(addresses: Sequence[AddressInfo]) -> list[AddressInfo]:
+    """The resolver's order, with the families taking turns (RFC 8305, section 4)."""
+    first = addresses[0][0]
+    preferred = [a for a in addresses if a[0] == first]
+    others = [a for a in addresses if a[0] != first]
+    mixed: list[AddressInfo] = []
+    for index in range(max(len(preferred), len(others))):
+        mixed += preferred[index : index + 1] + others[index : index + 1]
+    return mixed
+
+
+async def connect_first(
+    addresses: Sequence[AddressInfo], local_address: str | None = None
+) -> socket.socket:
+    """A connected socket to the first of `addresses` to answer: each starts
+    `HAPPY_EYEBALLS_DELAY` after the one before, or at once when that one fails; the
+    others are cancelled and closed. OSError when none connects."""
+    if not addresses:
+        raise OSError("the name resolved to no address")
+    pending: set[asyncio.Task[socket.socket]] = set()
+    errors: list[OSError] = []
+    waiting = list(_interleaved(addresses))
+    try:
+        while waiting or pending:
+            if waiting:
+                pending.add(asyncio.create_task(_attempt(waiting.pop(0), local_address)))
+            done, pending = await asyncio.wait(
+                pending,
+                timeout=HAPPY_EYEBALLS_DELAY if waiting else None,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            winner: socket.socket | None = None
+            for task in done:
+                error = task.exception()
+                if error is None:
+                    if winner is None:
+                        winner = task.result()
+                    else:
+                        task.result().close()
+                elif isinstance(error, OSError):
+                    errors.append(error)
+                else:
+                    raise error
+            if winner is not None:
+                return winner
+        if len(errors) == 1:
+            raise errors[0]
+        raise OSError("no address answered: " + "; ".join(str(e) for e in errors))
+    finally:
+        for task in pending:
+            task.cancel()
+        for result in await asyncio.gather(*pending, return_exceptions=True):
+            if isinstance(result, socket.socket):
+                result.close()
+
+
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
     async def connect_tcp(
         self,
@@ -206,21 +271,24 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
-        local = (local_address, 0) if local_address else None
         try:
             async with asyncio.timeout(timeout):
-                transport, connection = await loop.create_connection(
-                    _Connection, host, port, local_addr=local
+                addresses = await loop.getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
                 )
+                sock = await connect_first(addresses, local_address)
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    for option in socket_options or ():
+                        sock.setsockopt(*option)
+                    transport, connection = await loop.create_connection(_Connection, sock=sock)
+                except BaseException:
+                    sock.close()
+                    raise
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"no connection to {host}:{port} in time") from None
         except OSError as exc:
             raise httpcore.ConnectError(str(exc)) from None
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for option in socket_options or ():
-                sock.setsockopt(*option)
         return AsyncioStream(connection, transport)
 
     async def connect_unix_socket(
@@ -229,36 +297,30 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, connection = await loop.create_unix_connection(_Connection, path)
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"no connection to {path} in time") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from None
-        return AsyncioStream(connection, transport)
+        raise httpcore.ConnectError("Unix sockets go through httpx's own transport")
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
 def proxied_by_environment(url: httpx.URL) -> bool:
-    """Whether HTTP_PROXY, HTTPS_PROXY or ALL_PROXY (less NO_PROXY) name a proxy for
-    `url`. httpx honours those only on its own transport, so a provider reached through
-    one keeps httpx's, proxy and all."""
-    proxies = urllib.request.getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
-        return False
-    return not urllib.request.proxy_bypass(url.host)
+    """Whether httpx would send `url` through a proxy named by the environment
+    (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, less NO_PROXY): httpx's own reading of those
+    variables and its own matching, most specific pattern first, so the answer is the
+    one httpx's transport would act on."""
+    patterns = sorted((URLPattern(key), proxy) for key, proxy in get_environment_proxies().items())
+    for pattern, proxy in patterns:
+        if pattern.matches(url):
+            return proxy is not None
+    return False
 
 
 def transport_for(
     url: httpx.URL, *, verify: ssl.SSLContext, limits: httpx.Limits
 ) -> AsyncioTransport | None:
-    """The transport a provider's client at `url` should get: this module's, or None for
-    httpx's own when the environment sends that URL through a proxy."""
-    if proxied_by_environment(url):
+    """The transport a provider's client at `url` should get: this module's for plain
+    HTTP, None (httpx's own) for https or where the environment names a proxy."""
+    if url.scheme != "http" or proxied_by_environment(url):
         return None
     return AsyncioTransport(verify=verify, limits=limits)
 
@@ -268,7 +330,7 @@ class AsyncioTransport(httpx.AsyncHTTPTransport):
 
     httpx builds its pool without a way to name the network backend, so the pool is
     built again here with the same settings; everything else (request and response
-    mapping, error mapping, proxies from the environment) stays httpx's.
+    mapping, error mapping) stays httpx's.
     """
 
     def __init__(self, *, verify: ssl.SSLContext, limits: httpx.Limits) -> None:

@@ -1,0 +1,179 @@
+"""The provider's plain-HTTP network layer (webapp/llm/providers/network.py) on real
+sockets, on asyncio's loop and on uvloop: what httpcore relies on it for that the
+provider's own tests do not reach (addresses that never answer, a server that stops
+reading, the proxy rule)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+
+import httpcore
+import httpx
+import pytest
+
+from webapp.llm.providers.network import (
+    HAPPY_EYEBALLS_DELAY,
+    AddressInfo,
+    AsyncioBackend,
+    AsyncioTransport,
+    connect_first,
+    proxied_by_environment,
+    transport_for,
+)
+
+
+def address(host: str, port: int) -> AddressInfo:
+    return (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))
+
+
+@pytest.fixture
+def dead_address() -> Iterator[AddressInfo]:
+    """An address whose connects hang: a listener whose backlog is full drops every
+    further SYN, as a route to nowhere (an IPv6 that goes nowhere) does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filling = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):  # it goes on connecting
+            sock.connect(("127.0.0.2", port))
+        filling.append(sock)
+    time.sleep(0.1)
+    yield address("127.0.0.2", port)
+    for sock in [*filling, listener]:
+        sock.close()
+
+
+@pytest.fixture
+def live_listener() -> Iterator[socket.socket]:
+    """A server that accepts connections (the kernel does) and never reads them."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    yield listener
+    listener.close()
+
+
+def closed_address() -> AddressInfo:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return address("127.0.0.1", sock.getsockname()[1])
+
+
+async def test_a_dead_first_address_costs_the_happy_eyeballs_delay_not_the_timeout(
+    dead_address: AddressInfo, live_listener: socket.socket
+) -> None:
+    started = time.monotonic()
+    sock = await connect_first([dead_address, address(*live_listener.getsockname())])
+    elapsed = time.monotonic() - started
+    with sock:
+        assert sock.getpeername() == live_listener.getsockname()
+    assert HAPPY_EYEBALLS_DELAY <= elapsed < HAPPY_EYEBALLS_DELAY + 0.5
+
+
+async def test_a_refused_address_lets_the_next_start_at_once(
+    live_listener: socket.socket,
+) -> None:
+    started = time.monotonic()
+    sock = await connect_first([closed_address(), address(*live_listener.getsockname())])
+    sock.close()
+    assert time.monotonic() - started < HAPPY_EYEBALLS_DELAY
+
+
+async def test_when_no_address_answers_every_reason_is_told() -> None:
+    first, second = closed_address(), closed_address()
+    with pytest.raises(OSError) as caught:
+        await connect_first([first, second])
+    message = str(caught.value)
+    assert "no address answered" in message
+    assert str(first[4][1]) in message and str(second[4][1]) in message
+
+
+async def test_a_connect_timeout_is_a_connect_timeout(dead_address: AddressInfo) -> None:
+    host, port = dead_address[4]
+    with pytest.raises(httpcore.ConnectTimeout):
+        await AsyncioBackend().connect_tcp(host, port, timeout=0.3)
+
+
+async def test_closing_with_bytes_a_server_never_read_closes_the_socket(
+    live_listener: socket.socket,
+) -> None:
+    """A request the server stopped taking (write timeout, then close): the socket is
+    closed at once, not kept until the unsent bytes drain, which would be never."""
+    host, port = live_listener.getsockname()
+    stream = await AsyncioBackend().connect_tcp(host, port, timeout=5)
+    accepted, _ = live_listener.accept()
+    with accepted:
+        with pytest.raises(httpcore.WriteTimeout):
+            await stream.write(b"x" * 50_000_000, timeout=0.3)
+        await stream.aclose()
+        await asyncio.sleep(0.05)  # the loop closes the socket on its next turn
+        accepted.settimeout(2)
+        received = 0
+        try:
+            while chunk := accepted.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+    assert received < 50_000_000  # the rest was dropped, and the read saw the end
+
+
+async def test_tls_is_never_spoken_by_it() -> None:
+    """https providers keep httpx's own transport; were one ever asked to start TLS,
+    it refuses rather than send anything in the clear."""
+    url = httpx.URL("https://api.example.com/v1")
+    limits = httpx.Limits(max_connections=1)
+    assert transport_for(url, verify=ssl.create_default_context(), limits=limits) is None
+
+
+@pytest.mark.parametrize(
+    ("environment", "url", "proxied"),
+    [
+        ({}, "http://10.0.0.5:8000/v1", False),
+        ({"HTTP_PROXY": "http://proxy:3128"}, "http://10.0.0.5:8000/v1", True),
+        ({"ALL_PROXY": "http://proxy:3128"}, "http://10.0.0.5:8000/v1", True),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, "http://10.0.0.5:8000/v1", False),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "10.0.0.5"}, "http://10.0.0.5/v1", False),
+        # As httpx reads NO_PROXY (curl's rules), not as urllib does: "localhost" is that
+        # host, not every name ending in it; ".example.com" is its subdomains only.
+        (
+            {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "localhost"},
+            "http://vllm.localhost:8000/v1",
+            True,
+        ),
+        (
+            {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": ".example.com"},
+            "http://example.com/v1",
+            True,
+        ),
+        (
+            {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": ".example.com"},
+            "http://api.example.com/v1",
+            False,
+        ),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "foo,*"}, "http://example.com/", False),
+    ],
+)
+def test_the_proxy_rule_is_httpx_s(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], url: str, proxied: bool
+) -> None:
+    """A provider the environment sends through a proxy keeps httpx's transport, which
+    honours it; the decision must be the one httpx itself makes."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "REQUEST_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert proxied_by_environment(httpx.URL(url)) is proxied
+    chosen = transport_for(
+        httpx.URL(url), verify=ssl.create_default_context(), limits=httpx.Limits()
+    )
+    assert isinstance(chosen, AsyncioTransport) is not proxied
