@@ -11,6 +11,7 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpcore
 import httpx
@@ -177,3 +178,85 @@ def test_the_proxy_rule_is_httpx_s(
         httpx.URL(url), verify=ssl.create_default_context(), limits=httpx.Limits()
     )
     assert isinstance(chosen, AsyncioTransport) is not proxied
+
+
+@pytest.mark.parametrize("hops", range(5))
+async def test_cancelled_as_an_address_wins_no_socket_is_left_open(
+    dead_address: AddressInfo, live_listener: socket.socket, hops: int
+) -> None:
+    """The caller cancelled a few loop turns after the live address connected: it gets
+    the socket or a CancelledError, and no socket stays open behind it either way."""
+    loop = asyncio.get_running_loop()
+    caller: asyncio.Task[socket.socket] | None = None
+
+    def cancel_after(turns: int) -> None:
+        if turns == 0:
+            assert caller is not None
+            caller.cancel()
+        else:
+            loop.call_soon(cancel_after, turns - 1)
+
+    def watch(task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            cancel_after(hops)
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **options)
+        if getattr(coro, "__qualname__", "") == "_attempt":
+            task.add_done_callback(watch)
+        return task
+
+    loop.set_task_factory(factory)
+    try:
+        caller = asyncio.create_task(
+            connect_first([dead_address, address(*live_listener.getsockname())])
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            (await caller).close()
+    finally:
+        loop.set_task_factory(None)
+    await asyncio.sleep(0.05)
+    accepted, _ = live_listener.accept()
+    with accepted:
+        accepted.settimeout(2)
+        assert accepted.recv(1) == b"", "the client's socket was left open"
+
+
+async def test_a_write_that_timed_out_leaves_the_next_one_waiting_for_the_server(
+    live_listener: socket.socket,
+) -> None:
+    host, port = live_listener.getsockname()
+    stream = await AsyncioBackend().connect_tcp(host, port, timeout=5)
+    accepted, _ = live_listener.accept()
+    with accepted:
+        with pytest.raises(httpcore.WriteTimeout):
+            await stream.write(b"x" * 20_000_000, timeout=0.2)
+        # The server starts reading: the next write waits until its bytes are taken.
+        reader = asyncio.get_running_loop().run_in_executor(None, _read_all, accepted)
+        await stream.write(b"y" * 20_000_000, timeout=10)
+        await stream.aclose()
+        received = await reader
+    assert received > 20_000_000
+
+
+def _read_all(sock: socket.socket) -> int:
+    sock.settimeout(5)
+    total = 0
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(1 << 20):
+            total += len(chunk)
+    return total
+
+
+async def test_closing_ends_a_waiting_read_as_an_error_not_as_the_server_s_end(
+    live_listener: socket.socket,
+) -> None:
+    host, port = live_listener.getsockname()
+    stream = await AsyncioBackend().connect_tcp(host, port, timeout=5)
+    accepted, _ = live_listener.accept()
+    with accepted:
+        reading = asyncio.create_task(stream.read(1024, timeout=5))
+        await asyncio.sleep(0.05)
+        await stream.aclose()
+        with pytest.raises(httpcore.ReadError, match="closed by this side"):
+            await reading

@@ -54,7 +54,8 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.drained: asyncio.Future[None] | None = None
+        self.paused = False
+        self.drain_waiters: list[asyncio.Future[None]] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not subclasses of asyncio.Transport, only alike.
@@ -80,18 +81,24 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.error = exc
+        self.error = self.error or exc  # an abort of ours said why already
         self._wake()
-        if self.drained is not None and not self.drained.done():
-            self.drained.set_result(None)
+        self._drained()
 
     def pause_writing(self) -> None:
-        if self.drained is None or self.drained.done():
-            self.drained = asyncio.get_running_loop().create_future()
+        self.paused = True
 
     def resume_writing(self) -> None:
-        if self.drained is not None and not self.drained.done():
-            self.drained.set_result(None)
+        self.paused = False
+        self._drained()
+
+    def _drained(self) -> None:
+        """Each waiting write has a future of its own, so one timing out or cancelled
+        leaves the others' alone."""
+        waiters, self.drain_waiters = self.drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -150,20 +157,25 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if connection.closed or self._transport.is_closing():
             raise httpcore.WriteError("the connection is closed")
         self._transport.write(buffer)
-        drained = connection.drained
-        if drained is not None and not drained.done():
+        if connection.paused and not connection.closed:
+            drained = asyncio.get_running_loop().create_future()
+            connection.drain_waiters.append(drained)
             try:
-                # Shielded: the next write still waits on `drained` if this one is
-                # cancelled or times out.
-                await _wait(asyncio.shield(drained), timeout)
+                await _wait(drained, timeout)
             except TimeoutError:
                 raise httpcore.WriteTimeout("the server did not take the request") from None
+            finally:
+                if drained in connection.drain_waiters:
+                    connection.drain_waiters.remove(drained)
             if connection.error is not None:  # lost while the request was on its way
                 raise httpcore.WriteError(str(connection.error))
 
     async def aclose(self) -> None:
         # Abort, not close: close() would wait for unsent bytes to drain into a server
         # that has stopped reading (a write timeout, a cancelled request), for ever.
+        # A read or write still waiting then fails as closed, not as the server's end.
+        if not self._connection.closed:
+            self._connection.error = ConnectionAbortedError("closed by this side")
         self._transport.abort()
 
     async def start_tls(
@@ -221,12 +233,13 @@ async def connect_first(
 ) -> socket.socket:
     """A connected socket to the first of `addresses` to answer: each starts
     `HAPPY_EYEBALLS_DELAY` after the one before, or at once when that one fails; the
-    others are cancelled and closed. OSError when none connects."""
+    others are cancelled, and a socket one of them connects anyway is closed. OSError
+    when none connects."""
     if not addresses:
         raise OSError("the name resolved to no address")
+    waiting = _interleaved(addresses)
     pending: set[asyncio.Task[socket.socket]] = set()
-    errors: list[OSError] = []
-    waiting = list(_interleaved(addresses))
+    errors: list[BaseException] = []
     try:
         while waiting or pending:
             if waiting:
@@ -236,29 +249,26 @@ async def connect_first(
                 timeout=HAPPY_EYEBALLS_DELAY if waiting else None,
                 return_when=asyncio.FIRST_COMPLETED,
             )
-            winner: socket.socket | None = None
-            for task in done:
-                error = task.exception()
-                if error is None:
-                    if winner is None:
-                        winner = task.result()
-                    else:
-                        task.result().close()
-                elif isinstance(error, OSError):
-                    errors.append(error)
-                else:
-                    raise error
-            if winner is not None:
-                return winner
-        if len(errors) == 1:
-            raise errors[0]
-        raise OSError("no address answered: " + "; ".join(str(e) for e in errors))
+            winners = [task.result() for task in done if task.exception() is None]
+            errors += [error for task in done if (error := task.exception()) is not None]
+            for loser in winners[1:]:
+                loser.close()
+            if winners:
+                return winners[0]  # no await from here on: nothing can cancel it away
     finally:
+        # Not awaited, so a cancellation arriving now cannot lose a socket: each attempt
+        # closes its own when cancelled, and one that connected anyway is closed when done.
         for task in pending:
             task.cancel()
-        for result in await asyncio.gather(*pending, return_exceptions=True):
-            if isinstance(result, socket.socket):
-                result.close()
+            task.add_done_callback(_close_if_connected)
+    if len(errors) == 1 and isinstance(errors[0], OSError):
+        raise errors[0]
+    raise OSError("no address answered: " + "; ".join(str(e) or repr(e) for e in errors))
+
+
+def _close_if_connected(task: asyncio.Task[socket.socket]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        task.result().close()
 
 
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
