@@ -22,7 +22,7 @@ create`, `webapp token create`, conversations through the API. The rate limit st
 raised in the settings (and spread over several users) so that it is checked on every
 send but never reached: this measures streaming, not the limiter.
 
-    make bench-load                      # everything, about five minutes
+    make bench-load                      # everything, two to five minutes
     python -m bench.load --loads 200 --no-postgres --profile /tmp/serve.txt  # py-spy
 """
 
