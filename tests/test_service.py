@@ -258,7 +258,10 @@ async def test_restart_marks_in_flight_answers_interrupted(
     upstream.set_reply(" ".join(f"w{i}" for i in range(300)))
     upstream.chunk_delay = 0.02
     send = await chat.send(OWNER, conversation.id, "Long answer please")
-    await asyncio.sleep(0.3)
+    async with asyncio.timeout(10):  # stopped once part of the answer is in
+        async for event in send.running.channel.follow():
+            if event.name == "delta":
+                break
     await chat.shutdown()  # what a graceful server stop does
     assert send.running.task.done()
     _, messages = await chat.history(OWNER, conversation.id)

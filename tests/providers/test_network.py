@@ -98,6 +98,15 @@ async def test_when_no_address_answers_every_reason_is_told() -> None:
     assert str(first[4][1]) in message and str(second[4][1]) in message
 
 
+@pytest.mark.parametrize("name", ["localhost", "127.0.0.1"])
+async def test_a_name_is_resolved_and_an_address_taken_as_it_is(
+    live_listener: socket.socket, name: str
+) -> None:
+    stream = await AsyncioBackend().connect_tcp(name, live_listener.getsockname()[1], timeout=5)
+    assert stream.get_extra_info("server_addr") == live_listener.getsockname()
+    await stream.aclose()
+
+
 async def test_a_connect_timeout_is_a_connect_timeout(dead_address: AddressInfo) -> None:
     host, port = dead_address[4]
     with pytest.raises(httpcore.ConnectTimeout):

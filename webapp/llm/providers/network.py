@@ -20,6 +20,7 @@ maps the default backend's, and callers see the same `httpx` exceptions.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import ssl
 from collections.abc import Iterable, Sequence
@@ -271,6 +272,18 @@ def _close_if_connected(task: asyncio.Task[socket.socket]) -> None:
         task.result().close()
 
 
+def _literal(host: str, port: int) -> list[AddressInfo] | None:
+    """An address written as one (a local engine's usual 127.0.0.1): no resolver call,
+    which would be a trip to a thread for every new connection."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.version == 6:
+        return [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port, 0, 0))]
+    return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))]
+
+
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
     async def connect_tcp(
         self,
@@ -283,7 +296,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                addresses = await loop.getaddrinfo(
+                addresses = _literal(host, port) or await loop.getaddrinfo(
                     host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
                 )
                 sock = await connect_first(addresses, local_address)
