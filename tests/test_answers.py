@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from webapp.chat.answers import Channel, Event
+from webapp.chat.answers import AnswerRegistry, Channel, Event
 
 
 async def read_all(channel: Channel) -> list[str]:
@@ -103,3 +104,39 @@ async def test_a_paced_reader_that_leaves_mid_rest_leaves_nothing_behind() -> No
     channel.publish(Event("done", {}), last=True)
     assert await staying == ["delta", "done"]
     assert resting.cancelled()
+
+
+async def test_waiting_for_an_answer_to_be_on_its_way_ends_at_sent_at_its_end_or_at_the_limit() -> (
+    None
+):
+    registry = AnswerRegistry()
+    release = asyncio.Event()
+
+    async def sends_then_waits(
+        channel: Channel, stop: asyncio.Event, sent: Callable[[], None]
+    ) -> None:
+        await asyncio.sleep(0.01)
+        sent()
+        await release.wait()
+
+    async def ends_without_sending(
+        channel: Channel, stop: asyncio.Event, sent: Callable[[], None]
+    ) -> None:
+        await asyncio.sleep(0.01)
+
+    async def never_sends(channel: Channel, stop: asyncio.Event, sent: Callable[[], None]) -> None:
+        await release.wait()
+
+    for run, limit, ended in ((sends_then_waits, 5, False), (ends_without_sending, 5, True)):
+        running = registry.start(1, run)
+        started = asyncio.get_running_loop().time()
+        await running.on_its_way(limit)
+        assert asyncio.get_running_loop().time() - started < 1
+        assert running.sent.done() and running.task.done() is ended
+    running = registry.start(2, never_sends)
+    started = asyncio.get_running_loop().time()
+    await running.on_its_way(0.2)
+    waited = asyncio.get_running_loop().time() - started
+    assert 0.2 <= waited < 1 and not running.sent.done()
+    release.set()
+    await registry.shutdown()

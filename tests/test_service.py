@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -88,6 +89,23 @@ async def test_a_send_stores_both_rows_with_fit_and_usage(
     assert answer.estimated_tokens > 0
     refreshed = await chat.get(OWNER, conversation.id)
     assert refreshed.title == "Hello there, model!"
+
+
+async def test_a_send_returns_once_its_request_is_with_the_engine_not_before(
+    chat: ConversationService, upstream: FakeUpstream
+) -> None:
+    """The send's own response starts after the answer's request is written, so it runs
+    while the engine reads the prompt; it does not wait for the answer."""
+    conversation = await chat.create(OWNER, "small")
+    upstream.stall(0.6)
+    started = time.monotonic()
+    send = await chat.send(OWNER, conversation.id, "Hello there, model!")
+    returned = time.monotonic() - started
+    assert send.running.sent.done() and not send.running.task.done()
+    assert returned < 0.5
+    _, answer = await chat.settle(send)
+    assert answer.status == Status.COMPLETE
+    assert time.monotonic() - started >= 0.6
 
 
 async def test_trimmed_sends_store_the_count_and_history_stays_whole(

@@ -771,3 +771,33 @@ def test_error_codes_alone_are_recognised() -> None:
     assert is_context_length_message("too long", code="context_length_exceeded")
     assert is_context_length_message("", code="exceed_context_size_error")
     assert not is_context_length_message("bad", code="invalid_api_key")
+
+
+async def test_sent_is_called_once_the_request_is_written_not_when_the_answer_comes(
+    provider: OpenAIProvider,
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    upstream.stall(0.4)
+    sent: list[float] = []
+    started = time.monotonic()
+    stream = provider.stream_chat("small", HELLO, sent=lambda: sent.append(time.monotonic()))
+    first = await anext(stream)
+    arrived = time.monotonic()
+    rest, error = await collect(stream)
+    assert first.text and error is None and rest[-1].finish_reason == "stop"
+    assert len(sent) == 1, "once per request"
+    assert sent[0] - started < 0.3 <= arrived - started, "sent before the engine answered"
+    assert upstream.requests[-1]["path"] == "/v1/chat/completions"
+
+
+async def test_sent_is_not_called_for_a_request_that_never_left() -> None:
+    provider = OpenAIProvider(f"http://127.0.0.1:{closed_port()}/v1", timeout=2.0)
+    sent: list[float] = []
+    try:
+        chunks, error = await collect(
+            provider.stream_chat("small", HELLO, sent=lambda: sent.append(0.0))
+        )
+    finally:
+        await provider.aclose()
+    assert chunks == [] and isinstance(error, ProviderUnavailable)
+    assert sent == []

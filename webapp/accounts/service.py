@@ -17,7 +17,6 @@ import math
 import re
 import secrets
 from datetime import datetime, timedelta
-from typing import Any
 
 from argon2 import PasswordHasher
 from sqlalchemy import (
@@ -34,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql import Executable, Select
+from sqlalchemy.sql import Executable
 from sqlmodel import Session, col, select
 
 from webapp.accounts.models import (
@@ -49,6 +48,7 @@ from webapp.accounts.models import (
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
+from webapp.prepared import Prepared, Row
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -87,7 +87,7 @@ def check_username(username: str) -> None:
 
 
 _USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
-_TOKEN_OWNER = (
+_TOKEN_OWNER = Prepared(
     sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), literal(None)])
     .join(User, col(User.id) == col(ApiToken.user_id))
     .where(
@@ -96,7 +96,7 @@ _TOKEN_OWNER = (
         col(User.active),
     )
 )
-_SESSION_OWNER = (
+_SESSION_OWNER = Prepared(
     sa_select(
         *[
             *_USER_COLUMNS,
@@ -113,12 +113,12 @@ and two ORM objects each time cost more than the query itself."""
 
 
 def _signed_in_by(
-    session: Session, query: Select[Any], secret: str
+    rows: list[Row],
 ) -> tuple[User, object, datetime | None, datetime | None] | None:
     """The user, and the id, last use and expiry of the token or session row."""
-    row = session.connection().execute(query, {"secret": secret}).first()
-    if row is None:
+    if not rows:
         return None
+    (row,) = rows
     width = len(_USER_COLUMNS)
     user = as_loaded(User, {c.key: v for c, v in zip(_USER_COLUMNS, row[:width], strict=True)})
     ident, last, expires = row[width:]
@@ -346,7 +346,7 @@ class AccountService:
         """The user a cookie's secret signs in, or None if unknown or expired."""
         if not secret or len(secret) > MAX_SECRET_LENGTH:
             return None
-        found = await self.db.read(_signed_in_by, _SESSION_OWNER, digest(secret))
+        found = _signed_in_by(await self.db.lookup(_SESSION_OWNER, {"secret": digest(secret)}))
         if found is None:
             return None
         user, login_id, last_seen_at, expires_at = found
@@ -394,7 +394,7 @@ class AccountService:
         """The owner of a live (not revoked) token, or None."""
         if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
             return None
-        found = await self.db.read(_signed_in_by, _TOKEN_OWNER, digest(token))
+        found = _signed_in_by(await self.db.lookup(_TOKEN_OWNER, {"secret": digest(token)}))
         if found is None:
             return None
         user, token_id, last_used_at, _ = found

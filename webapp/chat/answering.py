@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlmodel import Session
@@ -109,12 +110,14 @@ class AnswerWriter:
         planned: Plan | RoutingError,
         channel: Channel,
         stop: asyncio.Event,
+        sent: Callable[[], None] | None = None,
     ) -> None:
         """The whole answer, from the provider's first byte to the stored final row; whoever
-        watches hears the end (`done` or `error`), even when the end could not be stored."""
+        watches hears the end (`done` or `error`), even when the end could not be stored.
+        `sent` is called when the request to the engine has been written."""
         assert answer.id is not None
         progress = Progress()
-        reader = asyncio.create_task(self._read_provider(user, planned, progress, channel))
+        reader = asyncio.create_task(self._read_provider(user, planned, progress, channel, sent))
         # The text so far is written with every other answer's (`flushing`); that is also
         # the answer's heartbeat, and how a stop made by another worker is noticed.
         self._flusher.track(answer.id, lambda: progress.text, stop)
@@ -153,13 +156,18 @@ class AnswerWriter:
                     )
 
     async def _read_provider(
-        self, user: Message, planned: Plan | RoutingError, progress: Progress, channel: Channel
+        self,
+        user: Message,
+        planned: Plan | RoutingError,
+        progress: Progress,
+        channel: Channel,
+        sent: Callable[[], None] | None = None,
     ) -> None:
         if isinstance(planned, RoutingError):
             raise planned
         progress.trying = planned.fit.model
         channel.publish(Event("fit", message_dict(user)))
-        async for event in self._manager.stream(planned):
+        async for event in self._manager.stream(planned, sent):
             if isinstance(event, Counted):
                 await self._db.write(_store_counts, event.tokenizer, event.counts)
             elif isinstance(event, Fitted):

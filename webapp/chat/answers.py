@@ -114,6 +114,16 @@ class RunningAnswer:
     channel: Channel
     task: asyncio.Task[None]
     stop: asyncio.Event
+    sent: asyncio.Future[None]
+    """Settled once the answer's request is on its way to the engine, or the answer ended
+    without one."""
+
+    async def on_its_way(self, limit: float) -> None:
+        """Wait (at most `limit` seconds) until the answer's request has been written: what
+        a send does after that, such as starting its response, then runs while the engine
+        reads the prompt, not before it has it. A request slow to connect only costs the
+        wait's limit."""
+        await asyncio.wait((self.sent,), timeout=limit)
 
 
 class AnswerRegistry:
@@ -123,12 +133,20 @@ class AnswerRegistry:
         self._running: dict[int, RunningAnswer] = {}
 
     def start(
-        self, answer_id: int, run: Callable[[Channel, asyncio.Event], Coroutine[Any, Any, None]]
+        self,
+        answer_id: int,
+        run: Callable[[Channel, asyncio.Event, Callable[[], None]], Coroutine[Any, Any, None]],
     ) -> RunningAnswer:
+        """Run an answer in a task of its own: `run(channel, stop, sent)`, where `sent` is
+        called when its request has been written (see `RunningAnswer.sent`)."""
         channel = Channel()
         stop = asyncio.Event()
-        task = asyncio.create_task(run(channel, stop), name=f"answer-{answer_id}")
-        running = RunningAnswer(answer_id, channel, task, stop)
+        sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(
+            run(channel, stop, lambda: _settle(sent)), name=f"answer-{answer_id}"
+        )
+        task.add_done_callback(lambda _: _settle(sent))
+        running = RunningAnswer(answer_id, channel, task, stop, sent)
         self._running[answer_id] = running
         task.add_done_callback(lambda _: self._running.pop(answer_id, None))
         return running

@@ -56,6 +56,7 @@ from webapp.chat.models import REPLAYABLE, Message, Role, Status
 from webapp.llm.manager import Transcript
 from webapp.llm.providers.base import Message as WireMessage
 from webapp.llm.window import FitResult
+from webapp.prepared import Prepared
 
 FIRST_BATCH = 64
 """Rows read by the first query of a walk; the next ones are sized from what it found."""
@@ -215,8 +216,9 @@ class Branch:
                 yield max(first, start), last
 
 
-_RUNS = text(
-    """
+_RUNS = Prepared(
+    text(
+        """
     WITH RECURSIVE run(run_last, run_first) AS (
         SELECT leaf.seq, COALESCE((
             SELECT s.seq FROM message s
@@ -239,7 +241,8 @@ _RUNS = text(
     )
     SELECT run_first, run_last FROM run
     """
-).bindparams(bindparam("leaf", type_=Integer))
+    ).bindparams(bindparam("leaf", type_=Integer))
+)
 """A branch's runs from its leaf (NULL: the newest row) back to the root, newest first:
 each step finds the run start at or before the row the previous run continues,
 through the partial index of run starts (matched literally: `parent_seq IS NOT NULL`)."""
@@ -249,7 +252,7 @@ def read_branch(connection: Connection, conversation_id: str, leaf: int | None =
     """The branch ending at `leaf` (None: at the conversation's newest row)."""
     if leaf == 0:
         return Branch()
-    result = connection.execute(_RUNS, {"conversation_id": conversation_id, "leaf": leaf})
+    result = _RUNS.rows(connection, {"conversation_id": conversation_id, "leaf": leaf})
     return Branch(tuple((first, last) for first, last in result))
 
 
@@ -257,12 +260,13 @@ def read_branch(connection: Connection, conversation_id: str, leaf: int | None =
 class _Statements:
     """The statements of a history walk, for one set of tokenizers."""
 
-    newest_in: Statement
+    newest_in: Prepared
     """Rows of one run's part, newest first."""
-    oldest_in: Statement
-    pinned_between: Statement
+    oldest_in: Prepared
+    pinned_between: Prepared
     """User seqs of pinned turns in a range, through the partial index on pinned rows."""
     seqs_in: Statement
+    """Rows by seq (an IN list: a Core statement, its SQL differs by the list's length)."""
 
 
 @lru_cache(maxsize=64)
@@ -273,8 +277,8 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     columns = (*_COLUMNS, *(counts[t].as_integer() for t in tokenizers))
     seq = col(Message.seq)
 
-    def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Statement:
-        return (
+    def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Prepared:
+        return Prepared(
             select(*columns)
             .where(col(Message.conversation_id) == bindparam("conversation_id"), *conditions)
             .order_by(seq.desc() if newest_first else seq)
@@ -285,11 +289,13 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     return _Statements(
         newest_in=ranged(*within, newest_first=True),
         oldest_in=ranged(*within, newest_first=False),
-        pinned_between=select(seq).where(
-            col(Message.conversation_id) == bindparam("conversation_id"),
-            col(Message.pinned),
-            seq > bindparam("after"),
-            seq < bindparam("before"),
+        pinned_between=Prepared(
+            select(seq).where(
+                col(Message.conversation_id) == bindparam("conversation_id"),
+                col(Message.pinned),
+                seq > bindparam("after"),
+                seq < bindparam("before"),
+            )
         ),
         seqs_in=select(*columns)
         .where(
@@ -300,14 +306,18 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     )
 
 
-def _rows(connection: Connection, statement: Statement, **params: object) -> list[RowValues]:
+def _rows(
+    connection: Connection, statement: Prepared | Statement, **params: object
+) -> list[RowValues]:
     """Rows as plain tuples, in one index range scan."""
+    if isinstance(statement, Prepared):
+        return statement.rows(connection, params)
     return [tuple(row) for row in connection.execute(statement, params)]
 
 
 def rows_on_branch(
     connection: Connection,
-    statement: Statement,
+    statement: Prepared,
     conversation_id: str,
     parts: Iterator[tuple[int, int]],
     limit: int,
@@ -329,9 +339,11 @@ def rows_on_branch(
     return rows
 
 
-_NEWEST_ROW = text(
-    "SELECT seq, status FROM message WHERE conversation_id = :conversation_id"
-    " ORDER BY seq DESC LIMIT 1"
+_NEWEST_ROW = Prepared(
+    text(
+        "SELECT seq, status FROM message WHERE conversation_id = :conversation_id"
+        " ORDER BY seq DESC LIMIT 1"
+    )
 )
 
 
@@ -386,7 +398,7 @@ def read_tail(
     if leaf is None:
         newest = (rows[0][SEQ], rows[0][STATUS]) if rows else None
     else:
-        newest = connection.execute(_NEWEST_ROW, {"conversation_id": conversation_id}).first()
+        newest = _NEWEST_ROW.first(connection, {"conversation_id": conversation_id})
     return Tail(
         rows,
         complete=len(rows) < FIRST_BATCH,
@@ -467,10 +479,13 @@ def pinned_turns(
     if before_seq - after_seq <= 2:
         return []
     statements = _statements(tail.tokenizers)
-    pinned = connection.execute(
-        statements.pinned_between,
-        {"conversation_id": conversation_id, "after": after_seq, "before": before_seq},
-    ).scalars()
+    pinned = [
+        user
+        for (user,) in statements.pinned_between.rows(
+            connection,
+            {"conversation_id": conversation_id, "after": after_seq, "before": before_seq},
+        )
+    ]
     branch = tail.branch
     seqs = [s for user in pinned if user in branch for s in (user, user + 1)]
     if not seqs:

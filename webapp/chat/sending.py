@@ -35,13 +35,14 @@ from webapp.errors import InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
+from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
-_TOUCH_CONVERSATION = (
+_TOUCH_CONVERSATION = Prepared(
     update(Conversation)
     .where(
         col(Conversation.id) == bindparam("conversation_id"),
@@ -55,6 +56,14 @@ in one round trip."""
 _INSERT_MESSAGES = insert(Message).returning(col(Message.seq), col(Message.id))
 """Both rows of a turn in one statement; ids come back by seq (SQLite does not promise
 RETURNING in VALUES order, and asking for that order costs a statement per row)."""
+
+
+REQUEST_HEAD_START = 0.25
+"""How long a send waits for its answer's request to be written before it answers its
+own client (`RunningAnswer.on_its_way`): on an open connection that takes well under a
+millisecond, and starting the response first would put a couple of milliseconds of the
+app's work before the engine even has the prompt. New connections to a far engine may
+take longer; past this the send answers anyway."""
 
 
 @dataclass(slots=True)
@@ -152,8 +161,11 @@ class Sender:
         self._recent.remember(conversation.id, conversation.configuration)
         running = self._answers.start(
             id_of(answer),
-            lambda channel, stop: self.writer.write(user, answer, planned, channel, stop),
+            lambda channel, stop, sent: self.writer.write(
+                user, answer, planned, channel, stop, sent
+            ),
         )
+        await running.on_its_way(REQUEST_HEAD_START)
         return Send(conversation, user, answer, running)
 
     async def _count_newest(self, conversation_id: str, text: str) -> dict[str, int]:
@@ -237,8 +249,8 @@ class Sender:
         limit = admission.rate_limit_for(owner)
         if limit > 0:
             hold_budget(connection, owner)
-        touched = connection.execute(
-            _TOUCH_CONVERSATION,
+        touched = _TOUCH_CONVERSATION.first(
+            connection,
             {
                 "conversation_id": conversation_id,
                 "owned_by": owner,
@@ -246,11 +258,13 @@ class Sender:
                 "since": now - timedelta(seconds=admission.window),
                 "limit": max(limit, 0),
             },
-        ).first()
+        )
         if touched is None:
             raise NotFound("no such conversation")
         *columns, recent_sends = touched
-        conversation = as_loaded(Conversation, dict(zip(touched._fields, columns, strict=False)))
+        conversation = as_loaded(
+            Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
+        )
         if limit > 0 and recent_sends >= limit:
             admission.refuse_too_many(connection, owner, limit, now)
         leaf = conversation.active_seq

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -333,11 +333,14 @@ class LLMManager:
         )
         return transcript, result, counted
 
-    async def stream(self, plan: Plan) -> AsyncGenerator[StreamEvent, None]:
+    async def stream(
+        self, plan: Plan, sent: Callable[[], None] | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Send a plan and stream the answer. Everything that can go wrong before the first
         chunk (a refused prompt, a model that is down) is handled here, with a `Fitted`
         for every fit made after the plan's; after the first chunk nothing can be pruned
-        any more and errors reach the caller."""
+        any more and errors reach the caller. `sent` goes to each request made (see
+        `Provider.stream_chat`)."""
         route = plan.route
         transcript = plan.transcript
         failures: list[tuple[str, ProviderError]] = []
@@ -356,6 +359,7 @@ class LLMManager:
                     max_tokens=self.max_tokens_for(route, plan.max_tokens),
                     tools=plan.tools,
                     info=_call_info(result),
+                    sent=sent,
                 )
                 async with aclosing(chunks):
                     try:

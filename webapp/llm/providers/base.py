@@ -7,7 +7,7 @@ anything else fails the call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -152,7 +152,12 @@ class Provider(Protocol):
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
-    ) -> AsyncGenerator[StreamChunk, None]: ...
+        sent: Callable[[], None] | None = None,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """`sent` is called once the request is on its way to the engine (written to its
+        connection): what comes before the first token from then on overlaps the
+        engine's own work."""
+        ...
 
     async def complete(
         self, model_id: str, prompt: str, *, max_tokens: int | None = None

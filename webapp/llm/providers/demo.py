@@ -9,7 +9,7 @@ a few minutes of chatting.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from webapp.llm.estimator import estimate_message, estimate_text
@@ -86,7 +86,10 @@ class DemoProvider:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
+        sent: Callable[[], None] | None = None,
     ) -> AsyncGenerator[StreamChunk, None]:
+        if sent is not None:
+            sent()
         reply = describe(messages, info)
         words = reply.split(" ")
         for index, word in enumerate(words):

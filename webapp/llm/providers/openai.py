@@ -27,7 +27,7 @@ import json
 import re
 import struct
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -284,6 +284,17 @@ async def _read_rest(events: AsyncIterator[str]) -> None:
 # --------------------------------------------------------------------------------------
 
 
+def _tracing_sent(sent: Callable[[], None]) -> Callable[[str, object], Awaitable[None]]:
+    """httpcore's trace hook (a request extension), reduced to the one event wanted: the
+    request's body is written."""
+
+    async def trace(event: str, _info: object) -> None:
+        if event.endswith(".send_request_body.complete"):
+            sent()
+
+    return trace
+
+
 class OpenAIProvider:
     """An OpenAI-compatible HTTP API, spoken through pooled `httpx.AsyncClient`s (shards).
 
@@ -357,6 +368,7 @@ class OpenAIProvider:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
+        sent: Callable[[], None] | None = None,
     ) -> AsyncGenerator[StreamChunk, None]:
         """Yield text chunks as they arrive, then one last chunk with finish_reason and usage.
 
@@ -374,7 +386,11 @@ class OpenAIProvider:
             async with (
                 self._clients.client() as client,
                 client.stream(
-                    "POST", path, json=body, headers={"Accept": "text/event-stream"}
+                    "POST",
+                    path,
+                    json=body,
+                    headers={"Accept": "text/event-stream"},
+                    extensions={"trace": _tracing_sent(sent)} if sent is not None else None,
                 ) as response,
             ):
                 if response.status_code >= 400:
