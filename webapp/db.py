@@ -98,7 +98,9 @@ def _sqlite_engine(url: str, begin: str, **options: Any) -> Engine:
     )
     event.listen(engine, "connect", _set_pragmas)
     event.listen(engine, "connect", _no_implicit_begin)
-    event.listen(engine, "begin", lambda connection: connection.exec_driver_sql(begin))
+    # On the driver's cursor: through `exec_driver_sql` the BEGIN of every transaction
+    # cost SQLAlchemy's whole statement machinery (see `webapp.prepared`).
+    event.listen(engine, "begin", lambda connection: connection.connection.cursor().execute(begin))
     return engine
 
 

@@ -53,9 +53,32 @@ _TOUCH_CONVERSATION = Prepared(
 )
 """Takes the conversation's lock and counts the owner's recent sends and gateway calls,
 in one round trip."""
-_INSERT_MESSAGES = insert(Message).returning(col(Message.seq), col(Message.id))
+_TURN_COLUMNS = sorted(
+    {*MESSAGE_DEFAULTS, "conversation_id", "seq", "role", "created_at", "updated_at"}
+)
+_TURN_KEYS = set(_TURN_COLUMNS)
+_INSERT_TURN = Prepared(
+    insert(Message)
+    .values(
+        [
+            {
+                name: bindparam(f"{name}_{row}", type_=Message.__table__.c[name].type)  # type: ignore[attr-defined]
+                for name in _TURN_COLUMNS
+            }
+            for row in range(2)
+        ]
+    )
+    .returning(col(Message.seq), col(Message.id))
+)
 """Both rows of a turn in one statement; ids come back by seq (SQLite does not promise
 RETURNING in VALUES order, and asking for that order costs a statement per row)."""
+
+
+def _turn_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The insert's parameters: every column of each row, by the row's place."""
+    if any(row.keys() != _TURN_KEYS for row in rows):
+        raise ValueError("a turn's rows name every column of the insert")
+    return {f"{name}_{n}": row[name] for n, row in enumerate(rows) for name in _TURN_COLUMNS}
 
 
 REQUEST_HEAD_START = 0.25
@@ -308,7 +331,7 @@ class Sender:
                 "status": Status.STREAMING,
             },
         ]
-        ids = dict(connection.execute(_INSERT_MESSAGES, rows).all())
+        ids: dict[int, int] = dict(_INSERT_TURN.rows(connection, _turn_values(rows)))
         user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
         if isinstance(planned, Plan):
             # The new message is stored now: counts made for it later are kept on its row.
