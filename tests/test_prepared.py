@@ -9,10 +9,13 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, bindparam, insert, literal, select
+from sqlalchemy import Connection, Float, Integer, Numeric, bindparam, insert, literal, select
+from sqlalchemy import create_engine as create_sync_engine
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col
 
 from webapp.accounts.models import User
@@ -141,7 +144,7 @@ def test_an_in_list_cannot_be_prepared() -> None:
         col(Message.seq).in_(bindparam("seqs", expanding=True))
     )
     with pytest.raises(ValueError, match="expanding"):
-        Prepared(statement).compiled(Database("sqlite://")._backend.reader.dialect)  # type: ignore[union-attr]
+        Prepared(statement).compiled(create_sync_engine("sqlite://").dialect)
 
 
 async def signed_in_user(db: Database) -> str:
@@ -228,3 +231,76 @@ async def test_a_revoked_token_stops_signing_in_at_once(db: Database) -> None:
     assert token.id is not None
     assert await accounts.revoke_token(user.id, token.id)
     assert await accounts.user_for_token(plain) is None
+
+
+def test_statements_whose_values_core_computes_are_refused() -> None:
+    dialect = create_sync_engine("sqlite://").dialect
+    defaults = insert(Conversation).values(
+        id=bindparam("id"), owner=bindparam("owner"), configuration=bindparam("configuration")
+    )
+    with pytest.raises(ValueError, match="defaults"):
+        Prepared(defaults).compiled(dialect)
+    computed: Any = select(bindparam("when", callable_=utcnow))
+    with pytest.raises(ValueError, match="computed"):
+        Prepared(computed).compiled(dialect)
+
+
+@pytest.mark.parametrize("paramstyle", ["qmark", "named"])
+def test_defaults_give_way_to_the_callers_values_in_either_paramstyle(paramstyle: str) -> None:
+    engine = create_sync_engine("sqlite://", paramstyle=paramstyle)
+    statement: Any = select(bindparam("v", value=1, type_=Integer), literal(5), bindparam("x"))
+    with engine.connect() as connection:
+        for values in ({"x": "a"}, {"x": "b", "v": 99}):
+            core = [tuple(row) for row in connection.execute(statement, values)]
+            assert Prepared(statement).rows(connection, values) == core
+    engine.dispose()
+
+
+async def test_numbers_come_back_as_core_returns_them(db: Database) -> None:
+    statement = select(
+        literal(Decimal("1.25"), Numeric(10, 2)), literal(2.5, Float()), literal(3, Integer)
+    )
+
+    def compare(session: Session) -> tuple[Any, Any]:
+        return both(session.connection(), statement, {})
+
+    core, prepared = await db.read(compare)
+    assert prepared == core == [(Decimal("1.25"), 2.5, 3)]
+    assert [type(v) for v in prepared[0]] == [type(v) for v in core[0]]
+
+
+async def test_a_drivers_error_is_raised_as_core_raises_it(db: Database) -> None:
+    conversation_id = await db.write(fill)
+    duplicate = Prepared(
+        insert(Conversation).values(
+            id=bindparam("id"),
+            owner=bindparam("owner"),
+            configuration=bindparam("configuration"),
+            title=bindparam("title"),
+            created_at=bindparam("now"),
+            updated_at=bindparam("now"),
+        )
+    )
+    values = {
+        "id": conversation_id,
+        "owner": "bob",
+        "configuration": "small",
+        "title": "t",
+        "now": utcnow(),
+    }
+
+    def insert_again(session: Session) -> None:
+        duplicate.rows(session.connection(), values)
+
+    with pytest.raises(IntegrityError) as raised:
+        await db.write(insert_again)
+    assert raised.value.orig is not None
+
+
+async def test_a_lookup_after_dispose_is_refused(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    plain = await signed_in_user(db)
+    assert await db.lookup(_TOKEN_OWNER, {"secret": digest(plain)})
+    await db.dispose()
+    with pytest.raises(RuntimeError, match="disposed"):
+        await db.lookup(_TOKEN_OWNER, {"secret": digest(plain)})

@@ -47,11 +47,12 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlmodel import Session, SQLModel
 
-from webapp.prepared import Prepared, Row
+from webapp.prepared import Prepared, Row, as_sqlalchemy_error
 
 Model = TypeVar("Model", bound=SQLModel)
 Result = TypeVar("Result")
@@ -98,9 +99,7 @@ def _sqlite_engine(url: str, begin: str, **options: Any) -> Engine:
     )
     event.listen(engine, "connect", _set_pragmas)
     event.listen(engine, "connect", _no_implicit_begin)
-    # On the driver's cursor: through `exec_driver_sql` the BEGIN of every transaction
-    # cost SQLAlchemy's whole statement machinery (see `webapp.prepared`).
-    event.listen(engine, "begin", lambda connection: connection.connection.cursor().execute(begin))
+    event.listen(engine, "begin", _begin_on_cursor(begin))
     return engine
 
 
@@ -112,6 +111,28 @@ def _in_session(bind: Engine | Connection, work: Work[*Args, Result], /, *args: 
 
 def _prepared_rows(session: Session, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
     return statement.rows(session.connection(), values)
+
+
+def _busy(error: Exception) -> bool:
+    """Whether SQLite refused for a lock another connection holds (raw or wrapped)."""
+    raw = getattr(error, "orig", error)
+    code = getattr(raw, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _begin_on_cursor(begin: str) -> Callable[[Connection], None]:
+    """The engine's BEGIN on the driver's cursor: through `exec_driver_sql` every
+    transaction's BEGIN cost SQLAlchemy's whole statement machinery (see
+    `webapp.prepared`). A refusal (the write lock not had within the busy timeout) is
+    raised as Core raises it."""
+
+    def run(connection: Connection) -> None:
+        try:
+            connection.connection.cursor().execute(begin)
+        except sqlite3.Error as error:
+            raise as_sqlalchemy_error(connection.dialect, error, begin, ()) from error
+
+    return run
 
 
 def _loop_reader(path: str) -> sqlite3.Connection:
@@ -128,6 +149,7 @@ class _SQLite:
     def __init__(self, url: str) -> None:
         database = make_url(url).database
         self._looking: sqlite3.Connection | None = None
+        self._disposed = False
         self.path: str | None = None
         if not database or database == ":memory:":
             # One connection holds the whole database: every transaction takes turns on it.
@@ -153,6 +175,8 @@ class _SQLite:
     async def lookup(self, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
         if self.path is None:
             return await self.run(False, _prepared_rows, statement, values)
+        if self._disposed:
+            raise RuntimeError("the database has been disposed of")
         try:
             if self._looking is None:
                 self._looking = _loop_reader(self.path)
@@ -161,12 +185,13 @@ class _SQLite:
                 return statement.run(cursor, self.reader.dialect, values)
             finally:
                 cursor.close()
-        except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        except (sqlite3.OperationalError, OperationalError) as error:
+            if not _busy(error):
                 raise
         return await self.run(False, _prepared_rows, statement, values)
 
     async def dispose(self) -> None:
+        self._disposed = True
         for thread in {self.writing, self.reading}:
             thread.shutdown()
         for engine in {self.writer, self.reader}:

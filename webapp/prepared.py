@@ -27,6 +27,7 @@ from typing import Any, Protocol, cast
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import BindParameter, ClauseElement
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.sql.selectable import ReturnsRows
@@ -49,30 +50,45 @@ class Cursor(Protocol):
 @dataclass(frozen=True, slots=True)
 class _Parameter:
     name: str
-    given: bool
-    """Passed by the caller at each run; otherwise `value` is fixed in the statement."""
-    value: Any
+    """As the compiled SQL names it (what a driver with named parameters is given)."""
+    key: str
+    """As the caller names it; a parameter with a default takes the caller's value if any."""
+    required: bool
+    default: Any
     process: Processor
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Compiled:
     sql: str
     positional: bool
     parameters: tuple[_Parameter, ...]
-    results: tuple[Processor, ...]
+    types: tuple[Any, ...]
+    """The result columns' types; their processors are made at the first run, from the
+    cursor's description as Core makes them (some drivers' processors need it)."""
+    results: tuple[Processor, ...] | None = None
 
     def arguments(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
         arguments = []
         for parameter in self.parameters:
-            value = values[parameter.name] if parameter.given else parameter.value
+            if parameter.required:
+                value = values[parameter.key]
+            else:
+                value = values.get(parameter.key, parameter.default)
             arguments.append(parameter.process(value) if parameter.process else value)
         if self.positional:
             return arguments
         return {p.name: a for p, a in zip(self.parameters, arguments, strict=True)}
 
-    def rows(self, fetched: Sequence[Sequence[Any]]) -> list[Row]:
+    def rows(
+        self, dialect: Dialect, description: Sequence[Sequence[Any]], fetched: Sequence[Any]
+    ) -> list[Row]:
         results = self.results
+        if results is None:  # a text() statement has no types: its values pass as they come
+            results = self.results = tuple(
+                kind.dialect_impl(dialect).result_processor(dialect, column[1])
+                for kind, column in zip(self.types, description, strict=bool(self.types))
+            )
         if not any(results):
             return [tuple(row) for row in fetched]
         return [
@@ -92,13 +108,23 @@ def _result_types(statement: Executable) -> list[Any]:
     return [column.type for column in statement.exported_columns]
 
 
+def as_sqlalchemy_error(
+    dialect: Dialect, error: Exception, sql: str, arguments: Sequence[Any] | dict[str, Any]
+) -> DBAPIError:
+    """A driver's exception as Core would raise it, so callers catch one family."""
+    wrapped = DBAPIError.instance(
+        sql, arguments, error, dialect.loaded_dbapi.Error, dialect=dialect
+    )
+    return cast(DBAPIError, wrapped)
+
+
 class Prepared:
     """A Core statement compiled once per dialect, run on the driver's cursor (see the
     module's docstring). Parameters are passed by their bind names."""
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
-        self._compiled: dict[str, _Compiled] = {}
+        self._compiled: dict[tuple[str, str], _Compiled] = {}
 
     @cached_property
     def names(self) -> list[str]:
@@ -108,9 +134,10 @@ class Prepared:
         return [column.key for column in self.statement.exported_columns]
 
     def compiled(self, dialect: Dialect) -> _Compiled:
-        found = self._compiled.get(dialect.name)
+        key = (dialect.name, dialect.paramstyle)
+        found = self._compiled.get(key)
         if found is None:
-            found = self._compiled[dialect.name] = self._compile(dialect)
+            found = self._compiled[key] = self._compile(dialect)
         return found
 
     def _compile(self, dialect: Dialect) -> _Compiled:
@@ -118,31 +145,42 @@ class Prepared:
         binds: dict[str, BindParameter[Any]] = compiled.binds
         if "POSTCOMPILE" in compiled.string or any(b.expanding for b in binds.values()):
             raise ValueError("a statement with an expanding parameter cannot be prepared")
+        if any(
+            getattr(compiled, f, None) for f in ("insert_prefetch", "update_prefetch", "postfetch")
+        ):
+            # Core computes these columns' values (Python-side defaults, onupdate) at run time.
+            raise ValueError("a statement with column defaults to compute cannot be prepared")
+        if any(bind.callable is not None for bind in binds.values()):
+            raise ValueError("a statement with a computed parameter cannot be prepared")
         names = list(compiled.positiontup) if compiled.positional else list(binds)
-        parameters = []
-        for name in names:
-            bind = binds[name]
-            parameters.append(
-                _Parameter(
-                    name=bind.key,
-                    given=bind.required,
-                    value=bind.effective_value,
-                    process=bind.type.dialect_impl(dialect).bind_processor(dialect),
-                )
+        parameters = tuple(
+            _Parameter(
+                name=name,
+                key=binds[name].key,
+                required=binds[name].required,
+                default=binds[name].value,
+                process=binds[name].type.dialect_impl(dialect).bind_processor(dialect),
             )
-        results = tuple(
-            kind.dialect_impl(dialect).result_processor(dialect, None)
-            for kind in _result_types(self.statement)
+            for name in names
         )
-        return _Compiled(compiled.string, compiled.positional, tuple(parameters), results)
+        types = tuple(_result_types(self.statement))
+        return _Compiled(compiled.string, compiled.positional, parameters, types)
 
     def run(self, cursor: Cursor, dialect: Dialect, values: Mapping[str, Any]) -> list[Row]:
-        """The statement's rows on `cursor` (none for a statement that returns none)."""
+        """The statement's rows on `cursor` (none for a statement that returns none).
+        The driver's errors are raised as SQLAlchemy raises them (`DBAPIError` and its
+        kinds, the driver's own as `.orig`), as through Core."""
         compiled = self.compiled(dialect)
-        cursor.execute(compiled.sql, compiled.arguments(values))
-        if cursor.description is None:
-            return []
-        return compiled.rows(cursor.fetchall())
+        arguments = compiled.arguments(values)
+        try:
+            cursor.execute(compiled.sql, arguments)
+            description = cursor.description
+            if description is None:
+                return []
+            fetched = cursor.fetchall()
+        except dialect.loaded_dbapi.Error as error:
+            raise as_sqlalchemy_error(dialect, error, compiled.sql, arguments) from error
+        return compiled.rows(dialect, cast(Sequence[Sequence[Any]], description), fetched)
 
     def rows(self, connection: Connection, values: Mapping[str, Any] | None = None) -> list[Row]:
         """Run on `connection`, in the transaction it is in (a unit of work's)."""

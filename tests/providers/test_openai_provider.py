@@ -801,3 +801,34 @@ async def test_sent_is_not_called_for_a_request_that_never_left() -> None:
         await provider.aclose()
     assert chunks == [] and isinstance(error, ProviderUnavailable)
     assert sent == []
+
+
+async def test_sent_waits_for_the_request_not_the_tunnel_behind_an_https_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpcore hands the request's trace hook to the CONNECT that opens a proxy's
+    tunnel too: a tunnel refused means the request never left."""
+
+    async def refusing_proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    proxy = await asyncio.start_server(refusing_proxy, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    provider = OpenAIProvider("https://engine.example/v1", timeout=2.0)
+    sent: list[float] = []
+    try:
+        chunks, error = await collect(
+            provider.stream_chat("small", HELLO, sent=lambda: sent.append(0.0))
+        )
+    finally:
+        await provider.aclose()
+        proxy.close()
+        await proxy.wait_closed()
+    assert chunks == [] and isinstance(error, ProviderUnavailable)
+    assert sent == []

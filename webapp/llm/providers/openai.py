@@ -284,12 +284,17 @@ async def _read_rest(events: AsyncIterator[str]) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _tracing_sent(sent: Callable[[], None]) -> Callable[[str, object], Awaitable[None]]:
+def _tracing_sent(sent: Callable[[], None]) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
     """httpcore's trace hook (a request extension), reduced to the one event wanted: the
-    request's body is written."""
+    request's body is written. Behind an https proxy the same hook also sees the CONNECT
+    that opens the tunnel, which is not the request."""
+    tunnelling = False
 
-    async def trace(event: str, _info: object) -> None:
-        if event.endswith(".send_request_body.complete"):
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        nonlocal tunnelling
+        if event.endswith(".send_request_headers.started"):
+            tunnelling = getattr(info.get("request"), "method", b"") == b"CONNECT"
+        elif event.endswith(".send_request_body.complete") and not tunnelling:
             sent()
 
     return trace
