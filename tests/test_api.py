@@ -130,8 +130,12 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
         "counted_by",
         "left_out",
         "pins_left_out",
+        "trim_to",
+        "cut_moved",
     }
     assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
+    assert user["fit"]["trim_to"] == 0.75 and user["fit"]["cut_moved"] is False
+    assert set(assistant["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens"}
     assert user["token_counts"] == {"estimate": user["estimated_tokens"]}
     assert assistant["status"] == "complete" and assistant["model"] == "small"
     assert assistant["usage"]["prompt_tokens"] > 0 and assistant["fit"] is None

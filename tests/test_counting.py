@@ -60,9 +60,12 @@ context_window = 4096
 max_output_tokens = 200
 tokenizer = "estimate"
 
+# How full a send is measures the counts, so the fill configurations keep as many turns
+# as fit on every send (`trim_to = 1.0`); a moved cut goes down to trim_to on purpose.
 [[configurations]]
 name = "gemma"
 model = "gemma"
+trim_to = 1.0
 
 [[configurations]]
 name = "twin"
@@ -76,6 +79,7 @@ system_prompt = "You are a careful assistant. Answer in one short paragraph."
 [[configurations]]
 name = "guess"
 model = "guess"
+trim_to = 1.0
 """
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 import httpx
+import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.upstream import ENGINES, Engine, FakeUpstream, count_chat_tokens
 
@@ -196,4 +199,201 @@ def test_standalone_takes_engine_and_tokenizer_flags() -> None:
         [sys.executable, "-m", "tests.upstream", "--help"], capture_output=True, text=True
     )
     assert "--engine" in result.stdout and "--tokenizer" in result.stdout
+    assert "--prefill" in result.stdout
     assert "llama-cpp-python" in result.stdout and "qwen" in result.stdout
+
+
+# ---- the prefix cache, as each engine reports it ---------------------------------------------
+
+LONG = "The quick brown fox jumps over the lazy dog near the riverbank. " * 100
+"""About 1,300 tokens: OpenAI caches only prompts of 1,024 and more."""
+
+
+def turns(*texts: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": LONG}]
+    for text in texts[:-1]:
+        messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "Ok."}]
+    return [*messages, {"role": "user", "content": texts[-1]}]
+
+
+def test_the_cl100k_prompt_is_as_long_as_openai_counts(upstream: FakeUpstream) -> None:
+    """The tokens the prefix cache compares are the ones usage charges."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi", "name": "bob"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    tools: list[dict[str, Any]] = [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    ]
+    for some, schemas in ((messages[:1], None), (messages, None), (messages, tools)):
+        assert len(upstream.tokenize_chat(some, schemas)) == count_chat_tokens(some, schemas)
+
+
+def answer(up: FakeUpstream, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    body = {"model": "large", "messages": messages, **extra}
+    return httpx.post(up.base_url + "/chat/completions", json=body).json()
+
+
+def streamed(up: FakeUpstream, messages: list[dict[str, Any]], usage: bool) -> list[Any]:
+    body: dict[str, Any] = {"model": "large", "messages": messages, "stream": True}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    with httpx.stream("POST", up.base_url + "/chat/completions", json=body) as response:
+        return [
+            json.loads(line[6:])
+            for line in response.iter_lines()
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cached_tokens_come_in_the_engines_own_shape(
+    engine: Engine, stream: bool, upstream: FakeUpstream
+) -> None:
+    """OpenAI: prompt_tokens_details always, 0 included. vLLM: only when not 0 (null in a
+    whole answer, left out of a stream). llama.cpp: `timings` with cache_n and prompt_n,
+    on a stream's last chunk. The others: nothing."""
+    upstream.set_engine(engine)
+    first, second = turns("one"), turns("one", "two")
+    results = []
+    for messages in (first, second):
+        if not stream:
+            results.append(answer(upstream, messages))
+            continue
+        events = streamed(upstream, messages, usage=True)
+        assert all("timings" not in e for e in events[:-1])
+        results.append(events[-1])
+    (cold, warm), log = results, upstream.cache_log
+    assert [r.prompt_tokens for r in log] == [
+        upstream.count_chat(first),
+        upstream.count_chat(second),
+    ]
+    assert log[0].cached_tokens == 0 and log[1].cached_tokens > 1000
+    if engine == "llama-cpp-python" and stream:
+        assert "usage" not in cold and "usage" not in warm
+        return
+    for result, record in zip((cold, warm), log, strict=True):
+        usage: dict[str, Any] = result["usage"]
+        timings: Any = result.get("timings")
+        assert usage["prompt_tokens"] == record.prompt_tokens
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if engine == "openai":
+            assert cached == record.cached_tokens and "completion_tokens_details" in usage
+        elif engine == "vllm":
+            assert cached == (record.cached_tokens or None)
+            assert ("prompt_tokens_details" in usage) is (not stream or bool(cached))
+        else:
+            assert "prompt_tokens_details" not in usage
+        if engine != "llamacpp":
+            assert timings is None
+            continue
+        assert (timings["cache_n"], timings["prompt_n"]) == (
+            record.cached_tokens,
+            record.prompt_tokens - record.cached_tokens,
+        )
+        assert timings["predicted_n"] == usage["completion_tokens"]
+        assert {"prompt_ms", "prompt_per_second", "predicted_ms", "predicted_per_second"} <= set(
+            timings
+        )
+
+
+def test_llamacpp_times_a_stream_without_usage_on_its_finish_chunk(
+    upstream: FakeUpstream,
+) -> None:
+    upstream.set_engine("llamacpp")
+    upstream.set_prefill(0.0001)
+    events = streamed(upstream, turns("one"), usage=False)
+    last = events[-1]
+    assert last["choices"][0]["finish_reason"] == "stop" and "usage" not in last
+    prompt = upstream.count_chat(turns("one"))
+    assert last["timings"]["cache_n"] == 0 and last["timings"]["prompt_n"] == prompt
+    assert last["timings"]["prompt_ms"] == pytest.approx(prompt * 0.1)
+    assert all("timings" not in e for e in events[:-1])
+
+
+def test_vllm_reports_no_cached_tokens_unless_enabled(upstream: FakeUpstream) -> None:
+    upstream.set_engine("vllm")
+    upstream.enable_prompt_tokens_details = False
+    answer(upstream, turns("one"))
+    assert answer(upstream, turns("one", "two"))["usage"]["prompt_tokens_details"] is None
+    assert "prompt_tokens_details" not in streamed(upstream, turns("one", "two"), True)[-1]["usage"]
+    assert upstream.cache_log[-1].cached_tokens > 1000, "it caches all the same"
+
+
+def test_completions_share_the_cache_and_reset_empties_it(upstream: FakeUpstream) -> None:
+    upstream.set_engine("llamacpp")
+    for _ in range(2):
+        body = {"model": "large", "prompt": LONG}
+        result = httpx.post(upstream.base_url + "/completions", json=body).json()
+    assert result["timings"]["cache_n"] == upstream.count(LONG) - 1
+    assert [r.cached_tokens for r in upstream.cache_log] == [0, upstream.count(LONG) - 1]
+    upstream.reset()
+    assert upstream.cache_log == []
+    upstream.set_engine("llamacpp")
+    body = {"model": "large", "prompt": LONG}
+    result = httpx.post(upstream.base_url + "/completions", json=body).json()
+    assert result["timings"]["cache_n"] == 0
+
+
+# ---- the official SDK reads the fake's wire ----------------------------------------------------
+
+
+def sdk_turns(*texts: str) -> list[ChatCompletionMessageParam]:
+    return cast(list[ChatCompletionMessageParam], turns(*texts))
+
+
+@pytest.fixture
+def sdk(upstream: FakeUpstream) -> Iterator[openai.OpenAI]:
+    client = openai.OpenAI(base_url=upstream.base_url, api_key="sk-fake", max_retries=0)
+    yield client
+    client.close()
+
+
+@pytest.mark.parametrize("engine", ["openai", "vllm"])
+def test_the_openai_sdk_reads_cached_tokens(
+    engine: Engine, upstream: FakeUpstream, sdk: openai.OpenAI
+) -> None:
+    upstream.set_engine(engine)
+    first = sdk.chat.completions.create(model="large", messages=sdk_turns("one"))
+    assert first.usage is not None
+    details = first.usage.prompt_tokens_details
+    assert (details.cached_tokens if details else None) == (0 if engine == "openai" else None)
+    second = sdk.chat.completions.create(model="large", messages=sdk_turns("one", "two"))
+    assert second.usage is not None and second.usage.prompt_tokens_details is not None
+    assert second.usage.prompt_tokens_details.cached_tokens == upstream.cache_log[-1].cached_tokens
+    chunks = list(
+        sdk.chat.completions.create(
+            model="large",
+            messages=sdk_turns("one", "two"),
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == upstream.cache_log[-1].cached_tokens > 1000
+
+
+def test_the_openai_sdk_keeps_llamacpp_timings(upstream: FakeUpstream, sdk: openai.OpenAI) -> None:
+    upstream.set_engine("llamacpp")
+    sdk.chat.completions.create(model="large", messages=sdk_turns("one"))
+    whole = sdk.chat.completions.create(model="large", messages=sdk_turns("one", "two"))
+    assert whole.model_extra is not None
+    assert whole.model_extra["timings"]["cache_n"] == upstream.cache_log[-1].cached_tokens > 1000
+    chunks = list(
+        sdk.chat.completions.create(
+            model="large",
+            messages=sdk_turns("one", "two"),
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    last = chunks[-1]
+    assert last.model_extra is not None and last.usage is not None
+    timings = last.model_extra["timings"]
+    assert timings["cache_n"] + timings["prompt_n"] == last.usage.prompt_tokens

@@ -14,11 +14,14 @@ timeouts and broken connections included. What makes it useful rather than a moc
   vLLM, Ollama or LM Studio, each with its own tokenize and window endpoints at the
   server root, its own quirks, and 404 for the endpoints it does not have; and it can
   count with another tokenizer family (`tokenizer="qwen"`, one the project's estimate
-  was not fitted to), template overhead and all.
+  was not fitted to), template overhead and all;
+- it keeps a prefix cache per model, as serving engines do (`cache_log` shows what each
+  request reused), reports the cached prompt tokens the way the engine it imitates does,
+  and with `set_prefill` takes time for each prompt token it did not have cached.
 
 Use it as the `upstream` pytest fixture (one server per session, reset per test), as a
 context manager (``with FakeUpstream() as up: ...``), or standalone for benchmarks:
-``python -m tests.upstream --port 8001 [--engine vllm] [--tokenizer qwen]``.
+``python -m tests.upstream --port 8001 [--engine vllm] [--tokenizer qwen] [--prefill S]``.
 
 Deliberate quirks, each mirroring something real servers do, so clients must cope:
 embeddings come back in reverse order (each with its correct `index`), and a 401
@@ -42,7 +45,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import pytest
 import tiktoken
@@ -70,6 +73,14 @@ ENGINES: tuple[Engine, ...] = (
 TokenizerName = Literal["cl100k", "qwen"]
 TOKENIZERS: tuple[str, ...] = ("cl100k", "qwen")
 QWEN_VOCABULARY = "qwen3.5-27b"
+
+CACHE_SLOTS = 4
+"""Prompts the prefix cache remembers per model (a multi-slot server's slots)."""
+
+_CACHE_RULES: dict[str, tuple[int, int]] = {"openai": (1024, 128), "vllm": (0, 16)}
+"""Engine -> (the least prefix it serves from cache, the unit it caches in): OpenAI from
+1024 tokens on, in steps of 128; vLLM in whole KV blocks of 16. The other engines
+(llama.cpp and the servers built on it) reuse any exact prefix, token by token."""
 
 _encoding: tiktoken.Encoding | None = None
 
@@ -133,9 +144,13 @@ class _Vocabulary(Protocol):
 
     def decode(self, tokens: list[int]) -> str: ...
 
-    def chat_tokens(
+    def chat_prompt(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> int: ...
+    ) -> list[int]: ...
+
+
+_IM_START, _IM_END, _IM_SEP = 100264, 100265, 100266
+"""ChatML's framing tokens in OpenAI's chat vocabulary (cl100k plus these)."""
 
 
 class _Cl100k:
@@ -147,10 +162,27 @@ class _Cl100k:
     def decode(self, tokens: list[int]) -> str:
         return _enc().decode(tokens)
 
-    def chat_tokens(
+    def chat_prompt(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> int:
-        return count_chat_tokens(messages, tools)
+    ) -> list[int]:
+        """The prompt as tokens, ChatML-framed so that it is exactly as long as
+        `count_chat_tokens` counts: the tools' JSON, each message as <|im_start|> role
+        <|im_sep|> content (name, tool calls, tool_call_id) <|im_end|>, then the priming
+        <|im_start|>assistant<|im_sep|>."""
+        tokens = self.encode(json.dumps(tools)) if tools else []
+        for message in messages:
+            tokens += [_IM_START, *self.encode(str(message.get("role", ""))), _IM_SEP]
+            tokens += self.encode(_content_text(message.get("content")))
+            if message.get("name"):
+                tokens += self.encode(str(message["name"]))
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                tokens += self.encode(str(function.get("name", "")))
+                tokens += self.encode(str(function.get("arguments", "")))
+            if message.get("tool_call_id"):
+                tokens += self.encode(str(message["tool_call_id"]))
+            tokens.append(_IM_END)
+        return [*tokens, _IM_START, *self.encode("assistant"), _IM_SEP]
 
 
 _qwen: Any = None
@@ -197,11 +229,11 @@ class _Qwen:
         parts.append("<|im_start|>assistant\n")
         return "".join(parts)
 
-    def chat_tokens(
+    def chat_prompt(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> int:
+    ) -> list[int]:
         text = self.render(messages, tools)
-        return len(self._tokenizer().encode(text, allowed_special=self._SPECIAL))
+        return list(self._tokenizer().encode(text, allowed_special=self._SPECIAL))
 
 
 def _vocabulary(name: str) -> _Vocabulary:
@@ -210,6 +242,58 @@ def _vocabulary(name: str) -> _Vocabulary:
     if name == "qwen":
         return _Qwen()
     raise ValueError(f"unknown tokenizer {name!r}; expected one of {TOKENIZERS}")
+
+
+# ---- the prefix cache --------------------------------------------------------------------
+
+
+class CacheRecord(NamedTuple):
+    """What one chat or completion request found in the engine's prefix cache."""
+
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    """Prompt tokens served from the cache, whether or not the engine reports them."""
+
+
+def _shared_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix (compared a block at a time: prompts run long)."""
+    n, i, step = min(len(a), len(b)), 0, 256
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _llamacpp_timings(
+    cached: int, evaluated: int, prompt_s: float, predicted: int, predicted_s: float
+) -> dict[str, Any]:
+    """llama.cpp's `timings`: the prompt tokens its cache served (cache_n) and those it
+    evaluated (prompt_n, at least one), then the generation, with how long each took."""
+    prompt_ms = max(prompt_s * 1000, 0.001)  # nothing real takes no time at all
+    predicted_ms = max(predicted_s * 1000, 0.001)
+    return {
+        "cache_n": cached,
+        "prompt_n": evaluated,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / max(evaluated, 1),
+        "prompt_per_second": 1e3 / prompt_ms * evaluated,
+        "predicted_n": predicted,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / max(predicted, 1),
+        "predicted_per_second": 1e3 / predicted_ms * predicted,
+    }
+
+
+@dataclass(frozen=True)
+class _Prefill:
+    """A request's prompt as the engine takes it in: its tokens, those the cache served,
+    and the time it takes over the rest (slept before the first chunk)."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    seconds: float
 
 
 # ---- the scripted faults ----------------------------------------------------------------
@@ -527,7 +611,8 @@ class FakeUpstream:
         return [bool(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)) for s in sockets]
 
     def reset(self) -> None:
-        """Forget faults, recorded requests, the forced reply, chunk delay and model changes."""
+        """Forget faults, recorded requests, the forced reply, chunk delay, model changes,
+        the prefix cache and its log, and the prefill time."""
         with self._lock:
             self._generation = getattr(self, "_generation", 0) + 1
             self._failures: list[_Failure] = []
@@ -544,6 +629,12 @@ class FakeUpstream:
             self._num_ctx: dict[str, int] = {}
             self._verbose_frames = False
             self._portal_page = False
+            self._prefix_cache: dict[str, list[list[int]]] = {}
+            self._cache_log: list[CacheRecord] = []
+            self._prefill_per_token = 0.0
+            # vLLM's --enable-prompt-tokens-details: without it vLLM reports no cached
+            # tokens. vLLM's own default is off; here it is on until a test turns it off.
+            self.enable_prompt_tokens_details = True
 
     def fail_next(
         self,
@@ -637,7 +728,29 @@ class FakeUpstream:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> int:
         """Prompt tokens the server charges for a chat request (template included)."""
-        return self._vocab().chat_tokens(messages, tools)
+        return len(self.tokenize_chat(messages, tools))
+
+    def tokenize_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """A chat request's prompt as the server sees it: its template rendered, as tokens
+        (what the prefix cache compares)."""
+        return self._vocab().chat_prompt(messages, tools)
+
+    def set_prefill(self, seconds_per_token: float) -> None:
+        """Until reset, take `seconds_per_token` for each prompt token not served from the
+        prefix cache, before the first chunk of a stream (or before a whole answer), as
+        an engine's prefill does: the time to first token then grows with what is new."""
+        with self._lock:
+            self._prefill_per_token = float(seconds_per_token)
+
+    @property
+    def cache_log(self) -> list[CacheRecord]:
+        """One record per chat or completion request that was served, oldest first: its
+        model, prompt tokens and the cached tokens the prefix cache served (whether or not
+        the engine reports them); cleared by reset."""
+        with self._lock:
+            return list(self._cache_log)
 
     def fail_tokenize(self, status: int = 500, count: int = 1) -> None:
         """Answer the next `count` tokenize requests with HTTP `status`."""
@@ -735,6 +848,65 @@ class FakeUpstream:
         with self._lock:
             self._ids += 1
             return self._ids
+
+    # ---- the prefix cache ------------------------------------------------------------------
+
+    def _prefill(self, model: str, tokens: list[int], generation: int) -> _Prefill:
+        """Look the prompt up in the model's prefix cache, and remember it there.
+
+        Of the last CACHE_SLOTS prompts, the one sharing the longest prefix with this one
+        is replaced by it when they share at least half of it (as llama.cpp picks the
+        slot most like the prompt), else the least recently used one is. All but the
+        last token can be served (an engine computes at least one to answer), in the
+        engine's unit (_CACHE_RULES). A request that outlived a reset (one the test
+        before stalled) neither finds nor leaves anything.
+        """
+        minimum, unit = _CACHE_RULES.get(self.engine, (0, 1))
+        with self._lock:
+            if generation != self._generation:
+                return _Prefill(len(tokens), 0, 0.0)
+            slots = self._prefix_cache.setdefault(model, [])
+            shared, best = 0, None
+            for index, slot in enumerate(slots):
+                if (length := _shared_prefix(slot, tokens)) > shared:
+                    shared, best = length, index
+            if best is not None and 2 * shared >= len(slots[best]):
+                slots.pop(best)
+            slots.insert(0, tokens)
+            del slots[CACHE_SLOTS:]
+            cached = max(0, min(shared, len(tokens) - 1)) // unit * unit
+            cached = cached if cached >= minimum else 0
+            self._cache_log.append(CacheRecord(model, len(tokens), cached))
+            seconds = self._prefill_per_token * (len(tokens) - cached)
+        return _Prefill(len(tokens), cached, seconds)
+
+    def _usage(self, engine: str, prefill: _Prefill, completion_tokens: int) -> dict[str, Any]:
+        """The usage object, with the cached prompt tokens where the engine puts them:
+        OpenAI always (0 included); vLLM only when enabled and not 0 (null otherwise,
+        which streams leave out). llama.cpp says it in `timings`, the rest not at all."""
+        usage: dict[str, Any] = {
+            "prompt_tokens": prefill.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prefill.prompt_tokens + completion_tokens,
+        }
+        if engine == "openai":
+            usage["prompt_tokens_details"] = {
+                "cached_tokens": prefill.cached_tokens,
+                "audio_tokens": 0,
+            }
+            usage["completion_tokens_details"] = {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            }
+        elif engine == "vllm":
+            usage["prompt_tokens_details"] = (
+                {"cached_tokens": prefill.cached_tokens}
+                if self.enable_prompt_tokens_details and prefill.cached_tokens
+                else None
+            )
+        return usage
 
     # ---- the shared front half of every model request ---------------------------------------
 
@@ -933,9 +1105,7 @@ class FakeUpstream:
         if isinstance(body.get("prompt"), str):
             tokens = self._vocab().encode(body["prompt"])
         elif isinstance(body.get("messages"), list):
-            messages = body["messages"]
-            count = self.count_chat(messages)
-            tokens = list(range(count))  # the count is what matters; ids are not checked
+            tokens = self.tokenize_chat(body["messages"])
         else:
             return _vllm_error(
                 400,
@@ -1009,6 +1179,7 @@ class FakeUpstream:
         return JSONResponse({"object": "list", "data": data})
 
     async def _chat(self, request: Request) -> Any:
+        generation = self._generation
         admitted = await self._admit(request)
         if isinstance(admitted, JSONResponse):
             return admitted
@@ -1020,9 +1191,11 @@ class FakeUpstream:
             return _error(400, "Every message needs a 'role'.", param="messages")
         tools = body.get("tools") or None
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        prompt_tokens = self.count_chat(messages, tools)
-        if prompt_tokens + (max_tokens or 0) > window:
-            return self._chat_overflow(window, prompt_tokens, max_tokens)
+        tokens = self.tokenize_chat(messages, tools)
+        if len(tokens) + (max_tokens or 0) > window:
+            return self._chat_overflow(window, len(tokens), max_tokens)
+        engine = self.engine
+        prefill = self._prefill(model, tokens, generation)
 
         last = messages[-1]
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
@@ -1050,11 +1223,7 @@ class FakeUpstream:
             default = f"Echo from {model}: I saw {len(messages)} messages; last said: {last_said}"
             text, completion_tokens, finish = self._reply_text(default, max_tokens)
 
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        }
+        usage = self._usage(engine, prefill, completion_tokens)
         ident = f"chatcmpl-{self._next_id()}"
         created = int(time.time())
         if not body.get("stream"):
@@ -1063,30 +1232,49 @@ class FakeUpstream:
                 message["tool_calls"] = [tool_call]
             else:
                 message["content"] = text
-            return JSONResponse(
-                {
-                    "id": ident,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [
-                        {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-                    ],
-                    "usage": usage,
-                }
-            )
+            if prefill.seconds:
+                await asyncio.sleep(prefill.seconds)
+            answer: dict[str, Any] = {
+                "id": ident,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+                ],
+                "usage": usage,
+            }
+            if engine == "llamacpp":
+                answer["timings"] = self._timings(prefill, completion_tokens, 0.0)
+            return JSONResponse(answer)
         options = body.get("stream_options") or {}
         include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        if self.engine == "llama-cpp-python":
+        if engine == "llama-cpp-python":
             include_usage = False  # it ignores stream_options: no usage on streamed answers
         with self._lock:
             verbose, portal = self._verbose_frames, self._portal_page
         if portal:
             return HTMLResponse("<html><body>Sign in to continue</body></html>")
         events = self._chat_events(
-            ident, created, model, text, tool_call, finish, usage, include_usage
+            ident,
+            created,
+            model,
+            text,
+            tool_call,
+            finish,
+            {key: value for key, value in usage.items() if value is not None},
+            include_usage,
+            prefill,
+            engine == "llamacpp",
         )
         return _EventStream(_verbose(events) if verbose else events)
+
+    @staticmethod
+    def _timings(prefill: _Prefill, predicted: int, predicted_s: float) -> dict[str, Any]:
+        evaluated = prefill.prompt_tokens - prefill.cached_tokens
+        return _llamacpp_timings(
+            prefill.cached_tokens, evaluated, prefill.seconds, predicted, predicted_s
+        )
 
     async def _chat_events(
         self,
@@ -1096,11 +1284,16 @@ class FakeUpstream:
         text: str,
         tool_call: dict[str, Any] | None,
         finish: str,
-        usage: dict[str, int],
+        usage: dict[str, Any],
         include_usage: bool,
+        prefill: _Prefill,
+        timed: bool,
     ) -> AsyncIterator[bytes]:
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-            event: dict[str, Any] = {
+        """The stream; `timed` (llama.cpp) adds `timings` to its last chunk: the usage
+        chunk when usage was asked for, else the one with finish_reason."""
+
+        def event(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            data: dict[str, Any] = {
                 "id": ident,
                 "object": "chat.completion.chunk",
                 "created": created,
@@ -1115,8 +1308,11 @@ class FakeUpstream:
                 ],
             }
             if include_usage:
-                event["usage"] = None
-            return _sse(event)
+                data["usage"] = None
+            return data
+
+        def chunk(delta: dict[str, Any]) -> bytes:
+            return _sse(event(delta))
 
         deltas: list[dict[str, Any]]
         if tool_call is not None:
@@ -1140,6 +1336,9 @@ class FakeUpstream:
             deltas = [{"content": piece} for piece in _pieces(text)]
 
         break_after = self._take_break()
+        if prefill.seconds:
+            await asyncio.sleep(prefill.seconds)
+        generating = time.perf_counter()
         yield chunk({"role": "assistant", "content": "" if tool_call is None else None})
         for sent, delta in enumerate(deltas):
             if break_after is not None and sent >= break_after:
@@ -1154,9 +1353,9 @@ class FakeUpstream:
                     await asyncio.sleep(stall)
         if break_after is not None:
             raise _Abort
-        yield chunk({}, finish)
+        last = [event({}, finish)]
         if include_usage:
-            yield _sse(
+            last.append(
                 {
                     "id": ident,
                     "object": "chat.completion.chunk",
@@ -1166,9 +1365,15 @@ class FakeUpstream:
                     "usage": usage,
                 }
             )
+        if timed:
+            predicted_s = time.perf_counter() - generating
+            last[-1]["timings"] = self._timings(prefill, usage["completion_tokens"], predicted_s)
+        for data in last:
+            yield _sse(data)
         yield _sse("[DONE]")
 
     async def _completions(self, request: Request) -> JSONResponse:
+        generation = self._generation
         admitted = await self._admit(request)
         if isinstance(admitted, JSONResponse):
             return admitted
@@ -1179,26 +1384,27 @@ class FakeUpstream:
         if body.get("stream"):
             return _error(400, "Streaming completions are not supported by this fake.")
         max_tokens = body.get("max_tokens")
-        prompt_tokens = self.count(prompt)
-        if prompt_tokens + (max_tokens or 0) > window:
-            return self._prompt_overflow(window, prompt_tokens, max_tokens or 0)
+        tokens = self._vocab().encode(prompt)
+        if len(tokens) + (max_tokens or 0) > window:
+            return self._prompt_overflow(window, len(tokens), max_tokens or 0)
+        engine = self.engine
+        prefill = self._prefill(model, tokens, generation)
         text, completion_tokens, finish = self._reply_text(
             f"Echo from {model}: prompt said: {prompt[:40]}", max_tokens
         )
-        return JSONResponse(
-            {
-                "id": f"cmpl-{self._next_id()}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }
-        )
+        if prefill.seconds:
+            await asyncio.sleep(prefill.seconds)
+        answer: dict[str, Any] = {
+            "id": f"cmpl-{self._next_id()}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}],
+            "usage": self._usage(engine, prefill, completion_tokens),
+        }
+        if engine == "llamacpp":
+            answer["timings"] = self._timings(prefill, completion_tokens, 0.0)
+        return JSONResponse(answer)
 
     @staticmethod
     def _prompt_overflow(window: int, prompt_tokens: int, completion: int) -> JSONResponse:
@@ -1325,6 +1531,9 @@ def main(argv: list[str] | None = None) -> None:
         help="name=window,... (default: small=1024,medium=4096,large=16384,huge=131072)",
     )
     parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between chunks")
+    parser.add_argument(
+        "--prefill", type=float, default=0.0, help="seconds per prompt token not cached"
+    )
     parser.add_argument("--reply", default=None, help="answer every call with this text")
     parser.add_argument(
         "--engine", choices=ENGINES, default="openai", help="which real server to behave like"
@@ -1342,6 +1551,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer=args.tokenizer,
     )
     server.chunk_delay = args.chunk_delay
+    server.set_prefill(args.prefill)
     server.set_reply(args.reply)
     server.serve_forever()
 

@@ -65,7 +65,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     for entry in configuration_dicts(catalog):
         print(
             f"  configuration {entry['name']!r}: served by {entry['serving_model']} "
-            f"(window {entry['window']:,})"
+            f"(window {entry['window']:,}; a moved cut keeps {entry['trim_to']:.0%} of the budget)"
         )
     return 0
 

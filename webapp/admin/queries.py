@@ -4,7 +4,7 @@ Everything a list or a chart shows is aggregated in SQL (GROUP BY over the user 
 that carry `dropped_turns > 0`), so the cost follows the number of conversations on a
 page, never the number of stored messages. The same statements run on SQLite and
 PostgreSQL; the one place they differ, the UTC calendar day of a timestamp, is chosen
-by dialect in `_utc_day`.
+by dialect in `_utc_day`, and every per-day figure (trims, the prompt cache) buckets by it.
 
 The review page is the one place that reads a whole history, because showing it whole
 is its purpose. Which turns a send left out is read from the spans the send stored
@@ -23,7 +23,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Date, cast, exists, func, literal_column, or_
+from sqlalchemy import (
+    ColumnElement,
+    Date,
+    and_,
+    case,
+    cast,
+    exists,
+    func,
+    literal_column,
+    or_,
+)
 from sqlalchemy import select as sa_select
 from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
@@ -32,7 +42,7 @@ from webapp.accounts.models import User, username_key
 from webapp.admin.listing import Listing
 from webapp.chat.branches import parent_of
 from webapp.chat.history import is_replayable
-from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role
+from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role, Status
 from webapp.errors import InvalidInput, NotFound
 from webapp.timeutil import as_utc, utcnow
 
@@ -95,6 +105,39 @@ class ModelCount:
     model: str
     """The model the trimmed sends were sized for (the user row's `fit_model`)."""
     trimmed_turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class CacheDay:
+    """What the engine's prompt cache served for one model on one UTC day.
+
+    An answer is an assistant row a model served (its `model` is known) that did not
+    fail. It has a cache report when the engine said both its prompt tokens and how many
+    of them came from its cache; the share is over those answers only, so an engine that
+    never says is "unknown" (`share` None), never 0%.
+    """
+
+    day: date
+    model: str
+    """The model that served the answers, and that the sends counted here were sized for."""
+    reported: int
+    """Answers with a cache report."""
+    unreported: int
+    """Answers without one (the engine did not say how much came from its cache)."""
+    prompt_tokens: int
+    """Prompt tokens of the answers with a cache report."""
+    cached_tokens: int
+    """Of those, the tokens the engine served from its cache."""
+    cut_moved: int
+    """Sends sized for this model whose cut moved, so the cache could not be reused past
+    the head (user rows with `fit_cut_moved` true)."""
+
+    @property
+    def share(self) -> float | None:
+        """cached / prompt tokens over the answers with a report; None when unknown."""
+        if not self.reported or not self.prompt_tokens:
+            return None
+        return self.cached_tokens / self.prompt_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,23 +427,33 @@ def _served_models(session: Session, ids: Sequence[str]) -> dict[str, list[str]]
     return served
 
 
+def _days_ending(days: int, today: date | None) -> tuple[date, date]:
+    """The first and the last of the `days` UTC days ending `today` (default: today)."""
+    if days < 1:
+        raise InvalidInput(f"days must be 1 or more, not {days}")
+    today = today or utcnow().date()
+    return today - timedelta(days=days - 1), today
+
+
+def _created_within(first: date, last: date) -> ColumnElement[bool]:
+    """Rows created on the UTC days `first` to `last`, both included."""
+    created = col(Message.created_at)
+    return and_(created >= _day_start(first), created < _day_start(last + timedelta(days=1)))
+
+
 def trimmed_per_day(
     session: Session, days: int = 30, *, today: date | None = None
 ) -> list[DayCount]:
     """Trimmed sends per UTC day of the user row, for the `days` days ending `today`
     (default: today in UTC), oldest first, days without any included as zero."""
-    if days < 1:
-        raise InvalidInput(f"days must be 1 or more, not {days}")
-    today = today or utcnow().date()
-    first = today - timedelta(days=days - 1)
+    first, today = _days_ending(days, today)
     day = _utc_day(col(Message.created_at), _dialect(session)).label("day")
     query = (
         select(day, func.count())
         .where(
             col(Message.role) == Role.USER,
             col(Message.dropped_turns) > 0,
-            col(Message.created_at) >= _day_start(first),
-            col(Message.created_at) < _day_start(today + timedelta(days=1)),
+            _created_within(first, today),
         )
         .group_by(literal_column("day"))
     )
@@ -423,6 +476,56 @@ def trimmed_per_model(session: Session) -> list[ModelCount]:
     )
     rows = session.exec(query).all()
     return [ModelCount(name or UNKNOWN_MODEL, n) for name, n in rows]
+
+
+def prompt_cache_per_model_day(
+    session: Session, days: int = 30, *, today: date | None = None
+) -> list[CacheDay]:
+    """The engine's prompt cache per model and UTC day, for the `days` days ending
+    `today` (default: today in UTC): newest day first, then by model; only the (model,
+    day) pairs with an answer or a send that moved the cut.
+
+    One statement over the message rows: answers are bucketed by the model that served
+    them, sends that moved the cut by the model they were sized for (`fit_model`), each
+    on the UTC day of its row, by the same `_utc_day` as the trim chart.
+    """
+    first, today = _days_ending(days, today)
+    is_answer = and_(
+        col(Message.role) == Role.ASSISTANT,
+        col(Message.model).is_not(None),
+        col(Message.status) != Status.FAILED,
+    )
+    moved_cut = and_(col(Message.role) == Role.USER, col(Message.fit_cut_moved).is_(True))
+    said = and_(col(Message.cached_tokens).is_not(None), col(Message.prompt_tokens).is_not(None))
+    reported, unreported = and_(is_answer, said), and_(is_answer, ~said)
+
+    def total(when: ColumnElement[bool], value: Any = 1) -> ColumnElement[Any]:
+        return func.sum(case((when, value), else_=0))
+
+    # Grouped by the labels: each CASE carries bound parameters, which PostgreSQL would
+    # not recognise as the same expression if it were written out again in GROUP BY.
+    model = case(
+        (col(Message.role) == Role.ASSISTANT, col(Message.model)), else_=col(Message.fit_model)
+    )
+    query = (
+        sa_select(
+            _utc_day(col(Message.created_at), _dialect(session)).label("day"),
+            model.label("cache_model"),
+            total(reported),
+            total(unreported),
+            total(reported, col(Message.prompt_tokens)),
+            total(reported, col(Message.cached_tokens)),
+            total(moved_cut),
+        )
+        .where(or_(is_answer, moved_cut), _created_within(first, today))
+        .group_by(literal_column("day"), literal_column("cache_model"))
+    )
+    rows = [
+        CacheDay(_as_date(day), name or UNKNOWN_MODEL, *(int(n) for n in counts))
+        for day, name, *counts in session.connection().execute(query).all()
+    ]
+    # Sorted here, once NULL is UNKNOWN_MODEL: the two databases sort NULLs at opposite ends.
+    return sorted(rows, key=lambda row: (-row.day.toordinal(), row.model))
 
 
 def review(session: Session, conversation_id: str) -> Review:

@@ -22,7 +22,7 @@ from litestar.response import Response, Template
 from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
 from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
-from webapp.admin.queries import Page, Review, TrimmedRow, TrimmedTurn
+from webapp.admin.queries import CacheDay, Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.models import Message, Role
 from webapp.chat.views import MessageView
 from webapp.llm.window import runs_of
@@ -52,6 +52,20 @@ def row_dict(row: TrimmedRow) -> dict[str, Any]:
     data["last_activity"] = row.last_activity.isoformat().replace("+00:00", "Z")
     data["review_url"] = f"/admin/c/{row.conversation_id}"
     return data
+
+
+def cache_dict(row: CacheDay) -> dict[str, Any]:
+    """One (model, day) of the prompt cache; `cached_share` is null when unknown."""
+    return {
+        "day": row.day.isoformat(),
+        "model": row.model,
+        "cached_share": row.share,
+        "cached_tokens": row.cached_tokens,
+        "prompt_tokens": row.prompt_tokens,
+        "answers_with_cache_report": row.reported,
+        "answers_without_cache_report": row.unreported,
+        "cut_moved_sends": row.cut_moved,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +142,7 @@ class AdminController(Controller):
         page = await self._page(chat, listing)
         per_day = await chat.db.read(queries.trimmed_per_day, CHART_DAYS)
         per_model = await chat.db.read(queries.trimmed_per_model)
+        prompt_cache = await chat.db.read(queries.prompt_cache_per_model_day, CHART_DAYS)
         catalog = chat.catalog
         return Template(
             "admin/trimmed.html",
@@ -138,6 +153,7 @@ class AdminController(Controller):
                 "per_day_chart": per_day_chart(per_day),
                 "per_model_chart": per_model_chart(per_model),
                 "chart_days": CHART_DAYS,
+                "prompt_cache": prompt_cache,
                 "configurations": sorted(catalog.configurations),
                 "models": sorted(catalog.models),
                 "csv_url": listing.url(f"{LIST_PATH}.csv", page=1),
@@ -179,7 +195,10 @@ class AdminController(Controller):
         page: Annotated[str | None, QueryParameter(description="1 or more")] = None,
         per_page: Annotated[str | None, QueryParameter(description=f"1 to {MAX_PER_PAGE}")] = None,
     ) -> dict[str, Any]:
-        """Conversations with at least one trimmed turn, with the same filters as the page."""
+        """Conversations with at least one trimmed turn, with the same filters as the page;
+        and, as on the page and unfiltered, the prompt cache per model and UTC day over the
+        last days (`prompt_cache`: share of prompt tokens the engine served from its cache,
+        null when no answer had a cache report)."""
         listing = parse_listing(
             {
                 "configuration": configuration,
@@ -194,6 +213,7 @@ class AdminController(Controller):
             }
         )
         result = await self._page(chat, listing)
+        prompt_cache = await chat.db.read(queries.prompt_cache_per_model_day, CHART_DAYS)
         return {
             "rows": [row_dict(row) for row in result.items],
             "total": result.total,
@@ -202,6 +222,10 @@ class AdminController(Controller):
             "pages": result.pages,
             "sort": listing.sort,
             "order": listing.order,
+            "prompt_cache": {
+                "days": CHART_DAYS,
+                "rows": [cache_dict(row) for row in prompt_cache],
+            },
         }
 
     @get("/admin/c/{conversation_id:str}")

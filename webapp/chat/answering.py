@@ -207,6 +207,7 @@ class AnswerWriter:
             "finish_reason": finished.finish_reason if finished is not None else None,
             "prompt_tokens": usage.prompt_tokens if usage is not None else None,
             "completion_tokens": usage.completion_tokens if usage is not None else None,
+            "cached_tokens": usage.cached_tokens if usage is not None else None,
         }
         await self._flusher.finish(id_of(answer), values)
         return updated(answer, values)

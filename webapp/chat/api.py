@@ -251,7 +251,8 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
-        return preview_dict(await chat.preview(owner, conversation_id, data.content))
+        row, fit = await chat.preview_fit(owner, conversation_id, data.content)
+        return {**preview_dict(row), "turns_left": fit.turns_left}
 
     @post("/{conversation_id:str}/messages/{message_id:int}/pin", status_code=HTTP_200_OK)
     async def pin_turn(

@@ -128,7 +128,9 @@ class ConversationEditor:
         """Switch the conversation to another configuration: the next send is bounded
         against its model. Nothing already stored changes."""
         self.check_configuration(configuration)
-        conversation = await self._change(owner, conversation_id, configuration=configuration)
+        conversation = await self._change(
+            owner, conversation_id, configuration=configuration, cut_reset=True
+        )
         self._recent.remember(conversation_id, configuration)
         return conversation
 
@@ -140,12 +142,15 @@ class ConversationEditor:
         check_id(message_id)
 
         def change(session: Session) -> Message:
-            self._reader.owned(session, owner, conversation_id)
+            conversation = self._reader.owned(session, owner, conversation_id)
             row = session.get(Message, message_id)
             if row is None or row.conversation_id != conversation_id:
                 raise NotFound("no such message")
             if row.role != Role.USER:
                 raise InvalidInput("only a user's message can be pinned: it pins its whole turn")
+            if row.pinned != pinned:
+                conversation.cut_reset = True
+                session.add(conversation)
             row.pinned = pinned
             row.updated_at = utcnow()
             session.add(row)
@@ -197,9 +202,11 @@ class ConversationEditor:
             connection.execute(
                 update(Conversation)
                 .where(col(Conversation.id) == conversation_id)
-                .values(active_seq=active)
+                .values(active_seq=active, cut_reset=True)
             )
-            return as_loaded(Conversation, {**conversation.model_dump(), "active_seq": active})
+            return as_loaded(
+                Conversation, {**conversation.model_dump(), "active_seq": active, "cut_reset": True}
+            )
 
         return await self._db.write(switch)
 

@@ -55,7 +55,7 @@ from sqlmodel import col
 from webapp.chat.models import REPLAYABLE, Message, Role, Status
 from webapp.llm.manager import Transcript
 from webapp.llm.providers.base import Message as WireMessage
-from webapp.llm.window import FitResult
+from webapp.llm.window import FitResult, kept_from
 from webapp.prepared import Prepared
 
 FIRST_BATCH = 64
@@ -436,13 +436,17 @@ def newest_turns(
     after_seq: int,
     budget: int,
     sizers: Sequence[Sizer] = (),
+    back_to: int | None = None,
 ) -> list[StoredTurn]:
-    """Replayable turns after `after_seq`, newest first, until their sizes pass `budget`.
+    """Replayable turns after `after_seq`, newest first, until their sizes pass `budget`,
+    and at least back to the turn at `back_to` (where the previous send's cut is kept:
+    the fit must see all it kept to know whether that still fits).
 
     The walk starts from the tail the send already read; each next batch is sized from
     the tokens per row seen so far and the budget left, so a large window is read in two
     or three queries and a small one in none, without reading much past the cut.
     """
+    back_to = tail.next_seq if back_to is None else back_to
     positions = {t: i for i, t in enumerate(tail.tokenizers)}
     statement = _statements(tail.tokenizers).newest_in
     kept: list[StoredTurn] = []
@@ -457,7 +461,7 @@ def newest_turns(
             rows.pop()
         for turn in _turns(rows, newest_first=True):
             spent += turn.cost(sizers, positions)
-            if spent > budget:
+            if spent > budget and turn.seq < back_to:
                 return kept
             kept.append(turn)
         if complete or not rows:
@@ -495,6 +499,42 @@ def pinned_turns(
 
 
 @dataclass(frozen=True, slots=True)
+class PreviousFit:
+    """What the previous send of a branch stored of its bound: where its cut was."""
+
+    seq: int
+    model: str | None
+    left_out: list[list[int]]
+
+    @property
+    def kept_from(self) -> int:
+        """The seq from which that send kept every turn (0: it left nothing out)."""
+        return kept_from(self.left_out)
+
+
+_PREVIOUS_FIT = Prepared(
+    select(col(Message.fit_model), col(Message.fit_left_out)).where(
+        col(Message.conversation_id) == bindparam("conversation_id"),
+        col(Message.seq) == bindparam("seq"),
+        col(Message.dropped_turns).is_not(None),
+    )
+)
+
+
+def previous_fit(connection: Connection, conversation_id: str, tail: Tail) -> PreviousFit | None:
+    """The fit of the newest user turn on the tail's branch (None: there is none, or no
+    fit was evaluated for it), whatever became of its answer."""
+    user = next((row for row in tail.rows if row[ROLE] == USER), None)
+    if user is None:
+        return None
+    found = _PREVIOUS_FIT.first(connection, {"conversation_id": conversation_id, "seq": user[SEQ]})
+    if found is None:
+        return None
+    model, left_out = found
+    return PreviousFit(user[SEQ], model, list(left_out or []))
+
+
+@dataclass(frozen=True, slots=True)
 class StoredTranscript(Transcript):
     """A transcript read from a conversation, knowing where each message is stored, so a
     fit's left-out messages can be said as stored seqs."""
@@ -522,17 +562,21 @@ def load_transcript(
     sizers: Sequence[Sizer] = (),
     newest_counts: Mapping[str, int] | None = None,
     system_counts: Mapping[str, int] | None = None,
+    cut: int = 0,
 ) -> StoredTranscript:
     """The transcript for sending `newest` (to be stored right after `tail`), with only
     the history that `budget` (the largest budget of the route) could hold: the head,
     every pinned turn, and the newest turns. Sizes are what the route's models would
-    pay (`sizers`), so exact counts read as far back as they allow."""
+    pay (`sizers`), so exact counts read as far back as they allow. `cut` is the seq
+    from which the previous send kept every turn (`PreviousFit.kept_from`; 0: none)."""
     tokenizers = tail.tokenizers
     head = head_turn(connection, conversation_id, tail)
     turns: list[StoredTurn] = []
     omitted = 0
     if head is not None:
-        rest = newest_turns(connection, conversation_id, tail, head.seq + 1, budget, sizers)
+        rest = newest_turns(
+            connection, conversation_id, tail, head.seq + 1, budget, sizers, back_to=cut or None
+        )
         oldest_walked = rest[-1].seq if rest else tail.next_seq
         pins = pinned_turns(connection, conversation_id, tail, head.seq + 1, oldest_walked)
         # prior_turns counts the head too: what lies between, not read, is one less.
@@ -566,6 +610,12 @@ def load_transcript(
         column.append((newest_counts or {}).get(t))
     prior_turns = {turn.seq: turn.prior_turns for turn in turns}
     prior_turns[tail.next_seq] = tail.prior_turns
+    keep_from = 0
+    if head is not None and cut > head.seq + 1:
+        # Messages are in seq order: the first one at or after the cut, past the head.
+        keep_from = next(
+            i for i, seq in enumerate(seqs) if seq is not None and seq >= cut and seq > head.seq + 1
+        )
     return StoredTranscript(
         messages=messages,
         estimates=estimates,
@@ -577,6 +627,7 @@ def load_transcript(
         prior_turns=prior_turns,
         head_seq=head.seq if head is not None else None,
         branch=tail.branch,
+        keep_from=keep_from,
     )
 
 

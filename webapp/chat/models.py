@@ -134,6 +134,11 @@ class Conversation(SQLModel, table=True):
     active_seq: int | None = None
     """The newest row of the branch being shown and continued; NULL while that is the
     conversation's newest row, as it is after every send (see chat.history)."""
+    cut_reset: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default="0")
+    )
+    """A pin, an unpin, a configuration or branch switch since the last send: the next
+    send starts its cut afresh instead of keeping the previous send's (see llm.window)."""
 
 
 class Message(SQLModel, table=True):
@@ -207,11 +212,15 @@ class Message(SQLModel, table=True):
     """Inclusive [first_seq, last_seq] spans of what the send left out, stored when it
     was sent (and rewritten on a re-fit): the record never depends on today's rule."""
     fit_pins_dropped: int | None = None
+    fit_trim_to: float | None = None
+    fit_cut_moved: bool | None = None
 
     # What the provider said, on assistant rows.
     model: str | None = Field(default=None, max_length=100)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the engine said it served from its prompt cache (NULL: it did not say)."""
     finish_reason: str | None = Field(default=None, max_length=32)
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 

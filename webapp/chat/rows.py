@@ -85,4 +85,6 @@ def fit_columns(fit: FitResult, transcript: StoredTranscript) -> dict[str, objec
         "fit_counted_by": fit.counted_by,
         "fit_left_out": left_out_seqs(transcript, fit),
         "fit_pins_dropped": fit.pins_dropped,
+        "fit_trim_to": fit.trim_to,
+        "fit_cut_moved": fit.cut_moved,
     }

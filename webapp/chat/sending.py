@@ -25,7 +25,7 @@ from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
 from webapp.chat.branches import parent_of
 from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.history import Tail, load_transcript, read_tail
+from webapp.chat.history import Tail, load_transcript, previous_fit, read_tail
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.notify import STOP, notice
 from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
@@ -35,6 +35,7 @@ from webapp.errors import InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
+from webapp.llm.window import FitResult
 from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.stored import id_of
@@ -154,7 +155,9 @@ class Sender:
         text = self.validate_content(content)
         if edit_of is not None:
             check_id(edit_of)
-        return await asyncio.shield(self._send(owner, conversation_id, text, edit_of))
+        return await asyncio.shield(
+            self._send(owner, conversation_id, text, edit_of, edit=edit_of is not None)
+        )
 
     async def regenerate(self, owner: str, conversation_id: str, message_id: int) -> Send:
         check_id(message_id)
@@ -166,7 +169,13 @@ class Sender:
         )
 
     async def _send(
-        self, owner: str, conversation_id: str, text: str, alternative_to: int | None = None
+        self,
+        owner: str,
+        conversation_id: str,
+        text: str,
+        alternative_to: int | None = None,
+        *,
+        edit: bool = False,
     ) -> Send:
         admission = self._admission
         counts = (
@@ -176,7 +185,7 @@ class Sender:
         )
         try:
             conversation, user, answer, planned = await self._db.write(
-                self._store_turn, owner, conversation_id, text, counts, alternative_to
+                self._store_turn, owner, conversation_id, text, counts, alternative_to, edit
             )
         except TooManyRequests as refused:
             admission.remember_refusal(owner, refused)
@@ -231,10 +240,18 @@ class Sender:
         newest: dict[str, str],
         newest_tokens: int,
         newest_counts: dict[str, int] | None = None,
+        afresh: bool = False,
     ) -> Plan:
         """Read as much history as the route could send and fit it for the model that will
-        be asked first."""
+        be asked first, keeping the cut of the branch's previous send unless the cut is to
+        start afresh (an edit, or a pin, configuration or branch switch since that send)."""
         manager = self._manager
+        previous = (
+            None
+            if afresh or conversation.cut_reset
+            else previous_fit(connection, conversation.id, tail)
+        )
+        cut = previous.kept_from if previous and previous.model == route.primary.name else 0
         system = route.configuration.system_prompt
         system_message = {"role": "system", "content": system} if system else None
         transcript = load_transcript(
@@ -249,6 +266,7 @@ class Sender:
             system_counts=manager.system_counts(route, system) if system else None,
             sizers=manager.sizers(route),
             newest_counts=newest_counts,
+            cut=cut,
         )
         return manager.plan(route, transcript)
 
@@ -260,6 +278,7 @@ class Sender:
         text: str,
         counts: dict[str, int] | None = None,
         alternative_to: int | None = None,
+        edit: bool = False,
     ) -> tuple[Conversation, Message, Message, Plan | RoutingError]:
         """The send's one transaction. It starts by taking the conversation's lock (a row
         lock on PostgreSQL, the write lock on SQLite), so two sends can never interleave
@@ -305,7 +324,9 @@ class Sender:
         newest = {"role": Role.USER.value, "content": text}
         user_tokens = estimate_message(newest)
         planned = (
-            self._plan(connection, conversation, route, tail, newest, user_tokens, counts)
+            self._plan(
+                connection, conversation, route, tail, newest, user_tokens, counts, afresh=edit
+            )
             if isinstance(route, Route)
             else route
         )
@@ -341,6 +362,8 @@ class Sender:
         changes: dict[str, object] = {}
         if conversation.active_seq is not None:  # the new answer is the newest row again
             changes["active_seq"] = None
+        if conversation.cut_reset:  # this send started the cut afresh
+            changes["cut_reset"] = False
         if user.seq == 1 and conversation.title == DEFAULT_TITLE:
             changes["title"] = title_from(text)
         if changes:
@@ -356,6 +379,14 @@ class Sender:
         """The user row the next send of `content` would write, with its fit, stored
         nowhere: what the context meter shows while the user types. Read without the
         conversation's lock, so it may be a send behind; the send itself fits again."""
+        row, _ = await self.preview_fit(owner, conversation_id, content)
+        return row
+
+    async def preview_fit(
+        self, owner: str, conversation_id: str, content: object
+    ) -> tuple[Message, FitResult]:
+        """`preview`'s row, and the fit it was made from (what the row does not keep, such
+        as how many more turns fit before the cut must move)."""
         text = self.validate_content(content)
         # The text being typed is estimated, not sent to the engine's tokenizer on every
         # pause: the history's counts are stored already, and the send counts it exactly.
@@ -376,7 +407,7 @@ class Sender:
 
         planned = await self._db.read(plan)
         now = utcnow()
-        return as_loaded(
+        row = as_loaded(
             Message,
             {
                 **MESSAGE_DEFAULTS,
@@ -391,6 +422,7 @@ class Sender:
                 **fit_columns(planned.fit, stored(planned)),
             },
         )
+        return row, planned.fit
 
     async def settle(self, send: Send) -> tuple[Message, Message]:
         """Wait for the answer (it goes on even if the caller goes away) and reload both rows."""

@@ -26,6 +26,8 @@ FIT_COLUMNS = {
     "counted_by": "fit_counted_by",
     "left_out": "fit_left_out",
     "pins_left_out": "fit_pins_dropped",
+    "trim_to": "fit_trim_to",
+    "cut_moved": "fit_cut_moved",
 }
 """The `fit` object's keys and the user-row columns they are read from (and, on import,
 written back to)."""
@@ -38,6 +40,7 @@ def fit_dict(row: Message) -> dict[str, Any] | None:
     fit = {key: getattr(row, column) for key, column in FIT_COLUMNS.items()}
     fit["left_out"] = fit["left_out"] or []
     fit["pins_left_out"] = fit["pins_left_out"] or 0
+    fit["cut_moved"] = bool(fit["cut_moved"])
     return fit
 
 
@@ -46,7 +49,11 @@ def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict
     the turn's alternatives and there are some)."""
     usage = None
     if row.prompt_tokens is not None or row.completion_tokens is not None:
-        usage = {"prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens}
+        usage = {
+            "prompt_tokens": row.prompt_tokens,
+            "completion_tokens": row.completion_tokens,
+            "cached_tokens": row.cached_tokens,
+        }
     return {
         "id": row.id,
         "seq": row.seq,

@@ -25,6 +25,7 @@ from webapp.chat.sending import RecentConfigurations, Send, Sender
 from webapp.db import Database
 from webapp.llm.catalog import Catalog
 from webapp.llm.manager import LLMManager
+from webapp.llm.window import FitResult
 from webapp.settings import Settings
 
 
@@ -169,6 +170,11 @@ class ConversationService:
 
     async def preview(self, owner: str, conversation_id: str, content: object) -> Message:
         return await self._sender.preview(owner, conversation_id, content)
+
+    async def preview_fit(
+        self, owner: str, conversation_id: str, content: object
+    ) -> tuple[Message, FitResult]:
+        return await self._sender.preview_fit(owner, conversation_id, content)
 
     async def settle(self, send: Send) -> tuple[Message, Message]:
         return await self._sender.settle(send)

@@ -133,6 +133,16 @@ def _spans(where: str, value: object) -> list[list[int]]:
     return value
 
 
+def _share(where: str, data: dict[str, Any], key: str) -> float | None:
+    """A share of the budget: a number in (0, 1], or null."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InvalidInput(f"{where}.{key} must be a number above 0 and at most 1, or null")
+    return float(value)
+
+
 def _fit(where: str, fit: object) -> dict[str, Any]:
     if not isinstance(fit, dict):
         raise InvalidInput(f"{where} must be an object or null")
@@ -140,8 +150,10 @@ def _fit(where: str, fit: object) -> dict[str, Any]:
     for key, column in FIT_COLUMNS.items():
         if key == "left_out":
             columns[column] = _spans(f"{where}.left_out", fit.get("left_out") or [])
-        elif key == "overflow_at_floor":
+        elif key in ("overflow_at_floor", "cut_moved"):
             columns[column] = _field(where, fit, key, (bool,), null=True)
+        elif key == "trim_to":
+            columns[column] = _share(where, fit, key)
         elif key in ("model", "counted_by"):
             columns[column] = _field(where, fit, key, (str,), null=True)
         else:
@@ -208,6 +220,7 @@ def _message(index: int, data: object) -> dict[str, Any]:
         row["completion_tokens"] = _field(
             f"{where}.usage", usage, "completion_tokens", (int,), null=True
         )
+        row["cached_tokens"] = _field(f"{where}.usage", usage, "cached_tokens", (int,), null=True)
     dropped = _field(where, data, "dropped_turns", (int,), null=True)
     if role == Role.USER and dropped is not None:
         row["dropped_turns"] = dropped

@@ -16,7 +16,7 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
-from webapp.gateway.deps import Limit, json_response, resolve_route
+from webapp.gateway.deps import Cuts, Limit, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider
 from webapp.gateway.report import fit_headers, fit_report
 from webapp.gateway.schemas import ChatCompletionRequest, parse
@@ -32,13 +32,14 @@ from webapp.llm.manager import (
     Transcript,
 )
 from webapp.llm.providers.base import ProviderError
+from webapp.llm.window import FitResult
 from webapp.web.deps import Chat, Owner
 from webapp.web.events import STREAM_HEADERS
 
 
 @post("/chat/completions", status_code=200)
 async def chat_completions(
-    request: Request[Any, Any, Any], chat: Chat, limit: Limit, owner: Owner
+    request: Request[Any, Any, Any], chat: Chat, limit: Limit, cuts: Cuts, owner: Owner
 ) -> Response[Any]:
     """A chat call, fitted to the model that serves it; with `x-conversation-id`, a send
     in one of the caller's conversations (see `webapp.gateway.conversation`)."""
@@ -52,16 +53,23 @@ async def chat_completions(
     await limit.admit(owner)
     messages = [message.wire() for message in body.messages]
     tools = body.wire_tools()
+    keep_from = cuts.keep_from(owner, body.model, route.primary.name, messages)
     plan = manager.plan(
-        route, Transcript(messages=messages), tools=tools, max_tokens=body.answer_limit
+        route,
+        Transcript(messages=messages, keep_from=keep_from),
+        tools=tools,
+        max_tokens=body.answer_limit,
     )
     if body.stream and not tools:
-        return await _stream(manager, plan, body)
+        response, fit = await _stream(manager, plan, body)
+        cuts.remember(owner, body.model, messages, fit)
+        return response
     try:
         answer, fit, model = await manager.chat(plan)
     except ProviderError as error:
         raise from_provider(error, plan.fit.model) from None
-    report = fit_report(body.model, fit)
+    cuts.remember(owner, body.model, messages, fit)
+    report = fit_report(body.model, fit, answer.usage)
     if body.stream:
         chunks = Chunks(model, report, body.include_usage)
         return Stream(
@@ -72,7 +80,9 @@ async def chat_completions(
     return json_response(completion_body(model, answer, report), fit_headers(fit))
 
 
-async def _stream(manager: LLMManager, plan: Plan, body: ChatCompletionRequest) -> Stream:
+async def _stream(
+    manager: LLMManager, plan: Plan, body: ChatCompletionRequest
+) -> tuple[Stream, FitResult]:
     """Wait for the first piece of the answer before opening the stream: until then a
     failure is still an HTTP error, and a fallback's re-fit is still news the headers
     can carry."""
@@ -91,11 +101,12 @@ async def _stream(manager: LLMManager, plan: Plan, body: ChatCompletionRequest) 
         await events.aclose()
         raise
     chunks = Chunks(fit.model, fit_report(body.model, fit), body.include_usage)
-    return Stream(
+    stream = Stream(
         _relay(chunks, first, events),
         media_type="text/event-stream",
         headers={**STREAM_HEADERS, **fit_headers(fit)},
     )
+    return stream, fit
 
 
 async def _relay(

@@ -32,7 +32,7 @@ from webapp.errors import NotFound
 from webapp.gateway.errors import GatewayError, invalid
 from webapp.gateway.report import DROPPED_TURNS_HEADER
 from webapp.gateway.schemas import ChatCompletionRequest
-from webapp.gateway.streaming import Chunks, new_id, sse
+from webapp.gateway.streaming import Chunks, new_id, sse, usage_dict
 from webapp.llm.providers.base import Usage
 from webapp.stored import id_of
 from webapp.web.events import STREAM_HEADERS
@@ -79,7 +79,16 @@ def _report(conversation_id: str, configuration: str, user: Message) -> dict[str
         "pins_left_out": user.fit_pins_dropped or 0,
         "overflow_at_floor": user.fit_overflow_at_floor,
         "counted_by": user.fit_counted_by,
+        "trim_to": user.fit_trim_to,
+        "cut_moved": bool(user.fit_cut_moved),
+        "cached_tokens": None,
     }
+
+
+def _usage_of(answer: Message) -> Usage | None:
+    if answer.prompt_tokens is None:
+        return None
+    return Usage(answer.prompt_tokens, answer.completion_tokens or 0, answer.cached_tokens)
 
 
 def _headers(user: Message) -> dict[str, str]:
@@ -132,13 +141,8 @@ async def answer_in_conversation(
     report = _report(conversation_id, body.model, user)
     if answer.status in FAILED:
         raise _failure(answer, report)
-    usage = None
-    if answer.prompt_tokens is not None:
-        usage = {
-            "prompt_tokens": answer.prompt_tokens,
-            "completion_tokens": answer.completion_tokens or 0,
-            "total_tokens": answer.prompt_tokens + (answer.completion_tokens or 0),
-        }
+    usage = usage_dict(_usage_of(answer))
+    report["cached_tokens"] = answer.cached_tokens
     return Response(
         {
             "id": new_id("chatcmpl"),
@@ -201,7 +205,11 @@ async def _relay(
             usage = done.get("usage") or None
             for data in chunks.last(
                 done.get("finish_reason"),
-                Usage(usage["prompt_tokens"] or 0, usage["completion_tokens"] or 0)
+                Usage(
+                    usage["prompt_tokens"] or 0,
+                    usage["completion_tokens"] or 0,
+                    usage.get("cached_tokens"),
+                )
                 if usage
                 else None,
             ):

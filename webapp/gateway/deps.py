@@ -8,6 +8,7 @@ from typing import Any
 from litestar import MediaType, Response
 from litestar.di import NamedDependency
 
+from webapp.gateway.cuts import StatelessCuts
 from webapp.gateway.errors import GatewayError, model_not_found
 from webapp.gateway.limits import RateLimit
 from webapp.llm.manager import LLMManager
@@ -15,6 +16,8 @@ from webapp.llm.routing import Route, RoutingError
 
 Limit = NamedDependency[RateLimit]
 """The gateway router's `limit` dependency: the chat's per-user rate limit."""
+Cuts = NamedDependency[StatelessCuts]
+"""The gateway router's `cuts` dependency: where stateless calls' cuts stay."""
 
 
 def resolve_route(manager: LLMManager, name: str) -> Route:

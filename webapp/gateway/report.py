@@ -11,15 +11,17 @@ from typing import Any
 
 from webapp.llm.catalog import ModelSpec
 from webapp.llm.manager import CompletionReport
+from webapp.llm.providers.base import Usage
 from webapp.llm.window import FitResult
 
 DROPPED_TURNS_HEADER = "x-dropped-turns"
 COMPLETION_OVERFLOW_HEADER = "x-completion-overflow"
 
 
-def fit_report(configuration: str, fit: FitResult) -> dict[str, Any]:
+def fit_report(configuration: str, fit: FitResult, usage: Usage | None = None) -> dict[str, Any]:
     """The bound of a chat call. `left_out` holds inclusive [first, last] index spans into
-    the request's `messages`: exactly the messages that were not sent."""
+    the request's `messages`: exactly the messages that were not sent. `cached_tokens`
+    (what the engine's prompt cache served) is known once the answer is."""
     return {
         "configuration": configuration,
         "model": fit.model,
@@ -31,6 +33,9 @@ def fit_report(configuration: str, fit: FitResult) -> dict[str, Any]:
         "left_out": [[first, last] for first, last in fit.left_out],
         "overflow_at_floor": fit.overflow_at_floor,
         "counted_by": fit.counted_by,
+        "trim_to": fit.trim_to,
+        "cut_moved": fit.cut_moved,
+        "cached_tokens": usage.cached_tokens if usage is not None else None,
     }
 
 

@@ -17,6 +17,7 @@ from litestar.params import FromPath
 from webapp.db import Database
 from webapp.gateway.auth import BearerTokenAuth
 from webapp.gateway.chat import chat_completions
+from webapp.gateway.cuts import StatelessCuts
 from webapp.gateway.errors import gateway_exception_handler, model_not_found
 from webapp.gateway.limits import RateLimit
 from webapp.gateway.passthrough import completions, embeddings
@@ -59,11 +60,15 @@ async def read_model(chat: Chat, name: FromPath[str]) -> dict[str, Any]:
 def gateway_router(db: Database, settings: Settings) -> Router:
     """The /v1 router: bearer tokens only, OpenAI-shaped errors, the chat's rate limit."""
     limit = RateLimit(db, settings.rate_limit_messages, settings.rate_limit_window)
+    cuts = StatelessCuts()
     return Router(
         path="/v1",
         route_handlers=[list_models, read_model, chat_completions, completions, embeddings],
         middleware=[BearerTokenAuth],
         exception_handlers={Exception: gateway_exception_handler},
-        dependencies={"limit": Provide(lambda: limit, sync_to_thread=False)},
+        dependencies={
+            "limit": Provide(lambda: limit, sync_to_thread=False),
+            "cuts": Provide(lambda: cuts, sync_to_thread=False),
+        },
         tags=["openai-compatible gateway"],
     )

@@ -30,14 +30,19 @@ def sse(data: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-def usage_dict(usage: Usage | None) -> dict[str, int] | None:
+def usage_dict(usage: Usage | None) -> dict[str, Any] | None:
+    """Usage in OpenAI's shape; what the engine's cache served is in its
+    `prompt_tokens_details`, as OpenAI says it, when the engine said it."""
     if usage is None:
         return None
-    return {
+    shaped: dict[str, Any] = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     }
+    if usage.cached_tokens is not None:
+        shaped["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
+    return shaped
 
 
 def answer_message(answer: ChatResult) -> dict[str, Any]:
@@ -106,6 +111,8 @@ class Chunks:
     def last(self, finish_reason: str | None, usage: Usage | None) -> list[bytes]:
         """The finish_reason chunk, the usage chunk if asked for, and [DONE]."""
         choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason}
+        if usage is not None and usage.cached_tokens is not None:
+            self.webapp["cached_tokens"] = usage.cached_tokens
         events = [self._chunk([choice], webapp=self.webapp)]
         if self.include_usage:
             events.append(self._chunk([], usage=usage_dict(usage)))

@@ -39,6 +39,10 @@ DEFAULT_WINDOW = 8192
 DEMO_WINDOW = 2048
 """The demo model's window: small, so trimming becomes visible within minutes of use."""
 
+DEFAULT_TRIM_TO = 0.75
+"""A moved cut leaves the prompt at this share of the budget: room for several more sends
+that are pure appends (the engine's prompt cache serves all but the new turn)."""
+
 KNOWN_CAPABILITIES = frozenset({"chat", "tools", "vision", "completion", "embedding"})
 """What routing can ask of a model. Anything else is a typo that would silently never match."""
 
@@ -123,6 +127,9 @@ class ConfigurationSpec:
     system_prompt: str | None = None
     max_tokens: int | None = None
     fallbacks: tuple[str, ...] = ()
+    trim_to: float = DEFAULT_TRIM_TO
+    """Where a cut that has to move goes: the share of the budget the prompt may use
+    after it (see `webapp.llm.window`)."""
 
     @property
     def is_fixed(self) -> bool:
@@ -583,6 +590,7 @@ class _ConfigurationEntry(_Entry):
     system_prompt: str | None = None
     max_tokens: Count | None = None
     fallbacks: list[Text] = Field(default_factory=list)
+    trim_to: float = Field(default=DEFAULT_TRIM_TO, gt=0, le=1, allow_inf_nan=False)
 
     @classmethod
     def presence_problems(cls, data: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -675,6 +683,7 @@ class _ConfigurationEntry(_Entry):
             system_prompt=self.system_prompt,
             max_tokens=self.max_tokens,
             fallbacks=tuple(self.fallbacks),
+            trim_to=self.trim_to,
         )
 
 

@@ -18,6 +18,7 @@ def configuration_dicts(catalog: Catalog) -> list[dict[str, Any]]:
             "criteria": None,
             "fallbacks": list(spec.fallbacks),
             "max_tokens": spec.max_tokens,
+            "trim_to": spec.trim_to,
             "serving_model": None,
             "window": None,
         }

@@ -63,6 +63,10 @@ class Transcript:
     """Indices of the user messages whose turns are pinned."""
     ids: Sequence[int | None] | None = None
     """The stored row of each message, when it has one: where new counts are kept."""
+    keep_from: int = 0
+    """Where the previous send's cut left this history, for the route's first model: the
+    index of the first message after what it left out (0: no cut to keep; see
+    `webapp.llm.window.fit`)."""
 
     def sizes(self) -> list[int]:
         return (
@@ -246,6 +250,10 @@ class LLMManager:
             overhead=self.calibrator.overhead(model.name),
             pinned=transcript.pinned,
             counted_by=counted_by,
+            trim_to=route.configuration.trim_to,
+            # The kept cut was sized for the route's first model; another starts afresh.
+            keep_from=transcript.keep_from if model is route.primary else 0,
+            unread_before=transcript.omitted_turns > 0,
         )
         if transcript.omitted_turns:
             result = dataclasses.replace(

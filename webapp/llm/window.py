@@ -8,12 +8,22 @@ never dropped; when the rest does not fit, the oldest turns in between go
 first. Pinned turns outrank the rest: they are kept before any other old turn.
 What was left out is returned as spans and stored with the send, so no page ever
 has to rebuild it from a count and today's rule.
+
+The cut stays where the previous send of the branch put it. An engine reuses the
+longest prefix its last prompt shares with the new one, so a cut that moved by one
+turn on every send would change the prompt right after the head and make the engine
+evaluate the whole window again. While what the previous send kept still fits with
+the new turn, nothing more is left out: the request is the previous one plus its
+answer plus the new turn. When it no longer fits, the cut moves in one large step,
+down to `trim_to` of the budget, which leaves room for the next several sends to be
+pure appends again. `trim_to = 1.0` is the plain rule: the newest turns that fit.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_left
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +65,13 @@ class FitResult:
     """The exact content tokens of what was sent, when every sent message had a count:
     what the per-message template overhead learns against."""
     sent_messages: int = 0
+    turns_left: int | None = None
+    """About how many more turns the size of the sent ones fit before the cut must move
+    (None: no answered turn was sent to size them by)."""
+    trim_to: float = 1.0
+    cut_moved: bool = False
+    """This send left out turns that a pure append of the previous send would have kept:
+    it moved the cut, or started it afresh and had to leave something out."""
 
 
 def default_reserve(model: ModelSpec) -> int:
@@ -95,6 +112,13 @@ def runs_of(indices: Sequence[int]) -> tuple[Span, ...]:
     return tuple(spans)
 
 
+def kept_from(left_out: Sequence[Sequence[int]]) -> int:
+    """Where a send's cut leaves the history for the next send (its `keep_from`): just
+    after the last thing it left out, as an index or a seq like the spans (0: it left
+    nothing out)."""
+    return left_out[-1][1] + 1 if left_out else 0
+
+
 def fit(
     messages: Sequence[Message],
     model: ModelSpec,
@@ -107,9 +131,19 @@ def fit(
     overhead: int = 0,
     pinned: Collection[int] = (),
     counted_by: str = "estimate",
+    trim_to: float = 1.0,
+    keep_from: int = 0,
+    unread_before: bool = False,
 ) -> FitResult:
     """Keep what fits of `messages` for `model`: the head and the newest turn always, then
     pinned turns (newest pins first), then the newest other turns, dropping whole turns.
+
+    `keep_from` is where the previous send's cut left the branch: the index of the first
+    message after the turns it left out (0: no cut to keep, the cut starts afresh). Turns
+    before it stay out (but for the head and pins) while the rest fits the budget; when it
+    does not, unpinned turns are kept, newest first, only up to `trim_to` of the budget.
+    `unread_before` says that turns after the head and before the given ones were never
+    loaded because they could not fit: then what stays from `keep_from` cannot fit either.
 
     Sizes: a message with an exact count (`counts`, from the model's own tokenizer)
     costs that count plus the learned per-message template `overhead`; any other costs
@@ -144,10 +178,10 @@ def fit(
             return math.ceil((estimated + fixed_raw) * calibration)
         return math.ceil(counted + estimated * calibration + fixed_raw * fixed_factor)
 
-    def try_add(t: int) -> bool:
+    def try_add(t: int, limit: int = budget) -> bool:
         counted = spent[0] + sum(counted_part[i] for i in turns[t])
         estimated = spent[1] + sum(estimated_part[i] for i in turns[t])
-        if tokens(counted, estimated) > budget:
+        if tokens(counted, estimated) > limit:
             return False
         spent[:] = [counted, estimated]
         kept.add(t)
@@ -160,11 +194,39 @@ def fit(
         if not try_add(t):
             pins_dropped = len(pins) - position
             break
-    if not pins_dropped:
+    # A pure append keeps every turn from the cut on: tried first, against the budget.
+    start = max(1, bisect_left([turn[0] for turn in turns], keep_from))
+    kept_at_floor, spent_at_floor = set(kept), list(spent)
+    stays = (
+        not pins_dropped
+        and not (unread_before and keep_from == 0)
+        and all(try_add(t) for t in range(start, len(turns) - 1))
+    )
+    if not stays:
+        # The cut moves: the newest turns, up to `trim_to` of the budget.
+        kept.intersection_update(kept_at_floor)
+        spent[:] = spent_at_floor
+        limit = math.floor(budget * trim_to)
         for t in range(len(turns) - 2, 0, -1):
+            if pins_dropped or (t not in kept and not try_add(t, limit)):
+                break
+    elif trim_to >= 1.0:
+        # The plain rule takes older turns back whenever they fit again.
+        for t in range(start - 1, 0, -1):
             if t not in kept and not try_add(t):
                 break
+    cut_moved = any(t not in kept for t in range(start, len(turns)))
 
+    answered = [t for t in kept if t != len(turns) - 1]
+    turn_tokens = tokens(
+        sum(counted_part[i] for t in answered for i in turns[t]),
+        sum(estimated_part[i] for t in answered for i in turns[t]),
+    ) - tokens(0, 0)
+    turns_left = (
+        max(0, (budget - tokens(*spent)) * len(answered) // turn_tokens)
+        if answered and turn_tokens > 0
+        else None
+    )
     kept_indices = sorted(preamble + [i for t in kept for i in turns[t]])
     kept_set = set(kept_indices)
     estimated = tokens(*spent)
@@ -196,4 +258,7 @@ def fit(
         pins_dropped=pins_dropped,
         counted_tokens=sum(c for c in kept_counts if c is not None) if all_counted else None,
         sent_messages=len(kept_indices),
+        turns_left=turns_left,
+        trim_to=trim_to,
+        cut_moved=cut_moved,
     )

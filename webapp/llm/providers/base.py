@@ -19,6 +19,8 @@ Message = dict[str, Any]
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int | None = None
+    """Prompt tokens the engine served from its prompt cache; None when it does not say."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,13 +180,43 @@ def parse_context_length_message(message: str) -> tuple[int | None, int | None]:
 # --------------------------------------------------------------------------------------
 
 
-def _usage(data: Any) -> Usage | None:
-    if not isinstance(data, dict) or "prompt_tokens" not in data:
-        return None
-    return Usage(
-        prompt_tokens=int(data.get("prompt_tokens") or 0),
-        completion_tokens=int(data.get("completion_tokens") or 0),
-    )
+def _count(value: Any) -> int | None:
+    """A token count as the wire should carry it (an int, not negative), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _cached_tokens(data: dict[str, Any]) -> int | None:
+    """Prompt tokens a response or stream chunk says the engine served from its prompt
+    cache: OpenAI's and vLLM's `usage.prompt_tokens_details.cached_tokens`, or llama.cpp's
+    `timings.cache_n`. None when it says nothing, or nothing readable."""
+    usage = data.get("usage")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
+        return _count(details["cached_tokens"])
+    timings = data.get("timings")
+    return _count(timings.get("cache_n")) if isinstance(timings, dict) else None
+
+
+def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
+    """The usage a response or stream chunk reports, or `earlier` (what the stream said
+    before) when it reports none. llama.cpp may send its timings and its usage in
+    different chunks, so cached tokens said before are kept; and without a usage object
+    its timings still give the prompt: what it had cached plus what it evaluated."""
+    cached = _cached_tokens(data)
+    if cached is None and earlier is not None:
+        cached = earlier.cached_tokens
+    reported = data.get("usage")
+    timings = data["timings"] if isinstance(data.get("timings"), dict) else {}
+    if isinstance(reported, dict) and "prompt_tokens" in reported:
+        prompt = int(reported.get("prompt_tokens") or 0)
+        completion = int(reported.get("completion_tokens") or 0)
+    elif (hit := _count(timings.get("cache_n"))) is not None and (
+        evaluated := _count(timings.get("prompt_n"))
+    ) is not None:
+        prompt, completion = hit + evaluated, _count(timings.get("predicted_n")) or 0
+    else:
+        return earlier
+    return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
 
 
 def _text(content: Any) -> str:
@@ -417,7 +447,7 @@ class OpenAIProvider:
                         await _read_rest(events)
                         break
                     event = self._stream_event(data, path, model_id, yielded)
-                    usage = _usage(event.get("usage")) or usage
+                    usage = _usage(event, usage)
                     choices = event.get("choices") or []
                     if not choices or not isinstance(choices[0], dict):
                         continue  # the usage-only chunk, or a keep-alive
@@ -458,7 +488,7 @@ class OpenAIProvider:
             return CompletionResult(
                 text=_text(choice.get("text")),
                 finish_reason=choice.get("finish_reason"),
-                usage=_usage(data.get("usage")),
+                usage=_usage(data),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise self._malformed("completions", model_id, exc) from None
@@ -535,7 +565,7 @@ class OpenAIProvider:
             return ChatResult(
                 content=_text(message.get("content")),
                 finish_reason=choice.get("finish_reason"),
-                usage=_usage(data.get("usage")),
+                usage=_usage(data),
                 tool_calls=list(message.get("tool_calls") or []),
             )
         except (ValueError, TypeError, AttributeError) as exc:

@@ -1,0 +1,339 @@
+"""The admin review's prompt cache figures, per model and UTC day, on SQLite and PostgreSQL.
+
+The rows are seeded with known token counts (not made through the service), so every
+share below is exact: the sum of cached tokens over the sum of prompt tokens of the
+answers whose engine reported its cache. Answers without a report are counted apart, as
+unknown: never as 0%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.enums import ScopeType
+from litestar.exceptions import HTTPException
+from litestar.testing import AsyncTestClient
+from litestar.types import ASGIApp, Receive, Scope, Send
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.orm import Session as OrmSession
+from sqlmodel import Session
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from tests.catalogs import CLOSED_PORT_URL, write_upstream_catalog
+from tests.dbutil import session_on
+from webapp.accounts.models import User
+from webapp.accounts.web import owner_of
+from webapp.admin import queries
+from webapp.admin.queries import UNKNOWN_MODEL, CacheDay
+from webapp.admin.web import CHART_DAYS, AdminController
+from webapp.app import app_error, http_error
+from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.service import ConversationService
+from webapp.db import Database, is_sqlite
+from webapp.errors import AppError
+from webapp.llm.calibration import Calibrator
+from webapp.llm.manager import LLMManager
+from webapp.settings import Settings
+from webapp.timeutil import utcnow
+from webapp.web.templates import template_config
+
+TODAY = utcnow().date()
+OLDER = TODAY - timedelta(days=3)
+NEWER = TODAY - timedelta(days=1)
+LATE = time(23, 30)
+"""23:30 UTC: already the next day in Tokyo, so a session there must not move the row."""
+EARLY = time(0, 30)
+
+
+@dataclass(frozen=True)
+class Answer:
+    model: str | None
+    prompt: int | None
+    cached: int | None
+    status: Status = Status.COMPLETE
+
+
+@dataclass(frozen=True)
+class UserSend:
+    fit_model: str | None
+    cut_moved: bool | None
+
+
+SEEDED: dict[tuple[date, time], list[Answer | UserSend]] = {
+    (OLDER, LATE): [
+        UserSend("alpha", cut_moved=True),
+        Answer("alpha", 1000, 800),
+        UserSend("alpha", cut_moved=False),
+        Answer("alpha", 1000, 0),  # a report of nothing cached: 0, not unknown
+        UserSend("alpha", cut_moved=True),
+        Answer("alpha", 2000, None),  # no report: unknown, outside the share
+        UserSend("beta", cut_moved=None),  # sent before sends said whether the cut moved
+        Answer("beta", 700, None),
+        UserSend("beta", cut_moved=None),
+        Answer("beta", 900, None),
+        UserSend(None, cut_moved=True),  # a send whose model was never known
+    ],
+    (NEWER, EARLY): [
+        UserSend("alpha", cut_moved=False),
+        Answer("alpha", 400, 300),
+        UserSend("alpha", cut_moved=False),
+        Answer("alpha", 600, 450),
+        UserSend("beta", cut_moved=True),
+        Answer("beta", 500, 125),
+        UserSend("beta", cut_moved=False),
+        Answer("beta", None, None, Status.FAILED),  # failed before a model spoke
+        UserSend("beta", cut_moved=False),
+        Answer("beta", 300, 300, Status.FAILED),  # a failed answer is no answer
+    ],
+    (TODAY - timedelta(days=CHART_DAYS), time(12)): [  # a day before the window
+        UserSend("alpha", cut_moved=True),
+        Answer("alpha", 100, 100),
+    ],
+}
+
+WANT = [
+    CacheDay(NEWER, "alpha", 2, 0, 1000, 750, 0),
+    CacheDay(NEWER, "beta", 1, 0, 500, 125, 1),
+    CacheDay(OLDER, UNKNOWN_MODEL, 0, 0, 0, 0, 1),
+    CacheDay(OLDER, "alpha", 2, 1, 2000, 800, 2),
+    CacheDay(OLDER, "beta", 0, 2, 0, 0, 0),
+]
+"""Newest day first, then by model: the exact figures of SEEDED."""
+
+
+def seeded_rows(conversation_id: str) -> list[Message]:
+    rows = []
+    for seq, (when, row) in enumerate(
+        (
+            (datetime.combine(day, at, tzinfo=UTC), row)
+            for (day, at), rows in SEEDED.items()
+            for row in rows
+        ),
+        start=1,
+    ):
+        common: dict[str, Any] = {
+            "conversation_id": conversation_id,
+            "seq": seq,
+            "content": f"row {seq}",
+            "created_at": when,
+            "updated_at": when,
+        }
+        if isinstance(row, Answer):
+            rows.append(
+                Message(
+                    role=Role.ASSISTANT,
+                    status=row.status,
+                    model=row.model,
+                    prompt_tokens=row.prompt,
+                    completion_tokens=10 if row.prompt is not None else None,
+                    cached_tokens=row.cached,
+                    **common,
+                )
+            )
+        else:
+            rows.append(
+                Message(
+                    role=Role.USER,
+                    dropped_turns=0,
+                    fit_model=row.fit_model,
+                    fit_cut_moved=row.cut_moved,
+                    **common,
+                )
+            )
+    return rows
+
+
+@dataclass
+class Seeded:
+    url: str
+    settings: Settings
+    users: dict[str, User]
+
+
+@pytest.fixture
+async def seeded(database_url: str, tmp_path: Path) -> AsyncIterator[Seeded]:
+    db = Database(database_url)
+    users = {
+        "root": User(username="root", username_key="root", password_hash="x", is_admin=True),
+        "alice": User(username="alice", username_key="alice", password_hash="x"),
+    }
+    conversation = Conversation(
+        owner="embed:docs:visitor-1", embed_name="docs", visitor="visitor-1", configuration="small"
+    )
+    try:
+        async with session_on(db, begin=True) as session:
+            session.add_all([*users.values(), conversation])
+        async with session_on(db, begin=True) as session:
+            session.add_all(seeded_rows(conversation.id))
+    finally:
+        await db.dispose()
+    catalog = write_upstream_catalog(tmp_path / "catalog.toml", _Nowhere())
+    yield Seeded(database_url, Settings(database_url=database_url, config=catalog), users)
+
+
+class _Nowhere:
+    """An upstream nobody calls: these pages only read the database."""
+
+    base_url = CLOSED_PORT_URL
+
+
+def sqlmodel_of(session: OrmSession) -> Session:
+    assert isinstance(session, Session)
+    return session
+
+
+async def read_cache(url: str, **kwargs: Any) -> list[CacheDay]:
+    """The query on a session of its own; on PostgreSQL, one in Tokyo, where 23:30 UTC is
+    already tomorrow: the rows must still land on their UTC day."""
+    connect_args = {} if is_sqlite(url) else {"server_settings": {"timezone": "Asia/Tokyo"}}
+    engine = create_async_engine(url, connect_args=connect_args)
+    try:
+        async with AsyncSession(engine) as session:
+            return await session.run_sync(
+                lambda s: queries.prompt_cache_per_model_day(sqlmodel_of(s), **kwargs)
+            )
+    finally:
+        await engine.dispose()
+
+
+async def test_the_share_per_model_and_day_is_exact(seeded: Seeded) -> None:
+    rows = await read_cache(seeded.url, days=CHART_DAYS)
+    assert rows == WANT
+    shares = {(row.day, row.model): row.share for row in rows}
+    assert shares == {
+        (NEWER, "alpha"): 0.75,
+        (NEWER, "beta"): 0.25,
+        (OLDER, UNKNOWN_MODEL): None,
+        (OLDER, "alpha"): 0.4,
+        (OLDER, "beta"): None,
+    }
+
+
+async def test_answers_without_a_cache_report_are_unknown_not_zero(seeded: Seeded) -> None:
+    rows = {(row.day, row.model): row for row in await read_cache(seeded.url)}
+    beta = rows[(OLDER, "beta")]
+    assert (beta.reported, beta.unreported, beta.share) == (0, 2, None)
+    alpha = rows[(OLDER, "alpha")]
+    assert alpha.share == 800 / 2000, "the unreported 2,000 prompt tokens are not in it"
+
+
+async def test_the_window_is_the_days_ending_today(seeded: Seeded) -> None:
+    wider = await read_cache(seeded.url, days=CHART_DAYS + 1)
+    assert [(r.day, r.model) for r in wider][-1] == (TODAY - timedelta(days=CHART_DAYS), "alpha")
+    assert await read_cache(seeded.url, days=1) == []
+    only_older = await read_cache(seeded.url, days=1, today=OLDER)
+    assert only_older == [row for row in WANT if row.day == OLDER]
+
+
+# ---- on the web ----------------------------------------------------------------------------
+
+
+def user_from_header(users: dict[bytes, User]) -> Callable[[ASGIApp], ASGIApp]:
+    """Stands in for the real authentication: `x-test-user` names who is asking."""
+
+    def middleware(app: ASGIApp) -> ASGIApp:
+        async def call(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == ScopeType.HTTP:
+                who = dict(scope["headers"]).get(b"x-test-user", b"")
+                scope["user"] = users.get(who)
+            await app(scope, receive, send)
+
+        return call
+
+    return middleware
+
+
+@pytest.fixture
+async def client(seeded: Seeded) -> AsyncIterator[AsyncTestClient]:
+    async def start(app: Litestar) -> None:
+        db = Database(seeded.url)
+        calibrator = Calibrator(db)
+        await calibrator.load()
+        settings = seeded.settings
+        app.state.chat = ConversationService(db, LLMManager(settings.catalog, calibrator), settings)
+
+    async def stop(app: Litestar) -> None:
+        chat: ConversationService = app.state.chat
+        await chat.manager.aclose()
+        await chat.db.dispose()
+
+    def chat(state: State) -> ConversationService:
+        return state.chat
+
+    app = Litestar(
+        route_handlers=[AdminController],
+        template_config=template_config(),
+        dependencies={
+            "chat": Provide(chat, sync_to_thread=False),
+            "owner": Provide(owner_of, sync_to_thread=False),
+        },
+        middleware=[user_from_header({name.encode(): u for name, u in seeded.users.items()})],
+        exception_handlers={AppError: app_error, HTTPException: http_error},
+        on_startup=[start],
+        on_shutdown=[stop],
+    )
+    async with AsyncTestClient(app=app) as test_client:
+        yield test_client
+
+
+def cells(html: str, day: date, model: str) -> list[str]:
+    """The text of each cell of one row of the prompt cache table."""
+    row = html.split(f'data-cache-day="{day.isoformat()}" data-cache-model="{model}"', 1)[1]
+    row = row.split("</tr>", 1)[0]
+    return [cell.split(">", 1)[1].split("</td>", 1)[0] for cell in row.split("<td")[1:]]
+
+
+async def test_only_admins_see_it(client: AsyncTestClient) -> None:
+    for url in ("/admin/trimmed", "/api/admin/trimmed"):
+        for who in ("alice", "", "stranger"):
+            response = await client.get(url, headers={"x-test-user": who})
+            assert response.status_code == 403, (url, who)
+            assert "prompt-cache" not in response.text and "cached_share" not in response.text
+
+
+async def test_the_page_shows_the_table(client: AsyncTestClient) -> None:
+    response = await client.get("/admin/trimmed", headers={"x-test-user": "root"})
+    assert response.status_code == 200
+    html = response.text
+    assert 'id="prompt-cache"' in html and "style=" not in html
+    table = html.split('id="prompt-cache"', 1)[1].split("</table>", 1)[0]
+    assert table.count("data-cache-day=") == len(WANT)
+    newer, older = NEWER.isoformat(), OLDER.isoformat()
+    assert cells(html, NEWER, "alpha")[1:] == ["alpha", "75.0%", "750", "1,000", "2", "0", "0"]
+    assert cells(html, NEWER, "beta")[2:] == ["25.0%", "125", "500", "1", "0", "1"]
+    assert cells(html, OLDER, "alpha")[2:] == ["40.0%", "800", "2,000", "2", "1", "2"]
+    assert cells(html, OLDER, "beta")[2:] == ["—", "—", "—", "0", "2", "0"], "unknown, not 0%"
+    assert f'<time datetime="{newer}">{newer}</time>' in table
+    assert table.index(newer) < table.index(older), "newest day first"
+    assert table.count('class="number"') == 6 * len(WANT), "every figure right-aligned"
+
+
+async def test_the_api_has_it_beside_the_list(client: AsyncTestClient) -> None:
+    body = (await client.get("/api/admin/trimmed", headers={"x-test-user": "root"})).json()
+    assert {"rows", "total", "page", "per_page", "pages", "sort", "order"} <= set(body)
+    assert body["rows"] == [] and body["total"] == 0, "no trimmed conversation was seeded"
+    cache = body["prompt_cache"]
+    assert cache["days"] == CHART_DAYS
+    assert cache["rows"] == [
+        {
+            "day": row.day.isoformat(),
+            "model": row.model,
+            "cached_share": row.share,
+            "cached_tokens": row.cached_tokens,
+            "prompt_tokens": row.prompt_tokens,
+            "answers_with_cache_report": row.reported,
+            "answers_without_cache_report": row.unreported,
+            "cut_moved_sends": row.cut_moved,
+        }
+        for row in WANT
+    ]
+    beta = next(r for r in cache["rows"] if (r["day"], r["model"]) == (OLDER.isoformat(), "beta"))
+    assert beta["cached_share"] is None and beta["answers_without_cache_report"] == 2
