@@ -643,6 +643,8 @@ def test_a_call_in_a_conversation_is_stored_with_its_fit(
     dropped, report = reports[-1]
     assert dropped == report["dropped_turns"] > 0 and report["model"] == "small"
     assert report["conversation_id"] == conversation_id
+    assert report["trim_to"] == 0.75 and isinstance(report["cut_moved"], bool)
+    assert report["cached_tokens"] == upstream.cache_log[-1].cached_tokens
     # Stored: every message (history is never shortened), the fit on the user row, the
     # serving model and usage on the answer; `left_out` names stored seqs (turn 1 onward).
     with gateway.http() as http:
@@ -707,3 +709,76 @@ def test_conversation_calls_are_the_callers_own_and_checked(
     with gateway.http() as http:
         assert http.get(f"/api/conversations/{mine}").json()["messages"] == []
         assert http.get(f"/api/conversations/{theirs}").status_code == 404
+
+
+# ---- the cut that keeps the engine's cache ------------------------------------------------
+
+
+def test_stateless_calls_keep_the_cut_and_say_what_the_cache_served(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """A client that sends its whole history each call, as OpenAI clients do: between
+    moves each request the engine gets is the previous one plus its answer plus the new
+    turn, and the answer says what the engine's cache served, as OpenAI says it."""
+    upstream.set_engine("llamacpp")  # reports `timings.cache_n`
+    client = gateway.client()
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": "You are terse."}]
+    previous: list[dict[str, Any]] | None = None
+    reports = []
+    for turn in range(24):
+        words = " ".join(f"t{turn}w{i}" for i in range(30))
+        messages.append({"role": "user", "content": f"Question {turn}: {words}"})
+        answer = client.chat.completions.create(model="small", messages=messages, max_tokens=50)
+        report = webapp_of(answer)
+        reports.append(report)
+        sent = upstream.requests[-1]["body"]["messages"]
+        assert report["trim_to"] == 0.75
+        if previous is not None and report["dropped_turns"] and not report["cut_moved"]:
+            assert sent[: len(previous)] == previous and len(sent) == len(previous) + 1
+        assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+        cached = answer.usage.prompt_tokens_details.cached_tokens
+        assert cached == report["cached_tokens"] == upstream.cache_log[-1].cached_tokens
+        content = text_of(answer)
+        previous = [*sent, {"role": "assistant", "content": content}]
+        messages.append({"role": "assistant", "content": content})
+    trimmed = [r for r in reports if r["dropped_turns"]]
+    assert len(trimmed) >= 8
+    appends = [r for r in trimmed if not r["cut_moved"]]
+    assert len(appends) >= 0.6 * len(trimmed), [r["cut_moved"] for r in trimmed]
+    assert all(r["cached_tokens"] > 0 for r in appends)
+
+    # A client that changes an early message starts the cut afresh.
+    messages[3] = {"role": "user", "content": "Question 1, asked differently."}
+    messages.append({"role": "user", "content": "And now?"})
+    changed = webapp_of(client.chat.completions.create(model="small", messages=messages))
+    assert changed["dropped_turns"] and changed["cut_moved"]
+
+
+def test_a_streamed_stateless_call_reports_the_cached_tokens_last(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    upstream.set_engine("llamacpp")
+    client = gateway.client()
+    messages = long_transcript(turns=3, words=20)
+    client.chat.completions.create(model="small", messages=messages)
+    messages += [
+        {"role": "assistant", "content": text_of_last(upstream)},
+        {"role": "user", "content": "Again?"},
+    ]
+    chunks = list(
+        client.chat.completions.create(
+            model="small", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    cached = usage.prompt_tokens_details.cached_tokens
+    assert cached is not None and cached > 0
+    finished = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert webapp_of(finished[-1])["cached_tokens"] == cached
+
+
+def text_of_last(upstream: FakeUpstream) -> str:
+    """What the fake engine answered last (it echoes what it saw)."""
+    messages = upstream.requests[-1]["body"]["messages"]
+    return f"Echo from small: I saw {len(messages)} messages"
