@@ -32,7 +32,7 @@ from bench.common import (
     timed,
     with_forks,
 )
-from webapp.chat.history import load_transcript, read_tail
+from webapp.chat.history import load_transcript, previous_fit, read_tail
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.db import Database, create_engine
 from webapp.llm.calibration import Calibrator
@@ -144,6 +144,7 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
         connection = session.connection()
         tail = read_tail(connection, conversation_id, manager.exact_tokenizers(route))
         assert tail.next_seq == newest_seq + 1 and tail.prior_turns == TURNS
+        previous = previous_fit(connection, conversation_id, tail)
         return load_transcript(
             connection,
             conversation_id,
@@ -152,6 +153,7 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
             newest_tokens,
             budget=manager.largest_budget(route),
             sizers=manager.sizers(route),
+            cut=previous.kept_from if previous is not None else 0,
         )
 
     for name in ("big", "small"):
