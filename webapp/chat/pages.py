@@ -26,6 +26,7 @@ from webapp.chat.service import ConversationService
 from webapp.chat.views import (
     Alternative,
     Meter,
+    answer_view,
     group_by_day,
     last_fit,
     message_views,
@@ -215,9 +216,11 @@ class ConversationPages(Controller):
             _, rows, _ = await chat.page(conversation.owner, conversation.id, turns=1)
             meter = last_fit(rows)
         else:
-            row = await chat.preview(conversation.owner, conversation.id, content)
+            row, fit = await chat.preview_fit(conversation.owner, conversation.id, content)
             alternatives = () if conversation.embed else larger_windows(chat, row.fit_window or 0)
-            meter = Meter.of_row(row, preview=True, alternatives=alternatives)
+            meter = Meter.of_row(
+                row, preview=True, alternatives=alternatives, turns_left=fit.turns_left
+            )
         return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
 
     @post("/pin/{message_id:int}")
@@ -273,7 +276,7 @@ class ConversationPages(Controller):
                 yield {
                     "data": render_fragment(
                         "chat/_stream_update.html",
-                        answer=message_views([snapshot.answer])[0],
+                        answer=answer_view(snapshot.answer, snapshot.user),
                         user=message_views([snapshot.user], alternatives)[0],
                         base=conversation.base,
                     ),

@@ -10,7 +10,7 @@ from itertools import pairwise
 
 from markupsafe import Markup, escape
 
-from webapp.chat.branches import Alternatives
+from webapp.chat.branches import Alternatives, parent_of
 from webapp.chat.history import is_replayable
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.stored import id_of
@@ -40,6 +40,9 @@ class MessageView:
     never_sent: bool = False
     """The turn's answer is final and will never be replayed (it failed, or stopped
     empty): a left-out span that runs over it does not make it a turn the model missed."""
+    asked_by: Message | None = None
+    """On an answer: the user row it answers, whose send's fit (did it move the cut?)
+    explains the answer's cache note."""
 
     @property
     def left_out(self) -> list[list[int]]:
@@ -94,6 +97,53 @@ class MessageView:
     def status_label(self) -> str | None:
         return STATUS_LABELS.get(Status(self.row.status))
 
+    @property
+    def cache_words(self) -> str | None:
+        """On a finished answer whose engine said how much of the prompt its cache served:
+        that share, in tokens (None: the engine did not say, or there is no prompt yet)."""
+        row = self.row
+        if self.is_user or row.status == Status.STREAMING:
+            return None
+        cached, prompt = row.cached_tokens, row.prompt_tokens
+        if cached is None or not prompt or prompt <= 0:
+            return None
+        if cached <= 0:
+            return f"None of the {prompt:,} prompt tokens came from the engine's cache."
+        return f"{min(cached, prompt):,} of {prompt:,} prompt tokens came from the engine's cache."
+
+    @property
+    def cut_moved_words(self) -> str | None:
+        """Why the cache served little this time: the send that asked moved the cut."""
+        user = self.asked_by
+        if self.is_user or user is None or not user.fit_cut_moved:
+            return None
+        return cut_moved_words(user.fit_trim_to)
+
+    @property
+    def cut_fact(self) -> str | None:
+        """On a user row whose send moved the cut: the fit facts' line about it."""
+        if not self.is_user or not self.row.fit_cut_moved:
+            return None
+        return cut_moved_words(self.row.fit_trim_to, fact=True)
+
+
+def cut_moved_words(trim_to: float | None, *, fact: bool = False) -> str:
+    """What a moved cut means for the engine's prompt cache: the prompt changed right after
+    the opening exchange. With room left by the move (`trim_to` below 1) the next sends
+    are appends again; with the plain rule the cut moves on every send that does not fit."""
+    lead = "Moved on this send" if fact else "This send moved the cut"
+    if trim_to is not None and trim_to < 1.0:
+        return (
+            f"{lead}: older turns were left out at once, so the next several sends "
+            "can reuse the engine's cache."
+        )
+    return f"{lead}, so the engine could reuse little of its cached prompt."
+
+
+def answer_view(answer: Message, user: Message | None) -> MessageView:
+    """An answer shown on its own (a stream's snapshot), with the user row it answers."""
+    return MessageView(answer, asked_by=user)
+
 
 def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:
     """'3 earlier turns were not sent to small (1 of them pinned)', said once for the
@@ -127,10 +177,18 @@ class Meter:
     overflow_at_floor: bool = False
     preview: bool = False
     alternatives: tuple[Alternative, ...] = ()
+    turns_left: int | None = None
+    """About how many more turns of the size of those sent fit after this send before the
+    cut must move (None: not known, as for a stored send, whose fit keeps no such guess)."""
 
     @classmethod
     def of_row(
-        cls, row: Message, *, preview: bool = False, alternatives: tuple[Alternative, ...] = ()
+        cls,
+        row: Message,
+        *,
+        preview: bool = False,
+        alternatives: tuple[Alternative, ...] = (),
+        turns_left: int | None = None,
     ) -> Meter:
         """From a user row's fit: one stored, or the unsaved row a preview makes."""
         return cls(
@@ -144,6 +202,7 @@ class Meter:
             overflow_at_floor=bool(row.fit_overflow_at_floor),
             preview=preview,
             alternatives=alternatives,
+            turns_left=turns_left,
         )
 
     @property
@@ -169,6 +228,23 @@ class Meter:
         if self.preview:
             return f"Everything will be sent to {self.model}"
         return f"Everything was sent to {self.model}"
+
+    @property
+    def ahead_words(self) -> str | None:
+        """How long until older turns are left out (again), when the fit could tell. A
+        preview's count starts after the send being typed, a last send's after that send."""
+        left = self.turns_left
+        if left is None:
+            return None
+        # After a send that leaves turns out, the next cut leaves out more of them.
+        which = "more" if self.dropped_turns else "older"
+        if left <= 0:
+            if self.preview:
+                return f"the send after this one will leave {which} turns out"
+            return f"the next send will leave {which} turns out"
+        then = "then " if self.preview else ""
+        more = "more turn" if left == 1 else "more turns"
+        return f"{then}about {left:,} {more} before {which} turns are left out"
 
 
 def day_label(when: datetime, now: datetime) -> str:
@@ -205,6 +281,8 @@ def message_views(
     alternatives = alternatives or {}
     views = [MessageView(row, alternatives.get(id_of(row))) for row in rows]
     for user, answer in pairwise(views):
+        if user.is_user and not answer.is_user and parent_of(answer.row) == user.row.seq:
+            answer.asked_by = user.row
         if user.is_user and answer.row.seq == user.row.seq + 1:
             done = answer.row.status != Status.STREAMING
             never = done and not is_replayable(answer.row.status, answer.row.content)
