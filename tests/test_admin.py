@@ -17,6 +17,7 @@ import shutil
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -725,13 +726,16 @@ def user_from_header(users: dict[bytes, User]) -> Callable[[ASGIApp], ASGIApp]:
     return middleware
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def client(world: World) -> AsyncIterator[AsyncTestClient]:
-    """The controller in a small app, as app.py will mount it. The test client serves the
-    app on an event loop of its own, so the app gets its own service (and database pool)."""
+@asynccontextmanager
+async def admin_client(
+    settings: Settings, users: dict[str, User]
+) -> AsyncIterator[AsyncTestClient]:
+    """The controller in a small app, as app.py will mount it, with `x-test-user` naming
+    who asks. The test client serves the app on an event loop of its own, so the app gets
+    its own service (and database pool)."""
 
     async def start(app: Litestar) -> None:
-        app.state.chat = await build_service(world.settings)
+        app.state.chat = await build_service(settings)
 
     async def stop(app: Litestar) -> None:
         chat: ConversationService = app.state.chat
@@ -749,14 +753,19 @@ async def client(world: World) -> AsyncIterator[AsyncTestClient]:
             "chat": Provide(chat, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
         },
-        middleware=[
-            user_from_header({b"root": world.users["root"], b"alice": world.users["alice"]})
-        ],
+        middleware=[user_from_header({name.encode(): user for name, user in users.items()})],
         exception_handlers={AppError: app_error, HTTPException: http_error},
         on_startup=[start],
         on_shutdown=[stop],
     )
     async with AsyncTestClient(app=app) as test_client:
+        yield test_client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(world: World) -> AsyncIterator[AsyncTestClient]:
+    users = {"root": world.users["root"], "alice": world.users["alice"]}
+    async with admin_client(world.settings, users) as test_client:
         yield test_client
 
 

@@ -8,20 +8,14 @@ unknown: never as 0%.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from litestar import Litestar
-from litestar.datastructures import State
-from litestar.di import Provide
-from litestar.enums import ScopeType
-from litestar.exceptions import HTTPException
 from litestar.testing import AsyncTestClient
-from litestar.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session as OrmSession
 from sqlmodel import Session
@@ -29,21 +23,15 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import CLOSED_PORT_URL, write_upstream_catalog
 from tests.dbutil import session_on
+from tests.test_admin import admin_client
 from webapp.accounts.models import User
-from webapp.accounts.web import owner_of
 from webapp.admin import queries
 from webapp.admin.queries import UNKNOWN_MODEL, CacheDay
-from webapp.admin.web import CHART_DAYS, AdminController
-from webapp.app import app_error, http_error
+from webapp.admin.web import CHART_DAYS
 from webapp.chat.models import Conversation, Message, Role, Status
-from webapp.chat.service import ConversationService
 from webapp.db import Database, is_sqlite
-from webapp.errors import AppError
-from webapp.llm.calibration import Calibrator
-from webapp.llm.manager import LLMManager
 from webapp.settings import Settings
 from webapp.timeutil import utcnow
-from webapp.web.templates import template_config
 
 TODAY = utcnow().date()
 OLDER = TODAY - timedelta(days=3)
@@ -236,51 +224,9 @@ async def test_the_window_is_the_days_ending_today(seeded: Seeded) -> None:
 # ---- on the web ----------------------------------------------------------------------------
 
 
-def user_from_header(users: dict[bytes, User]) -> Callable[[ASGIApp], ASGIApp]:
-    """Stands in for the real authentication: `x-test-user` names who is asking."""
-
-    def middleware(app: ASGIApp) -> ASGIApp:
-        async def call(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == ScopeType.HTTP:
-                who = dict(scope["headers"]).get(b"x-test-user", b"")
-                scope["user"] = users.get(who)
-            await app(scope, receive, send)
-
-        return call
-
-    return middleware
-
-
 @pytest.fixture
 async def client(seeded: Seeded) -> AsyncIterator[AsyncTestClient]:
-    async def start(app: Litestar) -> None:
-        db = Database(seeded.url)
-        calibrator = Calibrator(db)
-        await calibrator.load()
-        settings = seeded.settings
-        app.state.chat = ConversationService(db, LLMManager(settings.catalog, calibrator), settings)
-
-    async def stop(app: Litestar) -> None:
-        chat: ConversationService = app.state.chat
-        await chat.manager.aclose()
-        await chat.db.dispose()
-
-    def chat(state: State) -> ConversationService:
-        return state.chat
-
-    app = Litestar(
-        route_handlers=[AdminController],
-        template_config=template_config(),
-        dependencies={
-            "chat": Provide(chat, sync_to_thread=False),
-            "owner": Provide(owner_of, sync_to_thread=False),
-        },
-        middleware=[user_from_header({name.encode(): u for name, u in seeded.users.items()})],
-        exception_handlers={AppError: app_error, HTTPException: http_error},
-        on_startup=[start],
-        on_shutdown=[stop],
-    )
-    async with AsyncTestClient(app=app) as test_client:
+    async with admin_client(seeded.settings, seeded.users) as test_client:
         yield test_client
 
 

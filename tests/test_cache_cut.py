@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_service import OWNER, build_service, close_service, say
+from tests.test_service import OWNER, build_service, close_service, say, service_settings
 from tests.upstream import FakeUpstream
 from webapp.chat.models import Message
 from webapp.chat.service import ConversationService
@@ -35,12 +34,7 @@ trim_to = 0.5
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
-    return Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, PLAIN),
-        stream_flush_interval=0.05,
-        max_message_chars=5000,
-    )
+    return service_settings(database_url, tmp_path, upstream, PLAIN)
 
 
 @pytest.fixture

@@ -42,14 +42,21 @@ async def close_service(service: ConversationService) -> None:
     await service.db.dispose()
 
 
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
+def service_settings(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream, extra: str = ""
+) -> Settings:
+    """The service's settings for these tests; `extra` adds catalog entries."""
     return Settings(
         database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra),
         stream_flush_interval=0.05,
         max_message_chars=5000,
     )
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
+    return service_settings(database_url, tmp_path, upstream)
 
 
 @pytest.fixture
