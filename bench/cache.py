@@ -123,9 +123,10 @@ class Round:
 
 
 @asynccontextmanager
-async def service(database_url: str, folder: Path, upstream: FakeUpstream) -> Any:
+async def service(database_url: str, folder: Path, toml: str) -> Any:
+    """The service as the app builds it (tokenizers probed first), on the catalog `toml`."""
     path = folder / "cache.toml"
-    path.write_text(catalog_toml(upstream), encoding="utf-8")
+    path.write_text(toml, encoding="utf-8")
     settings = Settings(
         database_url=database_url,
         config=path,
@@ -161,7 +162,7 @@ async def one_round(
     result = Round(window, rule, turns)
     scale = SCALE[window]
     url = fresh_sqlite(folder / f"{window}-{rule}.db")
-    async with service(url, folder, upstream) as chat:
+    async with service(url, folder, catalog_toml(upstream)) as chat:
         chat_: ConversationService = chat
         conversation = await chat_.create("bench", f"{window}-{rule}")
         previous: list[tuple[str, str]] | None = None
