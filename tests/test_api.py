@@ -12,6 +12,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
 from tests.upstream import FakeUpstream
+from webapp.accounts.models import ADMIN, DEFAULT_SCOPES
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.db import Database
@@ -60,7 +61,8 @@ async def make_user(database_url: str, name: str, *, admin: bool = False) -> str
     try:
         accounts = AccountService(engine)
         user = await accounts.create_user(name, "correct horse battery", is_admin=admin)
-        _, token = await accounts.create_token(id_of(user), "tests")
+        scopes = [*DEFAULT_SCOPES, ADMIN] if admin else DEFAULT_SCOPES
+        _, token = await accounts.create_token(id_of(user), "tests", scopes)
         return token
     finally:
         await engine.dispose()
@@ -262,7 +264,7 @@ async def test_pin_preview_and_switch_configuration_over_the_api(
     preview = await client.post(f"{base}/preview", json={"content": "turn 9 " * 60})
     assert preview.status_code == 200, preview.text
     body = preview.json()
-    assert set(body) == {"dropped_turns", "left_out", "fit"}
+    assert set(body) == {"dropped_turns", "left_out", "fit", "turns_left"}
     assert body["dropped_turns"] > 0 and body["left_out"] == body["fit"]["left_out"]
     assert body["fit"]["model"] == "small" and body["fit"]["counted_by"] == "estimate"
     assert all(not (a <= second["seq"] <= b) for a, b in body["left_out"]), "the pin is kept"

@@ -255,5 +255,6 @@ def test_check_config_lists_windows_tokenizers_and_where_they_came_from(
     assert f"model 'gone': window 8,192 ({NOT_DISCOVERABLE})" in out
     assert "'server' but no tokenize endpoint answered: cannot connect to http://127.0.0.1:9" in out
     assert "model 'd': window 2,048 (configured)" in out
-    assert "configuration 'c': served by m (window 3,000)" in out
+    served = "configuration 'c': served by m (window 3,000; a moved cut keeps 75% of the budget)"
+    assert served in out
     assert elapsed < 20

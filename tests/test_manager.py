@@ -13,9 +13,11 @@ from tests.catalogs import upstream_catalog
 from tests.upstream import FakeUpstream, count_chat_tokens
 from webapp.llm.calibration import (
     DEFAULT_OVERHEAD,
+    FACTOR_STEP,
     MAX_FACTOR,
     MAX_OVERHEAD,
     MIN_FACTOR,
+    RECENT,
     Calibrator,
 )
 from webapp.llm.manager import (
@@ -136,7 +138,9 @@ async def test_context_length_exceeded_tightens_and_retries_once(
     fits = [e.fit for e in events if isinstance(e, Fitted)]
     assert len(fits) == 2, "one refused attempt, one re-fitted retry"
     assert fits[1].dropped_turns > fits[0].dropped_turns
-    assert manager.calibrator.factor("optimistic") > 1.0
+    # The refusal named the engine's window: that is learned, and fitted to.
+    assert manager.calibrator.window("optimistic") == 1024
+    assert fits[1].window == 1024
     assert isinstance(events[-1], Finished)
     # What was learned sticks: the next send fits the first time.
     upstream.reset()
@@ -229,12 +233,17 @@ async def test_calibration_learns_from_reported_usage(
 ) -> None:
     manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
     await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=150)
-    assert manager.calibrator.factor("small") == pytest.approx(1.5 * 1.05)
-    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=10_000)
+    assert manager.calibrator.factor("small") == pytest.approx(1 + FACTOR_STEP), "one step up"
+    for _ in range(2):
+        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=150)
+    assert manager.calibrator.factor("small") == pytest.approx(1.5 * 1.05), "then the rest"
+    for _ in range(RECENT):
+        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=10_000)
     assert manager.calibrator.factor("small") == MAX_FACTOR, "bounded above"
     # An over-count lowers the factor slowly, below 1.0 too (the estimate is 2.5x high on
-    # some scripts), but only within bounds.
-    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=50)
+    # some scripts), but only within bounds; and only once the recent answers agree.
+    for _ in range(RECENT // 2 + 1):
+        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=50)
     once = manager.calibrator.factor("small")
     assert MAX_FACTOR * 0.8 < once < MAX_FACTOR, "one over-count moves it a little"
     for _ in range(200):
@@ -243,8 +252,9 @@ async def test_calibration_learns_from_reported_usage(
     for _ in range(200):
         await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=5)
     assert manager.calibrator.factor("small") == MIN_FACTOR, "bounded below"
-    # An under-count raises it at once.
-    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=120)
+    # An under-count raises it a bounded step per answer, once the recent answers agree.
+    for _ in range(2 * RECENT):
+        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=120)
     assert manager.calibrator.factor("small") == pytest.approx(1.2 * 1.05)
 
 
@@ -257,6 +267,12 @@ async def test_template_overhead_is_learned_both_ways_and_bounded() -> None:
     for _ in range(100):
         await calibrator.observe_overhead("m", 500, 10, 503, fixed=3)
     assert calibrator.overhead("m") == 1, "settles just above what is observed (0)"
-    assert await calibrator.observe_overhead("m", 500, 10, 603, fixed=3) == 11, "up at once"
-    assert await calibrator.observe_overhead("m", 0, 1, 10_000, fixed=3) == MAX_OVERHEAD
+    assert await calibrator.observe_overhead("m", 500, 10, 603, fixed=3) == 1, "one is outvoted"
+    for _ in range(RECENT):
+        await calibrator.observe_overhead("m", 500, 10, 603, fixed=3)
+    assert calibrator.overhead("m") == 11, "up, a bounded step per answer, once they agree"
+    assert await calibrator.observe_overhead("m", 0, 1, 10_000, fixed=3) == 11
+    for _ in range(RECENT * 40):
+        await calibrator.observe_overhead("m", 0, 1, 10_000, fixed=3)
+    assert calibrator.overhead("m") == MAX_OVERHEAD, "bounded above"
     assert await calibrator.tighten_overhead("m") == MAX_OVERHEAD

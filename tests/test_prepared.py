@@ -21,6 +21,7 @@ from sqlmodel import Session, col
 from webapp.accounts.models import User
 from webapp.accounts.service import _TOKEN_OWNER, AccountService, digest
 from webapp.chat import branches, history
+from webapp.chat.admission import Use, record_use
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.sending import _TOUCH_CONVERSATION
 from webapp.db import Database
@@ -123,7 +124,10 @@ async def test_a_prepared_update_returns_what_core_returns(db: Database) -> None
     }
 
     def touch(session: Session) -> tuple[Any, Any]:
-        return both(session.connection(), _TOUCH_CONVERSATION.statement, values)
+        connection = session.connection()
+        for second in range(3):  # the owner's three sends in the window, as recorded
+            record_use(connection, "alice", Use.SEND, now - timedelta(seconds=second))
+        return both(connection, _TOUCH_CONVERSATION.statement, values)
 
     core, prepared = await db.write(touch)
     assert prepared == core

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.exceptions.responses import create_exception_response
 from litestar.middleware import DefineMiddleware
 from litestar.openapi.config import OpenAPIConfig
 from litestar.response import Redirect, Template
@@ -25,6 +26,7 @@ from webapp.admin.web import AdminController
 from webapp.chat.api import ConversationController, search
 from webapp.chat.notify import answer_notices
 from webapp.chat.pages import ConversationAdmin, ConversationPages
+from webapp.chat.reaping import Liveness, reap_at_start
 from webapp.chat.service import ConversationService
 from webapp.db import Database
 from webapp.embed.pages import EmbedPages, frame_ancestors
@@ -81,7 +83,21 @@ def too_deep(request: Request[Any, Any, Any], error: RecursionError) -> Response
     """JSON nested deeper than the decoder's recursion limit (msgspec raises RecursionError,
     not a decode error): the client's input is at fault, so a 400, never a 500."""
     log.warning("refused a request nested too deeply: %s %s", request.method, request.url.path)
+    if request.url.path.startswith(GATEWAY_PREFIX):
+        return gateway_exception_handler(request, error)
     return error_response(request, 400, "invalid request: the body is nested too deeply")
+
+
+def bad_encoding(request: Request[Any, Any, Any], error: Exception) -> Response[Any]:
+    """A form field whose bytes its charset cannot read (UnicodeDecodeError), or a charset
+    no codec has (a LookupError of the codec registry): the client's input, a 400. Other
+    LookupErrors (KeyError, IndexError) are the app's own: the usual 500."""
+    if request.url.path.startswith(GATEWAY_PREFIX):
+        return gateway_exception_handler(request, error)
+    if isinstance(error, LookupError) and type(error) is not LookupError:
+        return create_exception_response(request, error)
+    log.warning("refused undecodable text: %s %s: %s", request.method, request.url.path, error)
+    return error_response(request, 400, "invalid request: text that is not valid in its encoding")
 
 
 def http_error(request: Request[Any, Any, Any], error: HTTPException) -> Response[Any]:
@@ -158,6 +174,8 @@ def create_app(
         failure_window=timedelta(seconds=settings.sign_in_failure_window),
     )
 
+    liveness = Liveness(settings.database_url)
+
     async def start() -> None:
         # Windows and tokenizers come from the engines themselves, asked once per start
         # (bounded in time; an engine that is down is estimated and assumed 8,192).
@@ -166,13 +184,16 @@ def create_app(
         await calibrator.load()
         await notices.start()
         await accounts.purge_expired_sessions()
-        reaped = await chat.reap_stale()
+        # All the answers still streaming if no other process holds the database, else
+        # only the quiet ones (webapp.chat.reaping); the lease is held until shutdown.
+        reaped = await reap_at_start(db, liveness, settings.stale_stream_after)
         if reaped:
             log.warning("marked %d answers interrupted: their writer stopped", reaped)
 
     async def stop() -> None:
         await chat.shutdown()
         await notices.stop()
+        await liveness.stop()
         await manager.aclose()
         await tokenizers.aclose()
         await db.dispose()
@@ -204,6 +225,8 @@ def create_app(
             AppError: app_error,
             HTTPException: http_error,
             RecursionError: too_deep,
+            UnicodeDecodeError: bad_encoding,
+            LookupError: bad_encoding,
         },
         middleware=[
             DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key),

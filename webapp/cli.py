@@ -93,12 +93,47 @@ def _report_models(catalog: Catalog) -> Catalog:
 
     logging.getLogger("webapp.llm").addHandler(logging.NullHandler())
     found, sources, tokenizers = asyncio.run(inspect())
+    learned = _learned_windows()
     for name, source in sources.items():
         print(f"  model {name!r}: window {source.window:,} ({source.source})")
+        if learned.get(name, source.window) < source.window:
+            print(
+                f"    learned window {learned[name]:,} (the engine refused a longer prompt; "
+                "sends are fitted to it)"
+            )
         print(f"    tokenizer: {tokenizers[name]}")
         for note in source.notes:
             print(f"    warning: {note}")
     return found
+
+
+def _learned_windows() -> dict[str, int]:
+    """The windows the app learned from engines' refusals, as stored in its database;
+    none when there is no database yet or it cannot be read (within a few seconds)."""
+    import asyncio
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from webapp.db import Database
+    from webapp.llm.calibration import learned_windows
+
+    url = Settings().database_url
+    database = make_url(url).database
+    if make_url(url).get_backend_name() == "sqlite" and not (database and Path(database).exists()):
+        return {}
+
+    async def read() -> dict[str, int]:
+        db = Database(url)
+        try:
+            return dict(await asyncio.wait_for(db.read(learned_windows), 5))
+        finally:
+            await db.dispose()
+
+    try:
+        return asyncio.run(read())
+    except Exception:  # check-config checks the file; the database is a bonus
+        return {}
 
 
 def cmd_purge(args: argparse.Namespace) -> int:

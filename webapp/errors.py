@@ -18,9 +18,26 @@ class InvalidInput(AppError):
 def refuse_nul(text: str, what: str) -> str:
     """Text with a NUL character is refused wherever it would be stored or queried:
     PostgreSQL cannot hold one in a text column at all (the driver fails, which would be a
-    500), and SQLite would keep it where no one can see it."""
+    500), and SQLite would keep it where no one can see it. So is text with a lone
+    surrogate (see `refuse_surrogates`)."""
     if "\x00" in text:
         raise InvalidInput(f"{what} contains a NUL character")
+    return refuse_surrogates(text, what)
+
+
+def refuse_surrogates(text: str, what: str) -> str:
+    """Text with a lone surrogate (U+D800 to U+DFFF, half of a UTF-16 pair: no character)
+    is refused: it cannot be written as UTF-8, so the database driver, a tokenizer or a
+    model server would fail on it later (a 500, or a tokenizer taken for down). It comes
+    from a JSON escape such as \\ud800 or a form field in an encoding that makes one."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InvalidInput(
+                f"{what} contains a lone surrogate (U+{ord(text[error.start]):04X}), "
+                "which is not a character"
+            ) from None
     return text
 
 

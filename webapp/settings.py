@@ -28,6 +28,15 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(default=100_000, gt=0)
     """The largest message a user may send, in characters."""
 
+    gateway_max_body_bytes: int = Field(default=4 * 2**20, gt=0)
+    """The largest request body the OpenAI-compatible gateway (/v1) reads, in bytes; a
+    larger one is refused with a 413 before it is read (or as soon as it passes this)."""
+
+    gateway_max_messages: int = Field(default=2048, gt=0)
+    """The most messages one /v1/chat/completions call may hold (and the most content
+    parts and tool calls in all, and the most inputs of one /v1/embeddings call); more
+    are refused with a 400 before they are parsed."""
+
     stream_flush_interval: float = Field(default=0.25, gt=0)
     """How often a streaming answer's text so far is written to the database, in seconds."""
 
@@ -48,6 +57,30 @@ class Settings(BaseSettings):
     rate_limit_window: float = Field(default=60.0, gt=0)
     """The rate limits' window, in seconds."""
 
+    import_limit: int = Field(default=20, ge=0)
+    """Conversations a user may import per import_window; 0 turns the count off."""
+
+    import_limit_bytes: int = Field(default=50_000_000, ge=0)
+    """Bytes of imports a user may send per import_window (and the most one import may
+    be); 0 turns it off."""
+
+    import_window: float = Field(default=3600.0, gt=0)
+    """The import quota's window, in seconds."""
+
+    preview_rate: float = Field(default=2.0, ge=0)
+    """Previews of a send (the context meter while typing) a user may ask for per second,
+    in each worker, after a burst of preview_burst; 0 turns the throttle off."""
+
+    preview_burst: int = Field(default=20, ge=1)
+    """Previews a user may ask for at once before preview_rate applies."""
+
+    watchers_per_answer: int = Field(default=10, ge=0)
+    """Pages one worker lets follow one answer as it is written; 0: no cap."""
+
+    watchers_per_user: int = Field(default=30, ge=0)
+    """Answers' followers one worker lets one user (or embed visitor) have at once; 0: no
+    cap."""
+
     sign_in_failures_allowed: int = Field(default=5, ge=0)
     """Failed sign-ins one username may have within sign_in_failure_window before further
     attempts are refused until the oldest leaves it; 0 turns the throttle off."""
@@ -66,6 +99,10 @@ class Settings(BaseSettings):
 
     keep_alive_timeout: float = Field(default=5.0, gt=0)
     """An idle keep-alive connection is closed after this many seconds."""
+
+    write_timeout: float = Field(default=15.0, gt=0)
+    """A client that takes none of a response's bytes for this many seconds, while the
+    server has more to send, is dropped (and what was waiting for it freed)."""
 
     @property
     def trusted_proxy_list(self) -> list[str]:

@@ -3,7 +3,9 @@
 Heavy imports (the database, argon2) happen inside the commands so that
 `webapp --help` stays quick. Errors go to stderr with exit status 1; `token
 create` prints nothing but the token on stdout, so `TOKEN=$(webapp token
-create alice)` works.
+create alice)` works. A token may do chat and the gateway unless asked for more
+(`--admin-scope`, or `--scope` for exactly the scopes named); `user delete` keeps the
+last active admin.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DEFAULT_TOKEN_NAME = "cli"
+SCOPE_NAMES = ("chat", "gateway", "admin", "tokens")
+"""As `webapp.accounts.models.SCOPES` (not imported: `webapp --help` stays quick)."""
+DEFAULT_SCOPE_NAMES = ("chat", "gateway")
 
 
 class CommandError(Exception):
@@ -56,6 +61,24 @@ def add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     create.add_argument(
         "--name", dest="label", default=DEFAULT_TOKEN_NAME, help="a label to recognise it by"
     )
+    create.add_argument(
+        "--admin-scope",
+        action="store_true",
+        help="let the token reach the admin pages and API too (an admin's token only)",
+    )
+    create.add_argument(
+        "--scope",
+        dest="scopes",
+        action="append",
+        choices=SCOPE_NAMES,
+        metavar="SCOPE",
+        help=(
+            "what the token may do, instead of the default "
+            f"({' and '.join(DEFAULT_SCOPE_NAMES)}); repeat for several: "
+            + ", ".join(SCOPE_NAMES)
+            + " (create and revoke tokens)"
+        ),
+    )
     create.set_defaults(run=cmd_token_create)
 
 
@@ -73,6 +96,7 @@ def cmd_user_create(args: argparse.Namespace) -> int:
 def cmd_user_delete(args: argparse.Namespace) -> int:
     async def remove(accounts: AccountService) -> str:
         user = await accounts.get_user_by_name(args.name)
+        # The last active admin is refused (a Conflict, which `_run` turns into an error).
         if user is None or user.id is None or not await accounts.delete_user(user.id):
             raise CommandError(f"no user named {args.name!r}")
         return user.username
@@ -90,7 +114,8 @@ def cmd_token_create(args: argparse.Namespace) -> int:
         user = await accounts.get_user_by_name(args.name)
         if user is None or user.id is None:
             raise CommandError(f"no user named {args.name!r}")
-        _, plain = await accounts.create_token(user.id, args.label)
+        scopes = [*(args.scopes or DEFAULT_SCOPE_NAMES), *(["admin"] if args.admin_scope else [])]
+        _, plain = await accounts.create_token(user.id, args.label, scopes)
         return plain
 
     try:

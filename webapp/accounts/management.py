@@ -5,7 +5,10 @@ user changes their own password.
 The rule that matters: there is always an active admin. Taking the rights or the account
 of the last one is refused by one conditional UPDATE (on PostgreSQL under a table lock,
 as `create_first_admin` does), so two admins demoting each other at once cannot both win.
-Deactivating ends the account's sessions and revokes its tokens in the same transaction.
+Deactivating ends the account's sessions and revokes its tokens in the same transaction;
+so does a new password (an admin's reset, or the user's own change, which keeps only the
+browser that made it signed in): whoever knew the old one, or held a token or a session
+it opened, is out.
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ from dataclasses import dataclass
 from sqlalchemy import delete, exists, text, update
 from sqlmodel import Session, col, select
 
-from webapp.accounts.models import ApiToken, LoginSession, User
+from webapp.accounts.models import LoginSession, User
 from webapp.accounts.passwords import check_password
-from webapp.accounts.service import AccountService, digest
+from webapp.accounts.service import AccountService, digest, revoke_all_tokens
 from webapp.errors import Conflict, InvalidInput, NotFound
-from webapp.timeutil import utcnow
 
 LAST_ADMIN = "the last active admin cannot be demoted or deactivated: make another admin first"
 
@@ -97,14 +99,9 @@ class UserManagement:
             if values:
                 connection.execute(update(User).where(col(User.id) == user_id).values(**values))
             if changes.active is False or password_hash is not None:
-                # Whoever held the account's sessions (or its old password) is out.
+                # Whoever held the account's sessions or tokens (or its old password) is out.
                 connection.execute(delete(LoginSession).where(col(LoginSession.user_id) == user_id))
-            if changes.active is False:
-                connection.execute(
-                    update(ApiToken)
-                    .where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
-                    .values(revoked_at=utcnow())
-                )
+                revoke_all_tokens(session, user_id)
             session.refresh(user)
             return user
 
@@ -114,7 +111,8 @@ class UserManagement:
         self, user_id: int, current: str, new: str, *, keep_session: str = ""
     ) -> None:
         """A user's own change: the current password must be right; every other session of
-        theirs ends (the one making the change, `keep_session`'s secret, stays)."""
+        theirs ends (the one making the change, `keep_session`'s secret, stays) and every
+        API token of theirs is revoked."""
         user = await self.accounts.get_user(user_id)
         if user is None:
             raise NotFound("no such user")
@@ -137,6 +135,7 @@ class UserManagement:
                     col(LoginSession.id) != digest(keep_session),
                 )
             )
+            revoke_all_tokens(session, user_id)
 
         await self.accounts.db.write(change)
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    String,
     UniqueConstraint,
     true,
 )
@@ -26,6 +27,20 @@ from webapp.timeutil import utcnow
 
 USERNAME_MAX_LENGTH = 64
 CLIENT_MAX_LENGTH = 64
+
+# What an API token may do. A signed-in browser may do everything its user may.
+CHAT = "chat"
+"""The JSON API and the pages: conversations, search, one's own settings."""
+GATEWAY = "gateway"
+"""The OpenAI-compatible gateway under /v1."""
+ADMIN = "admin"
+"""What only admins may do (the admin pages and /api/admin); only an admin's token has it."""
+TOKENS = "tokens"
+"""Creating and revoking the account's tokens: without it a token can never mint another."""
+SCOPES = (CHAT, GATEWAY, ADMIN, TOKENS)
+DEFAULT_SCOPES = (CHAT, GATEWAY)
+"""What a token gets unless more is asked for when it is made."""
+SCOPES_MAX_LENGTH = 100
 
 
 def username_key(username: str) -> str:
@@ -113,10 +128,25 @@ class ApiToken(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
     last_used_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
     revoked_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    scopes: str = Field(
+        default=" ".join(DEFAULT_SCOPES),
+        sa_column=Column(
+            String(SCOPES_MAX_LENGTH),
+            nullable=False,
+            default=" ".join(DEFAULT_SCOPES),
+            server_default=" ".join(DEFAULT_SCOPES),
+        ),
+    )
+    """What the token may do: scope names (`SCOPES`) separated by spaces. Tokens made
+    before scopes existed got the default ones."""
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+    @property
+    def scope_set(self) -> frozenset[str]:
+        return frozenset(self.scopes.split())
 
 
 class SignInAttempt(SQLModel, table=True):

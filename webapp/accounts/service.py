@@ -16,6 +16,8 @@ import hashlib
 import math
 import re
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from argon2 import PasswordHasher
@@ -25,6 +27,7 @@ from sqlalchemy import (
     String,
     bindparam,
     delete,
+    exists,
     func,
     insert,
     literal,
@@ -37,7 +40,10 @@ from sqlalchemy.sql import Executable
 from sqlmodel import Session, col, select
 
 from webapp.accounts.models import (
+    ADMIN,
     CLIENT_MAX_LENGTH,
+    DEFAULT_SCOPES,
+    SCOPES,
     USERNAME_MAX_LENGTH,
     ApiToken,
     LoginSession,
@@ -68,6 +74,11 @@ TOKEN_NAME_MAX_LENGTH = 100
 MAX_SECRET_LENGTH = 256
 """Longer than any secret we issue: such input is refused before it is hashed or queried."""
 
+LAST_ADMIN_DELETE = (
+    "{name!r} is the last active admin and cannot be deleted: make another admin first "
+    "(`webapp user create NAME --admin`)"
+)
+
 
 def digest(secret: str) -> str:
     """What the database stores for a session secret or an API token."""
@@ -88,7 +99,7 @@ def check_username(username: str) -> None:
 
 _USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
 _TOKEN_OWNER = Prepared(
-    sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), literal(None)])
+    sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), col(ApiToken.scopes)])
     .join(User, col(User.id) == col(ApiToken.user_id))
     .where(
         col(ApiToken.token_hash) == bindparam("secret"),
@@ -112,10 +123,9 @@ _SESSION_OWNER = Prepared(
 and two ORM objects each time cost more than the query itself."""
 
 
-def _signed_in_by(
-    rows: list[Row],
-) -> tuple[User, object, datetime | None, datetime | None] | None:
-    """The user, and the id, last use and expiry of the token or session row."""
+def _signed_in_by(rows: list[Row]) -> tuple[User, object, datetime | None, object] | None:
+    """The user, and the id, last use and expiry (a session) or scopes (a token) of the
+    row."""
     if not rows:
         return None
     (row,) = rows
@@ -123,6 +133,27 @@ def _signed_in_by(
     user = as_loaded(User, {c.key: v for c, v in zip(_USER_COLUMNS, row[:width], strict=True)})
     ident, last, expires = row[width:]
     return user, ident, last, expires
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSignIn:
+    """Who a token signs in as, and what it may do."""
+
+    user: User
+    scopes: frozenset[str]
+
+
+def check_scopes(scopes: Iterable[str]) -> str:
+    """The stored form of a token's scopes (known names, in `SCOPES` order), or InvalidInput."""
+    wanted = set(scopes)
+    unknown = sorted(wanted - set(SCOPES))
+    if unknown:
+        raise InvalidInput(
+            f"unknown token scope {unknown[0]!r}: the scopes are {', '.join(SCOPES)}"
+        )
+    if not wanted:
+        raise InvalidInput(f"a token needs at least one scope of {', '.join(SCOPES)}")
+    return " ".join(scope for scope in SCOPES if scope in wanted)
 
 
 class AccountService:
@@ -312,11 +343,31 @@ class AccountService:
     async def delete_user(self, user_id: int) -> bool:
         """Delete an account and everything that is its own: sessions, API tokens and
         conversations go with it (ON DELETE CASCADE), so none of them works again and no
-        later account can inherit them. False if there was no such user."""
-        statement = delete(User).where(col(User.id) == user_id)
-        return await self.db.write(
-            lambda session: session.connection().execute(statement).rowcount > 0
+        later account can inherit them. False if there was no such user.
+
+        The last active admin is not deleted (`Conflict`): one conditional DELETE, on
+        PostgreSQL under the table lock `UserManagement.update` takes, so two admins
+        deleting each other at once cannot both win (see `webapp.accounts.management`).
+        """
+        other_admin = exists().where(col(User.is_admin), col(User.active), col(User.id) != user_id)
+        statement = delete(User).where(
+            col(User.id) == user_id, ~(col(User.is_admin) & col(User.active)) | other_admin
         )
+
+        def remove(session: Session) -> bool:
+            connection = session.connection()
+            if connection.dialect.name == "postgresql":
+                connection.execute(
+                    text(f"LOCK TABLE {User.__tablename__} IN SHARE ROW EXCLUSIVE MODE")
+                )
+            if connection.execute(statement).rowcount > 0:
+                return True
+            kept = session.get(User, user_id)
+            if kept is not None:
+                raise Conflict(LAST_ADMIN_DELETE.format(name=kept.username))
+            return False
+
+        return await self.db.write(remove)
 
     async def list_users(self) -> list[User]:
         """Every account, by username (case-insensitively)."""
@@ -351,7 +402,7 @@ class AccountService:
             return None
         user, login_id, last_seen_at, expires_at = found
         now = utcnow()
-        if expires_at is None or as_utc(expires_at) <= now:
+        if not isinstance(expires_at, datetime) or as_utc(expires_at) <= now:
             return None
         if last_seen_at is None or _due(last_seen_at, now):
             await self.db.write(
@@ -377,34 +428,58 @@ class AccountService:
 
     # API tokens
 
-    async def create_token(self, user_id: int, name: str) -> tuple[ApiToken, str]:
-        """Issue a token; the plain token is returned now and never again."""
+    async def create_token(
+        self, user_id: int, name: str, scopes: Iterable[str] = DEFAULT_SCOPES
+    ) -> tuple[ApiToken, str]:
+        """Issue a token; the plain token is returned now and never again.
+
+        It may do what `scopes` say (`DEFAULT_SCOPES`: chat and the gateway); the admin
+        scope is only for an admin's token, and only when asked for."""
         name = refuse_nul(name, "the token name").strip()
         if not name or len(name) > TOKEN_NAME_MAX_LENGTH:
             raise InvalidInput(f"the token name must be 1 to {TOKEN_NAME_MAX_LENGTH} characters")
+        stored = check_scopes(scopes)
         plain = new_token()
-        token = ApiToken(user_id=user_id, name=name, token_hash=digest(plain), prefix=plain[:8])
+        token = ApiToken(
+            user_id=user_id, name=name, token_hash=digest(plain), prefix=plain[:8], scopes=stored
+        )
+
+        def issue(session: Session) -> None:
+            owner = session.get(User, user_id)
+            if owner is None:
+                raise NotFound(f"no user with id {user_id}")
+            if ADMIN in token.scope_set and not owner.is_admin:
+                raise InvalidInput(
+                    f"{owner.username!r} is not an admin: their token cannot have the admin scope"
+                )
+            session.add(token)
+
         try:
-            await self.db.write(lambda session: session.add(token))
+            await self.db.write(issue)
         except IntegrityError:
             raise NotFound(f"no user with id {user_id}") from None
         return token, plain
 
     async def user_for_token(self, token: str) -> User | None:
         """The owner of a live (not revoked) token, or None."""
+        found = await self.token_sign_in(token)
+        return found.user if found is not None else None
+
+    async def token_sign_in(self, token: str) -> TokenSignIn | None:
+        """The owner of a live (not revoked) token and the token's scopes, or None."""
         if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
             return None
         found = _signed_in_by(await self.db.lookup(_TOKEN_OWNER, {"secret": digest(token)}))
         if found is None:
             return None
-        user, token_id, last_used_at, _ = found
+        user, token_id, last_used_at, scopes = found
         now = utcnow()
         if last_used_at is None or _due(last_used_at, now):
             await self.db.write(
                 _execute,
                 update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=now),
             )
-        return user
+        return TokenSignIn(user, frozenset(str(scopes or "").split()))
 
     async def list_tokens(self, user_id: int) -> list[ApiToken]:
         """The user's tokens, newest first; revoked ones included (`revoked_at` set)."""
@@ -431,6 +506,16 @@ class AccountService:
             return True
 
         return await self.db.write(revoke)
+
+
+def revoke_all_tokens(session: Session, user_id: int) -> None:
+    """Revoke every live token of a user, in the caller's transaction (a password change,
+    a reset, a deactivation: whoever held a token of the old password is out)."""
+    session.connection().execute(
+        update(ApiToken)
+        .where(col(ApiToken.user_id) == user_id, col(ApiToken.revoked_at).is_(None))
+        .values(revoked_at=utcnow())
+    )
 
 
 def _execute(session: Session, statement: Executable) -> int:

@@ -66,8 +66,8 @@ class UserAdminApi(Controller):
     async def update_user(
         self, request: Request[Any, Any, Any], user_id: RowId, data: JSONBody[UserChanges]
     ) -> dict[str, object]:
-        """`active: false` ends the user's sessions and revokes their tokens; a new
-        `password` ends their sessions. The last active admin stays one (409)."""
+        """`active: false` or a new `password` ends the user's sessions and revokes their
+        tokens. The last active admin stays one (409)."""
         changes = Changes(is_admin=data.is_admin, active=data.active, password=data.password)
         return user_dict(await management(request).update(user_id, changes))
 
@@ -84,7 +84,7 @@ DONE = {
     "remove-admin": "They are no longer an admin.",
     "deactivate": "Deactivated: their sessions and tokens no longer work.",
     "activate": "Activated: they can sign in again.",
-    "reset": "Password reset: their sessions have ended.",
+    "reset": "Password reset: their sessions have ended and their API tokens are revoked.",
 }
 
 
@@ -126,7 +126,7 @@ class UserPages(Controller):
     @post("/settings/password")
     async def change_password(self, request: Request[Any, Any, Any]) -> Redirect:
         """Change one's own password; this browser stays signed in, every other session
-        of the account ends."""
+        of the account ends and every API token of it is revoked."""
         form = await _form(request)
         if form.get("new_password", "") != form.get("new_password2", ""):
             raise InvalidInput("the two new passwords differ")

@@ -1,5 +1,11 @@
 """Who is asking: session cookies for browsers, bearer tokens for scripts; and the pages
-to sign in, set up the first admin, sign out and manage API tokens."""
+to sign in, set up the first admin, sign out and manage API tokens.
+
+A signed-in browser may do all its user may. A token may do what its scopes say
+(`webapp.accounts.models.SCOPES`): what an admin-only route needs is the admin scope,
+creating or revoking tokens needs the tokens scope (so a stolen token cannot mint
+itself a successor), everything else the chat scope. The middleware refuses a token
+without the scope (403) before the route runs."""
 
 from __future__ import annotations
 
@@ -9,13 +15,15 @@ from urllib.parse import urlsplit
 from litestar import Controller, MediaType, Request, get, post
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
-from litestar.exceptions import NotAuthorizedException
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.handlers import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
-from webapp.accounts.models import User
+from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, TOKENS, User
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
+from webapp.admin.web import admin_only
 from webapp.chat.models import user_owner
 from webapp.errors import AppError, Conflict, TooManyRequests
 from webapp.web.params import RowId
@@ -29,15 +37,44 @@ class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
         accounts: AccountService = connection.app.state.accounts
         token = bearer_token(connection)
         if token is not None:
-            user = await accounts.user_for_token(token)
-            if user is None:
+            found = await accounts.token_sign_in(token)
+            if found is None:
                 raise NotAuthorizedException("the API token is unknown or revoked")
-            return AuthenticationResult(user=user, auth="token")
+            needed = scope_needed(connection.scope.get("route_handler"))
+            if needed not in found.scopes:
+                raise PermissionDeniedException(REFUSALS[needed])
+            return AuthenticationResult(user=found.user, auth="token")
         secret = connection.cookies.get(SESSION_COOKIE)
         user = await accounts.user_for_session(secret) if secret else None
         if user is None:
             raise NotAuthorizedException("sign in first, or send an API token")
         return AuthenticationResult(user=user, auth="session")
+
+
+TOKEN_SCOPE = "token_scope"
+"""A route handler's `opt` key: the scope a token needs there, when not the usual one."""
+TOKEN_ROUTES = {TOKEN_SCOPE: TOKENS}
+REFUSALS = {
+    ADMIN: (
+        "this API token has no admin scope: the admin pages and API need a token made with "
+        "`webapp token create NAME --admin-scope` (or with the admin scope box on /settings)"
+    ),
+    TOKENS: (
+        "an API token cannot create or revoke tokens: sign in on /settings, or use "
+        "`webapp token create` (a token needs the tokens scope for this)"
+    ),
+    CHAT: "this API token has no chat scope: it is for the gateway (/v1) only",
+}
+
+
+def scope_needed(handler: BaseRouteHandler | None) -> str:
+    """The scope a token needs for a route. Fails closed: a route guarded by `admin_only`
+    at any layer needs the admin scope, whatever else it says."""
+    if handler is None:
+        return ADMIN
+    if any(admin_only in (layer.guards or ()) for layer in handler.ownership_layers):
+        return ADMIN
+    return str(handler.opt.get(TOKEN_SCOPE, CHAT))
 
 
 def owner_of(request: Request[Any, Any, Any]) -> str:
@@ -159,14 +196,18 @@ class AccountPages(Controller):
     ) -> Template:
         return await _settings_page(request, new_token=None, password_changed=done == "password")
 
-    @post("/settings/tokens")
+    @post("/settings/tokens", opt=TOKEN_ROUTES)
     async def create_token(self, request: Request[Any, Any, Any]) -> Template:
+        """A new token: chat and the gateway, and the admin scope if an admin asks."""
         accounts: AccountService = request.app.state.accounts
         form = await _form(request)
-        _, plain = await accounts.create_token(request.user.id, form.get("name", "").strip())
+        scopes = [*DEFAULT_SCOPES, *([ADMIN] if form.get("admin_scope") == "on" else [])]
+        _, plain = await accounts.create_token(
+            request.user.id, form.get("name", "").strip(), scopes
+        )
         return await _settings_page(request, new_token=plain)
 
-    @post("/settings/tokens/{token_id:int}/revoke")
+    @post("/settings/tokens/{token_id:int}/revoke", opt=TOKEN_ROUTES)
     async def revoke_token(self, request: Request[Any, Any, Any], token_id: RowId) -> Redirect:
         accounts: AccountService = request.app.state.accounts
         await accounts.revoke_token(request.user.id, token_id)

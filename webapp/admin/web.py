@@ -25,6 +25,7 @@ from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_
 from webapp.admin.queries import CacheDay, Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.models import Message, Role
 from webapp.chat.views import MessageView
+from webapp.llm.calibration import learned_windows
 from webapp.llm.window import runs_of
 from webapp.web.deps import Chat
 
@@ -154,6 +155,7 @@ class AdminController(Controller):
                 "per_model_chart": per_model_chart(per_model),
                 "chart_days": CHART_DAYS,
                 "prompt_cache": prompt_cache,
+                "learned_windows": await chat.db.read(learned_windows),
                 "configurations": sorted(catalog.configurations),
                 "models": sorted(catalog.models),
                 "csv_url": listing.url(f"{LIST_PATH}.csv", page=1),

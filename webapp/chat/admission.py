@@ -1,58 +1,128 @@
-"""Whether a send may go: the owner's rate limit and one answer at a time per conversation.
-Both are checked inside the send's own transaction, from stored rows, so every worker
-decides the same."""
+"""Whether a send may go: the owner's rate limit and one answer at a time per conversation;
+and the other budgets an owner spends: imports (stored, per window) and previews (in
+memory, per process).
+
+Every spending of the message budget (a chat send, a gateway call) and every import
+leaves a row in `gateway_call` (owner, time, kind, size): the limits count those rows,
+so deleting conversations gives nothing back. They are counted inside the spending's
+own transaction, under the owner's lock, so every worker decides the same. Rows older
+than their window are deleted now and then, by whichever worker comes first.
+"""
 
 from __future__ import annotations
 
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from enum import StrEnum
 
-from sqlalchemy import ColumnElement, Connection, bindparam, func
-from sqlmodel import col, select
+from sqlalchemy import ColumnElement, Connection, bindparam, delete, func, insert, literal_column
+from sqlmodel import Session, col, select
 
-from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, GatewayCall, Message, Role, Status
+from webapp.chat.models import EMBED_OWNER_PREFIX, GatewayCall, Message, Status
 from webapp.chat.reaping import reap
-from webapp.errors import Conflict, TooManyRequests
+from webapp.db import Database
+from webapp.errors import Conflict, InvalidInput, TooManyRequests
+from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
 
+
+class Use(StrEnum):
+    """What a row of `gateway_call` records."""
+
+    SEND = "send"
+    """A chat send (a message stored, also through the gateway's `x-conversation-id`)."""
+    CALL = "call"
+    """A gateway call that stored no message."""
+    IMPORT = "import"
+    """An imported conversation (`size`: its bytes)."""
+
+
+MESSAGE_USES = (Use.SEND, Use.CALL)
+"""What the rate limit (`WEBAPP_RATE_LIMIT_MESSAGES`) counts: both, wherever it is checked."""
+_SPENDS_MESSAGES = col(GatewayCall.kind).in_([literal_column(f"'{use}'") for use in MESSAGE_USES])
+
 # Built once: on SQLite, building and caching a statement costs about as much as running it.
-RECENT_SENDS = (
-    select(Message.created_at)
-    .where(
-        # Every send touches its conversation, so only conversations touched inside the
-        # window can hold sends inside it; each is read by (conversation_id, created_at).
-        col(Message.conversation_id).in_(
-            select(Conversation.id).where(
-                col(Conversation.owner) == bindparam("owned_by"),
-                col(Conversation.updated_at) > bindparam("since"),
-            )
-        ),
-        col(Message.role) == Role.USER,
-        col(Message.created_at) > bindparam("since"),
-    )
-    .order_by(col(Message.created_at))
-    .limit(bindparam("limit"))
-)
-"""The owner's sends in the rate limit's window, oldest first, as many as the limit. (No
-join: SQLite's RETURNING, where it is also counted, names columns without their table.)"""
-RECENT_CALLS = (
+RECENT_USES = (
     select(GatewayCall.called_at)
     .where(
         col(GatewayCall.owner) == bindparam("owned_by"),
+        _SPENDS_MESSAGES,
         col(GatewayCall.called_at) > bindparam("since"),
     )
-    .order_by(col(GatewayCall.called_at))
+    .order_by(col(GatewayCall.called_at).desc())
     .limit(bindparam("limit"))
 )
-"""The owner's gateway calls that stored no message: they count against the same limit."""
+"""The owner's newest sends and gateway calls in the rate limit's window, as many as the
+limit (read by `ix_gateway_call_owner_time`)."""
 RECENT_COUNT: ColumnElement[int] = (
-    select(func.count()).select_from(RECENT_SENDS.subquery()).scalar_subquery()
-    + select(func.count()).select_from(RECENT_CALLS.subquery()).scalar_subquery()
+    select(func.count()).select_from(RECENT_USES.subquery()).scalar_subquery()
 )
-"""Both counted, as one expression a send's first statement returns."""
+"""Their count, as one expression a send's first statement returns."""
+_RECORD_USE = Prepared(
+    insert(GatewayCall).values(
+        owner=bindparam("owner"),
+        called_at=bindparam("at"),
+        kind=bindparam("kind"),
+        size=bindparam("size"),
+    )
+)
+
+
+def record_use(connection: Connection, owner: str, use: Use, at: datetime, size: int = 0) -> None:
+    """Count one spending of the owner's budget (in the spending's own transaction)."""
+    _RECORD_USE.rows(connection, {"owner": owner, "at": at, "kind": use.value, "size": size})
+
+
+def message_budget_wait(
+    connection: Connection, owner: str, limit: int, window: float, now: datetime
+) -> int | None:
+    """None while the owner's sends and gateway calls in the window are fewer than
+    `limit`; else the seconds until enough of them have left it."""
+    since = now - timedelta(seconds=window)
+    newest = [
+        as_utc(t)
+        for t in connection.execute(
+            RECENT_USES, {"owned_by": owner, "since": since, "limit": limit}
+        ).scalars()
+    ]
+    if len(newest) < limit:
+        return None
+    # Once the limit-th newest leaves the window, fewer than `limit` remain in it.
+    return max(1, math.ceil((newest[limit - 1] - since).total_seconds()))
+
+
+_PRUNED: dict[tuple[Use, ...], float] = {}
+"""When this process last deleted the rows of each budget that left their window."""
+
+
+def prune_uses(connection: Connection, uses: Sequence[Use], window: float, now: datetime) -> None:
+    """Delete every owner's rows of `uses` older than `window`, at most once per window
+    in this process (counting never needs it: it reads only the window; this keeps the
+    table at about two windows' worth of rows, embed visitors who never come back
+    included). On PostgreSQL only one transaction prunes at a time, the others skip:
+    two deleting the same rows in different orders could deadlock."""
+    key = tuple(uses)
+    clock = time.monotonic()
+    last = _PRUNED.get(key)
+    if last is not None and clock - last < window:
+        return
+    _PRUNED[key] = clock
+    if connection.dialect.name == "postgresql":
+        taken = connection.execute(
+            select(func.pg_try_advisory_xact_lock(func.hashtext("prune gateway_call")))
+        ).scalar()
+        if not taken:
+            return
+    connection.execute(
+        delete(GatewayCall).where(
+            col(GatewayCall.kind).in_([use.value for use in uses]),
+            col(GatewayCall.called_at) <= now - timedelta(seconds=window),
+        )
+    )
 
 
 def hold_budget(connection: Connection, owner: str) -> None:
@@ -102,16 +172,7 @@ class Admission:
         """The owner has sent `limit` messages (or gateway calls) within the window: say
         when enough of them leave it."""
         window = self.window
-        since = now - timedelta(seconds=window)
-        params = {"owned_by": owner, "since": since, "limit": limit}
-        times = sorted(
-            as_utc(t)
-            for statement in (RECENT_SENDS, RECENT_CALLS)
-            for t in connection.execute(statement, params).scalars()
-        )
-        # Sends may go on once enough of them have left the window to be under the limit.
-        leaving = times[len(times) - limit] if len(times) >= limit else None
-        wait = max(1, math.ceil((leaving - since).total_seconds())) if leaving else 1
+        wait = message_budget_wait(connection, owner, limit, window, now) or 1
         raise TooManyRequests(
             f"You have sent {limit} messages in the last {window:g} seconds; "
             f"try again in {wait} seconds.",
@@ -136,3 +197,95 @@ class Admission:
             )
         if heartbeats:
             reap(connection, conversation_id, after)
+
+    def spend(self, connection: Connection, owner: str, now: datetime) -> None:
+        """Count an admitted send (its transaction has checked the limit)."""
+        record_use(connection, owner, Use.SEND, now)
+        prune_uses(connection, MESSAGE_USES, self.window, now)
+
+
+class ImportQuota:
+    """Imports per owner and window, by count and by bytes (`WEBAPP_IMPORT_*`): an import
+    stores what the file holds, at no cost to the model server, so the message budget
+    does not bound it. Counted before the file is read into a conversation (an import
+    refused as invalid counts all the same: it was work)."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db = db
+        self.count = settings.import_limit
+        self.size = settings.import_limit_bytes
+        self.window = settings.import_window
+
+    async def take(self, owner: str, size: int) -> None:
+        """Count an import of `size` bytes, or refuse it (429 with Retry-After)."""
+        if self.count <= 0 and self.size <= 0:
+            return
+        if 0 < self.size < size:
+            raise InvalidInput(f"an import is at most {self.size:,} bytes; this one is {size:,}")
+        await self._db.write(self._take, owner, size, utcnow())
+
+    def _take(self, session: Session, owner: str, size: int, now: datetime) -> None:
+        connection = session.connection()
+        hold_budget(connection, owner)
+        since = now - timedelta(seconds=self.window)
+        newest = [
+            (as_utc(at), spent)
+            for at, spent in connection.execute(
+                select(col(GatewayCall.called_at), col(GatewayCall.size))
+                .where(
+                    col(GatewayCall.owner) == owner,
+                    col(GatewayCall.kind) == Use.IMPORT.value,
+                    col(GatewayCall.called_at) > since,
+                )
+                .order_by(col(GatewayCall.called_at).desc())
+            )
+        ]
+        # The import may go once the newest that leave room are the only ones left.
+        keep = len(newest)
+        if self.count > 0:
+            keep = min(keep, self.count - 1)
+        if self.size > 0:
+            total = size
+            for index, (_, spent) in enumerate(newest[:keep]):
+                total += spent
+                if total > self.size:
+                    keep = index
+                    break
+        if keep < len(newest):
+            leaving = newest[keep][0]
+            wait = max(1, math.ceil((leaving - since).total_seconds()))
+            used = sum(spent for _, spent in newest)
+            raise TooManyRequests(
+                f"You have imported {len(newest)} conversations ({used:,} bytes) in the "
+                f"last {self.window:g} seconds; try again in {wait} seconds.",
+                retry_after=wait,
+            )
+        record_use(connection, owner, Use.IMPORT, now, size)
+        prune_uses(connection, (Use.IMPORT,), self.window, now)
+
+
+class TokenBuckets:
+    """A token bucket per owner, in this process's memory: `rate` tokens a second, at
+    most `burst` saved up. For what stores nothing (the preview of a send): a stored
+    count would cost a write per keystroke, more than the preview itself, and with
+    several workers an owner gets at most a bucket per worker."""
+
+    def __init__(self, rate: float, burst: int, size: int = REFUSALS_KEPT) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._size = size
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def take(self, owner: str) -> float:
+        """Take a token: 0 when one was there, else the seconds until one will be."""
+        if self._rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        tokens, then = self._buckets.get(owner, (self._burst, now))
+        tokens = min(self._burst, tokens + (now - then) * self._rate)
+        taken = tokens >= 1
+        self._buckets[owner] = (tokens - 1 if taken else tokens, now)
+        self._buckets.move_to_end(owner)
+        if len(self._buckets) > self._size:
+            self._buckets.popitem(last=False)
+        return 0.0 if taken else (1 - tokens) / self._rate

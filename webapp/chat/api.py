@@ -11,18 +11,25 @@ from typing import Annotated, Any, Literal
 
 from litestar import Controller, MediaType, Request, Response, delete, get, patch, post
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.response import Stream
 from litestar.response.base import ASGIResponse
 from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
+from sqlalchemy import func
+from sqlmodel import Session, col, select
 
+from webapp.chat.admission import ImportQuota
 from webapp.chat.answers import TEXT_PACE, Channel, Event
+from webapp.chat.models import Conversation, Message
+from webapp.chat.rows import owned_in
 from webapp.chat.sending import Send
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.service import ConversationService
 from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
+from webapp.settings import Settings
 from webapp.web.deps import Chat, Owner
 from webapp.web.events import event_stream
 from webapp.web.params import RowId
@@ -111,6 +118,71 @@ async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> d
     return {"results": [dataclasses.asdict(hit) for hit in hits]}
 
 
+EXPORT_BATCH_CHARS = 1_000_000
+"""About how much text a JSON export reads, holds and encodes at a time (at least one
+message): a client that reads slowly (or not at all, until the write deadline drops it)
+holds one batch, not the whole conversation twice over (rows, then their JSON)."""
+_MESSAGES_MARK = "\x00messages\x00"
+
+
+def _batches(sizes: list[tuple[int, int]]) -> list[int]:
+    """The last seq of each batch, from (seq, characters) in seq order."""
+    ends: list[int] = []
+    held = 0
+    for seq, size in sizes:
+        if ends and held + size <= EXPORT_BATCH_CHARS:
+            ends[-1] = seq
+            held += size
+        else:
+            ends.append(seq)
+            held = size
+    return ends
+
+
+async def _json_export(
+    chat: ConversationService, owner: str, conversation_id: str
+) -> AsyncIterator[bytes]:
+    """`export_json`'s document, as bytes, in pieces: its head, then the messages a batch
+    at a time, up to the newest there was when the export began (so `active_seq` names a
+    leaf of what is exported, whatever is sent meanwhile)."""
+
+    def start(session: Session) -> tuple[Conversation, list[int]]:
+        connection = session.connection()
+        conversation = owned_in(connection, owner, conversation_id)
+        size = func.length(Message.content) + func.coalesce(func.length(Message.error), 0)
+        sizes = connection.execute(
+            select(col(Message.seq), size)
+            .where(Message.conversation_id == conversation_id)
+            .order_by(col(Message.seq))
+        ).all()
+        return conversation, _batches([(seq, chars) for seq, chars in sizes])
+
+    def batch(session: Session, after: int, last: int) -> list[Message]:
+        query = (
+            select(Message)
+            .where(
+                Message.conversation_id == conversation_id,
+                col(Message.seq) > after,
+                col(Message.seq) <= last,
+            )
+            .order_by(col(Message.seq))
+        )
+        return list(session.exec(query))
+
+    conversation, ends = await chat.db.read(start)
+    head = {**export_json(conversation, []), "messages": _MESSAGES_MARK}
+    before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
+    yield before + b"["
+    after, comma = 0, b""
+    for last in ends:
+        rows = await chat.db.read(batch, after, last)
+        for message in export_json(conversation, rows)["messages"]:
+            yield comma + encode_json(message)
+            comma = b","
+        after = last
+    yield b"]" + end
+
+
 def download_name(title: str) -> str:
     """A file name from a title: letters, digits, dashes; never empty, never a path."""
     return re.sub(r"[^\w-]+", "-", title, flags=re.ASCII).strip("-")[:80] or "conversation"
@@ -157,18 +229,24 @@ class ConversationController(Controller):
                 media_type="text/markdown; charset=utf-8",
                 headers={"Content-Disposition": f'attachment; filename="{name}.md"'},
             )
-        conversation, rows = await chat.record(owner, conversation_id)  # every branch
-        return Response(
-            export_json(conversation, rows),
+        return Stream(  # every branch, read and sent a batch at a time
+            _json_export(chat, owner, conversation_id),
             media_type=MediaType.JSON,
             headers={"Content-Disposition": f'attachment; filename="{name}.json"'},
         )
 
     @post("/import", status_code=HTTP_201_CREATED)
     async def import_conversation(
-        self, chat: Chat, owner: Owner, data: JSONBody[dict[str, Any]]
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        owner: Owner,
+        data: JSONBody[dict[str, Any]],
     ) -> dict[str, Any]:
-        """A new conversation from a JSON export (`GET .../export?format=json`)."""
+        """A new conversation from a JSON export (`GET .../export?format=json`); 429 past
+        the caller's import quota (`WEBAPP_IMPORT_*`)."""
+        settings: Settings = request.app.state.settings
+        await ImportQuota(chat.db, settings).take(owner, len(await request.body()))
         conversation = await chat.import_conversation(owner, data)
         _, rows = await chat.history(owner, conversation.id)
         return conversation_dict(conversation, rows)

@@ -7,18 +7,25 @@ it flushes are read each time the process hears that they moved (see
 `webapp.chat.notify`: LISTEN/NOTIFY on PostgreSQL, one shared poll on SQLite).
 Either way each snapshot is the whole text so far, so a watcher that connects late
 or reconnects can neither duplicate nor lose text.
+
+Each watcher costs its worker a wake-up and a write per snapshot, so a worker lets only
+so many follow one answer, and one owner, at once (`WATCHERS`); the one past a cap is
+refused (429) before its stream opens.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from webapp.chat.models import Message, Role, Status
 from webapp.chat.notify import AnswerNotices, PollingNotices
 from webapp.chat.service import ConversationService
-from webapp.errors import NotFound
+from webapp.errors import NotFound, TooManyRequests
 from webapp.stored import id_of
 
 
@@ -29,6 +36,61 @@ class Snapshot:
     final: bool
 
 
+K = TypeVar("K")
+
+WATCHER_RETRY_AFTER = 5
+"""What a watcher refused for a cap is told to wait (Retry-After, seconds)."""
+
+
+class Watchers:
+    """How many follow each answer, and each owner's answers, in this process."""
+
+    def __init__(self) -> None:
+        self._by_answer: Counter[int] = Counter()
+        self._by_owner: Counter[str] = Counter()
+
+    def of_answer(self, answer_id: int) -> int:
+        return self._by_answer[answer_id]
+
+    def of_owner(self, owner: str) -> int:
+        return self._by_owner[owner]
+
+    @contextmanager
+    def hold(
+        self, owner: str, answer_id: int, *, per_answer: int, per_owner: int
+    ) -> Iterator[None]:
+        """A place among the answer's and the owner's watchers for as long as this lasts,
+        or TooManyRequests when either is full (a cap of 0: none)."""
+        if 0 < per_answer <= self._by_answer[answer_id]:
+            raise TooManyRequests(
+                f"this answer already has {per_answer} pages following it; close one, "
+                "or try again once it is done",
+                retry_after=WATCHER_RETRY_AFTER,
+            )
+        if 0 < per_owner <= self._by_owner[owner]:
+            raise TooManyRequests(
+                f"you already have {per_owner} pages following answers; close some first",
+                retry_after=WATCHER_RETRY_AFTER,
+            )
+        self._by_answer[answer_id] += 1
+        self._by_owner[owner] += 1
+        try:
+            yield
+        finally:
+            _release(self._by_answer, answer_id)
+            _release(self._by_owner, owner)
+
+
+def _release(counter: Counter[K], key: K) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
+
+
+WATCHERS = Watchers()
+"""This process's watchers (each worker caps its own: they live in its memory)."""
+
+
 async def follow_answer(
     chat: ConversationService,
     owner: str,
@@ -37,18 +99,40 @@ async def follow_answer(
     *,
     notices: AnswerNotices | None = None,
     throttle: float = 0.05,
-) -> AsyncIterator[Snapshot]:
+    per_answer: int = 0,
+    per_owner: int = 0,
+) -> AsyncGenerator[Snapshot, None]:
+    """Snapshots of the answer until its final one; at most `per_answer` followers of
+    one answer and `per_owner` of one owner's answers at once in this process (0: no
+    cap). Close the iterator when done with it: that gives its place back."""
     answer = await chat.message(owner, conversation_id, answer_id)
     if answer.role != Role.ASSISTANT:
         raise NotFound("no such answer: that id is a user's message")
+    with WATCHERS.hold(owner, answer_id, per_answer=per_answer, per_owner=per_owner):
+        following = _follow(chat, owner, conversation_id, answer, notices, throttle)
+        async with aclosing(following) as snapshots:
+            async for snapshot in snapshots:
+                yield snapshot
+
+
+async def _follow(
+    chat: ConversationService,
+    owner: str,
+    conversation_id: str,
+    answer: Message,
+    notices: AnswerNotices | None,
+    throttle: float,
+) -> AsyncGenerator[Snapshot, None]:
+    answer_id = id_of(answer)
     user = await chat.user_row_of(answer)
     running = chat.running(answer_id)
     if answer.status != Status.STREAMING or running is None:
         stored = _follow_stored(
             chat, notices or _unshared(chat), owner, conversation_id, answer, user
         )
-        async for snapshot in stored:
-            yield snapshot
+        async with aclosing(stored) as snapshots:
+            async for snapshot in snapshots:
+                yield snapshot
         return
     text = ""
     shown = -1.0
@@ -82,7 +166,7 @@ async def _follow_stored(
     conversation_id: str,
     answer: Message,
     user: Message,
-) -> AsyncIterator[Snapshot]:
+) -> AsyncGenerator[Snapshot, None]:
     """Snapshots of an answer written elsewhere: read when it moves. A writer that died
     sends nothing more; now and then the watcher looks for itself, and reaps."""
     assert answer.id is not None and user.id is not None

@@ -235,17 +235,26 @@ row built from it (plus the required columns) stores."""
 
 
 class GatewayCall(SQLModel, table=True):
-    """One model call made through the gateway (`webapp.gateway`) that stored no message.
-
-    It lives beside the conversation log because it counts against the same per-user
-    rate limit as a chat send: the limit counts both, wherever it is checked.
+    """One spending of an owner's budget: a chat send, a gateway call that stored no
+    message, an import (see `webapp.chat.admission`). Owner, time, kind and size, nothing
+    of the content: the limits count these rows, which deleting conversations does not
+    touch. (The table kept its first name, from when it held gateway calls only.)
     """
 
     __tablename__ = "gateway_call"
-    __table_args__ = (Index("ix_gateway_call_owner_time", "owner", "called_at"),)
+    __table_args__ = (
+        Index("ix_gateway_call_owner_time", "owner", "called_at"),
+        Index("ix_gateway_call_time", "called_at"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     owner: str = Field(max_length=100)
     called_at: datetime = Field(
         sa_column=Column(DateTime(timezone=True), nullable=False, default=utcnow)
     )
+    kind: str = Field(
+        default="call", sa_column=Column(String(16), nullable=False, server_default="call")
+    )
+    """`send`, `call` or `import` (`admission.Use`)."""
+    size: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    """An import's size in bytes (0 for the others)."""

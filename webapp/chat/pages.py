@@ -19,6 +19,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
+from webapp.chat.admission import ImportQuota
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.sending import Send
@@ -34,6 +35,7 @@ from webapp.chat.views import (
 from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
+from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
 from webapp.web.deps import Chat, Notices, Owner
@@ -257,35 +259,52 @@ class ConversationPages(Controller):
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
         self,
+        request: Request[Any, Any, Any],
         chat: Chat,
         notices: Notices,
         conversation: FoundConversation,
         answer_id: RowId,
     ) -> ASGIApp:
-        """The answer as HTML snapshots over SSE; reconnecting simply resumes from now."""
+        """The answer as HTML snapshots over SSE; reconnecting simply resumes from now.
+        Past a worker's cap of followers (per answer, per owner) it answers 429."""
+        settings: Settings = request.app.state.settings
         snapshots = follow_answer(
-            chat, conversation.owner, conversation.id, answer_id, notices=notices
+            chat,
+            conversation.owner,
+            conversation.id,
+            answer_id,
+            notices=notices,
+            per_answer=settings.watchers_per_answer,
+            per_owner=settings.watchers_per_user,
         )
-        first = await anext(snapshots)  # checks ownership before the stream opens
-        # The user row is re-rendered with each snapshot: it keeps its "‹ i/n ›".
-        alternatives = await chat.alternatives_of(conversation.id, [first.user])
+        # Checks ownership and takes a place among the followers before the stream opens.
+        first = await anext(snapshots)
+        try:
+            # The user row is re-rendered with each snapshot: it keeps its "‹ i/n ›".
+            alternatives = await chat.alternatives_of(conversation.id, [first.user])
+        except BaseException:
+            await snapshots.aclose()
+            raise
 
         async def events() -> AsyncIterator[dict[str, Any]]:
             snapshot = first
-            while True:
-                yield {
-                    "data": render_fragment(
-                        "chat/_stream_update.html",
-                        answer=answer_view(snapshot.answer, snapshot.user),
-                        user=message_views([snapshot.user], alternatives)[0],
-                        base=conversation.base,
-                    ),
-                    "id": str(len(snapshot.answer.content)),
-                }
-                if snapshot.final:
-                    yield {"event": "done", "data": snapshot.answer.status}
-                    return
-                snapshot = await anext(snapshots)
+            try:
+                while True:
+                    yield {
+                        "data": render_fragment(
+                            "chat/_stream_update.html",
+                            answer=answer_view(snapshot.answer, snapshot.user),
+                            user=message_views([snapshot.user], alternatives)[0],
+                            base=conversation.base,
+                        ),
+                        "id": str(len(snapshot.answer.content)),
+                    }
+                    if snapshot.final:
+                        yield {"event": "done", "data": snapshot.answer.status}
+                        return
+                    snapshot = await anext(snapshots)
+            finally:
+                await snapshots.aclose()  # the place is given back when the client goes
 
         return event_stream(events())
 
@@ -331,6 +350,8 @@ class ConversationAdmin(Controller):
         raw = await upload.read(MAX_IMPORT_BYTES + 1)
         if len(raw) > MAX_IMPORT_BYTES:
             raise InvalidInput(f"an import file is at most {MAX_IMPORT_BYTES // 2**20} MB")
+        settings: Settings = request.app.state.settings
+        await ImportQuota(chat.db, settings).take(owner, len(raw))
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError):

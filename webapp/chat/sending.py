@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
 
-from webapp.chat.admission import RECENT_COUNT, Admission, hold_budget
+from webapp.chat.admission import RECENT_COUNT, Admission, TokenBuckets, hold_budget
 from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
 from webapp.chat.branches import parent_of
@@ -52,8 +53,8 @@ _TOUCH_CONVERSATION = Prepared(
     .values(updated_at=bindparam("now"))
     .returning(Conversation, RECENT_COUNT)
 )
-"""Takes the conversation's lock and counts the owner's recent sends and gateway calls,
-in one round trip."""
+"""Takes the conversation's lock and counts the owner's recent sends and gateway calls
+(`gateway_call` rows, which deleting conversations keeps), in one round trip."""
 _TURN_COLUMNS = sorted(
     {*MESSAGE_DEFAULTS, "conversation_id", "seq", "role", "created_at", "updated_at"}
 )
@@ -134,6 +135,7 @@ class Sender:
         self._answers = answers
         self._admission = admission
         self._recent = recent
+        self._previews = TokenBuckets(settings.preview_rate, settings.preview_burst)
         self.writer = AnswerWriter(db, manager, settings, flusher)
 
     def validate_content(self, content: object) -> str:
@@ -307,8 +309,10 @@ class Sender:
         conversation = as_loaded(
             Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
         )
-        if limit > 0 and recent_sends >= limit:
-            admission.refuse_too_many(connection, owner, limit, now)
+        if limit > 0:
+            if recent_sends >= limit:
+                admission.refuse_too_many(connection, owner, limit, now)
+            admission.spend(connection, owner, now)
         leaf = conversation.active_seq
         if alternative_to is not None:
             original = row_in(connection, conversation_id, alternative_to)
@@ -386,7 +390,14 @@ class Sender:
         self, owner: str, conversation_id: str, content: object
     ) -> tuple[Message, FitResult]:
         """`preview`'s row, and the fit it was made from (what the row does not keep, such
-        as how many more turns fit before the cut must move)."""
+        as how many more turns fit before the cut must move). Throttled per owner
+        (`TokenBuckets`): it stores nothing, but each one reads and fits a history."""
+        wait = self._previews.take(owner)
+        if wait:
+            raise TooManyRequests(
+                "Too many previews at once; the meter catches up when you pause.",
+                retry_after=max(1, math.ceil(wait)),
+            )
         text = self.validate_content(content)
         # The text being typed is estimated, not sent to the engine's tokenizer on every
         # pause: the history's counts are stored already, and the send counts it exactly.

@@ -12,17 +12,20 @@ anything is written, and says which one is wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.serialize import FIT_COLUMNS, _iso, conversation_dict, message_dict
 from webapp.chat.views import STATUS_LABELS, left_out_words
-from webapp.errors import InvalidInput
+from webapp.errors import InvalidInput, refuse_nul
+from webapp.llm.estimator import estimate_message
 
 FORMAT = "webapp.conversation"
 VERSION = 1
 MAX_MESSAGES = 20_000
+MAX_LEFT_OUT_SPANS = 100_000
+"""Over all its sends: what the admin review walks when it shows the conversation."""
 MAX_CONTENT = 1_000_000
 INT_MAX = 2**31 - 1
 """Every counted column is a 32-bit integer in PostgreSQL."""
@@ -100,8 +103,7 @@ def _field(
     if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= INT_MAX:
         raise InvalidInput(f"{where}.{key} must be between 0 and {INT_MAX}")
     if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidInput(f"{where}.{key} contains a NUL character")
+        refuse_nul(value, f"{where}.{key}")
         limit = STRING_LIMITS.get(key, MAX_CONTENT)
         if len(value) > limit:
             raise InvalidInput(f"{where}.{key} is longer than {limit:,} characters")
@@ -118,19 +120,39 @@ def _time(where: str, data: dict[str, Any], key: str) -> datetime | None:
         raise InvalidInput(f"{where}.{key} is not an ISO 8601 time") from None
     if parsed.tzinfo is None:
         raise InvalidInput(f"{where}.{key} must name its time zone (e.g. end in Z)")
-    return parsed
+    # The instant, in UTC: what both databases keep of it (PostgreSQL's timestamptz holds
+    # no offset; SQLite's column would drop the offset and keep the wall time).
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(
+            f"{where}.{key} is out of range: in UTC it is not within the years 1 to 9999"
+        ) from None
 
 
-def _spans(where: str, value: object) -> list[list[int]]:
+def _spans(where: str, value: object, seq: int) -> list[list[int]]:
+    """The spans a user row at `seq` left out: within the seqs before it, merged into one
+    span per left-out run (what the app stores), so a file cannot make the review and
+    the chat walk a span for every copy of it."""
+    if isinstance(value, list) and len(value) >= seq:
+        raise InvalidInput(f"{where} holds more spans than there are messages before it")
     if not isinstance(value, list) or not all(
         isinstance(span, list)
         and len(span) == 2
-        and all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= INT_MAX for n in span)
+        and all(isinstance(n, int) and not isinstance(n, bool) and 0 < n < seq for n in span)
         and span[0] <= span[1]
         for span in value
     ):
-        raise InvalidInput(f"{where} must be a list of [first_seq, last_seq] pairs")
-    return value
+        raise InvalidInput(
+            f"{where} must be a list of [first_seq, last_seq] pairs of seqs before {seq}"
+        )
+    merged: list[list[int]] = []
+    for first, last in sorted(value):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], last)
+        else:
+            merged.append([first, last])
+    return merged
 
 
 def _share(where: str, data: dict[str, Any], key: str) -> float | None:
@@ -143,13 +165,13 @@ def _share(where: str, data: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def _fit(where: str, fit: object) -> dict[str, Any]:
+def _fit(where: str, fit: object, seq: int) -> dict[str, Any]:
     if not isinstance(fit, dict):
         raise InvalidInput(f"{where} must be an object or null")
     columns: dict[str, Any] = {}
     for key, column in FIT_COLUMNS.items():
         if key == "left_out":
-            columns[column] = _spans(f"{where}.left_out", fit.get("left_out") or [])
+            columns[column] = _spans(f"{where}.left_out", fit.get("left_out") or [], seq)
         elif key in ("overflow_at_floor", "cut_moved"):
             columns[column] = _field(where, fit, key, (bool,), null=True)
         elif key == "trim_to":
@@ -208,10 +230,17 @@ def _message(index: int, data: object) -> dict[str, Any]:
     if not isinstance(counts, dict):
         raise InvalidInput(f"{where}.token_counts must be an object")
     for name in counts:
+        refuse_nul(name, f"{where}.token_counts: a tokenizer name")
         if len(name) > STRING_LIMITS["counted_by"]:
             raise InvalidInput(f"{where}.token_counts has a tokenizer name that is too long")
         _field(f"{where}.token_counts", counts, name, (int,), null=False)
-    row["token_counts"] = {n: c for n, c in counts.items() if n != "estimate"} or None
+    # Sizes are checked, never trusted: a forged one would steer the bound and what the
+    # model's calibration learns. Re-estimated as the app estimates a stored message;
+    # counted by the serving model's tokenizer on first use.
+    row["estimated_tokens"] = (
+        estimate_message({"role": role, "content": row["content"]}) if row["content"] else 0
+    )
+    row["token_counts"] = None
     usage = data.get("usage")
     if usage is not None:
         if not isinstance(usage, dict):
@@ -224,7 +253,7 @@ def _message(index: int, data: object) -> dict[str, Any]:
     dropped = _field(where, data, "dropped_turns", (int,), null=True)
     if role == Role.USER and dropped is not None:
         row["dropped_turns"] = dropped
-        row.update(_fit(f"{where}.fit", data.get("fit") or {}))
+        row.update(_fit(f"{where}.fit", data.get("fit") or {}, seq))
     return row
 
 
@@ -242,6 +271,15 @@ def parse_export(data: object, *, default_configuration: str, known: set[str]) -
         raise InvalidInput('"messages" must be a list')
     if len(messages) > MAX_MESSAGES:
         raise InvalidInput(f"an import holds at most {MAX_MESSAGES:,} messages")
+    spans = sum(
+        len(left_out)
+        for message in messages
+        if isinstance(message, dict)
+        and isinstance(fit := message.get("fit"), dict)
+        and isinstance(left_out := fit.get("left_out"), list)
+    )
+    if spans > MAX_LEFT_OUT_SPANS:
+        raise InvalidInput(f"an import holds at most {MAX_LEFT_OUT_SPANS:,} left-out spans")
     if len(messages) % 2:
         raise InvalidInput("the last message has no answer: an export ends with an answer")
     title = _field("conversation", conversation, "title", (str,), null=True)

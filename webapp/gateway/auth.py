@@ -3,7 +3,8 @@
 The gateway takes no session cookie, so a page on another site cannot make a
 visitor's browser call it with their credentials: it needs no CSRF token, and the
 app's CSRF guard already lets bearer-token requests through. The app's own
-session-or-token middleware skips /v1 so that a cookie never authenticates here.
+session-or-token middleware skips /v1 so that a cookie never authenticates here. The
+token needs the gateway scope (every token has it unless made without it).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from litestar.connection import ASGIConnection
-from litestar.exceptions import NotAuthorizedException
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
+from webapp.accounts.models import GATEWAY
 from webapp.accounts.service import AccountService
 from webapp.web.security import bearer_token
 
@@ -29,7 +31,11 @@ class BearerTokenAuth(AbstractAuthenticationMiddleware):
                 "/settings or with `webapp token create`); the gateway takes no cookies."
             )
         accounts: AccountService = connection.app.state.accounts
-        user = await accounts.user_for_token(token)
-        if user is None:
+        found = await accounts.token_sign_in(token)
+        if found is None:
             raise NotAuthorizedException("The API token is unknown or revoked.")
-        return AuthenticationResult(user=user, auth="token")
+        if GATEWAY not in found.scopes:
+            raise PermissionDeniedException(
+                "This API token has no gateway scope: make one with `webapp token create NAME`."
+            )
+        return AuthenticationResult(user=found.user, auth="token")

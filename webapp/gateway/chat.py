@@ -16,10 +16,11 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
-from webapp.gateway.deps import Cuts, Limit, json_response, resolve_route
+from webapp.gateway.deps import Cuts, Intakes, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider
+from webapp.gateway.intake import estimates
 from webapp.gateway.report import fit_headers, fit_report
-from webapp.gateway.schemas import ChatCompletionRequest, parse
+from webapp.gateway.schemas import ChatCompletionRequest
 from webapp.gateway.streaming import Chunks, completion_body, replay, sse
 from webapp.llm.manager import (
     Counted,
@@ -39,24 +40,27 @@ from webapp.web.events import STREAM_HEADERS
 
 @post("/chat/completions", status_code=200)
 async def chat_completions(
-    request: Request[Any, Any, Any], chat: Chat, limit: Limit, cuts: Cuts, owner: Owner
+    request: Request[Any, Any, Any], chat: Chat, intake: Intakes, cuts: Cuts, owner: Owner
 ) -> Response[Any]:
     """A chat call, fitted to the model that serves it; with `x-conversation-id`, a send
-    in one of the caller's conversations (see `webapp.gateway.conversation`)."""
-    body: ChatCompletionRequest = parse(ChatCompletionRequest, await request.body())
+    in one of the caller's conversations (see `webapp.gateway.conversation`). Admitted
+    before its body is read (`webapp.gateway.intake`)."""
+    conversation_id = request.headers.get(CONVERSATION_HEADER)
+    body, size = await intake.read(
+        request, owner, ChatCompletionRequest, record=conversation_id is None
+    )
     manager = chat.manager
     route = resolve_route(manager, body.model)
-    conversation_id = request.headers.get(CONVERSATION_HEADER)
     if conversation_id is not None:
-        await limit.admit(owner, record=False)
         return await answer_in_conversation(chat, owner, conversation_id.strip(), body)
-    await limit.admit(owner)
     messages = [message.wire() for message in body.messages]
     tools = body.wire_tools()
     keep_from = cuts.keep_from(owner, body.model, route.primary.name, messages)
     plan = manager.plan(
         route,
-        Transcript(messages=messages, keep_from=keep_from),
+        Transcript(
+            messages=messages, estimates=await estimates(messages, size), keep_from=keep_from
+        ),
         tools=tools,
         max_tokens=body.answer_limit,
     )

@@ -1,5 +1,6 @@
-"""What every gateway endpoint takes besides the app's own dependencies: the rate limit,
-the route its `model` names, and JSON answers with headers."""
+"""What every gateway endpoint takes besides the app's own dependencies: the rate limit
+and the bounded intake of its body, the route its `model` names, and JSON answers with
+headers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from litestar.di import NamedDependency
 
 from webapp.gateway.cuts import StatelessCuts
 from webapp.gateway.errors import GatewayError, model_not_found
+from webapp.gateway.intake import Intake
 from webapp.gateway.limits import RateLimit
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import Route, RoutingError
@@ -18,6 +20,8 @@ Limit = NamedDependency[RateLimit]
 """The gateway router's `limit` dependency: the chat's per-user rate limit."""
 Cuts = NamedDependency[StatelessCuts]
 """The gateway router's `cuts` dependency: where stateless calls' cuts stay."""
+Intakes = NamedDependency[Intake]
+"""The gateway router's `intake` dependency: admission, then the body, bounded."""
 
 
 def resolve_route(manager: LLMManager, name: str) -> Route:

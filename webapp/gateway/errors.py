@@ -20,6 +20,7 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from webapp.errors import AppError, TooManyRequests
 from webapp.llm.manager import AllModelsFailed
@@ -131,10 +132,26 @@ def _validation_param(error: ValidationException) -> tuple[str, str | None]:
     return str(first.get("message", error.detail)), str(key) if key else None
 
 
+def too_large(limit: int | None) -> GatewayError:
+    size = f" of {limit:,} bytes" if limit else ""
+    return GatewayError(
+        413,
+        f"The request body is larger than this gateway's limit{size} "
+        "(WEBAPP_GATEWAY_MAX_BODY_BYTES).",
+        code="request_too_large",
+    )
+
+
 def as_gateway_error(error: Exception) -> GatewayError:
     """Any exception raised while answering under /v1, in OpenAI's vocabulary."""
     if isinstance(error, GatewayError):
         return error
+    if isinstance(error, RequestEntityTooLarge):
+        return too_large(None)
+    if isinstance(error, RecursionError):
+        return invalid("The body of the request is nested too deeply.")
+    if isinstance(error, UnicodeDecodeError):
+        return invalid(f"The request is not valid UTF-8 (byte {error.start}).")
     if isinstance(error, TooManyRequests):
         return too_many(error.message, error.retry_after)
     if isinstance(error, AppError):
@@ -158,10 +175,19 @@ def as_gateway_error(error: Exception) -> GatewayError:
     )
 
 
-def gateway_exception_handler(_: Request[Any, Any, Any], error: Exception) -> Response[Any]:
+def gateway_exception_handler(request: Request[Any, Any, Any], error: Exception) -> Response[Any]:
     """Installed on the /v1 router (and consulted by the app for /v1 paths that match no
     route), so nothing under /v1 answers in another shape."""
     gateway_error = as_gateway_error(error)
+    if isinstance(error, RequestEntityTooLarge):
+        gateway_error = too_large(_body_limit(request))
     if isinstance(error, HTTPException) and error.headers:
         gateway_error.headers = {**error.headers, **gateway_error.headers}
     return gateway_error.response()
+
+
+def _body_limit(request: Request[Any, Any, Any]) -> int | None:
+    try:
+        return request.route_handler.resolve_request_max_body_size()
+    except Exception:  # no route matched: say no number rather than fail the answer
+        return None

@@ -8,6 +8,7 @@ over to the next, as in chat.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import struct
 import time
@@ -16,10 +17,11 @@ from typing import Any, TypeVar
 
 from litestar import Request, Response, post
 
-from webapp.gateway.deps import Limit, json_response, resolve_route
+from webapp.gateway.deps import Intakes, json_response, resolve_route
 from webapp.gateway.errors import from_provider
+from webapp.gateway.intake import OFF_LOOP_BYTES
 from webapp.gateway.report import COMPLETION_OVERFLOW_HEADER, completion_report
-from webapp.gateway.schemas import CompletionRequest, EmbeddingRequest, parse
+from webapp.gateway.schemas import CompletionRequest, EmbeddingRequest
 from webapp.gateway.streaming import new_id, usage_dict
 from webapp.llm.catalog import ModelSpec
 from webapp.llm.estimator import estimate_text
@@ -49,16 +51,15 @@ async def _each_model(
 
 @post("/completions", status_code=200)
 async def completions(
-    request: Request[Any, Any, Any], chat: Chat, limit: Limit, owner: Owner
+    request: Request[Any, Any, Any], chat: Chat, intake: Intakes, owner: Owner
 ) -> Response[Any]:
     """A raw completion is the caller's exact text: never pruned; an overflow is reported
     (`webapp.overflow`, header `x-completion-overflow`) and the prompt sent all the same."""
-    body: CompletionRequest = parse(CompletionRequest, await request.body())
+    body, _ = await intake.read(request, owner, CompletionRequest)
     manager = chat.manager
     route = resolve_route(manager, body.model)
     prompt = body.text
     max_tokens = manager.max_tokens_for(route, body.max_tokens)
-    await limit.admit(owner)
     (result, report), model = await _each_model(
         route,
         lambda model: manager.complete(model.name, prompt, max_tokens=max_tokens),
@@ -86,6 +87,10 @@ async def completions(
     )
 
 
+def _estimate(inputs: list[str]) -> int:
+    return sum(estimate_text(text) for text in inputs)
+
+
 def _encode(vector: list[float], encoding: str) -> list[float] | str:
     if encoding == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
@@ -94,19 +99,21 @@ def _encode(vector: list[float], encoding: str) -> list[float] | str:
 
 @post("/embeddings", status_code=200)
 async def embeddings(
-    request: Request[Any, Any, Any], chat: Chat, limit: Limit, owner: Owner
+    request: Request[Any, Any, Any], chat: Chat, intake: Intakes, owner: Owner
 ) -> Response[Any]:
     """Embeddings are not bounded: each input is the caller's to size. `usage` is this
     app's estimate, the pipeline does not carry the provider's count for embeddings."""
-    body: EmbeddingRequest = parse(EmbeddingRequest, await request.body())
+    body, size = await intake.read(request, owner, EmbeddingRequest)
     manager = chat.manager
     route = resolve_route(manager, body.model)
     inputs = body.inputs
-    await limit.admit(owner)
     vectors, model = await _each_model(
         route, lambda model: manager.embed(model.name, inputs), "input"
     )
-    estimate = sum(estimate_text(text) for text in inputs)
+    if size > OFF_LOOP_BYTES:
+        estimate = await asyncio.to_thread(_estimate, inputs)
+    else:
+        estimate = _estimate(inputs)
     return json_response(
         {
             "object": "list",

@@ -19,6 +19,7 @@ from webapp.gateway.auth import BearerTokenAuth
 from webapp.gateway.chat import chat_completions
 from webapp.gateway.cuts import StatelessCuts
 from webapp.gateway.errors import gateway_exception_handler, model_not_found
+from webapp.gateway.intake import Intake
 from webapp.gateway.limits import RateLimit
 from webapp.gateway.passthrough import completions, embeddings
 from webapp.llm.describe import configuration_dicts
@@ -58,16 +59,20 @@ async def read_model(chat: Chat, name: FromPath[str]) -> dict[str, Any]:
 
 
 def gateway_router(db: Database, settings: Settings) -> Router:
-    """The /v1 router: bearer tokens only, OpenAI-shaped errors, the chat's rate limit."""
+    """The /v1 router: bearer tokens only, OpenAI-shaped errors, the chat's rate limit,
+    bodies bounded in bytes and in messages (`webapp.gateway.intake`)."""
     limit = RateLimit(db, settings.rate_limit_messages, settings.rate_limit_window)
+    intake = Intake(limit, settings.gateway_max_messages)
     cuts = StatelessCuts()
     return Router(
         path="/v1",
         route_handlers=[list_models, read_model, chat_completions, completions, embeddings],
         middleware=[BearerTokenAuth],
         exception_handlers={Exception: gateway_exception_handler},
+        request_max_body_size=settings.gateway_max_body_bytes,
         dependencies={
             "limit": Provide(lambda: limit, sync_to_thread=False),
+            "intake": Provide(lambda: intake, sync_to_thread=False),
             "cuts": Provide(lambda: cuts, sync_to_thread=False),
         },
         tags=["openai-compatible gateway"],

@@ -9,9 +9,11 @@ completion) is refused with a 400 naming it, rather than ignored.
 
 from __future__ import annotations
 
-import json
+import re
+from functools import cache
 from typing import Annotated, Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from webapp.gateway.errors import GatewayError, invalid
@@ -165,14 +167,130 @@ def _param(location: tuple[int | str, ...]) -> str | None:
     return param or None
 
 
-def parse(model: type[BaseModel], raw: bytes) -> Any:
-    """The request body as `model`, or a 400 naming the first wrong parameter."""
+MAX_TOOLS = 128
+"""Tool definitions one call may carry (OpenAI's own limit)."""
+MAX_TOOLS_BYTES = 2**20
+"""The JSON of a call's tool definitions, at most: every fit estimates it again."""
+
+_LISTS = frozenset({"messages"})
+"""Fields read as a list of undecoded elements, so they are counted before anything of
+them is parsed."""
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+@cache
+def _envelope(model: type[BaseModel]) -> type[msgspec.Struct]:
+    """The request's own fields, each left undecoded (msgspec.Raw); unknown fields are
+    skipped without being built, and `messages` is a list of undecoded messages, so the
+    body is checked as JSON and its messages counted at C speed before anything is
+    parsed into objects."""
+    fields: list[tuple[str, Any, Any]] = []
+    for name in model.model_fields:
+        kind: Any = list[msgspec.Raw] if name in _LISTS else msgspec.Raw
+        fields.append((name, kind | msgspec.UnsetType, msgspec.UNSET))
+    return msgspec.defstruct(f"{model.__name__}Envelope", fields)
+
+
+def too_long(param: str, limit: int, length: int) -> GatewayError:
+    """OpenAI's refusal of an array longer than it takes."""
+    return invalid(
+        f"Invalid '{param}': array too long. Expected an array with maximum length "
+        f"{limit}, but got an array with length {length} instead.",
+        param=param,
+        code="array_above_max_length",
+    )
+
+
+def _not_json(raw: bytes, error: Exception) -> GatewayError:
     try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        raise invalid("The body of the request is not valid JSON.") from None
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return invalid(f"The body of the request is not valid UTF-8 (byte {bad.start}).")
+    if _LONE_SURROGATE.search(raw):
+        return invalid(
+            "The body of the request is not valid JSON: it holds a lone UTF-16 surrogate "
+            "(an escape from \\ud800 to \\udfff without its pair), which is no character."
+        )
+    return invalid(f"The body of the request is not valid JSON ({error}).")
+
+
+def _decode(model: type[BaseModel], raw: bytes, max_items: int | None) -> Any:
+    """The body as Python values, only the fields `model` has; a body that is not JSON,
+    or whose messages are more than `max_items`, is refused before it is built."""
+    try:
+        try:
+            envelope = msgspec.json.decode(raw, type=_envelope(model))
+        except msgspec.ValidationError:
+            # Not an object, or a field of the wrong kind: the model's own check says which.
+            return msgspec.json.decode(raw)
+        found = {
+            name: value
+            for name in envelope.__struct_fields__
+            if (value := getattr(envelope, name)) is not msgspec.UNSET
+        }
+        messages = found.get("messages")
+        if max_items is not None and messages is not None and len(messages) > max_items:
+            raise too_long("messages", max_items, len(messages))
+        tools = found.get("tools")
+        if tools is not None and len(tools) > MAX_TOOLS_BYTES:
+            raise invalid(
+                f"Invalid 'tools': the tool definitions are {len(tools):,} bytes of JSON; "
+                f"at most {MAX_TOOLS_BYTES:,} are taken.",
+                param="tools",
+            )
+        return {
+            name: [msgspec.json.decode(item) for item in value]
+            if name in _LISTS
+            else msgspec.json.decode(value)
+            for name, value in found.items()
+        }
+    except msgspec.DecodeError as error:
+        raise _not_json(raw, error) from None
+    except RecursionError:
+        raise invalid("The body of the request is nested too deeply.") from None
+
+
+def _check_items(data: dict[str, Any], max_items: int) -> None:
+    """What validation would cost in proportion to: messages, their content parts and
+    tool calls, embedding inputs, tool definitions. Counted on the plain values (as many
+    steps as there are messages), before the model builds an object of each."""
+    messages = data.get("messages")
+    if isinstance(messages, list):
+        if len(messages) > max_items:
+            raise too_long("messages", max_items, len(messages))
+        parts = 0
+        for message in messages:
+            if isinstance(message, dict):
+                for key in ("content", "tool_calls"):
+                    value = message.get(key)
+                    parts += len(value) if isinstance(value, list) else 0
+        if parts > max_items:
+            raise invalid(
+                f"Invalid 'messages': {parts:,} content parts and tool calls in all; "
+                f"at most {max_items:,} are taken.",
+                param="messages",
+                code="array_above_max_length",
+            )
+    inputs = data.get("input")
+    if isinstance(inputs, list) and len(inputs) > max_items:
+        raise too_long("input", max_items, len(inputs))
+    tools = data.get("tools")
+    if isinstance(tools, list) and len(tools) > MAX_TOOLS:
+        raise too_long("tools", MAX_TOOLS, len(tools))
+
+
+def parse(model: type[BaseModel], raw: bytes, max_items: int | None = None) -> Any:
+    """The request body as `model`, or a 400 naming the first wrong parameter. With
+    `max_items`, a body of more messages (or content parts and tool calls, or embedding
+    inputs) is refused before they are parsed (see `_check_items`)."""
+    data = _decode(model, raw, max_items) if raw else None
     if not isinstance(data, dict):
         raise invalid("The body of the request must be a JSON object.")
+    if max_items is not None:
+        _check_items(data, max_items)
     try:
         return model.model_validate(data)
     except ValidationError as error:

@@ -1,32 +1,42 @@
-"""Per-model learning from what providers report: the estimate's factor and the
-template overhead of exact counts.
+"""Per-model learning from what providers report: the estimate's factor, the
+template overhead of exact counts, and the window an engine really runs.
 
-Two things are learned per model, both from each answer's reported prompt_tokens:
+Two things are learned per model from each answer's reported prompt_tokens:
 
 * the estimate's factor. The raw estimate errs high against cl100k, but a
   model's own tokenizer may count more (code on Gemma) or far less (Hindi on
-  Gemma is a ninth of the estimate). The factor rises at once when we
-  undercounted (an undercount is what makes a provider refuse a prompt) and
-  creeps down slowly when we overcounted, within [MIN_FACTOR, MAX_FACTOR]: one
-  odd reading must neither starve every later send of history nor let the
-  estimate fall far under.
+  Gemma is a ninth of the estimate).
 * the per-message overhead of the chat template, for models counted exactly by
   their own tokenizer (which counts content only): what the provider counted
-  beyond the content, per message. It rises at once and falls slowly, too.
+  beyond the content, per message.
 
-Both are stored, so a restart keeps what was learned.
+Both are shared by every user of the model, so no single caller may steer them:
+each rises only when the median of the model's last RECENT observations is higher
+(one odd prompt is outvoted), by at most a bounded step per observation, and falls a
+tenth of the way toward a lower observation, within their bounds. What they learn from
+is only what the app sized itself (see `webapp.llm.manager.LLMManager._learn`). A
+refusal still tightens at once: the retry has to fit.
+
+The third is the window: an engine started with a smaller context than the catalog
+declares (llama.cpp's or Ollama's `-c`) says so when it refuses a prompt, and the
+window it names is kept, so every later send is fitted to it.
+
+All are stored, so a restart keeps what was learned.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import statistics
+from collections import deque
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Column, DateTime
+from sqlalchemy import Column, DateTime, func
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from webapp.db import Database
 from webapp.llm.window import SAFETY_FRACTION
@@ -45,6 +55,13 @@ MARGIN = 1.05
 """Learned factors sit a little above the observed ratio: the next prompt may be denser."""
 DECAY = 0.1
 """How far one overcounting observation moves the factor down toward the observed ratio."""
+RECENT = 9
+"""Observations per model whose median a rise follows: one odd prompt, whoever sent it, is
+outvoted by the others."""
+FACTOR_STEP = 0.25
+"""The most one observation raises the factor by, as a share of it."""
+OVERHEAD_STEP = 2.0
+"""The most one observation raises the template overhead by, in tokens per message."""
 BLIND_TIGHTENING = 1.25
 """Used when a provider refuses a prompt as too long without saying how long it was."""
 
@@ -56,6 +73,8 @@ class ModelCalibration(SQLModel, table=True):
     factor: float = 1.0
     samples: int = 0
     message_overhead: float | None = None
+    learned_window: int | None = None
+    """The window the engine said it runs, when smaller than the catalog's (None: none)."""
     updated_at: datetime = Field(
         default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False)
     )
@@ -65,9 +84,26 @@ def _clamp(factor: float) -> float:
     return min(MAX_FACTOR, max(MIN_FACTOR, factor))
 
 
-def _learned(current: float, target: float) -> float:
-    """Up at once, down by a tenth of the way: the rule both learned values follow."""
-    return target if target > current else current + DECAY * (target - current)
+def _learned(current: float, observed: float, median: float, step: float) -> float:
+    """The rule both learned values follow. Up only when the median of the recent
+    observations is higher, and by at most `step`: one observation, whoever made the
+    prompt, cannot raise the bound's price for everyone. Down a tenth of the way toward
+    a lower observation (one moves it a little; the median brings it back up)."""
+    if median > current:
+        return min(median, current + step)
+    if observed < current:
+        return current + DECAY * (observed - current)
+    return current
+
+
+def learned_windows(session: Session) -> list[tuple[str, int]]:
+    """Every model's learned window, by model name (for the admin review)."""
+    rows = session.exec(
+        select(ModelCalibration.model, ModelCalibration.learned_window)
+        .where(col(ModelCalibration.learned_window).is_not(None))
+        .order_by(col(ModelCalibration.model))
+    )
+    return [(model, window) for model, window in rows if window is not None]
 
 
 class Calibrator:
@@ -78,6 +114,8 @@ class Calibrator:
         self._factors: dict[str, float] = {}
         self._samples: dict[str, int] = {}
         self._overheads: dict[str, float] = {}
+        self._windows: dict[str, int] = {}
+        self._recent: dict[tuple[str, str], deque[float]] = {}
         self._storing: set[str] = set()
         self._stale: set[str] = set()
 
@@ -88,6 +126,20 @@ class Calibrator:
         """Template tokens per message to add to exact content counts."""
         return math.ceil(self._overheads.get(model, DEFAULT_OVERHEAD))
 
+    def window(self, model: str) -> int | None:
+        """The window the model's engine said it runs, when it refused a prompt for being
+        longer (None: none learned)."""
+        return self._windows.get(model)
+
+    def windows(self) -> dict[str, int]:
+        return dict(self._windows)
+
+    def _learn(self, kind: str, model: str, current: float, observed: float, step: float) -> float:
+        """`current` moved by one observation of `kind` (see `_learned`)."""
+        recent = self._recent.setdefault((kind, model), deque(maxlen=RECENT))
+        recent.append(observed)
+        return _learned(current, observed, statistics.median(recent), step)
+
     async def load(self) -> None:
         if self._db is None:
             return
@@ -97,14 +149,19 @@ class Calibrator:
             self._samples[row.model] = row.samples
             if row.message_overhead is not None:
                 self._overheads[row.model] = row.message_overhead
+            if row.learned_window is not None and row.learned_window > 0:
+                self._windows[row.model] = row.learned_window
 
     async def observe(self, model: str, raw_estimate: int, prompt_tokens: int) -> float:
         """Learn from one answer: the provider counted `prompt_tokens` for what we put at
         `raw_estimate`."""
         if raw_estimate <= 0 or prompt_tokens <= 0:
             return self.factor(model)
-        target = prompt_tokens / raw_estimate * MARGIN
-        return await self._set(model, _clamp(_learned(self.factor(model), target)))
+        current = self.factor(model)
+        observed = prompt_tokens / raw_estimate * MARGIN
+        return await self._set(
+            model, _clamp(self._learn("factor", model, current, observed, current * FACTOR_STEP))
+        )
 
     async def observe_overhead(
         self, model: str, counted_tokens: int, messages: int, prompt_tokens: int, fixed: int
@@ -116,7 +173,10 @@ class Calibrator:
             return self.overhead(model)
         observed = max(0.0, (prompt_tokens - counted_tokens - fixed) / messages)
         current = self._overheads.get(model, DEFAULT_OVERHEAD)
-        new = min(float(MAX_OVERHEAD), _learned(current, observed + 0.5))
+        new = min(
+            float(MAX_OVERHEAD),
+            self._learn("overhead", model, current, observed + 0.5, OVERHEAD_STEP),
+        )
         if abs(new - current) > 1e-3:
             self._overheads[model] = new
             await self._store(model)
@@ -129,6 +189,18 @@ class Calibrator:
         self._overheads[model] = min(float(MAX_OVERHEAD), max(current * 2, current + 4))
         await self._store(model)
         return self.overhead(model)
+
+    async def learn_window(self, model: str, window: int) -> bool:
+        """The engine refused a prompt naming a window of `window` tokens: fit every later
+        send to it. Only ever lowers (the catalog's window stays the ceiling); whether it
+        was learned."""
+        current = self._windows.get(model)
+        if window <= 0 or (current is not None and window >= current):
+            return False
+        self._windows[model] = window
+        log.warning("model %s: the engine runs a window of %d tokens; fitting to it", model, window)
+        await self._store(model)
+        return True
 
     async def tighten(
         self,
@@ -195,15 +267,16 @@ class Calibrator:
             "factor": self.factor(model),
             "samples": self._samples.get(model, 0),
             "message_overhead": self._overheads.get(model),
+            "learned_window": self._windows.get(model),
             "updated_at": utcnow(),
         }
         connection = session.connection()
         postgres = connection.dialect.name == "postgresql"
         statement = (postgresql_insert if postgres else sqlite_insert)(ModelCalibration)
         statement = statement.values(values)
-        connection.execute(
-            statement.on_conflict_do_update(
-                index_elements=["model"],
-                set_={key: statement.excluded[key] for key in values if key != "model"},
-            )
+        updates: dict[str, Any] = {key: statement.excluded[key] for key in values if key != "model"}
+        # A process that has not learned the window (another worker did) keeps it.
+        updates["learned_window"] = func.coalesce(
+            statement.excluded.learned_window, col(ModelCalibration.learned_window)
         )
+        connection.execute(statement.on_conflict_do_update(index_elements=["model"], set_=updates))

@@ -78,8 +78,10 @@ class Transcript:
 
 def countable_text(message: Message) -> str | None:
     """The text a tokenizer counts for a message, or None when only the estimate can
-    size it (tool calls, image parts): their wire form is the provider's business."""
-    if message.get("tool_calls") or message.get("role") == "tool":
+    size it (tool calls, image parts, a `name`): their wire form is the provider's
+    business, and a prompt with a part the tokenizer did not count would teach the
+    shared template overhead what one caller put in it."""
+    if message.get("tool_calls") or message.get("role") == "tool" or message.get("name"):
         return None
     content = message.get("content")
     return content if isinstance(content, str) else None
@@ -214,10 +216,19 @@ class LLMManager:
         chosen = self.max_tokens_for(route, max_tokens)
         return chosen if chosen is not None else default_reserve(model)
 
+    def serving(self, model: ModelSpec) -> ModelSpec:
+        """The model as its engine runs it: its window is the smaller of the catalog's and
+        the one its engine named when it refused a longer prompt."""
+        learned = self.calibrator.window(model.name)
+        if learned is None or learned >= model.window:
+            return model
+        return dataclasses.replace(model, context_window=learned)
+
     def largest_budget(self, route: Route, max_tokens: int | None = None) -> int:
         """The most prompt any model of the route could take: how much history is worth loading."""
         return max(
-            budget_for(model, self.reserve_for(route, model, max_tokens)) for model in route.models
+            budget_for(self.serving(model), self.reserve_for(route, model, max_tokens))
+            for model in route.models
         )
 
     def fit_for(
@@ -241,7 +252,7 @@ class LLMManager:
             counted_by = tokenizer.id
         result = fit(
             transcript.messages,
-            model,
+            self.serving(model),
             tools,
             self.reserve_for(route, model, max_tokens),
             estimates=transcript.estimates,
@@ -437,7 +448,7 @@ class LLMManager:
         """A raw completion is the caller's exact text: never pruned; an overflow is reported."""
         model = self.catalog.models[model_name]
         reserve = max_tokens if max_tokens is not None else default_reserve(model)
-        budget = budget_for(model, reserve)
+        budget = budget_for(self.serving(model), reserve)
         estimate = estimate_text(prompt) + REPLY_PRIMING
         report = None
         if estimate * self.calibrator.factor(model.name) > budget:
@@ -461,6 +472,19 @@ class LLMManager:
     async def _tighten(
         self, model: ModelSpec, result: FitResult, error: ContextLengthExceeded
     ) -> None:
+        limit = error.limit
+        # The engine names a window smaller than the one fitted to (its -c is smaller than
+        # the catalog's): that is what to fit to. When its count of the prompt was within
+        # ours, the window explains the refusal and nothing else is tightened.
+        if (
+            limit is not None
+            and 0 < limit < result.window
+            and (error.prompt_tokens is None or error.prompt_tokens + result.reserve > limit)
+            and await self.calibrator.learn_window(model.name, limit)
+        ):
+            if error.prompt_tokens is not None and error.prompt_tokens <= result.estimated_tokens:
+                return
+            limit = None  # learned as the window; the factor must not absorb it too
         if result.counted_tokens is not None:
             # Counted exactly, refused all the same: the template costs more than we think.
             await self.calibrator.tighten_overhead(model.name)
@@ -469,7 +493,7 @@ class LLMManager:
             model.name,
             result.raw_estimate,
             error.prompt_tokens,
-            limit=error.limit,
+            limit=limit,
             budget=result.budget,
             reserve=result.reserve,
         )
@@ -481,8 +505,13 @@ class LLMManager:
         usage: Usage | None,
         tools: list[dict[str, Any]] | None,
     ) -> None:
-        """Learn from what the provider counted. (llama-cpp-python reports no usage on
-        streams: then nothing is learned, and the defaults, which err high, stay.)"""
+        """Learn from what the provider counted, against sizes the app made itself: the raw
+        estimate is the app's own (an import's sizes are re-estimated), and the overhead
+        learns only from prompts whose every part was counted (a `name`, a tool call or a
+        tool schema is not: see `countable_text`). The calibrator takes the median of recent
+        observations in bounded steps, so one caller cannot move the model's bound for
+        everyone. (llama-cpp-python reports no usage on streams: then nothing is learned,
+        and the defaults, which err high, stay.)"""
         if usage is None or not usage.prompt_tokens:
             return
         await self.calibrator.observe(model.name, result.raw_estimate, usage.prompt_tokens)

@@ -263,6 +263,8 @@ class ServerTokenizer:
             raise self._failed(f"no answer within {self.timeout:g} s") from None
         except ExceptionGroup as failures:
             first = failures.exceptions[0]
+            if isinstance(first, UnicodeError):  # the text cannot be sent, not the endpoint
+                raise TokenizerUnavailable(f"cannot send the text: {first}") from first
             if not isinstance(first, httpx.HTTPError | ValueError):
                 raise
             raise self._failed(str(first) or type(first).__name__) from first

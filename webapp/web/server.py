@@ -1,11 +1,19 @@
-"""uvicorn's HTTP/1.1 protocols with a deadline for reading each request.
+"""uvicorn's HTTP/1.1 protocols with a deadline for reading each request, and one for
+writing each response.
 
 uvicorn times out a connection only while it sits idle between requests, and the timer
 stops at the first byte: a client that sends its headers (or its body) a byte at a time
 holds a connection, and a file descriptor, for ever. Here every request, from the moment
 the connection opens or the previous response ends, must arrive whole within
-`WEBAPP_REQUEST_TIMEOUT` seconds, or the connection is closed. Responses are not timed:
-a streamed answer may run as long as it runs.
+`WEBAPP_REQUEST_TIMEOUT` seconds, or the connection is closed.
+
+A response is not timed as a whole (a streamed answer may run as long as it runs), but
+its client must keep taking its bytes: once the connection's buffer is full (the
+transport pauses writing, so the app waits), a client that takes none of it for
+`WEBAPP_WRITE_TIMEOUT` seconds is dropped, at once (`abort`: the buffer is discarded,
+not flushed), and whatever the response held is freed. Without it, a client that asks
+for a large export and never reads held the whole export in memory for as long as it
+kept the connection open.
 
 `webapp serve` runs on httptools (C parsing, one `write` per chunk) when it is
 installed, and falls back to h11, which is pure Python: with hundreds of answers
@@ -15,6 +23,7 @@ streaming, h11's per-chunk bookkeeping was a good part of the server's CPU.
 from __future__ import annotations
 
 import asyncio
+import sys
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -26,6 +35,15 @@ from webapp.settings import Settings
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+if sys.platform == "linux":
+    import fcntl
+    import termios
+
+    _OUTQ: int | None = termios.TIOCOUTQ
+    """SIOCOUTQ: the bytes in a TCP socket's send queue not yet acknowledged."""
+else:  # the transport's buffer alone says how far the client has read
+    _OUTQ = None
+
 STILL_ARRIVING = (h11.IDLE, h11.SEND_BODY)
 """The client's states (h11) while its request (headers, then body) is not complete."""
 
@@ -36,12 +54,20 @@ def request_timeout() -> float:
     return Settings().request_timeout
 
 
+@cache
+def write_timeout() -> float:
+    return Settings().write_timeout
+
+
 class _Deadline(asyncio.Protocol):
     """The timer and the hooks that run it, for both protocols; `_arriving` says whether
     a request is incomplete. It comes first in each protocol's bases, so `super()` is
     uvicorn's protocol; `asyncio.Protocol`, after uvicorn's in the MRO, only types it."""
 
     _deadline: asyncio.TimerHandle | None = None
+    _write_deadline: asyncio.TimerHandle | None = None
+    _unsent = 0
+    """The transport's buffer when the write deadline was last armed."""
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
 
@@ -55,7 +81,51 @@ class _Deadline(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_write()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._arm_write()
+
+    def resume_writing(self) -> None:
+        self._disarm_write()
+        super().resume_writing()
+
+    def _arm_write(self) -> None:
+        self._disarm_write()
+        self._unsent = self._unsent_bytes()
+        self._write_deadline = self.loop.call_later(write_timeout(), self._write_expired)
+
+    def _disarm_write(self) -> None:
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    def _write_expired(self) -> None:
+        """Still paused: a client that took some bytes meanwhile gets another period; one
+        that took none is dropped."""
+        self._write_deadline = None
+        if self._unsent_bytes() < self._unsent:
+            self._arm_write()
+        else:
+            self.transport.abort()
+
+    def _unsent_bytes(self) -> int:
+        """What the client has yet to take: the transport's buffer, and on Linux the
+        socket's own queue (sent but not acknowledged, or not sent yet). A client that
+        reads slowly drains the socket's queue (megabytes on a fast link) long before
+        the transport may write to it again, so the transport's buffer alone would
+        call it stalled."""
+        unsent = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if _OUTQ is not None and sock is not None:
+            try:
+                queued = fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0")
+            except (OSError, ValueError):
+                return unsent
+            unsent += int.from_bytes(queued, sys.byteorder, signed=True)
+        return unsent
 
     def _arm(self) -> None:
         self._disarm()

@@ -1,0 +1,190 @@
+"""A window set larger than the engine runs (issue 22): the catalog declares 1,400 tokens
+for a model the engine was started with `-c 1024`. The engine's refusal names its window;
+that window is learned, stored on the model's calibration row, used by the fit, shown by
+`webapp check-config` and the admin review, and the retry fits it: the turn succeeds.
+With exact counts (llama.cpp's /tokenize) and with the estimate, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.test_admin import add_user, admin_client
+from tests.upstream import FakeUpstream
+from webapp.chat.models import Message, Status
+from webapp.chat.service import ConversationService
+from webapp.db import Database
+from webapp.llm.calibration import Calibrator, learned_windows
+from webapp.llm.catalog import load_catalog
+from webapp.llm.manager import LLMManager
+from webapp.llm.tokenizers import Tokenizers
+from webapp.settings import Settings
+
+ENGINE_WINDOW = 1024
+
+
+OWNER = "alice"
+
+
+async def say(
+    chat: ConversationService, conversation_id: str, text: str
+) -> tuple[Message, Message]:
+    """One send, waited for: the stored user row and its answer."""
+    send = await chat.send(OWNER, conversation_id, text)
+    return await chat.settle(send)
+
+
+CARD_WINDOW = 1400
+
+
+def card_toml(upstream: FakeUpstream) -> str:
+    return f"""
+[[providers]]
+name = "engine"
+kind = "openai"
+base_url = "{upstream.base_url}"
+timeout = 5
+
+[[models]]
+name = "card"
+provider = "engine"
+model_id = "small"
+context_window = {CARD_WINDOW}
+max_output_tokens = 200
+
+[[models]]
+name = "card-guess"
+provider = "engine"
+model_id = "small"
+context_window = {CARD_WINDOW}
+max_output_tokens = 200
+tokenizer = "estimate"
+
+[[configurations]]
+name = "card"
+model = "card"
+
+[[configurations]]
+name = "card-guess"
+model = "card-guess"
+"""
+
+
+@asynccontextmanager
+async def service(settings: Settings) -> AsyncIterator[ConversationService]:
+    """The service as the app builds it: tokenizers probed, calibration loaded."""
+    catalog = load_catalog(settings.config)
+    tokenizers = Tokenizers()
+    await tokenizers.probe(catalog)
+    db = Database(settings.database_url)
+    calibrator = Calibrator(db)
+    await calibrator.load()
+    manager = LLMManager(catalog, calibrator, tokenizers=tokenizers)
+    chat = ConversationService(db, manager, settings)
+    try:
+        yield chat
+    finally:
+        await chat.shutdown()
+        await manager.aclose()
+        await tokenizers.aclose()
+        await db.dispose()
+
+
+def chats(upstream: FakeUpstream) -> int:
+    return sum(r["path"] == "/v1/chat/completions" for r in upstream.requests)
+
+
+@pytest.mark.parametrize(
+    ("configuration", "counted_by"), [("card", "server:card"), ("card-guess", "estimate")]
+)
+async def test_the_engines_window_is_learned_and_the_turn_succeeds(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream, configuration: str, counted_by: str
+) -> None:
+    upstream.set_engine("llamacpp")
+    upstream.set_models({"small": ENGINE_WINDOW})  # the engine's -c, smaller than the card
+    path = tmp_path / "card.toml"
+    path.write_text(card_toml(upstream), encoding="utf-8")
+    settings = Settings(
+        database_url=database_url,
+        config=path,
+        stream_flush_interval=0.05,
+        max_message_chars=5000,
+        rate_limit_messages=0,
+    )
+    async with service(settings) as chat:
+        conversation = await chat.create(OWNER, configuration)
+        refused_once = False
+        for number in range(16):
+            before = chats(upstream)
+            user, answer = await say(
+                chat, conversation.id, f"turn {number}: " + "rivers and bridges " * 60
+            )
+            assert answer.status == Status.COMPLETE, (number, answer.error)
+            assert (user.fit_counted_by or "").startswith(counted_by)
+            if chats(upstream) - before == 2:  # refused, then the re-fitted retry
+                assert not refused_once, "the engine refuses once, then the window is known"
+                refused_once = True
+                assert user.fit_window == ENGINE_WINDOW
+        assert refused_once, "the conversation should outgrow the engine's window"
+        assert chat.manager.calibrator.window(configuration) == ENGINE_WINDOW
+        assert user.fit_window == ENGINE_WINDOW and (user.dropped_turns or 0) > 0
+        root = await add_user(chat, "root", admin=True)
+
+    # A restart (a new service on the same database) fits to it from the first send.
+    async with service(settings) as chat:
+        assert chat.manager.calibrator.window(configuration) == ENGINE_WINDOW
+        assert await chat.db.read(learned_windows) == [(configuration, ENGINE_WINDOW)]
+        before = chats(upstream)
+        user, answer = await say(chat, conversation.id, "after the restart")
+        assert answer.status == Status.COMPLETE, answer.error
+        assert chats(upstream) - before == 1, "not refused"
+        assert user.fit_window == ENGINE_WINDOW
+
+    async with admin_client(settings, {"root": root}) as client:
+        page = await client.get("/admin/trimmed", headers={"x-test-user": "root"})
+    assert page.status_code == 200
+    assert 'id="learned-windows"' in page.text and f"{configuration} 1,024 tokens" in page.text
+
+    checked = subprocess.run(
+        [sys.executable, "-m", "webapp.cli", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "WEBAPP_DATABASE_URL": database_url},
+    )
+    assert checked.returncode == 0, checked.stderr
+    lines = checked.stdout.splitlines()
+    at = lines.index(next(line for line in lines if f"model {configuration!r}:" in line))
+    assert f"window {CARD_WINDOW:,} (configured)" in lines[at]
+    assert any(
+        "learned window 1,024" in line
+        for line in lines[at + 1 : at + 5]
+        if not line.startswith("  model")
+    ), checked.stdout
+
+
+async def test_a_refusal_naming_no_smaller_window_teaches_no_window(
+    sqlite_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """The engine's window is the catalog's: nothing is learned as a window, and a model
+    the engine never refused has none."""
+    upstream.set_engine("llamacpp")
+    upstream.set_models({"small": CARD_WINDOW})
+    path = tmp_path / "card.toml"
+    path.write_text(card_toml(upstream), encoding="utf-8")
+    settings = Settings(
+        database_url=sqlite_url, config=path, stream_flush_interval=0.05, rate_limit_messages=0
+    )
+    async with service(settings) as chat:
+        conversation = await chat.create(OWNER, "card")
+        for number in range(12):
+            _, answer = await say(chat, conversation.id, f"{number}: " + "rivers " * 30)
+            assert answer.status == Status.COMPLETE
+        assert chat.manager.calibrator.window("card") is None
+        assert await chat.db.read(learned_windows) == []
