@@ -28,6 +28,7 @@ from webapp.chat.views import MessageView
 from webapp.llm.calibration import learned_windows
 from webapp.llm.window import runs_of
 from webapp.web.deps import Chat
+from webapp.web.markdown import prerendered
 
 CHART_DAYS = 30
 COLUMNS = (
@@ -233,12 +234,14 @@ class AdminController(Controller):
     @get("/admin/c/{conversation_id:str}")
     async def review_page(self, chat: Chat, conversation_id: FromPath[str]) -> Template:
         review = await chat.db.read(queries.review, conversation_id)
+        turns = review_turns(review)
+        await prerendered([view for turn in turns for view in turn.messages])
         return Template(
             "admin/review.html",
             context={
                 "review": review,
                 "conversation": review.conversation,
-                "turns": review_turns(review),
+                "turns": turns,
                 "list_url": LIST_PATH,
             },
         )

@@ -32,7 +32,7 @@ from webapp.llm.routing import RoutingError
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
-from webapp.web.markdown import render_markdown
+from webapp.web.markdown import render_markdown_async
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ class AnswerWriter:
         values: dict[str, object] = {
             "token_counts": await self._count_answer(served_by, text),
             "content": text,
-            "content_html": str(render_markdown(text)),
+            "content_html": str(await render_markdown_async(text)),
             "status": status,
             "error": error,
             "updated_at": utcnow(),

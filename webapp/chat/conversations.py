@@ -22,7 +22,7 @@ from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager
 from webapp.timeutil import utcnow
-from webapp.web.markdown import render_markdown
+from webapp.web.markdown import render_markdown_async
 
 
 class ConversationEditor:
@@ -94,7 +94,7 @@ class ConversationEditor:
                 upto[seq] = upto[parent]
             else:
                 upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
-                values["content_html"] = str(render_markdown(values["content"]))
+                values["content_html"] = str(await render_markdown_async(values["content"]))
             rows.append(values)
 
         def store(session: Session) -> None:

@@ -147,8 +147,8 @@ async def _follow(
         elif event.name == "delta":
             text += event.data["text"]
             if len(text) >= floor and time.monotonic() - shown >= throttle:
-                shown = time.monotonic()
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
+                shown = time.monotonic()  # after the page's render: a slow one skips ahead
     final = await chat.message(owner, conversation_id, answer_id)
     user = await chat.message(owner, conversation_id, id_of(user))
     yield Snapshot(final, user, final=True)

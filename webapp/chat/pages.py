@@ -40,6 +40,7 @@ from webapp.stored import id_of
 from webapp.timeutil import utcnow
 from webapp.web.deps import Chat, Notices, Owner
 from webapp.web.events import event_stream
+from webapp.web.markdown import prerendered, prerendered_view
 from webapp.web.params import OptionalRowIdQuery, RowId, Seq
 from webapp.web.templates import render_fragment
 
@@ -120,7 +121,7 @@ class ConversationPages(Controller):
             "conversation": row,
             "base": conversation.base,
             "embed": conversation.embed,
-            "messages": message_views(rows, alternatives),
+            "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
             "meter": last_fit(rows),
             "streaming": any(r.status == "streaming" for r in rows),
@@ -293,7 +294,9 @@ class ConversationPages(Controller):
                     yield {
                         "data": render_fragment(
                             "chat/_stream_update.html",
-                            answer=answer_view(snapshot.answer, snapshot.user),
+                            answer=await prerendered_view(
+                                answer_view(snapshot.answer, snapshot.user)
+                            ),
                             user=message_views([snapshot.user], alternatives)[0],
                             base=conversation.base,
                         ),
@@ -441,7 +444,7 @@ async def _branch_page(
         context={
             "conversation": row,
             "base": conversation.base,
-            "messages": message_views(rows, alternatives),
+            "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
         },
     )
@@ -453,7 +456,10 @@ async def _message(
     alternatives = await chat.alternatives_of(conversation.id, [row])
     return Template(
         "chat/_message.html",
-        context={"message": message_views([row], alternatives)[0], "base": conversation.base},
+        context={
+            "message": await prerendered_view(message_views([row], alternatives)[0]),
+            "base": conversation.base,
+        },
     )
 
 

@@ -8,6 +8,7 @@ out of the text before markdown's backslash escapes run (that is what turned `\\
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from latex2mathml.converter import convert
@@ -52,6 +53,34 @@ def latex_to_mathml(latex: str, options: dict[str, Any]) -> str:
     return f'<code class="math-source">{escapeHtml(latex)}</code>'
 
 
+_CLOSERS_KEY = "webapp.math_closers"
+"""Where a render's env keeps, per inline source and closer, where that closer occurs."""
+
+
+def _next_closer(state: StateInline, closer: str, start: int) -> int:
+    """`state.src.find(closer, start)`, in O(log n) once per source: the positions of each
+    closer are listed once (one linear pass), then looked up by bisection. Searching the
+    rest of the text at every opener made `\\(` repeated 100,000 times quadratic (seconds
+    of a blocked server); `\\)` and `\\]` cannot overlap themselves, so the list holds
+    every position `find` could return."""
+    cache: dict[tuple[str, str], list[int]] = state.env.setdefault(_CLOSERS_KEY, {})
+    key = (closer, state.src)  # a str keeps its hash: looking a source up again is O(1)
+    positions = cache.get(key)
+    if positions is None:
+        positions = cache[key] = _positions(state.src, closer)
+    index = bisect_left(positions, start)
+    return positions[index] if index < len(positions) else -1
+
+
+def _positions(src: str, needle: str) -> list[int]:
+    found: list[int] = []
+    at = src.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = src.find(needle, at + len(needle))
+    return found
+
+
 def _bracket_math(state: StateInline, silent: bool) -> bool:
     r"""`\(...\)` inline and `\[...\]` displayed, read before markdown's escapes are."""
     start = state.pos
@@ -59,7 +88,7 @@ def _bracket_math(state: StateInline, silent: bool) -> bool:
     if opener not in ("\\(", "\\["):
         return False
     closer = "\\)" if opener == "\\(" else "\\]"
-    end = state.src.find(closer, start + 2)
+    end = _next_closer(state, closer, start + 2)
     if end < 0 or end == start + 2:
         return False
     if not silent:

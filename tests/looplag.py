@@ -1,0 +1,91 @@
+"""A loop-lag monitor: a ticker task on an event loop that records the largest gap between
+its ticks. A tick due every few milliseconds that comes late by a second means something
+held the loop for that second: every other request of the process waited as long.
+
+Litestar's test client runs the app on an event loop of its own (in a thread, behind an
+anyio blocking portal), so `watching_app(client)` puts the ticker there; `watching()`
+watches the loop the caller runs on.
+
+Both freeze the heap while they watch (`gc.freeze()`): a full collection stops every
+thread for as long as it takes to walk every object of the process, and the test process
+holds pytest, the app, the fake upstream and all they imported, so one collection can
+take over 100 ms whatever the app does. Frozen, the objects that existed before the watch
+are left out of collections, and what is measured is what the watched code does: the
+objects it makes are still collected, and still counted in a pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+
+from litestar.testing import AsyncTestClient
+
+TICK = 0.005
+"""How often the ticker asks to run."""
+
+
+@dataclass
+class LoopLag:
+    """The largest gap between two ticks seen so far (seconds), and how many ticks ran."""
+
+    worst: float = 0.0
+    ticks: int = 0
+    stopped: bool = False
+
+    async def tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while not self.stopped:
+            await asyncio.sleep(TICK)
+            now = loop.time()
+            self.worst = max(self.worst, now - last)
+            self.ticks += 1
+            last = now
+
+    async def started(self) -> None:
+        """Returns once the ticker has ticked (so the watch covers what follows)."""
+        while self.ticks == 0:
+            await asyncio.sleep(TICK)
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@contextmanager
+def watching_app(client: AsyncTestClient) -> Iterator[LoopLag]:
+    """Watch the loop the test client runs the app on, for the duration of the block."""
+    lag = LoopLag()
+    portal = client.blocking_portal
+    with frozen_heap():
+        ticker = portal.start_task_soon(lag.tick)
+        portal.call(lag.started)
+        try:
+            yield lag
+        finally:
+            lag.stopped = True
+            ticker.result(timeout=10)
+
+
+@asynccontextmanager
+async def watching() -> AsyncIterator[LoopLag]:
+    """Watch the caller's own loop for the duration of the block."""
+    lag = LoopLag()
+    with frozen_heap():
+        ticker = asyncio.create_task(lag.tick())
+        await lag.started()
+        try:
+            yield lag
+        finally:
+            lag.stopped = True
+            await ticker
