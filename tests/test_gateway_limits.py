@@ -211,6 +211,21 @@ def test_a_body_within_the_limit_is_answered_without_stalling_the_loop(
         assert stall < STALL, f"the loop was held {stall:.3f} s"
 
 
+def test_a_long_completions_prompt_is_answered_without_stalling_the_loop(
+    serve: Callable[..., Served], sqlite_url: str
+) -> None:
+    """`/v1/completions` sizes its prompt (a text, or a list of one) as the chat route
+    sizes messages: off the loop when it is long."""
+    gateway = serve(sqlite_url)
+    words = "word " * ((4 * 2**20 - 1000) // 5)
+    for prompt in (words, [words]):
+        body = json.dumps({"model": "nowhere", "prompt": prompt}).encode()
+        answered, stall = gateway.ticker.measure(partial(gateway.post, "/v1/completions", body))
+        assert answered.status_code == 503, answered.text[:300]
+        assert answered.json()["error"]["code"] == "upstream_unavailable"
+        assert stall < STALL, f"the loop was held {stall:.3f} s"
+
+
 # ---- messages -------------------------------------------------------------------------------
 
 

@@ -30,14 +30,13 @@ from pydantic import BaseModel
 
 from webapp.gateway.limits import RateLimit
 from webapp.gateway.schemas import parse
-from webapp.llm.estimator import estimate_message
+from webapp.llm.estimator import OFF_LOOP_CHARS, estimate_message
 from webapp.llm.providers.base import Message
 
 Body = TypeVar("Body", bound=BaseModel)
 
-OFF_LOOP_BYTES = 256 * 2**10
-"""A body larger than this has its messages estimated in a thread (about 5 ms of
-estimate per 256 KiB of text)."""
+OFF_LOOP_BYTES = OFF_LOOP_CHARS
+"""A body larger than this has its messages estimated in a thread, as long text is."""
 
 
 @dataclass(frozen=True, slots=True)

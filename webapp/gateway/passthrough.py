@@ -8,7 +8,6 @@ over to the next, as in chat.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import struct
 import time
@@ -19,12 +18,11 @@ from litestar import Request, Response, post
 
 from webapp.gateway.deps import Intakes, json_response, resolve_route
 from webapp.gateway.errors import from_provider
-from webapp.gateway.intake import OFF_LOOP_BYTES
 from webapp.gateway.report import COMPLETION_OVERFLOW_HEADER, completion_report
 from webapp.gateway.schemas import CompletionRequest, EmbeddingRequest
 from webapp.gateway.streaming import new_id, usage_dict
 from webapp.llm.catalog import ModelSpec
-from webapp.llm.estimator import estimate_text
+from webapp.llm.estimator import estimate_texts
 from webapp.llm.manager import AllModelsFailed
 from webapp.llm.providers.base import ProviderError
 from webapp.llm.routing import Route
@@ -87,10 +85,6 @@ async def completions(
     )
 
 
-def _estimate(inputs: list[str]) -> int:
-    return sum(estimate_text(text) for text in inputs)
-
-
 def _encode(vector: list[float], encoding: str) -> list[float] | str:
     if encoding == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
@@ -103,17 +97,14 @@ async def embeddings(
 ) -> Response[Any]:
     """Embeddings are not bounded: each input is the caller's to size. `usage` is this
     app's estimate, the pipeline does not carry the provider's count for embeddings."""
-    body, size = await intake.read(request, owner, EmbeddingRequest)
+    body, _ = await intake.read(request, owner, EmbeddingRequest)
     manager = chat.manager
     route = resolve_route(manager, body.model)
     inputs = body.inputs
     vectors, model = await _each_model(
         route, lambda model: manager.embed(model.name, inputs), "input"
     )
-    if size > OFF_LOOP_BYTES:
-        estimate = await asyncio.to_thread(_estimate, inputs)
-    else:
-        estimate = _estimate(inputs)
+    estimate = await estimate_texts(inputs)
     return json_response(
         {
             "object": "list",

@@ -18,7 +18,7 @@ from typing import Any
 
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
-from webapp.llm.estimator import REPLY_PRIMING, estimate_message, estimate_text
+from webapp.llm.estimator import REPLY_PRIMING, estimate_message, estimate_texts
 from webapp.llm.providers import build_provider
 from webapp.llm.providers.base import (
     CallInfo,
@@ -449,7 +449,7 @@ class LLMManager:
         model = self.catalog.models[model_name]
         reserve = max_tokens if max_tokens is not None else default_reserve(model)
         budget = budget_for(self.serving(model), reserve)
-        estimate = estimate_text(prompt) + REPLY_PRIMING
+        estimate = await estimate_texts([prompt]) + REPLY_PRIMING
         report = None
         if estimate * self.calibrator.factor(model.name) > budget:
             report = CompletionReport(model.name, budget, estimate)
