@@ -329,7 +329,7 @@ def set_up_accounts(env: dict[str, str], port: int, clients: int) -> list[Client
     """An admin from the CLI; the users through the admin API, a token each from the CLI;
     a conversation per client through the API."""
     webapp(env, "user", "create", "bench-admin", "--admin", "--password-stdin", stdin=PASSWORD)
-    admin = webapp(env, "token", "create", "bench-admin")
+    admin = webapp(env, "token", "create", "bench-admin", "--admin-scope")
     base = f"http://{HOST}:{port}"
     users = [f"bench-{n}" for n in range(-(-clients // CLIENTS_PER_USER))]
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin}"}) as api:
