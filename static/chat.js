@@ -97,43 +97,61 @@
     });
   }
 
-  // One cut line in the history, for the newest trimmed send: right below the last message
-  // it left out (where it is loaded), in the words the server put on its marker. Every
-  // trimmed turn keeps its own quiet marker; only this line stands out.
+  // One cut line in the history, drawn from what the meter describes: the newest send, or
+  // the next one while a preview (typing, a configuration switch) is shown. It sits right
+  // below the last message that send leaves out, and is gone when it carries everything.
+  // Only the newest trimmed turn shows its note; the others show on demand ("All notes").
   function placeCutLine() {
     const box = document.getElementById("messages");
     if (!box) return;
     const markers = box.querySelectorAll(".message[data-dropped-turns] .trim-marker");
-    const marker = markers[markers.length - 1];
+    const newest = markers[markers.length - 1];
+    markers.forEach((m) => m.closest(".message").classList.toggle("quiet-note", m !== newest));
+    const meter = document.getElementById("meter");
+    const words = meter ? meter.dataset.cutWords : "";
+    const spans = meter ? leftOutSpans(meter) : [];
     let line = document.getElementById("cut-line");
-    if (!marker) {
+    if (!words || !spans.length) {
       if (line) line.remove();
       return;
     }
-    const owner = marker.closest(".message");
-    const spans = leftOutSpans(marker);
-    const boundary = spans.length ? Math.max(...spans.map((span) => span[1])) : Number(owner.dataset.seq) - 1;
+    const boundary = Math.max(...spans.map((span) => span[1]));
     const below = Array.from(box.querySelectorAll(".message[data-seq]"))
-      .find((el) => Number(el.dataset.seq) > boundary) || owner;
+      .find((el) => Number(el.dataset.seq) > boundary);
+    if (!below) {
+      if (line) line.remove();
+      return;
+    }
     if (!line) {
       line = document.createElement("div");
       line.id = "cut-line";
       line.className = "cut-line";
       line.setAttribute("role", "note");
-      const words = document.createElement("span");
-      words.className = "cut-words";
+      const text = document.createElement("span");
+      text.className = "cut-words";
       const show = document.createElement("button");
       show.type = "button";
       show.className = "link";
       show.dataset.action = "show-left-out";
       show.textContent = "Show which";
-      line.append(words, show);
+      const notes = document.createElement("button");
+      notes.type = "button";
+      notes.className = "link";
+      notes.dataset.action = "show-notes";
+      notes.textContent = "All notes";
+      notes.setAttribute("aria-pressed", "false");
+      line.append(text, show, notes);
     }
-    line.querySelector(".cut-words").textContent = marker.dataset.cutWords;
-    line.setAttribute("aria-label", marker.dataset.cutWords);
+    line.querySelector(".cut-words").textContent = words;
+    line.setAttribute("aria-label", words);
     const show = line.querySelector('[data-action="show-left-out"]');
-    show.dataset.marker = owner.id;
-    show.setAttribute("aria-expanded", String(marker.open));
+    const owner = newest ? newest.closest(".message") : null;
+    show.hidden = !owner || meter.dataset.preview === "true";
+    if (owner) {
+      show.dataset.marker = owner.id;
+      show.setAttribute("aria-expanded", String(newest.open));
+    }
+    line.querySelector('[data-action="show-notes"]').hidden = markers.length < 2;
     if (line.nextElementSibling !== below) box.insertBefore(line, below);
   }
 
@@ -255,6 +273,12 @@
       const open = more.closest(".bubble").classList.toggle("collapsed") === false;
       more.setAttribute("aria-expanded", String(open));
       more.textContent = open ? "Show less" : "Show more";
+    }
+    const notes = event.target.closest('[data-action="show-notes"]');
+    if (notes) {
+      const all = document.getElementById("messages").classList.toggle("all-notes");
+      notes.setAttribute("aria-pressed", String(all));
+      notes.textContent = all ? "Fewer notes" : "All notes";
     }
     const show = event.target.closest('[data-action="show-left-out"]');
     const marker = show && document.querySelector(`#${show.dataset.marker} .trim-marker`);

@@ -67,7 +67,7 @@ async def test_a_json_round_trip_keeps_every_message_and_fit_fact(
     copy_id = imported.json()["id"]
     assert copy_id != original_id
     again = (await export(client, copy_id)).json()
-    assert again["conversation"]["title"] == "Rivers & bridges"
+    assert again["conversation"]["title"] == "Rivers & bridges (imported)"
     assert again["conversation"]["configuration"] == exported["conversation"]["configuration"]
     assert again["conversation"]["created_at"] == exported["conversation"]["created_at"]
     assert without_ids(again["messages"]) == without_ids(messages)

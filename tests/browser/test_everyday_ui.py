@@ -90,7 +90,7 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     expect(page.locator("#messages [data-dropped-turns]")).to_have_count(len(trimmed))
     line = page.locator("#messages .cut-line")
     expect(line).to_have_count(1)
-    words = f"The model no longer sees the {newest['dropped_turns']} turns above this line"
+    words = f"Above this line: {newest['dropped_turns']} earlier turns left out of the newest send"
     expect(line).to_contain_text(words)
     expect(line).to_have_attribute("role", "note")
     # ... right below the last message the newest trimmed send left out.
@@ -122,7 +122,7 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     latest = [r for r in rows if r["role"] == "user"][-1]
     expect(line).to_have_count(1)
     expect(line).to_contain_text(
-        f"The model no longer sees the {latest['dropped_turns']} turns above this line"
+        f"Above this line: {latest['dropped_turns']} earlier turns left out of the newest send"
     )
     boundary = max(last for _, last in latest["fit"]["left_out"])
     expect(line.locator("xpath=preceding-sibling::article[1]")).to_have_attribute(
@@ -214,7 +214,9 @@ def test_on_a_phone_the_sidebar_is_a_drawer_and_the_chat_gets_the_screen(
     expect(sidebar).to_be_visible()
     expect(toggle).to_have_attribute("aria-expanded", "true")
     expect(page.get_by_role("searchbox", name="Search your conversations")).to_be_focused()
-    expect(page.get_by_label("Model configuration")).to_be_visible()  # named, on phones too
+    expect(
+        page.get_by_label("Configuration for new conversations")
+    ).to_be_visible()  # named, on phones too
     page.wait_for_timeout(300)  # the slide-in
     page.screenshot(path=str(artifacts / "phone-drawer.png"))
     page.keyboard.press("Escape")

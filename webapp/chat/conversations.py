@@ -15,7 +15,7 @@ from webapp.chat.models import Conversation, Message, Role, Status, owner_column
 from webapp.chat.reading import ConversationReader
 from webapp.chat.rows import check_id, owned_in, row_in
 from webapp.chat.sending import RecentConfigurations
-from webapp.chat.titles import DEFAULT_TITLE, clean_title, fork_title
+from webapp.chat.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.transfer import parse_export
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound
@@ -61,6 +61,40 @@ class ConversationEditor:
         self._recent.remember(conversation.id, conversation.configuration)
         return conversation
 
+    async def fresh(self, owner: str, configuration: str | None = None) -> Conversation:
+        """A conversation to start typing in: the owner's newest one that holds no message
+        yet and was never renamed, switched to `configuration`, else a new one. Clicking
+        "New conversation" again and again stores one empty conversation, not many."""
+        configuration = configuration or self._manager.catalog.default_configuration
+        self.check_configuration(configuration)
+
+        def reuse(session: Session) -> Conversation | None:
+            has_message = select(Message.id).where(Message.conversation_id == Conversation.id)
+            empty = session.exec(
+                select(Conversation)
+                .where(
+                    col(Conversation.owner) == owner,
+                    col(Conversation.title) == DEFAULT_TITLE,
+                    ~has_message.exists(),
+                )
+                .order_by(col(Conversation.updated_at).desc())
+                .limit(1)
+            ).first()
+            if empty is None:
+                return None
+            if empty.configuration != configuration:
+                empty.cut_reset = True
+            empty.configuration = configuration
+            empty.updated_at = utcnow()
+            session.add(empty)
+            return empty
+
+        found = await self._db.write(reuse)
+        if found is None:
+            return await self.create(owner, configuration)
+        self._recent.remember(found.id, found.configuration)
+        return found
+
     async def import_conversation(self, owner: str, data: object) -> Conversation:
         """A new conversation of `owner` holding a JSON export's messages and fit facts,
         as they were; `prior_turns` is recounted, answers are rendered once more."""
@@ -74,7 +108,7 @@ class ConversationEditor:
             owner=owner,
             **owner_columns(owner),
             configuration=imported.configuration,
-            title=clean_title(imported.title),
+            title=import_title(clean_title(imported.title)),
             created_at=imported.created_at or now,
             updated_at=now,
         )

@@ -28,6 +28,7 @@ from webapp.chat.views import (
     Alternative,
     Meter,
     answer_view,
+    day_label,
     group_by_day,
     last_fit,
     message_views,
@@ -219,11 +220,7 @@ class ConversationPages(Controller):
             _, rows, _ = await chat.page(conversation.owner, conversation.id, turns=1)
             meter = last_fit(rows)
         else:
-            row, fit = await chat.preview_fit(conversation.owner, conversation.id, content)
-            alternatives = () if conversation.embed else larger_windows(chat, row.fit_window or 0)
-            meter = Meter.of_row(
-                row, preview=True, alternatives=alternatives, turns_left=fit.turns_left
-            )
+            meter = await next_send_meter(chat, conversation, content)
         return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
 
     @post("/pin/{message_id:int}")
@@ -251,7 +248,22 @@ class ConversationPages(Controller):
             raise InvalidInput("an embedded chat keeps its site's configuration")
         configuration = await form_field(request, "configuration")
         await chat.set_configuration(conversation.owner, conversation.id, configuration)
-        return go_to(request, conversation.base)
+        if not is_htmx(request):
+            return go_to(request, conversation.base)
+        # The page stays (the draft with it): the meter and the cut line show what the next
+        # send would do against the new configuration's model, at once.
+        form = await request.form()
+        draft = form.get("content")
+        meter = await next_send_meter(chat, conversation, draft if isinstance(draft, str) else "")
+        return Template(
+            "chat/_switched.html",
+            context={
+                "meter": meter,
+                "base": conversation.base,
+                "conversation": await chat.get(conversation.owner, conversation.id),
+                "configurations": configuration_dicts(chat.catalog),
+            },
+        )
 
     @post("/stop", status_code=204)
     async def stop(self, chat: Chat, conversation: FoundConversation) -> None:
@@ -320,7 +332,7 @@ class ConversationAdmin(Controller):
     @get("/")
     async def home(self, chat: Chat, owner: Owner) -> Redirect:
         conversations = await chat.conversations(owner, limit=1)
-        conversation = conversations[0] if conversations else await chat.create(owner)
+        conversation = conversations[0] if conversations else await chat.fresh(owner)
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
     @get("/conversations")
@@ -331,8 +343,11 @@ class ConversationAdmin(Controller):
         offset: Annotated[int, QueryParameter(ge=0, le=10**9)],
         current: FromQuery[str] = "",
     ) -> Template:
-        """The sidebar's next page of conversations."""
+        """The sidebar's next page of conversations: a day group that began on the page
+        before goes on under the heading already shown, not a second one."""
         context = await sidebar(chat, owner, offset, current)
+        before = await chat.conversations(owner, limit=1, offset=offset - 1) if offset else []
+        context["continues"] = day_label(before[0].updated_at, utcnow()) if before else None
         return Template("chat/_conversation_list.html", context=context)
 
     @get("/search")
@@ -368,7 +383,7 @@ class ConversationAdmin(Controller):
     ) -> Response[Any]:
         form = await request.form()
         configuration = form.get("configuration")
-        conversation = await chat.create(
+        conversation = await chat.fresh(
             owner, configuration if isinstance(configuration, str) and configuration else None
         )
         return go_to(request, f"/c/{conversation.id}")
@@ -383,7 +398,11 @@ class ConversationAdmin(Controller):
     ) -> Template:
         title = await form_field(request, "title")
         conversation = await chat.rename(owner, conversation_id, title)
-        return Template("chat/_title.html", context={"conversation": conversation, "renamed": True})
+        # The header's form and the sidebar's link, in one answer: both say the new name.
+        return Template(
+            "chat/_renamed.html",
+            context={"conversation": conversation, "renamed": True, "current_id": conversation.id},
+        )
 
     @post("/c/{conversation_id:str}/delete")
     async def delete(
@@ -408,6 +427,28 @@ async def sidebar(
         "more_offset": offset + SIDEBAR_PAGE if len(rows) > SIDEBAR_PAGE else None,
         "current_id": current_id,
     }
+
+
+SWITCH_PROBE = "?"
+"""What a configuration switch with an empty composer previews: the history and a
+one-character message, so the meter can say at once how the new model takes the history."""
+
+
+async def next_send_meter(
+    chat: ConversationService, conversation: ConversationRef, content: str
+) -> Meter:
+    """The meter for the next send of `content` (the history alone when it is empty)."""
+    row, fit = await chat.preview_fit(
+        conversation.owner, conversation.id, content if content.strip() else SWITCH_PROBE
+    )
+    alternatives = () if conversation.embed else larger_windows(chat, row.fit_window or 0)
+    return Meter.of_row(
+        row,
+        preview=True,
+        alternatives=alternatives,
+        turns_left=fit.turns_left,
+        typed=bool(content.strip()),
+    )
 
 
 def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative, ...]:

@@ -116,6 +116,9 @@ class ConversationService:
     ) -> Conversation:
         return await self._editor.create(owner, configuration, title)
 
+    async def fresh(self, owner: str, configuration: str | None = None) -> Conversation:
+        return await self._editor.fresh(owner, configuration)
+
     async def import_conversation(self, owner: str, data: object) -> Conversation:
         return await self._editor.import_conversation(owner, data)
 

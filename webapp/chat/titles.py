@@ -1,4 +1,5 @@
-"""Conversation titles: what a user may name one, and the name a first message gives it."""
+"""Conversation titles: what a user may name one, the name a first message gives it, and
+the marks a fork or an import carries (shown as a tag, never cut off with the title)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,14 @@ from webapp.errors import InvalidInput, refuse_nul
 
 DEFAULT_TITLE = "New conversation"
 TITLE_MAX = 200
+FIRST_MESSAGE_TITLE = 60
+ELLIPSIS = "…"
+
+FORK_MARK = "fork"
+IMPORT_MARK = "imported"
+MARKS = (FORK_MARK, IMPORT_MARK)
+"""Where a conversation came from, kept as a suffix " (fork)" / " (imported)" of its title:
+the sidebar and the header show it as a tag of its own, and a rename may drop it."""
 
 
 def clean_title(title: str) -> str:
@@ -17,12 +26,42 @@ def clean_title(title: str) -> str:
     return title
 
 
+def cut_at_word(text: str, limit: int) -> str:
+    """`text` with its whitespace collapsed, at most `limit` characters: when longer, cut
+    after the last whole word that fits, with an ellipsis (mid-word only for a single word
+    longer than the limit)."""
+    words = " ".join(text.split())
+    if len(words) <= limit:
+        return words
+    room = words[: limit - len(ELLIPSIS)]
+    head = room.rsplit(" ", 1)[0] if " " in room and words[len(room)] != " " else room
+    return head.rstrip(" ,.;:-") + ELLIPSIS
+
+
 def title_from(content: str) -> str:
     """A new conversation is named after its first message, until its owner renames it."""
-    words = " ".join(content.split())
-    return words if len(words) <= 60 else words[:57].rstrip() + "..."
+    return cut_at_word(content, FIRST_MESSAGE_TITLE) or DEFAULT_TITLE
+
+
+def marked(title: str, mark: str) -> str:
+    """`title` with a mark of where it came from, within the title's length limit."""
+    base, existing = split_mark(title)
+    suffix = f" ({mark})"
+    return base[: TITLE_MAX - len(suffix)] + suffix if existing != mark else title
 
 
 def fork_title(title: str) -> str:
-    suffix = " (fork)"
-    return title[: TITLE_MAX - len(suffix)] + suffix
+    return marked(title, FORK_MARK)
+
+
+def import_title(title: str) -> str:
+    return marked(title, IMPORT_MARK)
+
+
+def split_mark(title: str) -> tuple[str, str | None]:
+    """('Trip plans', 'fork') for 'Trip plans (fork)': the title and its mark, if any."""
+    for mark in MARKS:
+        suffix = f" ({mark})"
+        if title.endswith(suffix) and len(title) > len(suffix):
+            return title[: -len(suffix)], mark
+    return title, None

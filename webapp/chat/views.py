@@ -87,7 +87,7 @@ class MessageView:
         dropped = self.row.dropped_turns
         if not self.is_user or not dropped:
             return None
-        return f"The model no longer sees the {plural(dropped, 'turn', 'turns')} above this line"
+        return cut_line_words(dropped)
 
     @property
     def meter(self) -> Meter:
@@ -140,6 +140,16 @@ def cut_moved_words(trim_to: float | None, *, fact: bool = False) -> str:
     return f"{lead}, so the engine could reuse little of its cached prompt."
 
 
+def cut_line_words(dropped: int, *, preview: bool = False) -> str:
+    """The cut line's words: the turns between the opening exchange and the line were left
+    out, and the opening exchange above them still goes with every send."""
+    turns = plural(dropped, "earlier turn", "earlier turns")
+    verb = "the next send will leave out" if preview else "left out of the newest send"
+    if preview:
+        return f"Above this line: {turns} {verb} (the opening exchange still goes)"
+    return f"Above this line: {turns} {verb} (the opening exchange still went)"
+
+
 def answer_view(answer: Message, user: Message | None) -> MessageView:
     """An answer shown on its own (a stream's snapshot), with the user row it answers."""
     return MessageView(answer, asked_by=user)
@@ -180,6 +190,11 @@ class Meter:
     turns_left: int | None = None
     """About how many more turns of the size of those sent fit after this send before the
     cut must move (None: not known, as for a stored send, whose fit keeps no such guess)."""
+    typed: bool = False
+    """A preview of text being typed (not of the history alone, after a switch)."""
+    cut_moved: bool = False
+    """This fit moves the cut (or starts it): turns the last send carried would go."""
+    left_out: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def of_row(
@@ -189,6 +204,7 @@ class Meter:
         preview: bool = False,
         alternatives: tuple[Alternative, ...] = (),
         turns_left: int | None = None,
+        typed: bool = False,
     ) -> Meter:
         """From a user row's fit: one stored, or the unsaved row a preview makes."""
         return cls(
@@ -203,24 +219,51 @@ class Meter:
             preview=preview,
             alternatives=alternatives,
             turns_left=turns_left,
+            typed=typed,
+            cut_moved=bool(row.fit_cut_moved),
+            left_out=tuple((span[0], span[1]) for span in row.fit_left_out or ()),
         )
 
     @property
     def over(self) -> bool:
-        """The conversation no longer fits: what is sent fills the budget and more was left
-        out (or even the floor was over)."""
-        return self.dropped_turns > 0 or self.overflow_at_floor
+        """Said ("Over") only while the text being typed would leave out turns the last
+        send still carried, or would not fit even with the opening exchange alone: a
+        conversation that was trimmed before is no alarm on every send."""
+        if not (self.preview and self.typed):
+            return False
+        return self.overflow_at_floor or (self.dropped_turns > 0 and self.cut_moved)
+
+    @property
+    def left_out_json(self) -> str:
+        return json.dumps(self.left_out, separators=(",", ":"))
+
+    @property
+    def cut_words(self) -> str:
+        """What the cut line says when it is drawn from this fit ("" when none is drawn)."""
+        if not self.dropped_turns:
+            return ""
+        return cut_line_words(self.dropped_turns, preview=self.preview)
+
+    @property
+    def advice(self) -> str | None:
+        """What to do about a next send that leaves turns out, written for the case: the
+        switch buttons stand before it when a larger window exists."""
+        if not (self.preview and self.dropped_turns):
+            return None
+        if self.alternatives:
+            return "Or pin the turns you need kept."
+        return "Pin the turns you need kept, or start a new conversation."
 
     @property
     def fill_percent(self) -> int:
-        if self.over:
+        if self.dropped_turns or self.overflow_at_floor:
             return 100
         return min(100, round(100 * self.estimated_tokens / self.budget)) if self.budget else 0
 
     @property
     def words(self) -> str:
         if self.overflow_at_floor:
-            return "Over the window: even the opening exchange and this message do not fit"
+            return "Even the opening exchange and this message do not fit; sent anyway"
         if self.dropped_turns:
             return left_out_words(
                 self.dropped_turns, self.pins_dropped, self.model, will=self.preview

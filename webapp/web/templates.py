@@ -9,6 +9,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 
+from webapp.chat.titles import split_mark
 from webapp.web.security import hx_headers
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -31,6 +32,7 @@ def csrf_for(request: Any) -> str:
 
 environment.globals["csrf_for"] = csrf_for
 environment.globals["hx_headers"] = hx_headers
+environment.filters["title_parts"] = split_mark
 
 
 def render_fragment(name: str, **context: Any) -> str:

@@ -1,0 +1,142 @@
+"""The header's configuration picker, the calm context display and the sidebar's everyday
+behaviour, in a real Chromium at desktop and phone sizes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import OpenPage, Server
+from tests.browser.test_chat_ui import answered, create_conversation, send_by_api, stored, turn_text
+from tests.browser.test_everyday_ui import height_of
+from tests.upstream import FakeUpstream
+
+pytestmark = pytest.mark.browser
+
+SIZES = pytest.mark.parametrize("viewport", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
+
+
+def largest_configuration(server: Server) -> str:
+    listed = server.api("GET", "/api/configurations").json()
+    entries = listed if isinstance(listed, list) else listed["configurations"]
+    return max(entries, key=lambda entry: entry["window"] or 0)["name"]
+
+
+@SIZES
+def test_the_header_picker_switches_and_keeps_the_draft(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    conversation_id = create_conversation(live_server, "tiny")
+    for number in range(1, 7):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport)
+    expect(page.locator("#cut-line")).to_have_count(1)
+    expect(page.locator("#meter")).not_to_contain_text("Over")
+    # The sidebar's select is for new conversations, and says so.
+    expect(page.locator('label[for="configuration"]')).to_have_text(
+        "Configuration for new conversations"
+    )
+
+    box = page.locator("#composer textarea")
+    box.fill("my draft, not sent yet")
+    large = largest_configuration(live_server)
+    picker = page.locator("#conversation-configuration")
+    expect(picker).to_be_visible()
+    picker.select_option(large)
+    expect(page.locator("#meter")).to_have_attribute("data-preview", "true")
+    expect(page.locator("#meter")).to_contain_text("Everything will be sent")
+    expect(page.locator("#cut-line")).to_have_count(0)  # the larger model takes it all
+    expect(box).to_have_value("my draft, not sent yet")
+    assert stored(live_server, conversation_id)["configuration"] == large
+
+    box.press("Enter")
+    answered(page, 7)
+    newest = [r for r in stored(live_server, conversation_id)["messages"] if r["role"] == "user"][
+        -1
+    ]
+    assert newest["dropped_turns"] == 0, newest["fit"]
+    expect(page.locator("#cut-line")).to_have_count(0)
+    expect(page.locator("#meter")).to_contain_text("Everything was sent")
+
+
+@SIZES
+def test_the_meter_keeps_its_height_and_notes_are_calm(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    conversation_id = create_conversation(live_server, "narrow")
+    for number in range(1, 10):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport)
+    meter = page.locator("#meter")
+    before = height_of(meter)
+    box = page.locator("#composer textarea")
+    box.fill(turn_text(10) * 4)
+    expect(meter).to_have_attribute("data-preview", "true")
+    typing = height_of(meter)
+    box.fill("")
+    box.dispatch_event("input")
+    expect(meter).to_have_attribute("data-preview", "false")
+    assert before == typing == height_of(meter), (before, typing)
+    expect(meter).not_to_contain_text("Over · Over")
+
+    # One note shows, on the newest trimmed turn; the others on demand.
+    trimmed = page.locator("#messages [data-dropped-turns]")
+    count = trimmed.count()
+    assert count >= 2
+    expect(page.locator("#messages .trim-marker:visible")).to_have_count(1)
+    line = page.locator("#cut-line")
+    expect(line).to_contain_text("the opening exchange still went")
+    line.get_by_role("button", name="All notes").click()
+    expect(page.locator("#messages .trim-marker:visible")).to_have_count(count)
+
+
+@SIZES
+def test_sidebar_new_rename_export_and_fork_marks(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    page = open_page(live_server, "/", viewport=viewport)
+    if viewport[0] < 600:
+        page.locator('[data-action="toggle-sidebar"]').click()
+    page.locator(".new-conversation button[type=submit]").click()
+    page.wait_for_url(re.compile(r"/c/[\w-]+$"))
+    first = page.url
+    if viewport[0] < 600:
+        page.locator('[data-action="toggle-sidebar"]').click()
+    page.locator(".new-conversation button[type=submit]").click()
+    page.wait_for_load_state()
+    assert page.url == first, "an empty conversation is reused"
+    conversation_id = first.rsplit("/", 1)[1]
+
+    expect(page.locator("#export-links")).to_be_hidden()
+    expect(page.locator("#title-hint")).not_to_be_in_viewport()
+    box = page.locator("#composer textarea")
+    box.fill("How were the suspension bridges of the nineteenth century built, and by whom")
+    box.press("Enter")
+    answered(page, 1)
+    title = stored(live_server, conversation_id)["title"]
+    assert title.endswith("…") and not title[:-1].endswith(" ")
+    assert "How were the suspension bridges of the nineteenth century built".startswith(title[:-1])
+    if viewport[0] >= 600:
+        expect(page.locator("#export-links")).to_be_visible()
+    expect(page.locator("#export-links a")).to_have_count(2)
+
+    title_box = page.locator("#title")
+    title_box.fill("Bridges")
+    title_box.press("Enter")
+    expect(page.locator("#title-hint")).to_have_text("Renamed.")
+    expect(page.locator(f"#conv-{conversation_id} .conv-title")).to_have_text("Bridges")
+
+    answer_id = stored(live_server, conversation_id)["messages"][1]["id"]
+    response = live_server.api(
+        "POST", f"/api/conversations/{conversation_id}/fork", json={"message_id": answer_id}
+    )
+    fork_id = response.json()["id"]
+    page.goto(f"/c/{fork_id}")
+    tag = page.locator(f"#conv-{fork_id} .tag")
+    expect(tag).to_have_text("fork")
+    if viewport[0] < 600:
+        page.locator('[data-action="toggle-sidebar"]').click()
+    expect(tag).to_be_visible()
+    assert (tag.bounding_box() or {"width": 0})["width"] > 10

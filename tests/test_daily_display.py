@@ -1,0 +1,155 @@
+"""Daily use, rendered on the server: titles cut at a word, fork and import marks, a calm
+meter ("Over" only for text being typed, advice for each case), the header's configuration
+switch answering with the next send's meter, "New conversation" reusing an empty one, and
+a rename that answers with the sidebar's link too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests.test_api import client, new_conversation  # noqa: F401  (the fixture)
+from webapp.chat.titles import (
+    TITLE_MAX,
+    cut_at_word,
+    fork_title,
+    import_title,
+    split_mark,
+    title_from,
+)
+from webapp.chat.views import Alternative, Meter, cut_line_words
+
+HTMX = {"hx-request": "true"}
+
+
+def meter(**overrides: Any) -> Meter:
+    fields: dict[str, Any] = {
+        "model": "small",
+        "window": 1024,
+        "budget": 900,
+        "estimated_tokens": 600,
+        "dropped_turns": 0,
+    }
+    return Meter(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "cut"),
+    [
+        ("short", 60, "short"),
+        ("one two three four", 12, "one two…"),
+        ("one two three", 8, "one two…"),
+        ("abcdefghijklmnop", 8, "abcdefg…"),
+        ("  spaced\n out   words here ", 60, "spaced out words here"),
+        ("first, second third", 10, "first…"),
+    ],
+)
+def test_titles_are_cut_at_a_word(text: str, limit: int, cut: str) -> None:
+    assert cut_at_word(text, limit) == cut
+    assert len(cut_at_word(text, limit)) <= limit
+
+
+def test_a_first_message_title_never_ends_mid_word() -> None:
+    message = "Please explain how the suspension bridges of the nineteenth century were built"
+    title = title_from(message)
+    assert title.endswith("…") and len(title) <= 60
+    assert message.startswith(title[:-1]) and message[len(title) - 1] == " "
+
+
+def test_forks_and_imports_carry_a_mark_shown_apart() -> None:
+    assert fork_title("Trips") == "Trips (fork)"
+    assert split_mark(fork_title("Trips")) == ("Trips", "fork")
+    assert split_mark(import_title("Trips")) == ("Trips", "imported")
+    assert import_title(import_title("Trips")) == "Trips (imported)", "one mark, not two"
+    assert split_mark("Trips") == ("Trips", None)
+    assert len(fork_title("x" * TITLE_MAX)) == TITLE_MAX
+
+
+def test_over_is_said_only_while_typed_text_would_leave_turns_out() -> None:
+    assert not meter(dropped_turns=3).over, "a last send that trimmed is no alarm"
+    assert not meter(dropped_turns=3, preview=True, typed=True).over, "the cut stays: calm"
+    assert meter(dropped_turns=3, preview=True, typed=True, cut_moved=True).over
+    assert not meter(dropped_turns=3, preview=True, cut_moved=True).over, "a switch's probe"
+    assert meter(overflow_at_floor=True, preview=True, typed=True).over
+
+
+def test_advice_is_written_for_each_case() -> None:
+    assert meter(dropped_turns=2).advice is None
+    alone = meter(dropped_turns=2, preview=True, typed=True).advice
+    assert alone == "Pin the turns you need kept, or start a new conversation."
+    alternatives = (Alternative("big", "big-model", 32000),)
+    after_switch = meter(dropped_turns=2, preview=True, alternatives=alternatives).advice
+    assert after_switch == "Or pin the turns you need kept."
+
+
+def test_over_the_window_is_said_once() -> None:
+    words = meter(overflow_at_floor=True, preview=True, typed=True).words
+    assert "Over" not in words and "do not fit" in words
+
+
+def test_the_cut_line_does_not_say_the_opening_exchange_is_unseen() -> None:
+    for preview in (False, True):
+        words = cut_line_words(36, preview=preview)
+        assert "no longer sees" not in words and "opening exchange still" in words
+        assert "36 earlier turns" in words
+
+
+async def test_new_conversation_reuses_an_empty_one(client: AsyncTestClient) -> None:  # noqa: F811
+    first = await client.post("/c/new", data={"configuration": "small"}, headers=HTMX)
+    second = await client.post("/c/new", data={"configuration": "small"}, headers=HTMX)
+    assert first.status_code == second.status_code == 204
+    assert first.headers["hx-redirect"] == second.headers["hx-redirect"]
+    conversation_id = first.headers["hx-redirect"].rsplit("/", 1)[1]
+    sent = await client.post(
+        f"/api/conversations/{conversation_id}/messages", json={"content": "hi"}
+    )
+    assert sent.status_code == 201
+    third = await client.post("/c/new", data={"configuration": "small"}, headers=HTMX)
+    assert third.headers["hx-redirect"] != first.headers["hx-redirect"]
+    listed = (await client.get("/api/conversations")).json()
+    rows = listed if isinstance(listed, list) else listed["conversations"]
+    assert len(rows) == 2
+
+
+async def test_rename_answers_with_the_sidebar_link(client: AsyncTestClient) -> None:  # noqa: F811
+    conversation = await new_conversation(client)
+    response = await client.post(
+        f"/c/{conversation['id']}/rename", data={"title": "Rivers (fork)"}, headers=HTMX
+    )
+    assert response.status_code == 200, response.text
+    assert f'hx-target="#conv-{conversation["id"]}"' in response.text
+    assert '<span class="conv-title">Rivers</span>' in response.text
+    assert '<span class="tag tag-fork">fork</span>' in response.text
+
+
+async def test_the_header_switch_answers_with_the_next_sends_meter(
+    client: AsyncTestClient,  # noqa: F811
+) -> None:
+    conversation = await new_conversation(client)
+    base = f"/api/conversations/{conversation['id']}"
+    for number in range(1, 9):
+        sent = await client.post(f"{base}/messages", json={"content": f"turn {number} " * 60})
+        assert sent.status_code == 201
+    configurations = (await client.get("/api/configurations")).json()
+    names = [
+        c["name"]
+        for c in (
+            configurations if isinstance(configurations, list) else configurations["configurations"]
+        )
+    ]
+    other = next(name for name in names if name != conversation["configuration"])
+    response = await client.post(
+        f"/c/{conversation['id']}/configuration",
+        data={"configuration": other, "content": "my draft"},
+        headers=HTMX,
+    )
+    assert response.status_code == 200, response.text
+    assert 'id="meter"' in response.text and 'data-preview="true"' in response.text
+    assert 'id="configuration-picker"' in response.text
+    assert (await client.get(base)).json()["configuration"] == other
+    bad = await client.post(
+        f"/c/{conversation['id']}/configuration", data={"configuration": "nope"}, headers=HTMX
+    )
+    assert bad.status_code == 400
