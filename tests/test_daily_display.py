@@ -5,12 +5,16 @@ a rename that answers with the sidebar's link too."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.test_api import client, new_conversation  # noqa: F401  (the fixture)
+from tests.catalogs import write_upstream_catalog
+from tests.test_api import client, make_user, new_conversation  # noqa: F401  (the fixture)
+from tests.upstream import FakeUpstream
+from webapp.app import create_app
 from webapp.chat.titles import (
     TITLE_MAX,
     cut_at_word,
@@ -20,6 +24,7 @@ from webapp.chat.titles import (
     title_from,
 )
 from webapp.chat.views import Alternative, Meter, cut_line_words
+from webapp.settings import Settings
 
 HTMX = {"hx-request": "true"}
 
@@ -153,3 +158,29 @@ async def test_the_header_switch_answers_with_the_next_sends_meter(
         f"/c/{conversation['id']}/configuration", data={"configuration": "nope"}, headers=HTMX
     )
     assert bad.status_code == 400
+
+
+async def test_a_refused_admin_form_keeps_what_was_typed(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    settings = Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+    )
+    token = await make_user(database_url, "root", admin=True)
+    async with AsyncTestClient(app=create_app(settings)) as admin:
+        admin.headers["Authorization"] = f"Bearer {token}"
+        refused = await admin.post(
+            "/admin/users", data={"username": "root", "password": "x", "is_admin": "on"}
+        )
+        assert 400 <= refused.status_code < 500, refused.text
+        assert 'role="alert"' in refused.text and "<h1>Users</h1>" in refused.text
+        assert 'value="root"' in refused.text and "checked" in refused.text
+        assert 'value="x"' not in refused.text, "a password is never sent back"
+        users = (await admin.get("/api/admin/users")).json()
+        rows = users if isinstance(users, list) else users["users"]
+        me = next(u for u in rows if u["username"] == "root")
+        last = await admin.post(f"/admin/users/{me['id']}", data={"action": "deactivate"})
+        assert last.status_code == 409 and "Not changed:" in last.text
+        unknown = await admin.post(f"/admin/users/{me['id']}", data={"action": "explode"})
+        assert unknown.status_code == 400 and "unknown action" in unknown.text

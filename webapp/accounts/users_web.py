@@ -15,7 +15,7 @@ from litestar.status_codes import HTTP_201_CREATED
 from webapp.accounts.management import Changes, UserManagement, user_dict
 from webapp.accounts.service import AccountService
 from webapp.admin.web import admin_only
-from webapp.errors import InvalidInput
+from webapp.errors import AppError, InvalidInput
 from webapp.web.params import RowId
 from webapp.web.security import SESSION_COOKIE
 
@@ -88,6 +88,29 @@ DONE = {
 }
 
 
+async def _users_page(
+    request: Request[Any, Any, Any],
+    *,
+    notice: str | None = None,
+    error: AppError | None = None,
+    typed: dict[str, str] | None = None,
+    failed_user: int | None = None,
+) -> Template:
+    """The users page; after a refused form, again with the reason and what was typed (a
+    password is never sent back), answered with the error's 4xx status, not a bare page."""
+    return Template(
+        "admin/users.html",
+        context={
+            "users": await management(request).list(),
+            "notice": notice,
+            "form_error": error.message if error else None,
+            "typed": typed or {},
+            "failed_user": failed_user,
+        },
+        status_code=error.status_code if error else 200,
+    )
+
+
 class UserPages(Controller):
     include_in_schema = False
 
@@ -95,32 +118,37 @@ class UserPages(Controller):
     async def users_page(
         self, request: Request[Any, Any, Any], done: FromQuery[str] = ""
     ) -> Template:
-        return Template(
-            "admin/users.html",
-            context={"users": await management(request).list(), "notice": DONE.get(done)},
-        )
+        return await _users_page(request, notice=DONE.get(done))
 
     @post("/admin/users", guards=[admin_only])
-    async def create_from_form(self, request: Request[Any, Any, Any]) -> Redirect:
+    async def create_from_form(self, request: Request[Any, Any, Any]) -> Redirect | Template:
         form = await _form(request)
-        await management(request).create(
-            form.get("username", "").strip(),
-            form.get("password", ""),
-            is_admin=form.get("is_admin") == "on",
-        )
+        try:
+            await management(request).create(
+                form.get("username", "").strip(),
+                form.get("password", ""),
+                is_admin=form.get("is_admin") == "on",
+            )
+        except AppError as error:
+            return await _users_page(request, error=error, typed=form)
         return Redirect("/admin/users?done=created", status_code=303)
 
     @post("/admin/users/{user_id:int}", guards=[admin_only])
-    async def change_from_form(self, request: Request[Any, Any, Any], user_id: RowId) -> Redirect:
+    async def change_from_form(
+        self, request: Request[Any, Any, Any], user_id: RowId
+    ) -> Redirect | Template:
         form = await _form(request)
         action = form.get("action", "")
-        if action == "reset":
-            changes = Changes(password=form.get("password", ""))
-        elif action in ACTIONS:
-            changes = ACTIONS[action]
-        else:
-            raise InvalidInput(f"unknown action {action!r}")
-        await management(request).update(user_id, changes)
+        try:
+            if action == "reset":
+                changes = Changes(password=form.get("password", ""))
+            elif action in ACTIONS:
+                changes = ACTIONS[action]
+            else:
+                raise InvalidInput(f"unknown action {action!r}")
+            await management(request).update(user_id, changes)
+        except AppError as error:
+            return await _users_page(request, error=error, failed_user=user_id)
         return Redirect(f"/admin/users?done={action}", status_code=303)
 
     @post("/settings/password")
