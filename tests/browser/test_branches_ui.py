@@ -137,7 +137,7 @@ def test_fork_and_copy(live_server: Server, upstream: FakeUpstream, open_page: O
     expect(messages(page, "user")).to_have_count(1)
     expect(messages(page, "user").first.locator(".content")).to_have_text("Where do rivers go?")
     assert text_of(answered(page, 1)) == "Rivers run to the sea."
-    expect(page.locator(".conversation-list .current")).to_contain_text("(fork)")
+    expect(page.locator(".conversation-list .current .tag")).to_have_text("fork")
     rows = stored(live_server, forked_id)["messages"]
     assert [r["seq"] for r in rows] == [1, 2]
     assert len(stored(live_server, conversation_id)["messages"]) == 4, "the source is kept"
