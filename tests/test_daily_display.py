@@ -184,3 +184,17 @@ async def test_a_refused_admin_form_keeps_what_was_typed(
         assert last.status_code == 409 and "Not changed:" in last.text
         unknown = await admin.post(f"/admin/users/{me['id']}", data={"action": "explode"})
         assert unknown.status_code == 400 and "unknown action" in unknown.text
+
+
+async def test_more_conversations_goes_on_under_the_same_heading(
+    client: AsyncTestClient,  # noqa: F811
+) -> None:
+    for number in range(202):
+        created = await client.post("/api/conversations", json={"title": f"c{number}"})
+        assert created.status_code == 201
+    first = await client.get("/conversations", params={"offset": 0})
+    assert first.text.count('<h2 class="list-group">Today</h2>') == 1
+    more = await client.get("/conversations", params={"offset": 200})
+    assert more.status_code == 200
+    assert '<h2 class="list-group">' not in more.text, "no second 'Today'"
+    assert more.text.count("<li ") == 2

@@ -4,6 +4,7 @@ behaviour, in a real Chromium at desktop and phone sizes."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -140,3 +141,44 @@ def test_sidebar_new_rename_export_and_fork_marks(
         page.locator('[data-action="toggle-sidebar"]').click()
     expect(tag).to_be_visible()
     assert (tag.bounding_box() or {"width": 0})["width"] > 10
+
+
+@SIZES
+def test_a_refused_import_says_why_beside_the_form(
+    live_server: Server,
+    upstream: FakeUpstream,
+    open_page: OpenPage,
+    viewport: tuple[int, int],
+    tmp_path: Path,
+) -> None:
+    conversation_id = create_conversation(live_server)
+    page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport)
+    if viewport[0] < 600:
+        page.locator('[data-action="toggle-sidebar"]').click()
+    bad = tmp_path / "not-an-export.json"
+    bad.write_text('{"format": "something else"}')
+    page.locator("#import-file").set_input_files(str(bad))
+    page.locator(".import-form button[type=submit]").click()
+    expect(page.locator("#import-error")).not_to_be_empty()
+    expect(page.locator("#import-error")).to_be_visible()
+    assert page.url.endswith(f"/c/{conversation_id}"), "the page stays"
+    assert page.locator("#import-file").evaluate("el => el.files.length") == 1, "the file stays"
+
+
+@SIZES
+def test_a_refused_admin_form_keeps_what_was_typed(
+    live_server: Server, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    page = open_page(live_server, "/admin/users", viewport=viewport)
+    name = f"twice-{viewport[0]}"
+    for _ in range(2):
+        page.get_by_label("Username").fill(name)
+        page.locator('form[action="/admin/users"] input[name="password"]').fill(
+            "correct horse battery staple"
+        )
+        page.locator('form[action="/admin/users"] button[type=submit]').click()
+        page.wait_for_load_state()
+    expect(page.locator("#form-error")).to_be_visible()
+    expect(page.get_by_role("heading", name="Users")).to_be_visible()
+    expect(page.get_by_label("Username")).to_have_value(name)
+    expect(page.locator('form[action="/admin/users"] input[name="password"]')).to_have_value("")
