@@ -39,6 +39,8 @@ def test_the_header_picker_switches_and_keeps_the_draft(
     expect(page.locator('label[for="configuration"]')).to_have_text(
         "Configuration for new conversations"
     )
+    expect(page.locator("#configuration")).not_to_have_value("tiny")  # the default, not this one's
+    expect(page.locator("#conversation-configuration")).to_have_value("tiny")
 
     box = page.locator("#composer textarea")
     box.fill("my draft, not sent yet")

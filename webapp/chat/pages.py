@@ -130,6 +130,7 @@ class ConversationPages(Controller):
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
             context["configurations"] = configuration_dicts(chat.catalog)
+            context["default_configuration"] = chat.catalog.default_configuration
         return Template(self.page_template, context=context)
 
     @get("/older")
