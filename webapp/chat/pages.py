@@ -62,6 +62,11 @@ class ConversationRef:
     """A conversation not stored yet (an embed visitor's before the first send): shown
     empty, stored by the first send. Reading a page never creates a row."""
 
+    @property
+    def internals(self) -> bool:
+        """Whether the page shows token counts and model and configuration names."""
+        return self.embed is None or self.embed.show_internals
+
     async def stored_id(self, chat: ConversationService) -> str:
         """The conversation's id, storing the draft first if this is its first send."""
         if self.draft is None:
@@ -122,6 +127,7 @@ class ConversationPages(Controller):
             "conversation": row,
             "base": conversation.base,
             "embed": conversation.embed,
+            "internals": conversation.internals,
             "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
             "meter": last_fit(rows),
@@ -222,7 +228,14 @@ class ConversationPages(Controller):
             meter = last_fit(rows)
         else:
             meter = await next_send_meter(chat, conversation, content)
-        return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
+        return Template(
+            "chat/_meter.html",
+            context={
+                "meter": meter,
+                "base": conversation.base,
+                "internals": conversation.internals,
+            },
+        )
 
     @post("/pin/{message_id:int}")
     async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
@@ -312,6 +325,7 @@ class ConversationPages(Controller):
                             ),
                             user=message_views([snapshot.user], alternatives)[0],
                             base=conversation.base,
+                            internals=conversation.internals,
                         ),
                         "id": str(len(snapshot.answer.content)),
                     }
@@ -486,6 +500,7 @@ async def _branch_page(
         context={
             "conversation": row,
             "base": conversation.base,
+            "internals": conversation.internals,
             "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
         },
@@ -501,6 +516,7 @@ async def _message(
         context={
             "message": await prerendered_view(message_views([row], alternatives)[0]),
             "base": conversation.base,
+            "internals": conversation.internals,
         },
     )
 
@@ -512,6 +528,7 @@ def _turn(send: Send, conversation: ConversationRef) -> Template:
             "conversation": send.conversation,
             "base": conversation.base,
             "embed": conversation.embed,
+            "internals": conversation.internals,
             "messages": message_views([send.user, send.answer]),
         },
     )
