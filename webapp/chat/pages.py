@@ -19,7 +19,9 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
+from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
+from webapp.chat.feedback import feedback_value
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.sending import Send
@@ -112,7 +114,11 @@ class ConversationPages(Controller):
 
     @get("/")
     async def conversation_page(
-        self, chat: Chat, conversation: FoundConversation, at: OptionalRowIdQuery = None
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        conversation: FoundConversation,
+        at: OptionalRowIdQuery = None,
     ) -> Template:
         """The newest turns; with `at` (a search hit's message), back to that one too."""
         rows: list[Message]
@@ -136,7 +142,7 @@ class ConversationPages(Controller):
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
             context["configurations"] = configuration_dicts(chat.catalog)
-            context["default_configuration"] = chat.catalog.default_configuration
+            context["default_configuration"] = default_configuration(request, chat)
         return Template(self.page_template, context=context)
 
     @get("/older")
@@ -249,6 +255,21 @@ class ConversationPages(Controller):
         row = await chat.pin(conversation.owner, conversation.id, message_id, False)
         return await _message(chat, row, conversation)
 
+    @post("/feedback/{answer_id:int}")
+    async def feedback(
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        conversation: FoundConversation,
+        answer_id: RowId,
+    ) -> Template:
+        """A thumb pressed on an answer: given, replaced, or (pressed again) taken back."""
+        pressed = feedback_value(await form_field(request, "value"))
+        row = await chat.feedback(
+            conversation.owner, conversation.id, answer_id, pressed, toggle=True
+        )
+        return Template("chat/_feedback.html", context={"row": row, "base": conversation.base})
+
     @post("/configuration")
     async def switch_configuration(
         self,
@@ -345,9 +366,13 @@ class ConversationAdmin(Controller):
     include_in_schema = False
 
     @get("/")
-    async def home(self, chat: Chat, owner: Owner) -> Redirect:
+    async def home(self, request: Request[Any, Any, Any], chat: Chat, owner: Owner) -> Redirect:
         conversations = await chat.conversations(owner, limit=1)
-        conversation = conversations[0] if conversations else await chat.fresh(owner)
+        conversation = (
+            conversations[0]
+            if conversations
+            else await chat.fresh(owner, default_configuration(request, chat))
+        )
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
     @get("/conversations")
@@ -399,7 +424,10 @@ class ConversationAdmin(Controller):
         form = await request.form()
         configuration = form.get("configuration")
         conversation = await chat.fresh(
-            owner, configuration if isinstance(configuration, str) and configuration else None
+            owner,
+            configuration
+            if isinstance(configuration, str) and configuration
+            else default_configuration(request, chat),
         )
         return go_to(request, f"/c/{conversation.id}")
 
@@ -429,6 +457,13 @@ class ConversationAdmin(Controller):
     ) -> Response[Any]:
         await chat.delete(owner, conversation_id)
         return go_to(request, "/")
+
+
+def default_configuration(request: Request[Any, Any, Any], chat: ConversationService) -> str:
+    """The configuration new conversations of the signed-in user start with."""
+    catalog = chat.catalog
+    user = request.scope.get("user")
+    return preferred_configuration(user, catalog.configurations) or catalog.default_configuration
 
 
 async def sidebar(
