@@ -5,10 +5,13 @@ broken in a table, and an embed that takes no focus from its host page."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.browser.conftest import HostPage, OpenPage, Server
+from tests.browser.conftest import HostPage, OpenPage, Server, Servers
 from tests.browser.test_chat_ui import answered, create_conversation, send_by_api
 from tests.upstream import FakeUpstream
 
@@ -151,13 +154,16 @@ def test_keyboard_keeps_the_focus_and_every_control_has_its_own_name(
 
 
 def test_more_conversations_keeps_the_focus_in_the_list(
-    live_server: Server, open_page: OpenPage
+    servers: Servers, sqlite_template: Path, tmp_path: Path, open_page: OpenPage
 ) -> None:
-    listed = live_server.api("GET", "/api/conversations").json()
-    rows = listed if isinstance(listed, list) else listed.get("conversations", listed)
-    for _ in range(max(0, 202 - len(rows))):
-        create_conversation(live_server)
-    page = open_page(live_server, f"/c/{create_conversation(live_server)}")
+    """On a server of its own: 201 conversations would give every later test's sidebar a
+    "More conversations" of its own."""
+    database = tmp_path / "many.db"
+    shutil.copy(sqlite_template, database)
+    server = servers.start(f"sqlite+aiosqlite:///{database}", name="many-conversations")
+    for _ in range(201):
+        create_conversation(server)
+    page = open_page(server, f"/c/{create_conversation(server)}")
     links = page.locator("#sidebar nav a")
     before = links.count()
     more = page.locator(".more-conversations")

@@ -268,7 +268,12 @@ class ConversationPages(Controller):
         row = await chat.feedback(
             conversation.owner, conversation.id, answer_id, pressed, toggle=True
         )
-        return Template("chat/_feedback.html", context={"row": row, "base": conversation.base})
+        # The answer's view names its thumbs after its turn, as the page did.
+        message = answer_view(row, await chat.user_row_of(row))
+        return Template(
+            "chat/_feedback.html",
+            context={"row": row, "message": message, "base": conversation.base},
+        )
 
     @post("/configuration")
     async def switch_configuration(
