@@ -135,6 +135,17 @@ class ConversationService:
     ) -> Message:
         return await self._editor.pin(owner, conversation_id, message_id, pinned)
 
+    async def feedback(
+        self,
+        owner: str,
+        conversation_id: str,
+        answer_id: int,
+        value: int | None,
+        *,
+        toggle: bool = False,
+    ) -> Message:
+        return await self._editor.feedback(owner, conversation_id, answer_id, value, toggle=toggle)
+
     async def branch(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
         return await self._editor.branch(owner, conversation_id, message_id)
 
