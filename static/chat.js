@@ -20,7 +20,9 @@
     const stop = form.querySelector('[data-action="stop"]');
     // Disabling Send, or hiding Stop, would drop the focus to the page: keep it in the box.
     if (busy && document.activeElement === send) area.focus();
-    const lost = !document.activeElement || document.activeElement === document.body;
+    // In an embed, only while the frame has the focus: never taken from the host page.
+    const here = !document.querySelector(".chat.embed") || document.hasFocus();
+    const lost = here && (!document.activeElement || document.activeElement === document.body);
     if (wasBusy && !busy && (lost || document.activeElement === stop)) area.focus();
     send.disabled = busy;
     stop.hidden = !busy;
@@ -387,6 +389,7 @@
     syncComposer();
     const area = document.querySelector('#composer textarea');
     fitComposer(area);
-    if (area && !area.disabled) area.focus();
+    // An embed takes no focus on load: the host page's visitor is reading the host page.
+    if (area && !area.disabled && !document.querySelector(".chat.embed")) area.focus();
   });
 })();

@@ -151,7 +151,9 @@ async def test_thumbs_are_stored_toggled_and_filter_the_review(clients: Clients)
     # The page's thumbs: the other thumb replaces, the same thumb again takes it back.
     page_url = f"/c/{conversation_id}/feedback/{answer}"
     up = await app.post(page_url, data={"value": "up"}, headers={**alice, **HTMX})
-    assert up.status_code == 200 and 'data-action="feedback-up" aria-label="Good answer"' in up.text
+    assert (
+        up.status_code == 200 and 'data-action="feedback-up" aria-label="Good answer 1"' in up.text
+    )
     assert up.text.count('aria-pressed="true"') == 1
     off = await app.post(page_url, data={"value": "up"}, headers={**alice, **HTMX})
     assert 'aria-pressed="true"' not in off.text

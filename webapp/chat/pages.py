@@ -64,6 +64,11 @@ class ConversationRef:
     """A conversation not stored yet (an embed visitor's before the first send): shown
     empty, stored by the first send. Reading a page never creates a row."""
 
+    @property
+    def internals(self) -> bool:
+        """Whether the page shows token counts and model and configuration names."""
+        return self.embed is None or self.embed.show_internals
+
     async def stored_id(self, chat: ConversationService) -> str:
         """The conversation's id, storing the draft first if this is its first send."""
         if self.draft is None:
@@ -128,6 +133,7 @@ class ConversationPages(Controller):
             "conversation": row,
             "base": conversation.base,
             "embed": conversation.embed,
+            "internals": conversation.internals,
             "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
             "meter": last_fit(rows),
@@ -236,7 +242,14 @@ class ConversationPages(Controller):
             meter = last_fit(rows)
         else:
             meter = await next_send_meter(chat, conversation, content)
-        return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
+        return Template(
+            "chat/_meter.html",
+            context={
+                "meter": meter,
+                "base": conversation.base,
+                "internals": conversation.internals,
+            },
+        )
 
     @post("/pin/{message_id:int}")
     async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
@@ -263,7 +276,12 @@ class ConversationPages(Controller):
         row = await chat.feedback(
             conversation.owner, conversation.id, answer_id, pressed, toggle=True
         )
-        return Template("chat/_feedback.html", context={"row": row, "base": conversation.base})
+        # The answer's view names its thumbs after its turn, as the page did.
+        message = answer_view(row, await chat.user_row_of(row))
+        return Template(
+            "chat/_feedback.html",
+            context={"row": row, "message": message, "base": conversation.base},
+        )
 
     @post("/configuration")
     async def switch_configuration(
@@ -341,6 +359,7 @@ class ConversationPages(Controller):
                             ),
                             user=message_views([snapshot.user], alternatives)[0],
                             base=conversation.base,
+                            internals=conversation.internals,
                         ),
                         "id": str(len(snapshot.answer.content)),
                     }
@@ -529,6 +548,7 @@ async def _branch_page(
         context={
             "conversation": row,
             "base": conversation.base,
+            "internals": conversation.internals,
             "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
         },
@@ -544,6 +564,7 @@ async def _message(
         context={
             "message": await prerendered_view(message_views([row], alternatives)[0]),
             "base": conversation.base,
+            "internals": conversation.internals,
         },
     )
 
@@ -555,6 +576,7 @@ def _turn(send: Send, conversation: ConversationRef) -> Template:
             "conversation": send.conversation,
             "base": conversation.base,
             "embed": conversation.embed,
+            "internals": conversation.internals,
             "messages": message_views([send.user, send.answer]),
         },
     )

@@ -145,6 +145,9 @@ class EmbedSpec:
     allowed_origins: tuple[str, ...]
     title: str | None = None
     greeting: str | None = None
+    show_internals: bool = False
+    """Whether visitors see token counts and the model's and configuration's names (the
+    meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,6 +695,7 @@ class _EmbedEntry(_Entry):
     allowed_origins: list[Text]
     title: Text | None = None
     greeting: str | None = None
+    show_internals: bool = False
 
     @field_validator("name")
     @classmethod
@@ -731,6 +735,7 @@ class _EmbedEntry(_Entry):
             allowed_origins=tuple(self.allowed_origins),
             title=self.title,
             greeting=self.greeting,
+            show_internals=self.show_internals,
         )
 
 

@@ -33,6 +33,9 @@ def csrf_for(request: Any) -> str:
 
 environment.globals["csrf_for"] = csrf_for
 environment.globals["hx_headers"] = hx_headers
+environment.globals["internals"] = True
+"""Token counts and model and configuration names are shown, except where a page's
+context says not (an embed that keeps them from its visitors)."""
 environment.filters["title_parts"] = split_mark
 
 
