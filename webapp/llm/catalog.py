@@ -46,13 +46,20 @@ that are pure appends (the engine's prompt cache serves all but the new turn).""
 KNOWN_CAPABILITIES = frozenset({"chat", "tools", "vision", "completion", "embedding"})
 """What routing can ask of a model. Anything else is a typo that would silently never match."""
 
-PROVIDER_KINDS: tuple[str, ...] = ("openai", "demo")
+PROVIDER_KINDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "demo")
+
+VENDOR_ROOTS: dict[str, str] = {
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+"""Where a native provider is served when its `base_url` is left out: the vendor's root,
+as the vendor's SDK takes it (the provider adds the API's paths)."""
 
 TOKENIZER_KINDS: tuple[str, ...] = ("auto", "server", "estimate", "tiktoken", "huggingface")
 """How a model's tokens are counted: the first three stand alone, the last two take an
 argument after a colon ("tiktoken:cl100k_base", "huggingface:path/to/tokenizer.json")."""
 
-ProviderKind = Literal["openai", "demo"]
+ProviderKind = Literal["openai", "anthropic", "gemini", "demo"]
 
 
 # --------------------------------------------------------------------------- specs
@@ -430,6 +437,8 @@ class _ProviderEntry(_Entry):
     @classmethod
     def _base_url(cls, base_url: str | None, info: ValidationInfo) -> str | None:
         if base_url is None:
+            if info.data.get("kind") in VENDOR_ROOTS:
+                return VENDOR_ROOTS[info.data["kind"]]
             if info.data.get("kind") == "openai":
                 raise _refuse(
                     "required for an 'openai' provider (e.g. https://api.openai.com/v1 "
