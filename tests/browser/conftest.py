@@ -75,11 +75,17 @@ capabilities = ["chat"]
 [[configurations]]
 name = "narrow"
 model = "narrow"
+
+[[configurations]]
+name = "short"
+model = "small"
+max_tokens = 20
 """
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
 a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
 tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
-their sends must not move `tiny`'s, which other tests count on)."""
+their sends must not move `tiny`'s, which other tests count on); `short`, answers cut off
+at 20 tokens, for Continue."""
 
 RECORDER = """
 (() => {

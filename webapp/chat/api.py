@@ -364,6 +364,24 @@ class ConversationController(Controller):
     ) -> dict[str, Any]:
         return message_dict(await chat.pin(owner, conversation_id, message_id, False))
 
+    @post(
+        "/{conversation_id:str}/messages/{message_id:int}/continue",
+        status_code=HTTP_201_CREATED,
+    )
+    async def continue_answer(
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        message_id: RowId,
+    ) -> ASGIApp:
+        """Continue an answer cut off by its length limit (`finish_reason` "length"): a new
+        turn asking the model to go on, bounded like any send; 201 {user, assistant}, or
+        streamed with `Accept: text/event-stream`."""
+        send = await chat.continue_answer(owner, conversation_id, message_id)
+        return await _answer(request, chat, send)
+
     @put("/{conversation_id:str}/messages/{message_id:int}/feedback", status_code=HTTP_200_OK)
     async def rate_answer(
         self,

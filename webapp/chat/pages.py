@@ -162,6 +162,14 @@ class ConversationPages(Controller):
         conversation_id = await conversation.stored_id(chat)
         return _turn(await chat.send(conversation.owner, conversation_id, content), conversation)
 
+    @post("/continue/{answer_id:int}")
+    async def continue_answer(
+        self, chat: Chat, conversation: FoundConversation, answer_id: RowId
+    ) -> Template:
+        """Continue on an answer cut off by its length limit: a new turn, streamed."""
+        send = await chat.continue_answer(conversation.owner, conversation.id, answer_id)
+        return _turn(send, conversation)
+
     @post("/retry/{answer_id:int}")
     async def retry(
         self, chat: Chat, conversation: FoundConversation, answer_id: RowId
