@@ -20,10 +20,13 @@
     const stop = form.querySelector('[data-action="stop"]');
     // Disabling Send, or hiding Stop, would drop the focus to the page: keep it in the box.
     if (busy && document.activeElement === send) area.focus();
-    const lost = !document.activeElement || document.activeElement === document.body;
+    // In an embed, only while the frame has the focus: never taken from the host page.
+    const here = !document.querySelector(".chat.embed") || document.hasFocus();
+    const lost = here && (!document.activeElement || document.activeElement === document.body);
     if (wasBusy && !busy && (lost || document.activeElement === stop)) area.focus();
     send.disabled = busy;
     stop.hidden = !busy;
+    if (!busy) clearBusyNote();
     wasBusy = busy;
   }
 
@@ -240,8 +243,40 @@
     if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
-      if (area.value.trim() && area.form.dataset.busy !== "true") area.form.requestSubmit();
+      if (!area.value.trim()) return;
+      if (area.form.dataset.busy === "true") sayBusy(area.form);
+      else area.form.requestSubmit();
     }
+  });
+
+  // Enter while an answer is being written sends nothing: say why, beside the composer,
+  // until that answer is done (the text typed stays in the box).
+  function sayBusy(form) {
+    if (form.id !== "composer") return;
+    const errors = document.getElementById("composer-error");
+    const note = document.createElement("p");
+    note.className = "busy-note";
+    note.dataset.busyNote = "";
+    note.textContent = "Not sent yet: an answer is still being written. Your message stays here; " +
+      "press Enter again when the answer is done, or Stop (Escape) to end it now.";
+    errors.replaceChildren(note);
+  }
+
+  function clearBusyNote() {
+    const note = document.querySelector("#composer-error [data-busy-note]");
+    if (note) note.remove();
+  }
+
+  // The composer grows with what is typed, up to its CSS max-height, then scrolls.
+  function fitComposer(area) {
+    if (!area) return;
+    area.style.height = "auto";
+    const border = area.offsetHeight - area.clientHeight;
+    area.style.height = `${area.scrollHeight + border}px`;
+  }
+
+  document.addEventListener("input", (event) => {
+    if (event.target.matches && event.target.matches("#composer textarea")) fitComposer(event.target);
   });
 
   // The copy control the server puts on every code block: copy the code as text.
@@ -301,6 +336,7 @@
     const ok = !(ctx && ctx.response && ctx.response.status >= 400);
     if (source && source.id === "composer" && ok) {
       source.reset();
+      fitComposer(source.querySelector("textarea"));
       stickToBottom = true;
       document.getElementById("composer-error").replaceChildren();
     }
@@ -352,6 +388,8 @@
   document.addEventListener("DOMContentLoaded", () => {
     syncComposer();
     const area = document.querySelector('#composer textarea');
-    if (area && !area.disabled) area.focus();
+    fitComposer(area);
+    // An embed takes no focus on load: the host page's visitor is reading the host page.
+    if (area && !area.disabled && !document.querySelector(".chat.embed")) area.focus();
   });
 })();

@@ -36,6 +36,7 @@ MESSAGE_FIELDS = {
     "usage",
     "finish_reason",
     "error",
+    "feedback",
 }
 
 
@@ -134,6 +135,7 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
         "pins_left_out",
         "trim_to",
         "cut_moved",
+        "instructions_tokens",
     }
     assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
     assert user["fit"]["trim_to"] == 0.75 and user["fit"]["cut_moved"] is False

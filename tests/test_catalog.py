@@ -275,7 +275,10 @@ def test_missing_api_key_variable_is_not_an_error(
     assert catalog.providers["openai"].api_key_env == "OPENAI_API_KEY"
 
 
-@pytest.mark.parametrize("name", ["openai.toml", "ollama.toml", "llamacpp.toml", "vllm.toml"])
+@pytest.mark.parametrize(
+    "name",
+    ["openai.toml", "ollama.toml", "llamacpp.toml", "vllm.toml", "anthropic.toml", "gemini.toml"],
+)
 def test_example_files_load(name: str) -> None:
     catalog = load_catalog(EXAMPLES / name)
     assert catalog.configurations
@@ -290,6 +293,16 @@ def test_openai_example_shows_criteria_fallbacks_and_embeds() -> None:
     assert any(c.criteria is not None for c in catalog.configurations.values())
     assert any(c.fallbacks for c in catalog.configurations.values())
     assert catalog.embeds
+
+
+def test_native_examples_default_to_the_vendors_roots() -> None:
+    anthropic = load_catalog(EXAMPLES / "anthropic.toml").providers["anthropic"]
+    gemini = load_catalog(EXAMPLES / "gemini.toml").providers["gemini"]
+    assert (anthropic.kind, anthropic.base_url) == ("anthropic", "https://api.anthropic.com")
+    assert (gemini.kind, gemini.base_url) == (
+        "gemini",
+        "https://generativelanguage.googleapis.com",
+    )
 
 
 def test_local_examples_point_at_local_servers() -> None:
@@ -417,8 +430,8 @@ ERROR_CASES = [
      "at least one"),
     ("prefer-not-bool", C + "criteria = { prefer_lowest_cost = 'yes' }", "configurations[1] 'c'",
      "criteria.prefer_lowest_cost", "expected true or false"),
-    ("unknown-kind", P + "kind = 'anthropic'\nbase_url = 'https://x.test'", "providers[1] 'p'",
-     "kind", "unknown provider kind 'anthropic'"),
+    ("unknown-kind", P + "kind = 'antrophic'\nbase_url = 'https://x.test'", "providers[1] 'p'",
+     "kind", "unknown provider kind 'antrophic'"),
     ("openai-without-base-url", P + "kind = 'openai'", "providers[1] 'p'", "base_url",
      "required for an 'openai' provider"),
     ("base-url-not-http", P + "kind = 'openai'\nbase_url = 'ftp://example.com/v1'",

@@ -162,3 +162,47 @@ async def test_regenerating_and_editing_count_as_sends(app: Litestar) -> None:
         assert refused.status_code == 429, refused.text
         fork = await client.post(f"/embed/support/fork/{user_id}", headers=headers)
         assert fork.status_code in (400, 404)
+
+
+OPEN_EMBED = """
+[[embeds]]
+name = "open"
+configuration = "small"
+allowed_origins = ["https://shop.example.com"]
+show_internals = true
+"""
+
+
+def visible_text(html: str) -> str:
+    """What a visitor reads: the page without its tags, attributes and scripts' data."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+async def test_visitors_see_no_internals_unless_the_embed_shows_them(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """Token counts, the model's and the configuration's names are the site's business:
+    an embed shows them only with `show_internals = true`."""
+    catalog = write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED + OPEN_EMBED)
+    app = create_app(Settings(database_url=database_url, config=catalog))
+    upstream.set_reply("Glad to help.")
+    shown = {}
+    async with Client(app=app) as client:
+        for name in ("support", "open"):
+            headers = htmx_headers((await client.get(f"/embed/{name}")).text)
+            sent = await client.post(f"/embed/{name}/send", data={"content": "hi"}, headers=headers)
+            assert sent.status_code == 200, sent.text
+            answer_id = found(ANSWER, sent.text)
+            stream = await client.get(f"/embed/{name}/answers/{answer_id}/stream", headers=headers)
+            page = await client.get(f"/embed/{name}", headers=headers)
+            shown[name] = (visible_text(page.text), page.text, stream.text)
+    closed, closed_html, closed_stream = shown["support"]
+    assert "Everything was sent" in closed
+    for internal in ("small", "tokens"):
+        assert internal not in closed, internal
+        assert internal not in visible_text(closed_stream), internal
+    assert 'class="badge"' not in closed_html and 'class="model"' not in closed_html
+    assert 'placeholder="Your message' in closed_html
+    opened, opened_html, _ = shown["open"]
+    assert "Everything was sent to small" in opened and "tokens for the prompt" in opened
+    assert 'class="badge"' in opened_html

@@ -32,7 +32,7 @@ def test_unknown_or_missing_language_is_shown_plain_with_the_copy_control() -> N
     for text in ("```nosuchlang\nx = 1\n```", "```\nx = 1\n```", "    x = 1"):
         out = html(text)
         assert 'data-action="copy-code"' in out, text
-        assert '<span class="' not in out.split("<pre>")[1], text
+        assert '<span class="' not in out.split("<pre")[1], text
         assert "x = 1" in out
 
 
@@ -111,3 +111,23 @@ def test_a_huge_block_is_shown_plain_not_coloured() -> None:
     out = html("```python\n" + "x = 1\n" * 40_000 + "```")
     assert '<span class="n">' not in out
     assert 'data-action="copy-code"' in out
+
+
+def test_code_blocks_and_tables_scroll_and_take_the_focus_once() -> None:
+    """What scrolls sideways must be reachable by keyboard: a named, focusable group; an
+    answer stored before the rule gets it when shown, and showing twice adds nothing."""
+    from webapp.web.markdown import scrollable_parts_focusable
+
+    table = "| size | tokens |\n|---|---|\n| medium | 16,384 |"
+    out = html(f"```python\nx = 1\n```\n\n    plain\n\n{table}")
+    assert '<pre tabindex="0" role="group" aria-label="python code">' in out
+    assert '<pre tabindex="0" role="group" aria-label="Code">' in out
+    assert out.count('class="table-scroll" tabindex="0" role="group" aria-label="Table"') == 1
+    assert 'aria-label="Copy code"' in out
+    assert scrollable_parts_focusable(out) == out
+    stored = out.replace('<pre tabindex="0" role="group" aria-label="python code">', "<pre>")
+    stored = stored.replace(
+        '<div class="table-scroll" tabindex="0" role="group" aria-label="Table">', ""
+    ).replace("</table></div>", "</table>")
+    assert "<pre>" in stored and "table-scroll" not in stored
+    assert scrollable_parts_focusable(stored).count("table-scroll") == 1

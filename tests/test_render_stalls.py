@@ -81,7 +81,7 @@ def test_a_lexer_that_backtracks_falls_back_to_plain_text(name: str) -> None:
     out = str(render_markdown(BAD_INPUTS[name]))
     assert f'<span class="code-language">{name}</span>' in out
     assert f'<code class="language-{name}">' in out
-    code = out.split("<pre>", 1)[1]
+    code = out.split("<pre", 1)[1]
     assert '<span class="' not in code, "no colour: the block is plain text"
     first_line = BAD_INPUTS[name].split("\n")[1]
     assert first_line.split()[0] in code
@@ -93,7 +93,7 @@ def test_a_block_that_overruns_its_time_loses_its_colour_and_nothing_else() -> N
     slow = "```csharp\n" + "x\n" * 6000 + "```"
     fine = "```csharp\nclass A { int f() { return 1; } }\n```"
     out = str(render_markdown(f"Before **bold**.\n\n{slow}\n\n{fine}\n\nAfter $x^2$."))
-    blocks = out.split("<pre>")[1:]
+    blocks = out.split("<pre")[1:]
     assert len(blocks) == 2
     assert '<span class="' not in blocks[0].split("</pre>")[0], "the slow block is plain"
     assert '<span class="k">class</span>' in blocks[1], "the next block is still coloured"

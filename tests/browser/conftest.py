@@ -13,8 +13,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import http.server
 import os
 import shutil
+import threading
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -72,11 +75,17 @@ capabilities = ["chat"]
 [[configurations]]
 name = "narrow"
 model = "narrow"
+
+[[configurations]]
+name = "short"
+model = "small"
+max_tokens = 20
 """
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
 a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
 tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
-their sends must not move `tiny`'s, which other tests count on)."""
+their sends must not move `tiny`'s, which other tests count on); `short`, answers cut off
+at 20 tokens, for Continue."""
 
 RECORDER = """
 (() => {
@@ -409,3 +418,34 @@ def artifacts() -> Path:
     """Where screenshots go (git-ignored)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+# ---- a host site for the embed -------------------------------------------------------------
+
+HostPage = Callable[[int, str], str]
+"""`host_page(port, embed_url)`: the URL of a page on `localhost:port` framing the embed."""
+
+
+@pytest.fixture
+def host_page(tmp_path: Path) -> Iterator[HostPage]:
+    """Serve an HTML page framing the embed, on a port of our choosing, as
+    `http://localhost:PORT`: another site than the app's `127.0.0.1`."""
+    started: list[http.server.ThreadingHTTPServer] = []
+
+    def serve(port: int, embed_url: str) -> str:
+        folder = tmp_path / f"host-{port}"
+        folder.mkdir()
+        (folder / "index.html").write_text(
+            f'<!doctype html><h1>A shop</h1><iframe id="chat" src="{embed_url}" '
+            'width="480" height="620" title="Chat"></iframe>'
+        )
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return f"http://localhost:{port}/"
+
+    yield serve
+    for server in started:
+        server.shutdown()
+        server.server_close()  # the next test's host page binds the same port

@@ -1,12 +1,12 @@
-"""axe-core on every page (issue "Everyday chat", item 7): no serious or critical finding,
-in light and dark, at desktop and phone width."""
+"""axe-core on every page: no serious or critical finding, in light and dark, at desktop
+and phone width (chat, trimmed chat, settings, the admin pages, sign-in, the embed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.axe import assert_accessible
 from tests.browser.conftest import PASSWORD, OpenPage, Server, Servers
@@ -18,11 +18,13 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def trimmed(live_server: Server, upstream_server: FakeUpstream) -> str:
-    """A conversation with code, math and trimmed turns, made once for the module."""
+    """A conversation with code (one line too long for the bubble), a table, math and
+    trimmed turns, made once for the module."""
     upstream_server.reset()
     conversation_id = create_conversation(live_server, "narrow")
     upstream_server.set_reply(
-        "Try `x`:\n\n```python\nprint(1)\n```\n\nand $x^2$. https://example.com"
+        "Try `x`:\n\n```python\nprint(" + "1 + " * 40 + "1)\n```\n\n"
+        "| size | tokens |\n|---|---|\n| medium | 16,384 |\n\nand $x^2$. https://example.com"
     )
     for number in range(1, 8):
         send_by_api(live_server, conversation_id, turn_text(number))
@@ -45,27 +47,40 @@ def test_the_chat_with_an_opened_marker_at_desktop_and_phone_width(
     assert_accessible(page, f"/c/{{id}} ({scheme}, phone, drawer open)")
 
 
+def accessible_at_both_sizes(page: Page, where: str) -> None:
+    """axe on what `page` shows at desktop width, then at phone width (and back)."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    assert_accessible(page, where)
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert_accessible(page, f"{where}, phone")
+    page.set_viewport_size({"width": 1280, "height": 800})
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_settings_and_admin_pages(
     live_server: Server, open_page: OpenPage, trimmed: str, scheme: str
 ) -> None:
     page = open_page(live_server, "/settings", color_scheme=scheme, bypass_csp=True)
-    assert_accessible(page, f"/settings ({scheme})")
+    accessible_at_both_sizes(page, f"/settings ({scheme})")
     page.goto("/admin/trimmed")
     expect(page.locator(f'[data-conversation-id="{trimmed}"]')).to_be_visible()
-    assert_accessible(page, f"/admin/trimmed ({scheme})")
+    accessible_at_both_sizes(page, f"/admin/trimmed ({scheme})")
     page.goto(f"/admin/c/{trimmed}")
-    assert_accessible(page, f"/admin/c/{{id}} ({scheme})")
+    expect(page.locator(".code-block pre").first).to_have_attribute("tabindex", "0")
+    accessible_at_both_sizes(page, f"/admin/c/{{id}} ({scheme})")
+    page.goto("/admin/users")
+    accessible_at_both_sizes(page, f"/admin/users ({scheme})")
 
 
-def test_an_empty_chat_and_the_embed(live_server: Server, open_page: OpenPage) -> None:
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_an_empty_chat_and_the_embed(live_server: Server, open_page: OpenPage, scheme: str) -> None:
     conversation_id = live_server.api("POST", "/api/conversations", json={}).json()["id"]
-    page = open_page(live_server, f"/c/{conversation_id}", bypass_csp=True)
+    page = open_page(live_server, f"/c/{conversation_id}", color_scheme=scheme, bypass_csp=True)
     expect(page.locator(".empty-state")).to_be_visible()
-    assert_accessible(page, "/c/{id} (empty)")
+    accessible_at_both_sizes(page, f"/c/{{id}} (empty, {scheme})")
     page.goto("/embed/help")
     expect(page.locator("form#composer")).to_be_visible()
-    assert_accessible(page, "/embed/help")
+    accessible_at_both_sizes(page, f"/embed/help ({scheme})")
 
 
 def test_setup_and_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -> None:
@@ -93,7 +108,9 @@ def test_setup_and_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -
     page.fill('input[name="username"]', "owner")
     page.click("button[type=submit]")
     expect(page.locator(".inline-error")).to_be_visible()
-    assert_accessible(page, "/login (an error shown)")
+    accessible_at_both_sizes(page, "/login (an error shown)")
+    page.emulate_media(color_scheme="dark")
+    accessible_at_both_sizes(page, "/login (an error shown, dark)")
     context.close()
 
 

@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import http.server
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 from playwright.sync_api import Browser, Route, expect
 
-from tests.browser.conftest import PASSWORD, USERNAME, OpenPage, Server, Servers, outside_playwright
+from tests.browser.conftest import (
+    PASSWORD,
+    USERNAME,
+    HostPage,
+    OpenPage,
+    Server,
+    Servers,
+    outside_playwright,
+)
 from tests.browser.test_chat_ui import create_conversation, send_by_api, turn_text
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.db import Database
-
-HostPage = Callable[[int, str], str]
-"""`host_page(port, embed_url)`: the URL of a page on `localhost:port` framing the embed."""
 
 
 def add_user(database_url: str, name: str) -> None:
@@ -32,31 +32,6 @@ def add_user(database_url: str, name: str) -> None:
             await engine.dispose()
 
     outside_playwright(asyncio.run, create())
-
-
-@pytest.fixture
-def host_page(tmp_path: Path) -> Iterator[HostPage]:
-    """Serve an HTML page framing the embed, on a port of our choosing, as
-    `http://localhost:PORT`: another site than the app's `127.0.0.1`."""
-    started: list[http.server.ThreadingHTTPServer] = []
-
-    def serve(port: int, embed_url: str) -> str:
-        folder = tmp_path / f"host-{port}"
-        folder.mkdir()
-        (folder / "index.html").write_text(
-            f'<!doctype html><h1>A shop</h1><iframe id="chat" src="{embed_url}" '
-            'width="480" height="620" title="Chat"></iframe>'
-        )
-        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        started.append(server)
-        return f"http://localhost:{port}/"
-
-    yield serve
-    for server in started:
-        server.shutdown()
-        server.server_close()  # the next test's host page binds the same port
 
 
 def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Text,
     UniqueConstraint,
     true,
 )
@@ -90,6 +91,19 @@ class User(SQLModel, table=True):
     token of it works; its conversations stay."""
     created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
     last_login_at: datetime | None = Field(default=None, sa_column=_timestamp(nullable=True))
+    # The user's own settings (webapp.accounts.preferences), read with the session at no
+    # extra cost: every page is drawn in the user's theme.
+    default_configuration: str | None = Field(default=None, max_length=100)
+    """The configuration new conversations start with; NULL (or one no longer in the
+    catalog): the catalog's default."""
+    theme: str = Field(
+        default="system",
+        sa_column=Column(String(8), nullable=False, default="system", server_default="system"),
+    )
+    custom_instructions: str = Field(
+        default="", sa_column=Column(Text, nullable=False, default="", server_default="")
+    )
+    """Sent with the configuration's system prompt on every send of the user's chats."""
 
 
 class LoginSession(SQLModel, table=True):

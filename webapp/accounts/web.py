@@ -22,10 +22,19 @@ from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
 from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, TOKENS, User
+from webapp.accounts.preferences import (
+    MAX_INSTRUCTIONS,
+    THEMES,
+    Preferences,
+    parse_preferences,
+    preferences_of,
+    save_preferences,
+)
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
 from webapp.admin.web import admin_only
 from webapp.chat.models import user_owner
 from webapp.errors import AppError, Conflict, TooManyRequests
+from webapp.llm.describe import configuration_dicts
 from webapp.web.params import RowId
 from webapp.web.security import SESSION_COOKIE, bearer_token, fresh_anchor_cookie
 
@@ -194,7 +203,24 @@ class AccountPages(Controller):
     async def settings(
         self, request: Request[Any, Any, Any], done: FromQuery[str] = ""
     ) -> Template:
-        return await _settings_page(request, new_token=None, password_changed=done == "password")
+        return await _settings_page(
+            request,
+            new_token=None,
+            password_changed=done == "password",
+            saved=done == "preferences",
+        )
+
+    @post("/settings/preferences")
+    async def save_settings(self, request: Request[Any, Any, Any]) -> Redirect | Template:
+        """The default configuration, theme and custom instructions; a refused form comes
+        back with the reason and what was typed."""
+        form = await _form(request)
+        try:
+            chosen = parse_preferences(form, request.app.state.chat.catalog.configurations)
+        except AppError as error:
+            return await _settings_page(request, new_token=None, error=error, typed=form)
+        await save_preferences(request.app.state.accounts.db, request.user.id, chosen)
+        return Redirect("/settings?done=preferences", status_code=303)
 
     @post("/settings/tokens", opt=TOKEN_ROUTES)
     async def create_token(self, request: Request[Any, Any, Any]) -> Template:
@@ -232,16 +258,39 @@ async def _signed_in(request: Request[Any, Any, Any], user_id: int, target: str)
 
 
 async def _settings_page(
-    request: Request[Any, Any, Any], new_token: str | None, *, password_changed: bool = False
+    request: Request[Any, Any, Any],
+    new_token: str | None,
+    *,
+    password_changed: bool = False,
+    saved: bool = False,
+    error: AppError | None = None,
+    typed: dict[str, str] | None = None,
 ) -> Template:
+    """The settings page; after a refused settings form, again with the reason and what
+    was typed, answered with the error's 4xx status."""
     accounts: AccountService = request.app.state.accounts
+    shown = preferences_of(request.user)
+    if typed is not None:
+        shown = Preferences(
+            typed.get("default_configuration") or None,
+            typed.get("theme", shown.theme),
+            typed.get("custom_instructions", ""),
+        )
     return Template(
         "accounts/settings.html",
         context={
             "tokens": await accounts.list_tokens(request.user.id),
             "new_token": new_token,
             "password_changed": password_changed,
+            "saved": saved,
+            "preferences": shown,
+            "themes": THEMES,
+            "max_instructions": MAX_INSTRUCTIONS,
+            "configurations": configuration_dicts(request.app.state.chat.catalog),
+            "catalog_default": request.app.state.chat.catalog.default_configuration,
+            "settings_error": error.message if error else None,
         },
+        status_code=error.status_code if error else 200,
     )
 
 

@@ -17,6 +17,7 @@ from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 
+from webapp.chat.feedback import FEEDBACK
 from webapp.errors import InvalidInput, refuse_nul
 
 LIST_PATH = "/admin/trimmed"
@@ -50,6 +51,8 @@ class Listing:
     since: date | None = None
     until: date | None = None
     """`since` and `until` are inclusive UTC days of the last activity."""
+    feedback: str | None = None
+    """`up` or `down`: conversations with an answer rated so, trimmed or not."""
     sort: str = DEFAULT_SORT
     descending: bool = True
     page: int = 1
@@ -58,6 +61,8 @@ class Listing:
     def __post_init__(self) -> None:
         if self.sort not in SORTS:
             raise InvalidInput(f"cannot sort by {self.sort!r}; choose one of: {', '.join(SORTS)}")
+        if self.feedback not in (None, *FEEDBACK):
+            raise InvalidInput(f"feedback must be up or down, not {self.feedback!r}")
         _check_range("page", self.page, MAX_PAGE)
         _check_range("per_page", self.per_page, MAX_PER_PAGE)
         if self.since is not None and self.until is not None and self.since > self.until:
@@ -71,7 +76,9 @@ class Listing:
 
     @property
     def filtered(self) -> bool:
-        return any((self.configuration, self.model, self.owner, self.since, self.until))
+        return any(
+            (self.configuration, self.model, self.owner, self.since, self.until, self.feedback)
+        )
 
     def params(self) -> dict[str, str]:
         """The query string of this listing, leaving out defaults and empty filters."""
@@ -81,6 +88,7 @@ class Listing:
             "owner": self.owner,
             "since": self.since,
             "until": self.until,
+            "feedback": self.feedback,
             "sort": self.sort if self.sort != DEFAULT_SORT else None,
             "order": None if self.descending else "asc",
             "page": self.page if self.page != 1 else None,
@@ -149,6 +157,7 @@ def parse_listing(params: Mapping[str, str | None]) -> Listing:
         owner=_text(params, "owner"),
         since=_date(params, "since"),
         until=_date(params, "until"),
+        feedback=_text(params, "feedback"),
         sort=_text(params, "sort") or DEFAULT_SORT,
         descending=(order or "desc") == "desc",
         page=_whole_number(params, "page", 1),

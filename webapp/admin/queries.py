@@ -41,6 +41,7 @@ from sqlmodel import Session, col, select
 from webapp.accounts.models import User, username_key
 from webapp.admin.listing import Listing
 from webapp.chat.branches import parent_of
+from webapp.chat.feedback import FEEDBACK
 from webapp.chat.history import is_replayable
 from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role, Status
 from webapp.errors import InvalidInput, NotFound
@@ -325,10 +326,19 @@ def trimmed_conversations(
             trims.c.trimmed_turns,
             trims.c.most_dropped,
             col(Conversation.updated_at),
-        )
-        .join(trims, trims.c.conversation_id == col(Conversation.id))
-        .outerjoin(User, _owner_user_join())
+        ).outerjoin(User, _owner_user_join())
     )
+    if listing.feedback is None:
+        query = query.join(trims, trims.c.conversation_id == col(Conversation.id))
+    else:
+        # Rated answers are reviewed whether or not their conversation was trimmed.
+        query = query.outerjoin(trims, trims.c.conversation_id == col(Conversation.id)).where(
+            exists().where(
+                col(_answer.conversation_id) == col(Conversation.id),
+                col(_answer.role) == Role.ASSISTANT,
+                col(_answer.feedback) == FEEDBACK[listing.feedback],
+            )
+        )
     if configuration is not None:
         query = query.where(col(Conversation.configuration) == configuration)
     if model is not None:
@@ -379,8 +389,10 @@ def trimmed_conversations(
             "owner": func.lower(func.coalesce(col(User.username), col(Conversation.owner))),
             "title": func.lower(col(Conversation.title)),
             "configuration": col(Conversation.configuration),
-            "trimmed_turns": trims.c.trimmed_turns,
-            "most_dropped": trims.c.most_dropped,
+            # Zero, not NULL, for a rated conversation that was never trimmed: NULLs sort
+            # differently in SQLite and PostgreSQL.
+            "trimmed_turns": func.coalesce(trims.c.trimmed_turns, 0),
+            "most_dropped": func.coalesce(trims.c.most_dropped, 0),
             "last_activity": col(Conversation.updated_at),
         }[sort]
     query = query.order_by(key.desc() if listing.descending else key.asc(), col(Conversation.id))
@@ -397,8 +409,8 @@ def trimmed_conversations(
             owner_name=owner_name(raw_owner, username),
             configuration=config,
             models=served.get(cid, []),
-            trimmed_turns=trimmed,
-            most_dropped=most,
+            trimmed_turns=trimmed or 0,
+            most_dropped=most or 0,
             last_activity=as_utc(updated),
         )
         for cid, title, raw_owner, username, config, trimmed, most, updated in rows

@@ -193,6 +193,10 @@ class AdminController(Controller):
         ] = None,
         since: Annotated[str | None, QueryParameter(description="YYYY-MM-DD, UTC")] = None,
         until: Annotated[str | None, QueryParameter(description="YYYY-MM-DD, UTC")] = None,
+        feedback: Annotated[
+            str | None,
+            QueryParameter(description="up or down: conversations with an answer rated so"),
+        ] = None,
         sort: Annotated[str | None, QueryParameter(description=", ".join(SORTS))] = None,
         order: Annotated[str | None, QueryParameter(description="asc or desc")] = None,
         page: Annotated[str | None, QueryParameter(description="1 or more")] = None,
@@ -201,7 +205,8 @@ class AdminController(Controller):
         """Conversations with at least one trimmed turn, with the same filters as the page;
         and, as on the page and unfiltered, the prompt cache per model and UTC day over the
         last days (`prompt_cache`: share of prompt tokens the engine served from its cache,
-        null when no answer had a cache report)."""
+        null when no answer had a cache report). With `feedback`, the conversations with an
+        answer rated up (or down), trimmed or not."""
         listing = parse_listing(
             {
                 "configuration": configuration,
@@ -209,6 +214,7 @@ class AdminController(Controller):
                 "owner": owner_filter,
                 "since": since,
                 "until": until,
+                "feedback": feedback,
                 "sort": sort,
                 "order": order,
                 "page": page,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from litestar import Controller, MediaType, Request, Response, delete, get, patch, post
+from litestar import Controller, MediaType, Request, Response, delete, get, patch, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import Stream
 from litestar.response.base import ASGIResponse
@@ -19,8 +19,10 @@ from litestar.types import ASGIApp
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.answers import TEXT_PACE, Channel, Event
+from webapp.chat.feedback import feedback_value
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
 from webapp.chat.sending import Send
@@ -57,6 +59,12 @@ class NewMessage:
 @dataclass
 class Preview:
     content: str
+
+
+@dataclass
+class Feedback:
+    feedback: Literal["up", "down"] | None
+    """`"up"`, `"down"`, or null to take the rating back."""
 
 
 @dataclass
@@ -198,10 +206,18 @@ class ConversationController(Controller):
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_conversation(
-        self, chat: Chat, owner: Owner, data: JSONBody[NewConversation | None] = None
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        owner: Owner,
+        data: JSONBody[NewConversation | None] = None,
     ) -> dict[str, Any]:
+        """Without a configuration, the caller's default for new conversations (settings)."""
         data = data or NewConversation()
-        conversation = await chat.create(owner, data.configuration, data.title)
+        configuration = data.configuration or preferred_configuration(
+            request.user, chat.catalog.configurations
+        )
+        conversation = await chat.create(owner, configuration, data.title)
         return conversation_dict(conversation, [])
 
     @get("/{conversation_id:str}")
@@ -347,6 +363,38 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
     ) -> dict[str, Any]:
         return message_dict(await chat.pin(owner, conversation_id, message_id, False))
+
+    @post(
+        "/{conversation_id:str}/messages/{message_id:int}/continue",
+        status_code=HTTP_201_CREATED,
+    )
+    async def continue_answer(
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        message_id: RowId,
+    ) -> ASGIApp:
+        """Continue an answer cut off by its length limit (`finish_reason` "length"): a new
+        turn asking the model to go on, bounded like any send; 201 {user, assistant}, or
+        streamed with `Accept: text/event-stream`."""
+        send = await chat.continue_answer(owner, conversation_id, message_id)
+        return await _answer(request, chat, send)
+
+    @put("/{conversation_id:str}/messages/{message_id:int}/feedback", status_code=HTTP_200_OK)
+    async def rate_answer(
+        self,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        message_id: RowId,
+        data: JSONBody[Feedback],
+    ) -> dict[str, Any]:
+        """Thumbs up or down on an answer (null takes it back); the answer's JSON says it
+        as `feedback`, and the admin review filters by it."""
+        value = feedback_value(data.feedback)
+        return message_dict(await chat.feedback(owner, conversation_id, message_id, value))
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
     async def stop_answer(

@@ -10,6 +10,7 @@ from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, col, select
 
 from webapp.chat.branches import leaf_through, renumbered, whole_branch
+from webapp.chat.feedback import toggled
 from webapp.chat.history import is_replayable, read_branch
 from webapp.chat.models import Conversation, Message, Role, Status, owner_columns
 from webapp.chat.reading import ConversationReader
@@ -187,6 +188,34 @@ class ConversationEditor:
                 session.add(conversation)
             row.pinned = pinned
             row.updated_at = utcnow()
+            session.add(row)
+            return row
+
+        return await self._db.write(change)
+
+    async def feedback(
+        self,
+        owner: str,
+        conversation_id: str,
+        answer_id: int,
+        value: int | None,
+        *,
+        toggle: bool = False,
+    ) -> Message:
+        """Rate an answer up (1) or down (-1), or take the rating back (None). With
+        `toggle`, the thumb already given is taken back instead (the page's buttons)."""
+        check_id(answer_id)
+
+        def change(session: Session) -> Message:
+            self._reader.owned(session, owner, conversation_id)
+            row = session.get(Message, answer_id)
+            if row is None or row.conversation_id != conversation_id:
+                raise NotFound("no such message")
+            if row.role != Role.ASSISTANT:
+                raise InvalidInput("feedback is given on an answer, not on a question")
+            if row.status == Status.STREAMING:
+                raise Conflict("the answer is still being written: rate it when it is done")
+            row.feedback = toggled(row.feedback, value) if toggle and value is not None else value
             session.add(row)
             return row
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -214,6 +215,9 @@ class Message(SQLModel, table=True):
     fit_pins_dropped: int | None = None
     fit_trim_to: float | None = None
     fit_cut_moved: bool | None = None
+    fit_instructions_tokens: int | None = None
+    """Estimated tokens of the owner's custom instructions, sent with the system prompt in
+    the head (NULL: the send carried none)."""
 
     # What the provider said, on assistant rows.
     model: str | None = Field(default=None, max_length=100)
@@ -223,6 +227,8 @@ class Message(SQLModel, table=True):
     """Prompt tokens the engine said it served from its prompt cache (NULL: it did not say)."""
     finish_reason: str | None = Field(default=None, max_length=32)
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    feedback: int | None = Field(default=None, sa_column=Column(SmallInteger, nullable=True))
+    """On assistant rows: the owner's thumbs up (1) or down (-1); NULL when not rated."""
 
 
 MESSAGE_DEFAULTS: dict[str, object] = {

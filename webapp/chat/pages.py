@@ -19,7 +19,9 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
+from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
+from webapp.chat.feedback import feedback_value
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.sending import Send
@@ -61,6 +63,11 @@ class ConversationRef:
     draft: Conversation | None = None
     """A conversation not stored yet (an embed visitor's before the first send): shown
     empty, stored by the first send. Reading a page never creates a row."""
+
+    @property
+    def internals(self) -> bool:
+        """Whether the page shows token counts and model and configuration names."""
+        return self.embed is None or self.embed.show_internals
 
     async def stored_id(self, chat: ConversationService) -> str:
         """The conversation's id, storing the draft first if this is its first send."""
@@ -107,7 +114,11 @@ class ConversationPages(Controller):
 
     @get("/")
     async def conversation_page(
-        self, chat: Chat, conversation: FoundConversation, at: OptionalRowIdQuery = None
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        conversation: FoundConversation,
+        at: OptionalRowIdQuery = None,
     ) -> Template:
         """The newest turns; with `at` (a search hit's message), back to that one too."""
         rows: list[Message]
@@ -122,6 +133,7 @@ class ConversationPages(Controller):
             "conversation": row,
             "base": conversation.base,
             "embed": conversation.embed,
+            "internals": conversation.internals,
             "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
             "meter": last_fit(rows),
@@ -130,7 +142,7 @@ class ConversationPages(Controller):
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
             context["configurations"] = configuration_dicts(chat.catalog)
-            context["default_configuration"] = chat.catalog.default_configuration
+            context["default_configuration"] = default_configuration(request, chat)
         return Template(self.page_template, context=context)
 
     @get("/older")
@@ -149,6 +161,14 @@ class ConversationPages(Controller):
         content = await form_field(request, "content")
         conversation_id = await conversation.stored_id(chat)
         return _turn(await chat.send(conversation.owner, conversation_id, content), conversation)
+
+    @post("/continue/{answer_id:int}")
+    async def continue_answer(
+        self, chat: Chat, conversation: FoundConversation, answer_id: RowId
+    ) -> Template:
+        """Continue on an answer cut off by its length limit: a new turn, streamed."""
+        send = await chat.continue_answer(conversation.owner, conversation.id, answer_id)
+        return _turn(send, conversation)
 
     @post("/retry/{answer_id:int}")
     async def retry(
@@ -222,7 +242,14 @@ class ConversationPages(Controller):
             meter = last_fit(rows)
         else:
             meter = await next_send_meter(chat, conversation, content)
-        return Template("chat/_meter.html", context={"meter": meter, "base": conversation.base})
+        return Template(
+            "chat/_meter.html",
+            context={
+                "meter": meter,
+                "base": conversation.base,
+                "internals": conversation.internals,
+            },
+        )
 
     @post("/pin/{message_id:int}")
     async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
@@ -235,6 +262,26 @@ class ConversationPages(Controller):
     ) -> Template:
         row = await chat.pin(conversation.owner, conversation.id, message_id, False)
         return await _message(chat, row, conversation)
+
+    @post("/feedback/{answer_id:int}")
+    async def feedback(
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        conversation: FoundConversation,
+        answer_id: RowId,
+    ) -> Template:
+        """A thumb pressed on an answer: given, replaced, or (pressed again) taken back."""
+        pressed = feedback_value(await form_field(request, "value"))
+        row = await chat.feedback(
+            conversation.owner, conversation.id, answer_id, pressed, toggle=True
+        )
+        # The answer's view names its thumbs after its turn, as the page did.
+        message = answer_view(row, await chat.user_row_of(row))
+        return Template(
+            "chat/_feedback.html",
+            context={"row": row, "message": message, "base": conversation.base},
+        )
 
     @post("/configuration")
     async def switch_configuration(
@@ -312,6 +359,7 @@ class ConversationPages(Controller):
                             ),
                             user=message_views([snapshot.user], alternatives)[0],
                             base=conversation.base,
+                            internals=conversation.internals,
                         ),
                         "id": str(len(snapshot.answer.content)),
                     }
@@ -331,9 +379,13 @@ class ConversationAdmin(Controller):
     include_in_schema = False
 
     @get("/")
-    async def home(self, chat: Chat, owner: Owner) -> Redirect:
+    async def home(self, request: Request[Any, Any, Any], chat: Chat, owner: Owner) -> Redirect:
         conversations = await chat.conversations(owner, limit=1)
-        conversation = conversations[0] if conversations else await chat.fresh(owner)
+        conversation = (
+            conversations[0]
+            if conversations
+            else await chat.fresh(owner, default_configuration(request, chat))
+        )
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
     @get("/conversations")
@@ -385,7 +437,10 @@ class ConversationAdmin(Controller):
         form = await request.form()
         configuration = form.get("configuration")
         conversation = await chat.fresh(
-            owner, configuration if isinstance(configuration, str) and configuration else None
+            owner,
+            configuration
+            if isinstance(configuration, str) and configuration
+            else default_configuration(request, chat),
         )
         return go_to(request, f"/c/{conversation.id}")
 
@@ -415,6 +470,13 @@ class ConversationAdmin(Controller):
     ) -> Response[Any]:
         await chat.delete(owner, conversation_id)
         return go_to(request, "/")
+
+
+def default_configuration(request: Request[Any, Any, Any], chat: ConversationService) -> str:
+    """The configuration new conversations of the signed-in user start with."""
+    catalog = chat.catalog
+    user = request.scope.get("user")
+    return preferred_configuration(user, catalog.configurations) or catalog.default_configuration
 
 
 async def sidebar(
@@ -486,6 +548,7 @@ async def _branch_page(
         context={
             "conversation": row,
             "base": conversation.base,
+            "internals": conversation.internals,
             "messages": await prerendered(message_views(rows, alternatives)),
             "has_older": has_older,
         },
@@ -501,6 +564,7 @@ async def _message(
         context={
             "message": await prerendered_view(message_views([row], alternatives)[0]),
             "base": conversation.base,
+            "internals": conversation.internals,
         },
     )
 
@@ -512,6 +576,7 @@ def _turn(send: Send, conversation: ConversationRef) -> Template:
             "conversation": send.conversation,
             "base": conversation.base,
             "embed": conversation.embed,
+            "internals": conversation.internals,
             "messages": message_views([send.user, send.answer]),
         },
     )

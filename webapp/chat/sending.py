@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
 
+from webapp.accounts.preferences import owner_instructions, with_instructions
 from webapp.chat.admission import RECENT_COUNT, Admission, TokenBuckets, hold_budget
 from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
@@ -33,7 +34,7 @@ from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded
 from webapp.errors import InvalidInput, NotFound, TooManyRequests, refuse_nul
-from webapp.llm.estimator import estimate_message
+from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import FitResult
@@ -243,10 +244,12 @@ class Sender:
         newest_tokens: int,
         newest_counts: dict[str, int] | None = None,
         afresh: bool = False,
+        instructions: str = "",
     ) -> Plan:
         """Read as much history as the route could send and fit it for the model that will
         be asked first, keeping the cut of the branch's previous send unless the cut is to
-        start afresh (an edit, or a pin, configuration or branch switch since that send)."""
+        start afresh (an edit, or a pin, configuration or branch switch since that send).
+        The owner's custom `instructions` go with the system prompt: the head counts them."""
         manager = self._manager
         previous = (
             None
@@ -254,7 +257,7 @@ class Sender:
             else previous_fit(connection, conversation.id, tail)
         )
         cut = previous.kept_from if previous and previous.model == route.primary.name else 0
-        system = route.configuration.system_prompt
+        system = with_instructions(route.configuration.system_prompt, instructions)
         system_message = {"role": "system", "content": system} if system else None
         transcript = load_transcript(
             connection,
@@ -327,9 +330,18 @@ class Sender:
             tail = read_tail(connection, conversation_id, tokenizers, leaf)
         newest = {"role": Role.USER.value, "content": text}
         user_tokens = estimate_message(newest)
+        instructions = owner_instructions(connection, owner)
         planned = (
             self._plan(
-                connection, conversation, route, tail, newest, user_tokens, counts, afresh=edit
+                connection,
+                conversation,
+                route,
+                tail,
+                newest,
+                user_tokens,
+                counts,
+                afresh=edit,
+                instructions=instructions,
             )
             if isinstance(route, Route)
             else route
@@ -346,7 +358,7 @@ class Sender:
                 "estimated_tokens": user_tokens,
                 "prior_turns": tail.prior_turns,
                 "token_counts": counts or None,
-                **(fit_columns(planned.fit, stored(planned)) if isinstance(planned, Plan) else {}),
+                **(_fit_values(planned, instructions) if isinstance(planned, Plan) else {}),
             },
             {
                 **MESSAGE_DEFAULTS,
@@ -413,7 +425,14 @@ class Sender:
             tokenizers = self._manager.exact_tokenizers(route)
             tail = read_tail(connection, conversation_id, tokenizers, conversation.active_seq)
             return self._plan(
-                connection, conversation, route, tail, newest, estimate_message(newest), {}
+                connection,
+                conversation,
+                route,
+                tail,
+                newest,
+                estimate_message(newest),
+                {},
+                instructions=owner_instructions(connection, owner),
             )
 
         planned = await self._db.read(plan)
@@ -469,6 +488,14 @@ class Sender:
         running = self._answers.get(answer_id)
         if running is not None:
             await asyncio.wait([running.task], timeout=timeout)
+
+
+def _fit_values(planned: Plan, instructions: str) -> dict[str, object]:
+    """The user row's fit columns, and how much of the head the owner's instructions took."""
+    return {
+        **fit_columns(planned.fit, stored(planned)),
+        "fit_instructions_tokens": estimate_text(instructions) if instructions else None,
+    }
 
 
 def _message_of(session: Session, owner: str, conversation_id: str, message_id: int) -> Message:

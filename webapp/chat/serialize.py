@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from webapp.chat.branches import Alternatives
+from webapp.chat.feedback import feedback_word
 from webapp.chat.models import Conversation, Message
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
@@ -28,6 +29,7 @@ FIT_COLUMNS = {
     "pins_left_out": "fit_pins_dropped",
     "trim_to": "fit_trim_to",
     "cut_moved": "fit_cut_moved",
+    "instructions_tokens": "fit_instructions_tokens",
 }
 """The `fit` object's keys and the user-row columns they are read from (and, on import,
 written back to)."""
@@ -70,6 +72,7 @@ def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict
         "usage": usage,
         "finish_reason": row.finish_reason,
         "error": row.error,
+        "feedback": feedback_word(row.feedback),
         "alternatives": _alternatives(alternatives),
     }
 

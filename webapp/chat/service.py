@@ -17,16 +17,22 @@ from webapp.chat.answers import AnswerRegistry, RunningAnswer
 from webapp.chat.branches import Alternatives
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.models import Conversation, Message
+from webapp.chat.models import Conversation, Message, Role
 from webapp.chat.reading import ConversationReader
 from webapp.chat.reaping import Reaper
 from webapp.chat.search import Hit
 from webapp.chat.sending import RecentConfigurations, Send, Sender
 from webapp.db import Database
+from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import Catalog
 from webapp.llm.manager import LLMManager
 from webapp.llm.window import FitResult
 from webapp.settings import Settings
+
+LENGTH_CUT = "length"
+"""The finish reason of an answer that stopped at its token limit, not at its end."""
+CONTINUE_PROMPT = "Continue exactly where your last answer stopped, without repeating it."
+"""What Continue sends: a turn of its own, so the record shows what the model was asked."""
 
 
 class ConversationService:
@@ -135,6 +141,17 @@ class ConversationService:
     ) -> Message:
         return await self._editor.pin(owner, conversation_id, message_id, pinned)
 
+    async def feedback(
+        self,
+        owner: str,
+        conversation_id: str,
+        answer_id: int,
+        value: int | None,
+        *,
+        toggle: bool = False,
+    ) -> Message:
+        return await self._editor.feedback(owner, conversation_id, answer_id, value, toggle=toggle)
+
     async def branch(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
         return await self._editor.branch(owner, conversation_id, message_id)
 
@@ -170,6 +187,18 @@ class ConversationService:
         """A new answer to a user turn: the same message sent again as an alternative to it,
         so the original send, its answer and its fit facts stay on record as they were."""
         return await self._sender.regenerate(owner, conversation_id, message_id)
+
+    async def continue_answer(self, owner: str, conversation_id: str, answer_id: int) -> Send:
+        """Go on with an answer its length limit cut off: a new turn asking the model to
+        continue, bounded like any send. Only the newest answer of the shown branch, so the
+        continuation follows the text it continues."""
+        answer = await self.message(owner, conversation_id, answer_id)
+        if answer.role != Role.ASSISTANT or answer.finish_reason != LENGTH_CUT:
+            raise InvalidInput("only an answer cut off by its length limit can be continued")
+        _, rows, _ = await self.page(owner, conversation_id, turns=1)
+        if not rows or rows[-1].id != answer_id:
+            raise Conflict("only the newest answer can be continued: send a message instead")
+        return await self.send(owner, conversation_id, CONTINUE_PROMPT)
 
     async def preview(self, owner: str, conversation_id: str, content: object) -> Message:
         return await self._sender.preview(owner, conversation_id, content)

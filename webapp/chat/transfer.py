@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from webapp.chat.feedback import feedback_value
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.serialize import FIT_COLUMNS, _iso, conversation_dict, message_dict
 from webapp.chat.views import STATUS_LABELS, left_out_words
@@ -225,6 +226,11 @@ def _message(index: int, data: object) -> dict[str, Any]:
         "model": _field(where, data, "model", (str,), null=True),
         "finish_reason": _field(where, data, "finish_reason", (str,), null=True),
         "error": _field(where, data, "error", (str,), null=True),
+        "feedback": (
+            feedback_value(_field(where, data, "feedback", (str,), null=True))
+            if role == Role.ASSISTANT
+            else None
+        ),
     }
     counts = data.get("token_counts") or {}
     if not isinstance(counts, dict):

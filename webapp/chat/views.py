@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import pairwise
 
@@ -15,7 +15,7 @@ from webapp.chat.history import is_replayable
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
-from webapp.web.markdown import render_markdown
+from webapp.web.markdown import name_code_copies, render_markdown, scrollable_parts_focusable
 
 COLLAPSE_CHARS = 1500
 COLLAPSE_LINES = 20
@@ -62,8 +62,40 @@ class MessageView:
         if self.is_user:
             return escape(self.row.content)
         if self.row.content_html is not None and self.row.status != Status.STREAMING:
-            return Markup(self.row.content_html)  # sanitized when it was stored
-        return render_markdown(self.row.content)
+            # Sanitized when it was stored (perhaps before code blocks took the focus).
+            html = scrollable_parts_focusable(self.row.content_html)
+        else:
+            html = str(render_markdown(self.row.content))
+        return Markup(name_code_copies(html, self.named("answer")))
+
+    @property
+    def turn_number(self) -> int | None:
+        """The turn's number on its branch, counted from the stored `prior_turns` (so a page
+        of a long conversation numbers its turns without reading the ones before): what
+        makes the names of its controls ("Pin turn 3", "Copy answer 3") tell them apart."""
+        user = self.row if self.is_user else self.asked_by
+        if user is None or user.prior_turns is None:
+            return None
+        return user.prior_turns + 1
+
+    def named(self, noun: str) -> str:
+        """`noun` with the turn's number, when known: "turn 3", "answer 3"."""
+        number = self.turn_number
+        return f"{noun} {number}" if number is not None else noun
+
+    @property
+    def speaker(self) -> str:
+        """Who wrote it, as a screen reader names the message."""
+        return "You" if self.is_user else "Assistant"
+
+    @property
+    def plain_trim_label(self) -> str | None:
+        """The trim marker's words without the model's name: what an embed's visitors
+        read when the embed does not show internals."""
+        dropped = self.row.dropped_turns
+        if not self.is_user or not dropped:
+            return None
+        return left_out_words(dropped, self.row.fit_pins_dropped or 0, None)
 
     @property
     def trim_label(self) -> str | None:
@@ -161,7 +193,8 @@ def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = F
     verb = "will not be" if will else ("was not" if dropped == 1 else "were not")
     noun = "turn" if dropped == 1 else "turns"
     pinned = f" ({pins:,} of them pinned)" if pins else ""
-    return f"{dropped:,} earlier {noun} {verb} sent to {model}{pinned}"
+    to = f" to {model}" if model else ""
+    return f"{dropped:,} earlier {noun} {verb} sent{to}{pinned}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,9 +301,15 @@ class Meter:
             return left_out_words(
                 self.dropped_turns, self.pins_dropped, self.model, will=self.preview
             )
+        to = f" to {self.model}" if self.model else ""
         if self.preview:
-            return f"Everything will be sent to {self.model}"
-        return f"Everything was sent to {self.model}"
+            return f"Everything will be sent{to}"
+        return f"Everything was sent{to}"
+
+    @property
+    def plain_words(self) -> str:
+        """`words` without the model's name (an embed that does not show internals)."""
+        return replace(self, model=None).words
 
     @property
     def ahead_words(self) -> str | None:

@@ -46,13 +46,20 @@ that are pure appends (the engine's prompt cache serves all but the new turn).""
 KNOWN_CAPABILITIES = frozenset({"chat", "tools", "vision", "completion", "embedding"})
 """What routing can ask of a model. Anything else is a typo that would silently never match."""
 
-PROVIDER_KINDS: tuple[str, ...] = ("openai", "demo")
+PROVIDER_KINDS: tuple[str, ...] = ("openai", "anthropic", "gemini", "demo")
+
+VENDOR_ROOTS: dict[str, str] = {
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+"""Where a native provider is served when its `base_url` is left out: the vendor's root,
+as the vendor's SDK takes it (the provider adds the API's paths)."""
 
 TOKENIZER_KINDS: tuple[str, ...] = ("auto", "server", "estimate", "tiktoken", "huggingface")
 """How a model's tokens are counted: the first three stand alone, the last two take an
 argument after a colon ("tiktoken:cl100k_base", "huggingface:path/to/tokenizer.json")."""
 
-ProviderKind = Literal["openai", "demo"]
+ProviderKind = Literal["openai", "anthropic", "gemini", "demo"]
 
 
 # --------------------------------------------------------------------------- specs
@@ -145,6 +152,9 @@ class EmbedSpec:
     allowed_origins: tuple[str, ...]
     title: str | None = None
     greeting: str | None = None
+    show_internals: bool = False
+    """Whether visitors see token counts and the model's and configuration's names (the
+    meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +437,8 @@ class _ProviderEntry(_Entry):
     @classmethod
     def _base_url(cls, base_url: str | None, info: ValidationInfo) -> str | None:
         if base_url is None:
+            if info.data.get("kind") in VENDOR_ROOTS:
+                return VENDOR_ROOTS[info.data["kind"]]
             if info.data.get("kind") == "openai":
                 raise _refuse(
                     "required for an 'openai' provider (e.g. https://api.openai.com/v1 "
@@ -692,6 +704,7 @@ class _EmbedEntry(_Entry):
     allowed_origins: list[Text]
     title: Text | None = None
     greeting: str | None = None
+    show_internals: bool = False
 
     @field_validator("name")
     @classmethod
@@ -731,6 +744,7 @@ class _EmbedEntry(_Entry):
             allowed_origins=tuple(self.allowed_origins),
             title=self.title,
             greeting=self.greeting,
+            show_internals=self.show_internals,
         )
 
 

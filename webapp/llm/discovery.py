@@ -176,12 +176,36 @@ class _Fetcher:
             task.cancel()
 
 
+def _anthropic(data: Any, model_id: str) -> _Found | None:
+    window = _positive(data.get("max_input_tokens")) if isinstance(data, dict) else None
+    return _Found(window, "Anthropic /v1/models max_input_tokens") if window else None
+
+
+def _gemini(data: Any, model_id: str) -> _Found | None:
+    window = _positive(data.get("inputTokenLimit")) if isinstance(data, dict) else None
+    return _Found(window, "Gemini models.get inputTokenLimit") if window else None
+
+
+async def _ask_vendor(fetcher: _Fetcher, model: ModelSpec, provider: ProviderSpec) -> _Found | None:
+    """A native provider's model record: Anthropic's `GET /v1/models/{id}`, Gemini's
+    `GET /v1beta/models/{id}`."""
+    assert provider.base_url is not None
+    root = provider.base_url.rstrip("/")
+    if provider.kind == "anthropic":
+        url, read = f"{root}/v1/models/{model.model_id}", _anthropic
+    else:
+        url, read = f"{root}/v1beta/models/{model.model_id.removeprefix('models/')}", _gemini
+    return read(await fetcher.get(url, provider), model.model_id)
+
+
 async def _ask(fetcher: _Fetcher, model: ModelSpec, provider: ProviderSpec) -> _Found | None:
     """What the server says about `model`'s window, trying every engine's endpoint at once.
 
     One server is one engine, so at most one of them normally answers; if several do,
     `_rank` and then the order below decide."""
     assert provider.base_url is not None
+    if provider.kind in ("anthropic", "gemini"):
+        return await _ask_vendor(fetcher, model, provider)
     base = provider.base_url.rstrip("/")
     root = server_root(base)
     asks: list[tuple[Reader, Awaitable[Any]]] = [
@@ -242,7 +266,7 @@ async def discover(
     pending: dict[str, _CacheKey] = {}
     for model in catalog.models.values():
         provider = catalog.providers[model.provider]
-        if provider.kind == "openai" and provider.base_url is not None:
+        if provider.kind in ("openai", "anthropic", "gemini") and provider.base_url is not None:
             key = (provider.base_url, model.model_id)
             if refresh or key not in _cache:
                 pending[model.name] = key

@@ -37,9 +37,14 @@ def provider_api_key(spec: ProviderSpec) -> str | None:
 
 
 def auth_headers(spec: ProviderSpec) -> dict[str, str]:
-    """Bearer authorization when the provider has a key: engines started with
-    ``--api-key`` guard their own endpoints with it too."""
+    """The provider's key as its API takes it: a bearer token (engines started with
+    ``--api-key`` guard their own endpoints with it too), Anthropic's `x-api-key` with
+    its `anthropic-version`, or Gemini's `x-goog-api-key`."""
     key = provider_api_key(spec)
+    if spec.kind == "anthropic":
+        return {"anthropic-version": "2023-06-01", **({"x-api-key": key} if key else {})}
+    if spec.kind == "gemini":
+        return {"x-goog-api-key": key} if key else {}
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

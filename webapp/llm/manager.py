@@ -32,7 +32,7 @@ from webapp.llm.providers.base import (
 )
 from webapp.llm.routing import Route, resolve
 from webapp.llm.tokenizers import Tokenizer, Tokenizers
-from webapp.llm.window import FitResult, budget_for, default_reserve, fit
+from webapp.llm.window import FitResult, budget_for, default_reserve, fit, split_turns
 
 log = logging.getLogger(__name__)
 
@@ -532,4 +532,17 @@ def _call_info(result: FitResult) -> CallInfo:
         budget=result.budget,
         estimated_tokens=result.estimated_tokens,
         dropped_turns=result.dropped_turns,
+        reserve=result.reserve,
+        cache_marks=cache_marks(result.messages),
     )
+
+
+def cache_marks(messages: Sequence[Message]) -> tuple[int, ...]:
+    """Where the prompt's lasting prefixes end: after the head (system prompt and opening
+    exchange, which every send keeps, however the cut moves) and after the whole prompt
+    (what the next send of the branch starts with while the cut holds)."""
+    if not messages:
+        return ()
+    preamble, turns = split_turns(messages)
+    head = turns[0][-1] if len(turns) > 1 else (preamble[-1] if preamble else None)
+    return tuple(sorted({len(messages) - 1} | ({head} if head is not None else set())))

@@ -349,6 +349,110 @@ async def _first_shape(
     return None, f"no tokenize endpoint found at {root}"
 
 
+# --------------------------------------------------------------------------- vendors
+
+
+def _vendor_count_request(
+    model: ModelSpec, provider: ProviderSpec, text: str
+) -> tuple[str, dict[str, Any], str]:
+    """(url, body, the answer's count field) counting `text` as one user message."""
+    assert provider.base_url is not None
+    root = provider.base_url.rstrip("/")
+    if provider.kind == "anthropic":
+        body: dict[str, Any] = {
+            "model": model.model_id,
+            "messages": [{"role": "user", "content": text}],
+        }
+        return f"{root}/v1/messages/count_tokens", body, "input_tokens"
+    name = model.model_id.removeprefix("models/")
+    body = {"contents": [{"role": "user", "parts": [{"text": text}]}]}
+    return f"{root}/v1beta/models/{name}:countTokens", body, "totalTokens"
+
+
+BASE_TEXT = "."
+"""A one-token message: what a count-tokens call costs beyond its text is its count less one."""
+
+
+class VendorTokenizer:
+    """A native vendor's count-tokens endpoint (Anthropic `POST /v1/messages/count_tokens`,
+    Gemini `:countTokens`). Each text is counted as a message of its own and the
+    request's own cost (`base`, measured once by the probe) is taken off, so what is stored
+    is the text's share; the template's cost per message is learned from usage as for
+    every tokenizer. Failures rest it like a `ServerTokenizer`."""
+
+    exact = True
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        provider: ProviderSpec,
+        client: httpx.AsyncClient,
+        base: int,
+        *,
+        timeout: float = PROBE_TIMEOUT,
+        down_for: float = DOWN_FOR,
+        concurrency: int = CONCURRENCY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.id = f"server:{model.name}"
+        self._model = model
+        self._provider = provider
+        self._headers = auth_headers(provider)
+        self._client = client
+        self.base = base
+        self.timeout = timeout
+        self.down_for = down_for
+        self._limit = asyncio.Semaphore(concurrency)
+        self._clock = clock
+        self._down_until = 0.0
+        self.last_error: str | None = None
+
+    async def count(self, texts: Sequence[str]) -> list[int]:
+        if self._clock() < self._down_until:
+            raise TokenizerUnavailable(f"{self.id} is resting after a failure: {self.last_error}")
+        try:
+            async with asyncio.timeout(self.timeout), asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._one(text)) for text in texts]
+        except TimeoutError:
+            raise self._failed(f"no answer within {self.timeout:g} s") from None
+        except ExceptionGroup as failures:
+            first = failures.exceptions[0]
+            if not isinstance(first, httpx.HTTPError | ValueError):
+                raise
+            raise self._failed(str(first) or type(first).__name__) from first
+        return [task.result() for task in tasks]
+
+    async def _one(self, text: str) -> int:
+        if not text.strip():
+            return 0  # the vendors refuse an empty message; it costs only its frame
+        return max(
+            0,
+            await vendor_count(self._client, self._model, self._provider, text, self.timeout)
+            - self.base,
+        )
+
+    def _failed(self, reason: str) -> TokenizerUnavailable:
+        self.last_error = reason
+        self._down_until = self._clock() + self.down_for
+        log.warning("tokenizer %s failed: %s; estimating for %g s", self.id, reason, self.down_for)
+        return TokenizerUnavailable(f"{self.id}: {reason}")
+
+
+async def vendor_count(
+    client: httpx.AsyncClient, model: ModelSpec, provider: ProviderSpec, text: str, timeout: float
+) -> int:
+    """What the vendor's count-tokens endpoint says of `text` as one user message."""
+    url, body, field = _vendor_count_request(model, provider, text)
+    response = await client.post(url, json=body, headers=auth_headers(provider), timeout=timeout)
+    if response.status_code != 200:
+        raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
+    data = response.json()
+    count = data.get(field) if isinstance(data, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError(f"the answer has no {field!r}")
+    return count
+
+
 # --------------------------------------------------------------------------- registry
 
 
@@ -438,6 +542,8 @@ class Tokenizers:
             return model.name, _Resolved(estimate, f"estimate (ERROR: {exc})", str(exc))
         if kind == "estimate":
             return model.name, _Resolved(estimate, "estimate (configured)")
+        if provider.kind in ("anthropic", "gemini") and provider.base_url is not None:
+            return model.name, await self._resolve_vendor(model, provider, kind)
         if provider.kind != "openai" or provider.base_url is None:
             return model.name, _Resolved(estimate, f"estimate ({provider.kind} provider)")
         shape, found = await probe_shape(self._client, model, provider, self.timeout)
@@ -456,3 +562,29 @@ class Tokenizers:
             error = f"'server' but no tokenize endpoint answered: {found}"
             return model.name, _Resolved(estimate, f"estimate (ERROR: {error})", error)
         return model.name, _Resolved(estimate, f"estimate ({found})")
+
+    async def _resolve_vendor(
+        self, model: ModelSpec, provider: ProviderSpec, kind: str
+    ) -> _Resolved:
+        where = "count_tokens" if provider.kind == "anthropic" else ":countTokens"
+        try:
+            async with asyncio.timeout(self.timeout):
+                base = (
+                    await vendor_count(self._client, model, provider, BASE_TEXT, self.timeout) - 1
+                )
+        except (TimeoutError, httpx.HTTPError, ValueError) as exc:
+            found = f"{provider.kind} {where} did not answer: {str(exc) or type(exc).__name__}"
+            if kind == "server":
+                error = f"'server' but {found}"
+                return _Resolved(self._estimate, f"estimate (ERROR: {error})", error)
+            return _Resolved(self._estimate, f"estimate ({found})")
+        tokenizer = VendorTokenizer(
+            model,
+            provider,
+            self._client,
+            max(0, base),
+            timeout=self.timeout,
+            down_for=self.down_for,
+            concurrency=self.concurrency,
+        )
+        return _Resolved(tokenizer, f"server ({provider.kind} {where})")

@@ -91,16 +91,56 @@ def _with_copy_control(match: re.Match[str]) -> str:
     code_class = f' class="language-{language}"' if language else ""
     return (
         '<div class="code-block"><div class="code-head">'
-        f'{label}<button type="button" class="copy-code" data-action="copy-code">Copy</button>'
+        f'{label}<button type="button" class="copy-code" data-action="copy-code" '
+        'aria-label="Copy code">Copy</button>'
         f"</div><pre><code{code_class}>{match.group(2)}</code></pre></div>"
     )
+
+
+_BARE_PRE = re.compile(r'<pre><code(?: class="language-([^"]*)")?>')
+_BARE_TABLE = re.compile(r'(?<!aria-label="Table">)<table>(.*?)</table>', re.S)
+
+
+def _focusable_pre(match: re.Match[str]) -> str:
+    language = match.group(1)
+    code_class = f' class="language-{language}"' if language else ""
+    name = f"{language} code" if language else "Code"
+    return f'<pre tabindex="0" role="group" aria-label="{name}"><code{code_class}>'
+
+
+def scrollable_parts_focusable(html: str) -> str:
+    """Code blocks and tables scroll sideways rather than squeeze or break their text; a
+    keyboard reaches what scrolls only if it can take the focus, so each is a named,
+    focusable group. Idempotent, so answers stored before this rule get it when shown."""
+    html = _BARE_PRE.sub(_focusable_pre, html)
+    return _BARE_TABLE.sub(
+        r'<div class="table-scroll" tabindex="0" role="group" aria-label="Table">'
+        r"<table>\1</table></div>",
+        html,
+    )
+
+
+_CODE_COPY = 'aria-label="Copy code"'
+
+
+def name_code_copies(html: str, whose: str) -> str:
+    """Each code block's copy control named after the message it is in ("Copy code of
+    answer 3", "Copy code 2 of answer 3"): a screen reader's list of buttons tells them
+    apart. The rendered HTML is shared by every page, so names are given when shown."""
+    count = html.count(_CODE_COPY)
+    if count == 0:
+        return html
+    if count == 1:
+        return html.replace(_CODE_COPY, f'aria-label="Copy code of {whose}"')
+    numbers = iter(range(1, count + 1))
+    return re.sub(_CODE_COPY, lambda _: f'aria-label="Copy code {next(numbers)} of {whose}"', html)
 
 
 def render_here(text: str) -> Markup:
     """Sanitized HTML for `text`, made in this thread: the rules themselves, run by
     `render_markdown` for short texts and by the render workers for the rest."""
     clean = _cleaner.clean(_markdown.render(text))
-    return Markup(_CODE_BLOCK.sub(_with_copy_control, clean))
+    return Markup(scrollable_parts_focusable(_CODE_BLOCK.sub(_with_copy_control, clean)))
 
 
 def renders_inline(text: str) -> bool:

@@ -9,6 +9,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 
+from webapp.accounts.preferences import theme_of
 from webapp.chat.titles import split_mark
 from webapp.web.security import hx_headers
 
@@ -32,7 +33,19 @@ def csrf_for(request: Any) -> str:
 
 environment.globals["csrf_for"] = csrf_for
 environment.globals["hx_headers"] = hx_headers
+environment.globals["internals"] = True
+"""Token counts and model and configuration names are shown, except where a page's
+context says not (an embed that keeps them from its visitors)."""
 environment.filters["title_parts"] = split_mark
+
+
+def theme_for(request: Any) -> str:
+    """The theme `<html>` is drawn in (the signed-in user's setting): set by the server,
+    so a page never shows in the wrong colours first."""
+    return theme_of(request.scope.get("user"))
+
+
+environment.globals["theme_for"] = theme_for
 
 
 def render_fragment(name: str, **context: Any) -> str:

@@ -12,7 +12,16 @@ def build_provider(spec: ProviderSpec) -> Provider:
         from webapp.llm.providers.demo import DemoProvider
 
         return DemoProvider()
+    assert spec.base_url is not None, "the catalog guarantees a base_url for these kinds"
+    key = provider_api_key(spec)
+    if spec.kind == "anthropic":
+        from webapp.llm.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(spec.base_url, api_key=key, timeout=spec.timeout)
+    if spec.kind == "gemini":
+        from webapp.llm.providers.gemini import GeminiProvider
+
+        return GeminiProvider(spec.base_url, api_key=key, timeout=spec.timeout)
     from webapp.llm.providers.openai import OpenAIProvider
 
-    assert spec.base_url is not None, "the catalog guarantees a base_url for openai providers"
-    return OpenAIProvider(spec.base_url, api_key=provider_api_key(spec), timeout=spec.timeout)
+    return OpenAIProvider(spec.base_url, api_key=key, timeout=spec.timeout)

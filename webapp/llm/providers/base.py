@@ -56,6 +56,12 @@ class CallInfo:
     budget: int
     estimated_tokens: int
     dropped_turns: int
+    reserve: int | None = None
+    """Room the bound left for the answer: a provider that must name `max_tokens` names it."""
+    cache_marks: tuple[int, ...] = ()
+    """Indices of the sent messages after which the prompt is a prefix later sends keep:
+    the end of the head, and the end of the prompt (the next send of the branch appends
+    to it while the cut holds). A provider with explicit prompt caching marks them."""
 
 
 class ProviderError(Exception):

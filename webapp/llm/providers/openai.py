@@ -19,15 +19,11 @@ message, because servers like to echo it back ("Incorrect API key provided: sk-.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
-import email.utils
 import json
 import re
 import struct
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -46,21 +42,13 @@ from webapp.llm.providers.base import (
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.network import transport_for
-from webapp.llm.providers.pool import ClientShards
+from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, retry_after, tracing_sent
 
 __all__ = [
     "OpenAIProvider",
     "is_context_length_message",
     "parse_context_length_message",
 ]
-
-CONNECT_TIMEOUT = 5.0
-"""Seconds to open a connection. Short: a dead host should hand over to a fallback quickly,
-while `timeout` (the read timeout) has to cover a slow model's time to first token."""
-
-_MAX_ERROR_TEXT = 500
-"""Error bodies are cut to this many characters: an HTML error page is not a message."""
 
 # --------------------------------------------------------------------------------------
 # Context-length errors: recognising them and reading the numbers they name.
@@ -180,21 +168,16 @@ def parse_context_length_message(message: str) -> tuple[int | None, int | None]:
 # --------------------------------------------------------------------------------------
 
 
-def _count(value: Any) -> int | None:
-    """A token count as the wire should carry it (an int, not negative), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def _cached_tokens(data: dict[str, Any]) -> int | None:
     """Prompt tokens a response or stream chunk says the engine served from its prompt
     cache: OpenAI's and vLLM's `usage.prompt_tokens_details.cached_tokens`, or llama.cpp's
     `timings.cache_n`. None when it says nothing, or nothing readable."""
     usage = data.get("usage")
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-    if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
-        return _count(details["cached_tokens"])
+    if isinstance(details, dict) and count_of(details.get("cached_tokens")) is not None:
+        return count_of(details["cached_tokens"])
     timings = data.get("timings")
-    return _count(timings.get("cache_n")) if isinstance(timings, dict) else None
+    return count_of(timings.get("cache_n")) if isinstance(timings, dict) else None
 
 
 def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
@@ -210,10 +193,10 @@ def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
     if isinstance(reported, dict) and "prompt_tokens" in reported:
         prompt = int(reported.get("prompt_tokens") or 0)
         completion = int(reported.get("completion_tokens") or 0)
-    elif (hit := _count(timings.get("cache_n"))) is not None and (
-        evaluated := _count(timings.get("prompt_n"))
+    elif (hit := count_of(timings.get("cache_n"))) is not None and (
+        evaluated := count_of(timings.get("prompt_n"))
     ) is not None:
-        prompt, completion = hit + evaluated, _count(timings.get("predicted_n")) or 0
+        prompt, completion = hit + evaluated, count_of(timings.get("predicted_n")) or 0
     else:
         return earlier
     return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
@@ -266,71 +249,7 @@ def _error_parts(payload: Any) -> tuple[str | None, Any, Any, dict[str, Any]]:
     return message, error.get("code"), error.get("type"), error
 
 
-def _retry_after(headers: httpx.Headers, message: str) -> float | None:
-    """Seconds to wait, from Retry-After (seconds or HTTP date), OpenAI's retry-after-ms,
-    or failing those OpenAI's "Please try again in 6.5s" in the message."""
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value:
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                when = None
-            if when is not None:
-                return max(0.0, when.timestamp() - time.time())
-    match = re.search(r"try again in (?:(\d+)m)?(\d+(?:\.\d+)?)(ms|s)\b", message)
-    if match:
-        minutes, amount, unit = match.groups()
-        seconds = float(amount) / (1000 if unit == "ms" else 1)
-        return seconds + 60 * int(minutes or 0)
-    return None
-
-
-REST_TIMEOUT = 1.0
-"""How long to wait for a stream's body to end after its [DONE]."""
-
-
-async def _read_rest(events: AsyncIterator[str]) -> None:
-    """Read what follows [DONE], the end of the body, so the connection goes back to the
-    pool: a new connection per answer cost ~3 ms of CPU each at 200 streams. (A kept
-    connection to a server that leaves Nagle on can hold the next response's first chunk
-    until a delayed ACK, ~40 ms: our test upstream did, until its socket named TCP.)"""
-    with contextlib.suppress(httpx.HTTPError, TimeoutError):
-        async with asyncio.timeout(REST_TIMEOUT):
-            async for _ in events:
-                pass
-
-
-# --------------------------------------------------------------------------------------
-# The provider.
-# --------------------------------------------------------------------------------------
-
-
-def _tracing_sent(sent: Callable[[], None]) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
-    """httpcore's trace hook (a request extension), reduced to the one event wanted: the
-    request's body is written. Behind an https proxy the same hook also sees the CONNECT
-    that opens the tunnel, which is not the request."""
-    tunnelling = False
-
-    async def trace(event: str, info: dict[str, Any]) -> None:
-        nonlocal tunnelling
-        if event.endswith(".send_request_headers.started"):
-            tunnelling = getattr(info.get("request"), "method", b"") == b"CONNECT"
-        elif event.endswith(".send_request_body.complete") and not tunnelling:
-            sent()
-
-    return trace
-
-
-class OpenAIProvider:
+class OpenAIProvider(HTTPProvider):
     """An OpenAI-compatible HTTP API, spoken through pooled `httpx.AsyncClient`s (shards).
 
     `base_url` includes the API prefix (e.g. ``http://127.0.0.1:11434/v1``); the endpoint
@@ -338,47 +257,6 @@ class OpenAIProvider:
     tolerated from the server (time to first token, or a gap inside a stream).
     `transport` exists for tests and unusual set-ups (a Unix socket, a mounted app).
     """
-
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key or None
-        self._timeout = timeout
-        url = httpx.URL(self.base_url)
-        # Credentials in the URL would otherwise land in every error message.
-        self._label = str(url.copy_with(username=None, password=None, query=None))
-        headers = {"Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        tls = httpx.create_ssl_context()  # one for every shard: each costs milliseconds
-        self._clients = ClientShards(
-            lambda limits: httpx.AsyncClient(
-                verify=tls,
-                base_url=self.base_url + "/",
-                headers=headers,
-                timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
-                limits=limits,
-                transport=transport or transport_for(url, verify=tls, limits=limits),
-            ),
-            single=transport is not None,
-        )
-
-    def __repr__(self) -> str:
-        return f"OpenAIProvider({self._label!r})"
-
-    async def __aenter__(self) -> OpenAIProvider:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
 
     # ---- the four calls --------------------------------------------------------------
 
@@ -425,7 +303,7 @@ class OpenAIProvider:
                     path,
                     json=body,
                     headers={"Accept": "text/event-stream"},
-                    extensions={"trace": _tracing_sent(sent)} if sent is not None else None,
+                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
                 ) as response,
             ):
                 if response.status_code >= 400:
@@ -444,7 +322,7 @@ class OpenAIProvider:
                 events = self._sse_data(response, path, model_id)
                 async for data in events:
                     if data == "[DONE]":
-                        await _read_rest(events)
+                        await read_rest(events)
                         break
                     event = self._stream_event(data, path, model_id, yielded)
                     usage = _usage(event, usage)
@@ -614,65 +492,6 @@ class OpenAIProvider:
 
     # ---- errors ----------------------------------------------------------------------
 
-    def _where(self, path: str, model_id: str) -> str:
-        return f"{self._label}/{path} (model {model_id!r})"
-
-    def _clean(self, text: str) -> str:
-        """Never let the API key into a message, whoever echoed it."""
-        if self._api_key:
-            text = text.replace(self._api_key, "[redacted]")
-        return text
-
-    def _snippet(self, text: str) -> str:
-        text = self._clean(text.strip())
-        return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "..."
-
-    def _describe(self, exc: httpx.HTTPError) -> str:
-        detail = str(exc) or type(exc).__name__
-        return self._clean(f"{type(exc).__name__}: {detail}")
-
-    def _transport_error(self, exc: httpx.HTTPError, path: str, model_id: str) -> ProviderError:
-        where = self._where(path, model_id)
-        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
-            return ProviderError(
-                f"{where}: bad base_url: {self._describe(exc)}",
-                reason="is misconfigured (its provider's address)",
-            )
-        if isinstance(exc, httpx.ConnectTimeout):
-            reason = f"could not be reached within {min(CONNECT_TIMEOUT, self._timeout):g} s"
-        elif isinstance(exc, httpx.PoolTimeout):
-            reason = f"had no free connection within {self._timeout:g} s (too many calls at once)"
-        elif isinstance(exc, httpx.TimeoutException):
-            reason = f"did not answer within {self._timeout:g} s"
-        elif isinstance(exc, httpx.ConnectError):
-            return ProviderUnavailable(
-                f"{where}: cannot connect ({self._describe(exc)})", reason="cannot be reached"
-            )
-        else:
-            return ProviderUnavailable(
-                f"{where}: connection failed ({self._describe(exc)})", reason="lost its connection"
-            )
-        return ProviderUnavailable(f"{where}: {reason}", reason=reason)
-
-    def _cut_short(self, model_id: str, yielded: bool, reason: str) -> ProviderError:
-        """Before any text: unavailable (fall back). After: the answer is partial."""
-        where = self._where("chat/completions", model_id)
-        if yielded:
-            return StreamBroken(
-                f"{where}: stream broken after partial answer: {reason}",
-                reason="broke off its answer part of the way",
-            )
-        return ProviderUnavailable(
-            f"{where}: stream failed before any text: {reason}",
-            reason="failed before sending any text",
-        )
-
-    def _malformed(self, path: str, model_id: str, exc: Exception) -> ProviderError:
-        return ProviderError(
-            f"{self._where(path, model_id)} sent an answer this client cannot read: {exc}",
-            reason="sent an answer this app cannot read",
-        )
-
     def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
         try:
             payload: Any = response.json()
@@ -700,7 +519,7 @@ class OpenAIProvider:
         text = f"{self._where(path, model_id)} answered {shown}"
 
         if status == 429 or code == "rate_limit_exceeded":
-            return RateLimited(text, status=status, retry_after=_retry_after(headers, message))
+            return RateLimited(text, status=status, retry_after=retry_after(headers, message))
         if status not in (401, 403) and (
             is_context_length_message(message, code) or is_context_length_message("", kind)
         ):

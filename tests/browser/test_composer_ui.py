@@ -1,0 +1,65 @@
+"""The composer and Continue in a real Chromium, at desktop and phone sizes: the box grows
+with what is typed (up to a limit), Enter while an answer streams says why nothing was
+sent and keeps the text, and Continue on an answer cut off by its length limit goes on in
+a new turn."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import OpenPage, Server
+from tests.browser.test_chat_ui import answered, create_conversation, messages, stored
+from tests.browser.test_everyday_ui import height_of
+from tests.upstream import FakeUpstream
+
+pytestmark = pytest.mark.browser
+
+SIZES = pytest.mark.parametrize("viewport", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
+
+
+@SIZES
+def test_the_composer_grows_says_why_enter_waits_and_continue_goes_on(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    conversation_id = create_conversation(live_server, "short")
+    page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport)
+    box = page.locator("#composer textarea")
+    empty = height_of(box)
+    box.fill("one line\n" * 5)
+    taller = height_of(box)
+    assert taller > empty + 30, (empty, taller)
+    box.fill("one line\n" * 80)
+    assert height_of(box) <= viewport[1] * 0.4 + 1, "it stops growing and scrolls"
+    box.fill("")
+    assert height_of(box) == pytest.approx(empty, abs=1)
+
+    # An answer long enough to be cut at 20 tokens, streamed slowly enough to press Enter.
+    upstream.set_reply("word " * 60)
+    upstream.chunk_delay = 0.15
+    box.fill("Tell me a lot")
+    box.press("Enter")
+    expect(messages(page, "assistant").last).to_have_attribute("data-status", "streaming")
+    box.fill("my next question")
+    box.press("Enter")
+    note = page.locator("#composer-error [data-busy-note]")
+    expect(note).to_contain_text("an answer is still being written")
+    expect(box).to_have_value("my next question")
+    answer = answered(page, 1)
+    expect(note).to_have_count(0)
+    upstream.chunk_delay = 0
+
+    expect(answer).to_contain_text("Cut off at its length limit")
+    upstream.set_reply("and that is all.")
+    go_on = answer.get_by_role("button", name="Continue")
+    if viewport[0] < 500:
+        box_of = go_on.bounding_box()
+        assert box_of is not None and box_of["height"] >= 44, box_of
+    go_on.click()
+    second = answered(page, 2)
+    expect(second).to_contain_text("and that is all.")
+    expect(box).to_have_value("my next question")  # Continue leaves the draft alone
+    rows = stored(live_server, conversation_id)["messages"]
+    assert [r["role"] for r in rows] == ["user", "assistant", "user", "assistant"]
+    assert rows[1]["finish_reason"] == "length" and rows[3]["finish_reason"] == "stop"
+    expect(second.get_by_role("button", name="Continue")).to_have_count(0)

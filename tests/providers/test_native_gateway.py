@@ -1,0 +1,114 @@
+"""The gateway in front of a Claude and a Gemini model: an OpenAI client calling
+`/v1/chat/completions` gets OpenAI shapes back, streamed or not, tool calls included."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_api import make_user
+from tests.test_gateway import Gateway, _serve
+from tests.vendors import ANTHROPIC_KEY, GEMINI_KEY, FakeVendors
+from webapp.settings import Settings
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.fixture
+def gateway(
+    vendors: FakeVendors, tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Gateway]:
+    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", ANTHROPIC_KEY)
+    monkeypatch.setenv("FAKE_GEMINI_KEY", GEMINI_KEY)
+    catalog = tmp_path / "native.toml"
+    catalog.write_text(
+        f"""
+[[providers]]
+name = "claude"
+kind = "anthropic"
+base_url = "{vendors.base_url}"
+api_key_env = "FAKE_ANTHROPIC_KEY"
+
+[[providers]]
+name = "google"
+kind = "gemini"
+base_url = "{vendors.base_url}"
+api_key_env = "FAKE_GEMINI_KEY"
+
+[[models]]
+name = "claude-small"
+provider = "claude"
+model_id = "claude-small"
+capabilities = ["chat", "tools"]
+
+[[models]]
+name = "gemini-small"
+provider = "google"
+model_id = "gemini-small"
+capabilities = ["chat", "tools"]
+
+[[configurations]]
+name = "claude"
+model = "claude-small"
+
+[[configurations]]
+name = "gemini"
+model = "gemini-small"
+"""
+    )
+    settings = Settings(database_url=sqlite_url, config=catalog)
+    tokens = {"alice": asyncio.run(make_user(sqlite_url, "alice"))}
+    server, thread, port = _serve(settings)
+    gateway = Gateway(f"http://127.0.0.1:{port}", tokens)
+    yield gateway
+    for client in gateway.clients:
+        client.close()
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("configuration", ["claude", "gemini"])
+def test_openai_clients_get_openai_shapes_from_claude_and_gemini(
+    gateway: Gateway, configuration: str
+) -> None:
+    client = gateway.client()
+    question = [{"role": "user", "content": "Weather in Oslo?"}]
+    answer = client.chat.completions.create(
+        model=configuration, messages=[{"role": "user", "content": "Hello"}], max_tokens=50
+    )
+    assert answer.choices[0].message.content
+    assert answer.choices[0].message.content.startswith("Echo from")
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.usage is not None and answer.usage.prompt_tokens > 0
+    pieces = client.chat.completions.create(
+        model=configuration,
+        messages=[{"role": "user", "content": "Stream it"}],
+        max_tokens=50,
+        stream=True,
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in pieces if chunk.choices)
+    assert text.startswith("Echo from")
+    call = client.chat.completions.create(
+        model=configuration,
+        messages=question,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        max_tokens=50,
+    )
+    [tool_call] = call.choices[0].message.tool_calls or []
+    assert call.choices[0].finish_reason == "tool_calls"
+    assert tool_call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(tool_call.function.arguments) == {"city": "echo"}  # type: ignore[union-attr]

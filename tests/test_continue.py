@@ -1,0 +1,80 @@
+"""Continue on an answer cut off by its length limit, on both databases: a new turn that
+asks the model to go on, bounded like any send; refused for an answer that ended, for a
+question, for an answer that is no longer the newest, and for another user."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_api import make_user, new_conversation
+from tests.upstream import FakeUpstream
+from webapp.app import create_app
+from webapp.chat.service import CONTINUE_PROMPT
+from webapp.settings import Settings
+
+SHORT = '\n[[configurations]]\nname = "short"\nmodel = "small"\nmax_tokens = 20\n'
+
+HTMX = {"hx-request": "true"}
+
+
+@pytest.fixture
+async def client(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> AsyncIterator[AsyncTestClient]:
+    """A user's client on a catalog with `short`: answers of at most 20 tokens."""
+    settings = Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=SHORT),
+    )
+    token = await make_user(database_url, "alice")
+    async with AsyncTestClient(app=create_app(settings)) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {token}"
+        yield test_client
+
+
+async def test_continue_goes_on_in_a_new_bounded_turn(
+    client: AsyncTestClient,
+    upstream: FakeUpstream,
+    database_url: str,
+) -> None:
+    conversation = await new_conversation(client, configuration="short")
+    base = f"/api/conversations/{conversation['id']}"
+    upstream.set_reply("word " * 400)  # past the configuration's 20-token limit
+    cut = (await client.post(f"{base}/messages", json={"content": "Tell me a lot"})).json()
+    answer = cut["assistant"]
+    assert answer["finish_reason"] == "length"
+    page = await client.get(f"/c/{conversation['id']}")
+    assert f'hx-post="/c/{conversation["id"]}/continue/{answer["id"]}"' in page.text
+    assert "Cut off at its length limit" in page.text
+
+    upstream.set_reply("and the rest.")
+    went_on = await client.post(f"{base}/messages/{answer['id']}/continue")
+    assert went_on.status_code == 201, went_on.text
+    turn = went_on.json()
+    assert turn["user"]["content"] == CONTINUE_PROMPT
+    assert turn["user"]["fit"] is not None and turn["user"]["dropped_turns"] == 0
+    assert turn["assistant"]["content"] == "and the rest."
+    sent = [r for r in upstream.requests if r["path"].endswith("/chat/completions")][-1]
+    roles = [m["role"] for m in sent["body"]["messages"]]
+    assert roles[-3:] == ["user", "assistant", "user"], "the cut answer goes with it"
+    page = await client.get(f"/c/{conversation['id']}")
+    assert f"/continue/{turn['assistant']['id']}" not in page.text, "that one ended"
+
+    stale = await client.post(f"{base}/messages/{answer['id']}/continue")
+    assert stale.status_code == 409 and "newest answer" in stale.text
+    ended = await client.post(f"{base}/messages/{turn['assistant']['id']}/continue")
+    assert ended.status_code == 400 and "length limit" in ended.text
+    question = await client.post(f"{base}/messages/{turn['user']['id']}/continue")
+    assert question.status_code == 400
+    other = await make_user(database_url, "mallory")
+    foreign = await client.post(
+        f"{base}/messages/{answer['id']}/continue", headers={"Authorization": f"Bearer {other}"}
+    )
+    assert foreign.status_code == 404
+    on_page = await client.post(f"/c/{conversation['id']}/continue/{answer['id']}", headers=HTMX)
+    assert on_page.status_code == 409

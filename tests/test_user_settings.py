@@ -1,0 +1,190 @@
+"""Per-user settings and feedback on answers, on both databases: the default configuration
+starts new conversations, the theme is drawn on every page, custom instructions go with
+the system prompt and are counted in the head; a refused settings form keeps what was
+typed; thumbs up and down are stored, taken back, never another user's, and filter the
+admin review (page and JSON API)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_api import make_user
+from tests.upstream import FakeUpstream
+from webapp.accounts.preferences import MAX_INSTRUCTIONS
+from webapp.app import create_app
+from webapp.settings import Settings
+
+HTMX = {"hx-request": "true"}
+
+
+@dataclass
+class Clients:
+    app: AsyncTestClient
+    alice: dict[str, str]
+    bob: dict[str, str]
+    root: dict[str, str]
+
+
+@pytest.fixture
+async def clients(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> AsyncIterator[Clients]:
+    settings = Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+    )
+    tokens = {
+        name: {"Authorization": f"Bearer {await make_user(database_url, name, admin=admin)}"}
+        for name, admin in (("alice", False), ("bob", False), ("root", True))
+    }
+    async with AsyncTestClient(app=create_app(settings)) as client:
+        yield Clients(client, tokens["alice"], tokens["bob"], tokens["root"])
+
+
+async def save(clients: Clients, **form: str) -> Any:
+    return await clients.app.post(
+        "/settings/preferences", data=form, headers=clients.alice, follow_redirects=False
+    )
+
+
+async def sent_messages(upstream: FakeUpstream) -> list[dict[str, Any]]:
+    chats = [r for r in upstream.requests if r["path"].endswith("/chat/completions")]
+    messages: list[dict[str, Any]] = chats[-1]["body"]["messages"]
+    return messages
+
+
+async def test_settings_start_conversations_theme_pages_and_go_with_each_send(
+    clients: Clients, upstream: FakeUpstream
+) -> None:
+    saved = await save(
+        clients,
+        default_configuration="medium",
+        theme="dark",
+        custom_instructions="Answer in French.\r\n",
+    )
+    assert saved.status_code == 303 and saved.headers["location"] == "/settings?done=preferences"
+    page = await clients.app.get("/settings?done=preferences", headers=clients.alice)
+    assert '<html lang="en" data-theme="dark">' in page.text and "Settings saved." in page.text
+    assert '<meta name="color-scheme" content="dark">' in page.text
+    assert ">Answer in French.</textarea>" in page.text
+    assert '<option value="medium" selected>' in page.text.replace("\n", "")
+    other = await clients.app.get("/settings", headers=clients.bob)
+    assert 'data-theme="system"' in other.text, "settings are each user's own"
+
+    made = await clients.app.post("/api/conversations", json={}, headers=clients.alice)
+    assert made.json()["configuration"] == "medium"
+    theirs = await clients.app.post("/api/conversations", json={}, headers=clients.bob)
+    assert theirs.json()["configuration"] != "medium"
+    fresh = await clients.app.post("/c/new", data={"x": ""}, headers={**clients.alice, **HTMX})
+    opened = await clients.app.get(fresh.headers["hx-redirect"], headers=clients.alice)
+    assert 'id="conversation-configuration"' in opened.text
+    assert 'data-theme="dark"' in opened.text
+
+    # Instructions follow the configuration's own system prompt, and the head counts them.
+    small = await clients.app.post(
+        "/api/conversations", json={"configuration": "small"}, headers=clients.alice
+    )
+    url = f"/api/conversations/{small.json()['id']}/messages"
+    sent = await clients.app.post(url, json={"content": "hello"}, headers=clients.alice)
+    assert sent.status_code == 201, sent.text
+    system = (await sent_messages(upstream))[0]
+    assert system == {"role": "system", "content": "You are a test model.\n\nAnswer in French."}
+    fit = sent.json()["user"]["fit"]
+    assert fit["instructions_tokens"] > 0
+
+    plain = await clients.app.post(
+        "/api/conversations", json={"configuration": "small"}, headers=clients.bob
+    )
+    bob_url = f"/api/conversations/{plain.json()['id']}/messages"
+    bobs = await clients.app.post(bob_url, json={"content": "hello"}, headers=clients.bob)
+    assert (await sent_messages(upstream))[0]["content"] == "You are a test model."
+    assert bobs.json()["user"]["fit"]["instructions_tokens"] is None
+    assert fit["estimated_tokens"] > bobs.json()["user"]["fit"]["estimated_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("form", "reason"),
+    [
+        ({"theme": "neon"}, "the theme is one of system, light, dark"),
+        ({"default_configuration": "nope"}, "unknown configuration"),
+        ({"custom_instructions": "x" * (MAX_INSTRUCTIONS + 1)}, "at most 4,000 characters"),
+        ({"custom_instructions": "nul \x00 here"}, "NUL character"),
+    ],
+)
+async def test_a_refused_settings_form_keeps_what_was_typed(
+    clients: Clients, form: dict[str, str], reason: str
+) -> None:
+    typed = {"theme": "light", "custom_instructions": "Be brief, please.", **form}
+    refused = await save(clients, **typed)
+    assert refused.status_code == 400, refused.text
+    assert 'role="alert"' in refused.text and reason in refused.text
+    assert "<h1>Settings</h1>" in refused.text
+    if "\x00" not in typed["custom_instructions"] and len(typed["custom_instructions"]) < 100:
+        assert f">{typed['custom_instructions']}</textarea>" in refused.text
+    page = await clients.app.get("/settings", headers=clients.alice)
+    assert 'data-theme="system"' in page.text, "nothing of a refused form is stored"
+
+
+async def test_thumbs_are_stored_toggled_and_filter_the_review(clients: Clients) -> None:
+    app, alice = clients.app, clients.alice
+    made = await app.post("/api/conversations", json={"configuration": "medium"}, headers=alice)
+    conversation_id = made.json()["id"]
+    base = f"/api/conversations/{conversation_id}"
+    sent = (await app.post(f"{base}/messages", json={"content": "hi"}, headers=alice)).json()
+    answer, question = sent["assistant"]["id"], sent["user"]["id"]
+    assert sent["assistant"]["feedback"] is None
+
+    rated = await app.put(
+        f"{base}/messages/{answer}/feedback", json={"feedback": "down"}, headers=alice
+    )
+    assert rated.status_code == 200 and rated.json()["feedback"] == "down"
+    messages = (await app.get(base, headers=alice)).json()["messages"]
+    assert [m["feedback"] for m in messages] == [None, "down"]
+
+    # The page's thumbs: the other thumb replaces, the same thumb again takes it back.
+    page_url = f"/c/{conversation_id}/feedback/{answer}"
+    up = await app.post(page_url, data={"value": "up"}, headers={**alice, **HTMX})
+    assert (
+        up.status_code == 200 and 'data-action="feedback-up" aria-label="Good answer 1"' in up.text
+    )
+    assert up.text.count('aria-pressed="true"') == 1
+    off = await app.post(page_url, data={"value": "up"}, headers={**alice, **HTMX})
+    assert 'aria-pressed="true"' not in off.text
+    assert (await app.get(base, headers=alice)).json()["messages"][1]["feedback"] is None
+
+    bad = await app.put(
+        f"{base}/messages/{answer}/feedback", json={"feedback": "meh"}, headers=alice
+    )
+    assert bad.status_code == 400
+    on_question = await app.put(
+        f"{base}/messages/{question}/feedback", json={"feedback": "up"}, headers=alice
+    )
+    assert on_question.status_code == 400 and "answer" in on_question.text
+    foreign = await app.put(
+        f"{base}/messages/{answer}/feedback", json={"feedback": "up"}, headers=clients.bob
+    )
+    assert foreign.status_code == 404
+    bad_form = await app.post(page_url, data={"value": "sideways"}, headers={**alice, **HTMX})
+    assert bad_form.status_code == 400
+
+    await app.put(f"{base}/messages/{answer}/feedback", json={"feedback": "down"}, headers=alice)
+    root = clients.root
+    listed = (await app.get("/api/admin/trimmed?feedback=down", headers=root)).json()
+    rows = listed["rows"]
+    assert [r["conversation_id"] for r in rows] == [conversation_id]
+    assert rows[0]["trimmed_turns"] == 0, "rated, though never trimmed"
+    assert not (await app.get("/api/admin/trimmed?feedback=up", headers=root)).json()["rows"]
+    assert not (await app.get("/api/admin/trimmed", headers=root)).json()["rows"]
+    refused = await app.get("/api/admin/trimmed?feedback=sideways", headers=root)
+    assert refused.status_code == 400 and "feedback must be up or down" in refused.text
+    html = await app.get("/admin/trimmed?feedback=down", headers=root)
+    assert conversation_id in html.text and '<option value="down" selected>' in html.text
+    review = await app.get(f"/admin/c/{conversation_id}", headers=root)
+    assert 'data-feedback="down"' in review.text

@@ -1,0 +1,488 @@
+"""Anthropic's Messages API, spoken natively (`kind = "anthropic"`).
+
+The pipeline speaks OpenAI's message shapes; this module translates both ways:
+
+- the system prompt goes to the top-level `system`; turns become content blocks; an
+  assistant's tool calls become `tool_use` blocks and the tool messages answering them
+  one user message of `tool_result` blocks (the API wants every result of a turn's
+  calls in the message right after it);
+- the answer's blocks come back as text and OpenAI-shaped tool calls, its `stop_reason`
+  as OpenAI's finish reasons, its usage with the prompt counted whole (Anthropic bills
+  `input_tokens`, `cache_creation_input_tokens` and `cache_read_input_tokens` apart) and
+  `cached_tokens` = the cache reads;
+- errors by their `type`: `invalid_request_error` "prompt is too long: N tokens > M
+  maximum" is `ContextLengthExceeded` with both numbers (the bound learns the window);
+  `overloaded_error` (529) and `api_error` are `ProviderUnavailable`, `rate_limit_error`
+  (429) is `RateLimited` with its `retry-after`; an `error` event inside a stream is
+  mapped the same way before any text, and is `StreamBroken` after.
+
+Prompt caching: the call's `cache_marks` (the end of the head, and the end of the
+prompt, which the next send of the same branch keeps as its prefix while the cut holds)
+get `cache_control` breakpoints, so a pure append reads the whole previous prompt from
+the cache and a moved cut still reads the head.
+
+The key goes in `x-api-key`, with `anthropic-version`; it is scrubbed from every error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource
+
+from webapp.llm.providers.base import (
+    CallInfo,
+    ChatResult,
+    CompletionResult,
+    ContextLengthExceeded,
+    Message,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+    StreamBroken,
+    StreamChunk,
+    Usage,
+)
+from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, retry_after, tracing_sent
+from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
+
+__all__ = ["API_VERSION", "AnthropicProvider", "to_messages_request"]
+
+API_VERSION = "2023-06-01"
+"""The `anthropic-version` this module speaks: the Messages API as it is documented."""
+
+DEFAULT_MAX_TOKENS = 4096
+"""`max_tokens` is required by the API; used when neither the call nor the bound says."""
+
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+_INPUT_AND_MAX = re.compile(r"(\d[\d,]*) \+ (\d[\d,]*) > (\d[\d,]*)")
+""""input length and `max_tokens` exceed context limit: 198000 + 8192 > 200000"."""
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """OpenAI message content as Anthropic content blocks: text (empty text dropped, the
+    API refuses it) and images given as data URLs."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content.strip() else []
+    blocks: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else [content]:
+        if not isinstance(part, dict):
+            text = str(part)
+        elif part.get("type") == "image_url":
+            url = str((part.get("image_url") or {}).get("url", ""))
+            media, _, data = url.removeprefix("data:").partition(";base64,")
+            if data:
+                source = {"type": "base64", "media_type": media, "data": data}
+            else:
+                source = {"type": "url", "url": url}
+            blocks.append({"type": "image", "source": source})
+            continue
+        else:
+            text = str(part.get("text") or "")
+        if text.strip():
+            blocks.append({"type": "text", "text": text})
+    return blocks
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments as the object `tool_use.input` must be."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except ValueError:
+        return {"arguments": raw}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    converted = []
+    for tool in tools or []:
+        function = tool.get("function")
+        if not isinstance(function, dict) or not function.get("name"):
+            continue
+        entry: dict[str, Any] = {
+            "name": function["name"],
+            "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if function.get("description"):
+            entry["description"] = function["description"]
+        converted.append(entry)
+    return converted
+
+
+def _mark(message: dict[str, Any]) -> None:
+    """A cache breakpoint on the message's last block."""
+    if message["content"]:
+        message["content"][-1] = {**message["content"][-1], "cache_control": EPHEMERAL}
+
+
+def to_messages_request(
+    model_id: str,
+    messages: list[Message],
+    *,
+    max_tokens: int,
+    tools: list[dict[str, Any]] | None = None,
+    cache_marks: tuple[int, ...] = (),
+) -> dict[str, Any]:
+    """The Messages API body for an OpenAI-shaped transcript; `cache_marks` are indices
+    into `messages` whose end gets a cache breakpoint."""
+    system: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    marked: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role in ("system", "developer"):
+            system += _blocks(message.get("content"))
+            if index in cache_marks and system:
+                marked.append({"content": system})
+            continue
+        if role == "tool":
+            result = {
+                "type": "tool_result",
+                "tool_use_id": str(message.get("tool_call_id") or ""),
+                "content": _blocks(message.get("content")) or "(empty)",
+            }
+            if turns and turns[-1]["role"] == "user" and turns[-1].get("results"):
+                turns[-1]["content"].append(result)
+            else:
+                turns.append({"role": "user", "content": [result], "results": True})
+        else:
+            blocks = _blocks(message.get("content"))
+            if role == "assistant":
+                for call in message.get("tool_calls") or []:
+                    function = call.get("function") or {}
+                    blocks.append(
+                        {
+                            "type": "tool_use",
+                            "id": str(call.get("id") or ""),
+                            "name": str(function.get("name") or ""),
+                            "input": _arguments(function.get("arguments")),
+                        }
+                    )
+            if not blocks:
+                continue  # an empty answer: the API refuses empty content
+            side = "assistant" if role == "assistant" else "user"
+            if turns and turns[-1]["role"] == side and side == "user":
+                turns[-1]["content"] += blocks  # a user turn after tool results: one message
+            else:
+                turns.append({"role": side, "content": blocks})
+        if index in cache_marks:
+            marked.append(turns[-1])
+    for turn in turns:
+        turn.pop("results", None)
+    for target in marked:
+        _mark(target)
+    body: dict[str, Any] = {"model": model_id, "max_tokens": max_tokens, "messages": turns}
+    if system:
+        body["system"] = system
+    if converted := _tools(tools):
+        body["tools"] = converted
+    return body
+
+
+def _usage(reported: Any, earlier: Usage | None = None) -> Usage | None:
+    """The usage of a message (or a stream's running usage over `earlier`): the prompt is
+    the sum of its uncached, cache-written and cache-read parts."""
+    if not isinstance(reported, dict):
+        return earlier
+    base = earlier or Usage(0, 0, None)
+    parts = [count_of(reported.get(key)) for key in ("input_tokens", "cache_creation_input_tokens")]
+    read = count_of(reported.get("cache_read_input_tokens"))
+    if all(part is None for part in parts) and read is None:
+        prompt = base.prompt_tokens
+        cached = base.cached_tokens
+    else:
+        prompt = sum(part or 0 for part in parts) + (read or 0)
+        cached = read if read is not None else None
+    completion = count_of(reported.get("output_tokens"))
+    return Usage(prompt, completion if completion is not None else base.completion_tokens, cached)
+
+
+def _tool_calls(blocks: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": block.get("id"),
+            "type": "function",
+            "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input"))},
+        }
+        for block in blocks
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+
+
+class AnthropicProvider(HTTPProvider):
+    """Claude through `POST /v1/messages` under `base_url` (the vendor's root,
+    ``https://api.anthropic.com``)."""
+
+    CHAT_PATH = "v1/messages"
+
+    def _auth_headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return headers
+
+    @staticmethod
+    def _body(
+        model_id: str,
+        messages: list[Message],
+        max_tokens: int | None,
+        tools: list[dict[str, Any]] | None,
+        info: CallInfo | None,
+    ) -> dict[str, Any]:
+        room = max_tokens or (info.reserve if info is not None else None) or DEFAULT_MAX_TOKENS
+        marks = info.cache_marks if info is not None else ()
+        return to_messages_request(
+            model_id, messages, max_tokens=room, tools=tools, cache_marks=marks
+        )
+
+    async def chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+    ) -> ChatResult:
+        body = self._body(model_id, messages, max_tokens, tools, info)
+        data = await self._post(self.CHAT_PATH, body, model_id)
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise self._malformed(self.CHAT_PATH, model_id, ValueError("the answer has no content"))
+        text = "".join(
+            str(b.get("text") or "")
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+        return ChatResult(
+            content=text,
+            finish_reason=_FINISH.get(str(data.get("stop_reason")), data.get("stop_reason")),
+            usage=_usage(data.get("usage")),
+            tool_calls=_tool_calls(content),
+        )
+
+    async def stream_chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+        sent: Callable[[], None] | None = None,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Text as `text_delta`s arrive, then one chunk with the finish reason and usage
+        (`message_start` says the prompt, `message_delta` the output), after
+        `message_stop`."""
+        body = self._body(model_id, messages, max_tokens, tools, info)
+        body["stream"] = True
+        path = self.CHAT_PATH
+        yielded = False
+        finish_reason: str | None = None
+        usage: Usage | None = None
+        stopped = False
+        try:
+            async with (
+                self._clients.client() as client,
+                client.stream(
+                    "POST",
+                    path,
+                    json=body,
+                    headers={"Accept": "text/event-stream"},
+                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
+                ) as response,
+            ):
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._status_error(response, path, model_id)
+                events = self._events(response, path, model_id)
+                async for event in events:
+                    kind = event.get("type")
+                    if kind == "message_start":
+                        usage = _usage((event.get("message") or {}).get("usage"), usage)
+                    elif kind == "content_block_delta":
+                        delta = event.get("delta") or {}
+                        text = delta.get("text") if delta.get("type") == "text_delta" else None
+                        if isinstance(text, str) and text:
+                            yielded = True
+                            yield StreamChunk(text=text)
+                    elif kind == "message_delta":
+                        reason = (event.get("delta") or {}).get("stop_reason")
+                        finish_reason = _FINISH.get(str(reason), reason) or finish_reason
+                        usage = _usage(event.get("usage"), usage)
+                    elif kind == "error":
+                        raise self._stream_error(event, path, model_id, yielded)
+                    elif kind == "message_stop":
+                        stopped = True
+                        await read_rest(_data_of(events))
+                        break
+                if not stopped:
+                    raise self._cut_short(
+                        model_id, yielded, "the stream ended without message_stop"
+                    )
+        except httpx.HTTPError as exc:
+            if not stopped:
+                if not yielded:
+                    raise self._transport_error(exc, path, model_id) from None
+                reason = (
+                    f"no data for {self._timeout:g} s"
+                    if isinstance(exc, httpx.TimeoutException)
+                    else self._describe(exc)
+                )
+                raise self._cut_short(model_id, yielded, reason) from None
+        yield StreamChunk(finish_reason=finish_reason, usage=usage)
+
+    async def complete(
+        self, model_id: str, prompt: str, *, max_tokens: int | None = None
+    ) -> CompletionResult:
+        """The Messages API has no raw completion: the prompt is sent as one user turn."""
+        answer = await self.chat(
+            model_id, [{"role": "user", "content": prompt}], max_tokens=max_tokens
+        )
+        return CompletionResult(answer.content, answer.finish_reason, answer.usage)
+
+    async def embed(self, model_id: str, inputs: list[str]) -> list[list[float]]:
+        raise ProviderError(
+            f"{self._where('embeddings', model_id)}: Anthropic serves no embeddings",
+            reason="serves no embeddings",
+        )
+
+    # ---- the wire ----------------------------------------------------------------------
+
+    async def _post(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
+        try:
+            async with self._clients.client() as client:
+                response = await client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path, model_id) from None
+        if response.status_code >= 400:
+            raise self._status_error(response, path, model_id)
+        try:
+            data = response.json()
+        except ValueError:
+            raise ProviderUnavailable(
+                f"{self._where(path, model_id)} answered HTTP {response.status_code} with a "
+                f"body that is not JSON: {self._snippet(response.text)!r}",
+                status=response.status_code,
+                reason="sent an answer this app cannot read",
+            ) from None
+        if not isinstance(data, dict):
+            raise self._malformed(path, model_id, ValueError("the answer is not an object"))
+        return data
+
+    def _events(
+        self, response: httpx.Response, path: str, model_id: str
+    ) -> AsyncIterator[dict[str, Any]]:
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.partition(";")[0]:
+            raise ProviderUnavailable(
+                f"{self._where(path, model_id)} answered HTTP {response.status_code} with "
+                f"{content_type or 'no content type'!r}, not an event stream",
+                status=response.status_code,
+                reason="sent an answer this app cannot read",
+            )
+        return self._parsed(EventSource(response).aiter_sse(), model_id)
+
+    async def _parsed(
+        self, events: AsyncIterator[Any], model_id: str
+    ) -> AsyncIterator[dict[str, Any]]:
+        async for event in events:
+            if not event.data:
+                continue
+            try:
+                data = json.loads(event.data)
+            except ValueError:
+                raise self._cut_short(
+                    model_id, False, f"a stream event is not JSON: {self._snippet(event.data)!r}"
+                ) from None
+            if isinstance(data, dict):
+                data.setdefault("type", event.event)
+                yield data
+
+    def _stream_error(
+        self, event: dict[str, Any], path: str, model_id: str, yielded: bool
+    ) -> ProviderError:
+        error = self._error_from_payload(None, event, httpx.Headers(), path, model_id)
+        if yielded:
+            return StreamBroken(
+                f"{self._where(path, model_id)} broke off the stream: {error.message}",
+                reason="broke off its answer part of the way",
+            )
+        return error
+
+    def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
+        try:
+            payload: Any = response.json()
+        except ValueError:
+            payload = response.text
+        return self._error_from_payload(
+            response.status_code, payload, response.headers, path, model_id
+        )
+
+    def _error_from_payload(
+        self,
+        status: int | None,
+        payload: Any,
+        headers: httpx.Headers,
+        path: str,
+        model_id: str,
+    ) -> ProviderError:
+        error = payload.get("error") if isinstance(payload, dict) else None
+        kind = error.get("type") if isinstance(error, dict) else None
+        raw = error.get("message") if isinstance(error, dict) else payload
+        message = self._snippet(raw if isinstance(raw, str) else json.dumps(raw)) or (
+            f"HTTP {status}" if status is not None else "unknown error"
+        )
+        shown = f"HTTP {status}: {message}" if status is not None else message
+        text = f"{self._where(path, model_id)} answered {shown}"
+        if kind == "rate_limit_error" or status == 429:
+            return RateLimited(text, status=status, retry_after=retry_after(headers, message))
+        if kind == "overloaded_error" or status == 529:
+            return ProviderUnavailable(text, status=status, reason="is overloaded (HTTP 529)")
+        if kind == "request_too_large" or status == 413:
+            return ContextLengthExceeded(text, status=status)
+        if kind == "invalid_request_error" and is_context_length_message(message):
+            both = _INPUT_AND_MAX.search(message)
+            prompt_tokens: int | None
+            limit: int | None
+            if both:
+                prompt_tokens = int(both.group(1).replace(",", ""))
+                limit = int(both.group(3).replace(",", ""))
+            else:
+                prompt_tokens, limit = parse_context_length_message(message)
+            return ContextLengthExceeded(
+                text, status=status, prompt_tokens=prompt_tokens, limit=limit
+            )
+        if kind in ("authentication_error", "permission_error") or status in (401, 403):
+            shown_status = status or (401 if kind == "authentication_error" else 403)
+            return ProviderError(
+                text, status=status, reason=f"refused this app's credentials (HTTP {shown_status})"
+            )
+        if kind in ("api_error", "timeout_error") or status is None or status >= 500:
+            reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
+            return ProviderUnavailable(text, status=status, reason=reason)
+        return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
+
+
+async def _data_of(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    async for event in events:
+        yield json.dumps(event)

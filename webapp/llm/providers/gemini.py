@@ -1,0 +1,484 @@
+"""Google's Gemini API, spoken natively (`kind = "gemini"`).
+
+The pipeline speaks OpenAI's message shapes; this module translates both ways:
+
+- the system prompt goes to `systemInstruction`; turns become `contents` with the roles
+  `user` and `model`; an assistant's tool calls become `functionCall` parts and the tool
+  messages answering them `functionResponse` parts of one user content (a response
+  names its function, so each tool message's call is looked up by its id); tool schemas
+  become `functionDeclarations` (as JSON Schema, `parametersJsonSchema`);
+- the answer's parts come back as text (thoughts left out) and OpenAI-shaped tool calls,
+  `finishReason` as OpenAI's finish reasons, `usageMetadata` as usage with
+  `cached_tokens` = `cachedContentTokenCount` (the prefix Gemini's implicit cache
+  served);
+- errors by their `status`: INVALID_ARGUMENT "The input token count (N) exceeds the
+  maximum number of tokens allowed (M)" is `ContextLengthExceeded` with both numbers;
+  RESOURCE_EXHAUSTED (429) is `RateLimited`, with the wait its RetryInfo names;
+  UNAVAILABLE, INTERNAL and DEADLINE_EXCEEDED are `ProviderUnavailable`.
+
+Streams are `:streamGenerateContent?alt=sse`: each event a whole response with the next
+piece of text, the last with the finish reason and the usage. The key goes in
+`x-goog-api-key` and is scrubbed from every error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource
+
+from webapp.llm.providers.base import (
+    CallInfo,
+    ChatResult,
+    CompletionResult,
+    ContextLengthExceeded,
+    Message,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+    StreamBroken,
+    StreamChunk,
+    Usage,
+)
+from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, retry_after, tracing_sent
+from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
+
+__all__ = ["API_VERSION", "GeminiProvider", "to_gemini_request"]
+
+API_VERSION = "v1beta"
+"""The API version whose paths this module speaks."""
+
+_FINISH = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+}
+
+_UNAVAILABLE = frozenset({"UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "UNKNOWN"})
+_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text") or "") if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except ValueError:
+        return {"arguments": raw}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _declarations(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    declarations = []
+    for tool in tools or []:
+        function = tool.get("function")
+        if not isinstance(function, dict) or not function.get("name"):
+            continue
+        entry: dict[str, Any] = {"name": function["name"]}
+        if function.get("description"):
+            entry["description"] = function["description"]
+        if function.get("parameters"):
+            entry["parametersJsonSchema"] = function["parameters"]
+        declarations.append(entry)
+    return declarations
+
+
+def to_gemini_request(
+    messages: list[Message], *, max_tokens: int | None, tools: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    """The generateContent body for an OpenAI-shaped transcript."""
+    system: list[dict[str, Any]] = []
+    contents: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for message in messages:
+        role = message.get("role")
+        text = _text(message.get("content"))
+        if role in ("system", "developer"):
+            if text:
+                system.append({"text": text})
+            continue
+        if role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            part = {
+                "functionResponse": {
+                    "name": names.get(call_id, message.get("name") or "tool"),
+                    "response": {"result": text},
+                }
+            }
+            if contents and contents[-1].get("responses"):
+                contents[-1]["parts"].append(part)
+            else:
+                contents.append({"role": "user", "parts": [part], "responses": True})
+            continue
+        parts: list[dict[str, Any]] = [{"text": text}] if text else []
+        if role == "assistant":
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                name = str(function.get("name") or "")
+                names[str(call.get("id") or "")] = name
+                parts.append(
+                    {"functionCall": {"name": name, "args": _arguments(function.get("arguments"))}}
+                )
+        if not parts:
+            continue  # an empty answer: Gemini refuses a content without parts
+        contents.append({"role": "model" if role == "assistant" else "user", "parts": parts})
+    for content in contents:
+        content.pop("responses", None)
+    body: dict[str, Any] = {"contents": contents}
+    if system:
+        body["systemInstruction"] = {"parts": system}
+    if declarations := _declarations(tools):
+        body["tools"] = [{"functionDeclarations": declarations}]
+    if max_tokens is not None:
+        body["generationConfig"] = {"maxOutputTokens": max_tokens}
+    return body
+
+
+def _usage(metadata: Any, earlier: Usage | None = None) -> Usage | None:
+    if not isinstance(metadata, dict):
+        return earlier
+    prompt = count_of(metadata.get("promptTokenCount"))
+    if prompt is None:
+        return earlier
+    completion = (count_of(metadata.get("candidatesTokenCount")) or 0) + (
+        count_of(metadata.get("thoughtsTokenCount")) or 0
+    )
+    cached = count_of(metadata.get("cachedContentTokenCount"))
+    return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
+
+
+def _parts(data: dict[str, Any]) -> tuple[list[Any], str | None]:
+    """The first candidate's parts and its finish reason."""
+    candidates = data.get("candidates")
+    if not isinstance(candidates, list) or not candidates or not isinstance(candidates[0], dict):
+        return [], None
+    candidate = candidates[0]
+    content = candidate.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    reason = candidate.get("finishReason")
+    return parts if isinstance(parts, list) else [], reason if isinstance(reason, str) else None
+
+
+def _answer_text(parts: list[Any]) -> str:
+    return "".join(
+        str(p.get("text") or "")
+        for p in parts
+        if isinstance(p, dict) and "text" in p and not p.get("thought")
+    )
+
+
+def _finish(reason: str | None, calls: bool) -> str | None:
+    if reason is None:
+        return None
+    if calls and reason == "STOP":
+        return "tool_calls"
+    return _FINISH.get(reason, reason.lower())
+
+
+class GeminiProvider(HTTPProvider):
+    """Gemini through `v1beta/models/{model}:generateContent` under `base_url` (the
+    vendor's root, ``https://generativelanguage.googleapis.com``)."""
+
+    CHAT_PATH = "v1beta/models/{model}:streamGenerateContent"
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {"x-goog-api-key": self._api_key} if self._api_key else {}
+
+    @staticmethod
+    def _path(model_id: str, method: str) -> str:
+        model = model_id.removeprefix("models/")
+        return f"{API_VERSION}/models/{model}:{method}"
+
+    def _where(self, path: str, model_id: str) -> str:
+        return super()._where(path.replace("{model}", model_id.removeprefix("models/")), model_id)
+
+    @staticmethod
+    def _room(max_tokens: int | None, info: CallInfo | None) -> int | None:
+        return max_tokens or (info.reserve if info is not None else None)
+
+    async def chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+    ) -> ChatResult:
+        body = to_gemini_request(messages, max_tokens=self._room(max_tokens, info), tools=tools)
+        path = self._path(model_id, "generateContent")
+        data = await self._post(path, body, model_id)
+        parts, reason = _parts(data)
+        if not parts and reason is None:
+            raise self._blocked(data, path, model_id)
+        calls = [
+            {
+                "id": f"call_{index}",
+                "type": "function",
+                "function": {
+                    "name": part["functionCall"].get("name"),
+                    "arguments": json.dumps(part["functionCall"].get("args") or {}),
+                },
+            }
+            for index, part in enumerate(parts)
+            if isinstance(part, dict) and isinstance(part.get("functionCall"), dict)
+        ]
+        return ChatResult(
+            content=_answer_text(parts),
+            finish_reason=_finish(reason, bool(calls)),
+            usage=_usage(data.get("usageMetadata")),
+            tool_calls=calls,
+        )
+
+    async def stream_chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+        sent: Callable[[], None] | None = None,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Text as each event brings it, then one chunk with the finish reason and the
+        usage of the last event, once the body ends."""
+        body = to_gemini_request(messages, max_tokens=self._room(max_tokens, info), tools=tools)
+        path = self._path(model_id, "streamGenerateContent")
+        yielded = False
+        finish_reason: str | None = None
+        usage: Usage | None = None
+        try:
+            async with (
+                self._clients.client() as client,
+                client.stream(
+                    "POST",
+                    path,
+                    params={"alt": "sse"},
+                    json=body,
+                    headers={"Accept": "text/event-stream"},
+                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
+                ) as response,
+            ):
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._status_error(response, path, model_id)
+                events = self._events(response, path, model_id, lambda: yielded)
+                async for data in events:
+                    if "error" in data:
+                        error = self._error_from_payload(
+                            None, data, httpx.Headers(), path, model_id
+                        )
+                        if yielded:
+                            raise StreamBroken(
+                                f"{self._where(path, model_id)} broke off the stream: "
+                                f"{error.message}",
+                                reason="broke off its answer part of the way",
+                            )
+                        raise error
+                    usage = _usage(data.get("usageMetadata"), usage)
+                    parts, reason = _parts(data)
+                    if not parts and reason is None and not yielded and "promptFeedback" in data:
+                        raise self._blocked(data, path, model_id)
+                    text = _answer_text(parts)
+                    if text:
+                        yielded = True
+                        yield StreamChunk(text=text)
+                    if reason is not None:
+                        calls = any(isinstance(p, dict) and "functionCall" in p for p in parts)
+                        finish_reason = _finish(reason, calls)
+                        await read_rest(_data(events))
+                        break
+                else:
+                    raise self._cut_short(
+                        model_id, yielded, "the stream ended without a finishReason"
+                    )
+        except httpx.HTTPError as exc:
+            if finish_reason is None:
+                if not yielded:
+                    raise self._transport_error(exc, path, model_id) from None
+                reason_text = (
+                    f"no data for {self._timeout:g} s"
+                    if isinstance(exc, httpx.TimeoutException)
+                    else self._describe(exc)
+                )
+                raise self._cut_short(model_id, yielded, reason_text) from None
+        yield StreamChunk(finish_reason=finish_reason, usage=usage)
+
+    async def complete(
+        self, model_id: str, prompt: str, *, max_tokens: int | None = None
+    ) -> CompletionResult:
+        """Gemini has no raw completion: the prompt is sent as one user turn."""
+        answer = await self.chat(
+            model_id, [{"role": "user", "content": prompt}], max_tokens=max_tokens
+        )
+        return CompletionResult(answer.content, answer.finish_reason, answer.usage)
+
+    async def embed(self, model_id: str, inputs: list[str]) -> list[list[float]]:
+        if not inputs:
+            return []
+        model = f"models/{model_id.removeprefix('models/')}"
+        body = {
+            "requests": [
+                {"model": model, "content": {"parts": [{"text": text}]}} for text in inputs
+            ]
+        }
+        path = self._path(model_id, "batchEmbedContents")
+        data = await self._post(path, body, model_id)
+        try:
+            vectors = [[float(x) for x in item["values"]] for item in data["embeddings"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._malformed(path, model_id, exc) from None
+        if len(vectors) != len(inputs):
+            raise self._malformed(
+                path, model_id, ValueError(f"{len(vectors)} vectors for {len(inputs)} inputs")
+            )
+        return vectors
+
+    # ---- the wire ----------------------------------------------------------------------
+
+    async def _post(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
+        try:
+            async with self._clients.client() as client:
+                response = await client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, path, model_id) from None
+        if response.status_code >= 400:
+            raise self._status_error(response, path, model_id)
+        try:
+            data = response.json()
+        except ValueError:
+            raise ProviderUnavailable(
+                f"{self._where(path, model_id)} answered HTTP {response.status_code} with a "
+                f"body that is not JSON: {self._snippet(response.text)!r}",
+                status=response.status_code,
+                reason="sent an answer this app cannot read",
+            ) from None
+        if not isinstance(data, dict):
+            raise self._malformed(path, model_id, ValueError("the answer is not an object"))
+        return data
+
+    def _events(
+        self,
+        response: httpx.Response,
+        path: str,
+        model_id: str,
+        yielded: Callable[[], bool],
+    ) -> AsyncIterator[dict[str, Any]]:
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.partition(";")[0]:
+            raise ProviderUnavailable(
+                f"{self._where(path, model_id)} answered HTTP {response.status_code} with "
+                f"{content_type or 'no content type'!r}, not an event stream",
+                status=response.status_code,
+                reason="sent an answer this app cannot read",
+            )
+        return self._parsed(EventSource(response).aiter_sse(), model_id, yielded)
+
+    async def _parsed(
+        self, events: AsyncIterator[Any], model_id: str, yielded: Callable[[], bool]
+    ) -> AsyncIterator[dict[str, Any]]:
+        async for event in events:
+            if not event.data:
+                continue
+            try:
+                data = json.loads(event.data)
+            except ValueError:
+                raise self._cut_short(
+                    model_id,
+                    yielded(),
+                    f"a stream event is not JSON: {self._snippet(event.data)!r}",
+                ) from None
+            if isinstance(data, dict):
+                yield data
+
+    def _blocked(self, data: dict[str, Any], path: str, model_id: str) -> ProviderError:
+        feedback = data.get("promptFeedback")
+        reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
+        if reason is None:
+            return self._malformed(path, model_id, ValueError("the answer has no candidates"))
+        return ProviderError(
+            f"{self._where(path, model_id)} blocked the prompt ({reason})",
+            reason=f"refused the prompt ({str(reason).lower()})",
+        )
+
+    def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
+        try:
+            payload: Any = response.json()
+        except ValueError:
+            payload = response.text
+        if isinstance(payload, list) and payload:  # a stream without alt=sse: a JSON array
+            payload = payload[0]
+        return self._error_from_payload(
+            response.status_code, payload, response.headers, path, model_id
+        )
+
+    def _error_from_payload(
+        self,
+        status: int | None,
+        payload: Any,
+        headers: httpx.Headers,
+        path: str,
+        model_id: str,
+    ) -> ProviderError:
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if not isinstance(error, dict):
+            error = {}
+        code = status if status is not None else count_of(error.get("code"))
+        kind = error.get("status")
+        raw = error.get("message") if error else payload
+        message = self._snippet(raw if isinstance(raw, str) else json.dumps(raw)) or (
+            f"HTTP {code}" if code is not None else "unknown error"
+        )
+        shown = f"HTTP {code}: {message}" if code is not None else message
+        text = f"{self._where(path, model_id)} answered {shown}"
+        if kind == "RESOURCE_EXHAUSTED" or code == 429:
+            wait = retry_after(headers, message)
+            for detail in error.get("details") or []:
+                delay = detail.get("retryDelay") if isinstance(detail, dict) else None
+                match = _DELAY.match(delay) if isinstance(delay, str) else None
+                if match:
+                    wait = float(match.group(1))
+            return RateLimited(text, status=code, retry_after=wait)
+        if is_context_length_message(message) and code not in (401, 403):
+            prompt_tokens, limit = parse_context_length_message(message)
+            return ContextLengthExceeded(
+                text, status=code, prompt_tokens=prompt_tokens, limit=limit
+            )
+        if (
+            kind in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+            or code in (401, 403)
+            or ("API key not valid" in message)
+        ):
+            return ProviderError(
+                text, status=code, reason=f"refused this app's credentials (HTTP {code})"
+            )
+        if kind in _UNAVAILABLE or code is None or code >= 500:
+            reason = f"is unavailable (HTTP {code})" if code else "is unavailable"
+            return ProviderUnavailable(text, status=code, reason=reason)
+        return ProviderError(text, status=code, reason=f"refused the request (HTTP {code})")
+
+
+async def _data(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    async for event in events:
+        yield json.dumps(event)

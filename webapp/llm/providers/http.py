@@ -1,0 +1,216 @@
+"""What every HTTP provider shares, whatever its wire format: pooled clients, the read
+timeout, and errors that name the endpoint without ever quoting the API key.
+
+A subclass says how it authenticates (`_auth_headers`) and speaks its own format; the
+pipeline only ever sees the error types of `base`, so the translation of transport
+failures (connection refused, timeouts: `ProviderUnavailable`, a fallback may try) and
+of a stream cut short (before any text: unavailable; after: `StreamBroken`) lives here,
+once for every kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Self
+
+import httpx
+
+from webapp.llm.providers.base import ProviderError, ProviderUnavailable, StreamBroken
+from webapp.llm.providers.network import transport_for
+from webapp.llm.providers.pool import ClientShards
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds to open a connection. Short: a dead host should hand over to a fallback quickly,
+while `timeout` (the read timeout) has to cover a slow model's time to first token."""
+
+_MAX_ERROR_TEXT = 500
+"""Error bodies are cut to this many characters: an HTML error page is not a message."""
+
+
+def count_of(value: Any) -> int | None:
+    """A token count as the wire should carry it (an int, not negative), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def retry_after(headers: httpx.Headers, message: str) -> float | None:
+    """Seconds to wait, from Retry-After (seconds or HTTP date), OpenAI's retry-after-ms,
+    or failing those OpenAI's "Please try again in 6.5s" in the message."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                when = None
+            if when is not None:
+                return max(0.0, when.timestamp() - time.time())
+    match = re.search(r"try again in (?:(\d+)m)?(\d+(?:\.\d+)?)(ms|s)\b", message)
+    if match:
+        minutes, amount, unit = match.groups()
+        seconds = float(amount) / (1000 if unit == "ms" else 1)
+        return seconds + 60 * int(minutes or 0)
+    return None
+
+
+REST_TIMEOUT = 1.0
+"""How long to wait for a stream's body to end after its [DONE]."""
+
+
+async def read_rest(events: AsyncIterator[str]) -> None:
+    """Read what follows [DONE], the end of the body, so the connection goes back to the
+    pool: a new connection per answer cost ~3 ms of CPU each at 200 streams. (A kept
+    connection to a server that leaves Nagle on can hold the next response's first chunk
+    until a delayed ACK, ~40 ms: our test upstream did, until its socket named TCP.)"""
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(REST_TIMEOUT):
+            async for _ in events:
+                pass
+
+
+# --------------------------------------------------------------------------------------
+# The provider.
+# --------------------------------------------------------------------------------------
+
+
+def tracing_sent(sent: Callable[[], None]) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """httpcore's trace hook (a request extension), reduced to the one event wanted: the
+    request's body is written. Behind an https proxy the same hook also sees the CONNECT
+    that opens the tunnel, which is not the request."""
+    tunnelling = False
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        nonlocal tunnelling
+        if event.endswith(".send_request_headers.started"):
+            tunnelling = getattr(info.get("request"), "method", b"") == b"CONNECT"
+        elif event.endswith(".send_request_body.complete") and not tunnelling:
+            sent()
+
+    return trace
+
+
+class HTTPProvider:
+    """A provider spoken to over HTTP through pooled `httpx.AsyncClient`s (shards).
+
+    `base_url` is where the endpoint paths are appended. `timeout` is the read timeout,
+    i.e. the longest silence tolerated from the server (time to first token, or a gap
+    inside a stream). `transport` exists for tests and unusual set-ups (a Unix socket, a
+    mounted app).
+    """
+
+    CHAT_PATH = "chat/completions"
+    """The chat endpoint, as error messages name it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key or None
+        self._timeout = timeout
+        url = httpx.URL(self.base_url)
+        # Credentials in the URL would otherwise land in every error message.
+        self._label = str(url.copy_with(username=None, password=None, query=None))
+        headers = {"Accept": "application/json", **self._auth_headers()}
+        tls = httpx.create_ssl_context()  # one for every shard: each costs milliseconds
+        self._clients = ClientShards(
+            lambda limits: httpx.AsyncClient(
+                verify=tls,
+                base_url=self.base_url + "/",
+                headers=headers,
+                timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
+                limits=limits,
+                transport=transport or transport_for(url, verify=tls, limits=limits),
+            ),
+            single=transport is not None,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._label!r})"
+
+    def _auth_headers(self) -> dict[str, str]:
+        """The headers that carry the key (none without one)."""
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    def _where(self, path: str, model_id: str) -> str:
+        return f"{self._label}/{path} (model {model_id!r})"
+
+    def _clean(self, text: str) -> str:
+        """Never let the API key into a message, whoever echoed it."""
+        if self._api_key:
+            text = text.replace(self._api_key, "[redacted]")
+        return text
+
+    def _snippet(self, text: str) -> str:
+        text = self._clean(text.strip())
+        return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "..."
+
+    def _describe(self, exc: httpx.HTTPError) -> str:
+        detail = str(exc) or type(exc).__name__
+        return self._clean(f"{type(exc).__name__}: {detail}")
+
+    def _transport_error(self, exc: httpx.HTTPError, path: str, model_id: str) -> ProviderError:
+        where = self._where(path, model_id)
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return ProviderError(
+                f"{where}: bad base_url: {self._describe(exc)}",
+                reason="is misconfigured (its provider's address)",
+            )
+        if isinstance(exc, httpx.ConnectTimeout):
+            reason = f"could not be reached within {min(CONNECT_TIMEOUT, self._timeout):g} s"
+        elif isinstance(exc, httpx.PoolTimeout):
+            reason = f"had no free connection within {self._timeout:g} s (too many calls at once)"
+        elif isinstance(exc, httpx.TimeoutException):
+            reason = f"did not answer within {self._timeout:g} s"
+        elif isinstance(exc, httpx.ConnectError):
+            return ProviderUnavailable(
+                f"{where}: cannot connect ({self._describe(exc)})", reason="cannot be reached"
+            )
+        else:
+            return ProviderUnavailable(
+                f"{where}: connection failed ({self._describe(exc)})", reason="lost its connection"
+            )
+        return ProviderUnavailable(f"{where}: {reason}", reason=reason)
+
+    def _cut_short(self, model_id: str, yielded: bool, reason: str) -> ProviderError:
+        """Before any text: unavailable (fall back). After: the answer is partial."""
+        where = self._where(self.CHAT_PATH, model_id)
+        if yielded:
+            return StreamBroken(
+                f"{where}: stream broken after partial answer: {reason}",
+                reason="broke off its answer part of the way",
+            )
+        return ProviderUnavailable(
+            f"{where}: stream failed before any text: {reason}",
+            reason="failed before sending any text",
+        )
+
+    def _malformed(self, path: str, model_id: str, exc: Exception) -> ProviderError:
+        return ProviderError(
+            f"{self._where(path, model_id)} sent an answer this client cannot read: {exc}",
+            reason="sent an answer this app cannot read",
+        )
