@@ -264,7 +264,7 @@ class AnthropicProvider(HTTPProvider):
         info: CallInfo | None = None,
     ) -> ChatResult:
         body = self._body(model_id, messages, max_tokens, tools, info)
-        data = await self._post(self.CHAT_PATH, body, model_id)
+        data = await self._post_json(self.CHAT_PATH, body, model_id)
         content = data.get("content")
         if not isinstance(content, list):
             raise self._malformed(self.CHAT_PATH, model_id, ValueError("the answer has no content"))
@@ -367,27 +367,6 @@ class AnthropicProvider(HTTPProvider):
         )
 
     # ---- the wire ----------------------------------------------------------------------
-
-    async def _post(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
-        try:
-            async with self._clients.client() as client:
-                response = await client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, path, model_id) from None
-        if response.status_code >= 400:
-            raise self._status_error(response, path, model_id)
-        try:
-            data = response.json()
-        except ValueError:
-            raise ProviderUnavailable(
-                f"{self._where(path, model_id)} answered HTTP {response.status_code} with a "
-                f"body that is not JSON: {self._snippet(response.text)!r}",
-                status=response.status_code,
-                reason="sent an answer this app cannot read",
-            ) from None
-        if not isinstance(data, dict):
-            raise self._malformed(path, model_id, ValueError("the answer is not an object"))
-        return data
 
     def _events(
         self, response: httpx.Response, path: str, model_id: str

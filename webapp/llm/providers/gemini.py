@@ -228,7 +228,7 @@ class GeminiProvider(HTTPProvider):
     ) -> ChatResult:
         body = to_gemini_request(messages, max_tokens=self._room(max_tokens, info), tools=tools)
         path = self._path(model_id, "generateContent")
-        data = await self._post(path, body, model_id)
+        data = await self._post_json(path, body, model_id)
         parts, reason = _parts(data)
         if not parts and reason is None:
             raise self._blocked(data, path, model_id)
@@ -344,7 +344,7 @@ class GeminiProvider(HTTPProvider):
             ]
         }
         path = self._path(model_id, "batchEmbedContents")
-        data = await self._post(path, body, model_id)
+        data = await self._post_json(path, body, model_id)
         try:
             vectors = [[float(x) for x in item["values"]] for item in data["embeddings"]]
         except (KeyError, TypeError, ValueError) as exc:
@@ -356,27 +356,6 @@ class GeminiProvider(HTTPProvider):
         return vectors
 
     # ---- the wire ----------------------------------------------------------------------
-
-    async def _post(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
-        try:
-            async with self._clients.client() as client:
-                response = await client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, path, model_id) from None
-        if response.status_code >= 400:
-            raise self._status_error(response, path, model_id)
-        try:
-            data = response.json()
-        except ValueError:
-            raise ProviderUnavailable(
-                f"{self._where(path, model_id)} answered HTTP {response.status_code} with a "
-                f"body that is not JSON: {self._snippet(response.text)!r}",
-                status=response.status_code,
-                reason="sent an answer this app cannot read",
-            ) from None
-        if not isinstance(data, dict):
-            raise self._malformed(path, model_id, ValueError("the answer is not an object"))
-        return data
 
     def _events(
         self,

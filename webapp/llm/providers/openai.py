@@ -408,29 +408,8 @@ class OpenAIProvider(HTTPProvider):
             body["tools"] = tools
         return body
 
-    async def _post_json(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
-        try:
-            async with self._clients.client() as client:
-                response = await client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc, path, model_id) from None
-        if response.status_code >= 400:
-            raise self._status_error(response, path, model_id)
-        return self._json_body(response, path, model_id)
-
     def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
-        try:
-            data = response.json()
-        except ValueError:
-            # A 200 that is not JSON is a proxy or a half-started server: try elsewhere.
-            raise ProviderUnavailable(
-                f"{self._where(path, model_id)} answered HTTP {response.status_code} "
-                f"with a body that is not JSON: {self._snippet(response.text)!r}",
-                status=response.status_code,
-                reason="sent an answer this app cannot read",
-            ) from None
-        if not isinstance(data, dict):
-            raise self._malformed(path, model_id, ValueError("the answer is not an object"))
+        data = super()._json_body(response, path, model_id)
         if "error" in data and "choices" not in data and "data" not in data:
             # Some servers report a failure inside a 200.
             raise self._error_from_payload(None, data, response.headers, path, model_id)
