@@ -1,4 +1,4 @@
-"""The JSON API (DESIGN section 5) through Litestar's test client, on both databases."""
+"""The JSON API (docs/design.md section 5) through Litestar's test client, on both databases."""
 
 from __future__ import annotations
 

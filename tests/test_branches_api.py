@@ -1,4 +1,4 @@
-"""The branch routes of the JSON API (DESIGN section 8) over HTTP, on both databases:
+"""The branch routes of the JSON API (docs/design.md section 8) over HTTP, on both databases:
 every route, and every bad input answered with a clear 4xx, never a 500."""
 
 from __future__ import annotations

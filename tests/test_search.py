@@ -1,4 +1,4 @@
-"""Search (DESIGN section 9) through the real app on both databases: the index follows
+"""Search (docs/design.md section 9) through the real app on both databases: the index follows
 every write, finds only the caller's own messages, and no typed text can break it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Export and import (DESIGN section 9) through the real app on both databases: a round
+"""Export and import (docs/design.md section 9) through the real app on both databases: a round
 trip keeps every message and fit fact, the Markdown says what was left out, and a bad
 file is a clear 400 that stores nothing."""
 

@@ -1,4 +1,4 @@
-"""Users managed from the UI and the API (DESIGN section 9), on both databases: admins
+"""Users managed from the UI and the API (docs/design.md section 9), on both databases: admins
 create, promote, deactivate and reset; deactivating ends sessions and tokens; the last
 active admin stays one; everyone changes their own password."""
 

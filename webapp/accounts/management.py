@@ -1,4 +1,4 @@
-"""Managing accounts from the UI and the API (DESIGN section 9): admins create accounts,
+"""Managing accounts from the UI and the API (docs/design.md section 9): admins create accounts,
 grant or take back admin rights, deactivate and reactivate, and reset passwords; every
 user changes their own password.
 

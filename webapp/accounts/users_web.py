@@ -1,4 +1,4 @@
-"""Users in the UI and the API (DESIGN section 9): `/admin/users` and `/api/admin/users`
+"""Users in the UI and the API (docs/design.md section 9): `/admin/users` and `/api/admin/users`
 for admins, `POST /settings/password` for everyone. The rules live in
 `webapp.accounts.management`; these handlers only read forms and JSON."""
 

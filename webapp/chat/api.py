@@ -1,4 +1,4 @@
-"""The JSON API for conversations (DESIGN section 5), and the streamed send over SSE."""
+"""The JSON API for conversations (docs/design.md section 5), and the streamed send over SSE."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rows as the JSON API spells them (DESIGN section 5): one shape for API, SSE and pages."""
+"""Rows as the JSON API spells them (docs/design.md section 5): one shape for API, SSE and pages."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An OpenAI-compatible gateway under /v1 (DESIGN section 9).
+"""An OpenAI-compatible gateway under /v1 (docs/design.md section 9).
 
 Scripts, IDE assistants and agent frameworks speak the OpenAI API; here they reach the
 same send pipeline as the chat pages, so every chat call they make is fitted to the

@@ -34,7 +34,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 DEFAULT_WINDOW = 8192
-"""Window assumed for a model whose context_window is not given (DESIGN section 3)."""
+"""Window assumed for a model whose context_window is not given (docs/design.md section 3)."""
 
 DEMO_WINDOW = 2048
 """The demo model's window: small, so trimming becomes visible within minutes of use."""

@@ -1,4 +1,4 @@
-"""Context windows discovered from the serving engine (DESIGN section 7).
+"""Context windows discovered from the serving engine (docs/design.md section 7).
 
 A `[[models]]` entry may leave `context_window` out: the engine knows what it was
 started with, and a window copied into the catalog goes stale the day someone restarts

@@ -1,7 +1,7 @@
 """Token estimates that err high, for every script and kind of text.
 
 Why estimate at all: the chat bounds every prompt by the model's context window
-(DESIGN.md section 3), but it talks to many providers whose tokenizers it does
+(docs/design.md section 3), but it talks to many providers whose tokenizers it does
 not ship. An estimate that is too low sends a prompt the provider rejects; one
 that is too high only drops a little more history. So the estimate must never
 undercount, and should stay close where most text is: English prose and code.

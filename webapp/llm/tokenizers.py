@@ -4,7 +4,7 @@ The estimate (webapp.llm.estimator) errs high on purpose, because it must be saf
 any tokenizer; it was fitted to cl100k, and other families (Qwen, Llama, Gemma) split
 text differently. When the model's own tokenizer is at hand, counts are exact and the
 bound can use the whole window. Where a tokenizer comes from is the `tokenizer`
-setting of each `[[models]]` entry (DESIGN section 7):
+setting of each `[[models]]` entry (docs/design.md section 7):
 
 - "estimate": the estimate, never exact;
 - "tiktoken:<encoding>": an OpenAI encoding, loaded offline where a package ships it;
