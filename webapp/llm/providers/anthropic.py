@@ -341,14 +341,7 @@ class AnthropicProvider(HTTPProvider):
                     )
         except httpx.HTTPError as exc:
             if not stopped:
-                if not yielded:
-                    raise self._transport_error(exc, path, model_id) from None
-                reason = (
-                    f"no data for {self._timeout:g} s"
-                    if isinstance(exc, httpx.TimeoutException)
-                    else self._describe(exc)
-                )
-                raise self._cut_short(model_id, yielded, reason) from None
+                raise self._stream_broke(exc, path, model_id, yielded) from None
         yield StreamChunk(finish_reason=finish_reason, usage=usage)
 
     async def complete(

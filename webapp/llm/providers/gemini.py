@@ -315,14 +315,7 @@ class GeminiProvider(HTTPProvider):
                     )
         except httpx.HTTPError as exc:
             if finish_reason is None:
-                if not yielded:
-                    raise self._transport_error(exc, path, model_id) from None
-                reason_text = (
-                    f"no data for {self._timeout:g} s"
-                    if isinstance(exc, httpx.TimeoutException)
-                    else self._describe(exc)
-                )
-                raise self._cut_short(model_id, yielded, reason_text) from None
+                raise self._stream_broke(exc, path, model_id, yielded) from None
         yield StreamChunk(finish_reason=finish_reason, usage=usage)
 
     async def complete(

@@ -238,6 +238,20 @@ class HTTPProvider:
             raise self._malformed(path, model_id, ValueError("the answer is not an object"))
         return data
 
+    def _stream_broke(
+        self, exc: httpx.HTTPError, path: str, model_id: str, yielded: bool
+    ) -> ProviderError:
+        """A stream the network broke: before any text a fallback may try, after some the
+        answer was cut short."""
+        if not yielded:
+            return self._transport_error(exc, path, model_id)
+        reason = (
+            f"no data for {self._timeout:g} s"
+            if isinstance(exc, httpx.TimeoutException)
+            else self._describe(exc)
+        )
+        return self._cut_short(model_id, yielded, reason)
+
     def _malformed(self, path: str, model_id: str, exc: Exception) -> ProviderError:
         return ProviderError(
             f"{self._where(path, model_id)} sent an answer this client cannot read: {exc}",
