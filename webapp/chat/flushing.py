@@ -15,8 +15,10 @@ commit), since hundreds of answers that started together also end together.
 The same transaction finds the answers that were stopped meanwhile (by any worker:
 their row is no longer `streaming`) and tells their writers to stop. On PostgreSQL it
 also announces each answer it moved (`webapp.chat.notify`), so watchers on other
-workers read the text the moment it is committed; a heartbeat that moved nothing wakes
-nobody.
+workers read the row the moment it is committed; a heartbeat that moved nothing wakes
+nobody. Between flushes the new text itself goes out every `TEXT_PACE`, in notices of
+its own (`webapp.chat.pieces`): pages on other workers keep pace with the writer's
+own, while the row is still written only every interval.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 A page that streams an answer, or is reloaded mid-answer, wants snapshots of the
 answer so far. When the answer runs in this process, its channel gives every
-delta at once; when it runs in another worker (or another machine), the rows
-it flushes are read each time the process hears that they moved (see
-`webapp.chat.notify`: LISTEN/NOTIFY on PostgreSQL, one shared poll on SQLite).
+delta at once; when it runs in another worker (or another machine), the text its
+writer announces is appended and the rows it flushes are read each time the process
+hears that they moved (see `webapp.chat.notify`: LISTEN/NOTIFY on PostgreSQL, one
+shared poll on SQLite).
 Either way each snapshot is the whole text so far, so a watcher that connects late
 or reconnects can neither duplicate nor lose text.
 

@@ -6,15 +6,16 @@ watchers kept a server busy doing nothing. Now each process has one `AnswerNotic
 
 * on PostgreSQL, one connection that `LISTEN`s; the writer of an answer sends a
   `NOTIFY` in the same transaction as each flush, so it arrives when the text is
-  committed, and the listener wakes, in memory, just the watchers of that answer. An
-  idle watcher costs an entry in a dict. A notice can also ask the worker that runs an
-  answer to stop it at once.
+  committed, and between flushes the text itself, in pieces (`TEXT`,
+  `webapp.chat.pieces`); the listener wakes, in memory, just the watchers of that
+  answer. An idle watcher costs an entry in a dict. A notice can also ask the worker
+  that runs an answer to stop it at once.
 * on SQLite (one machine; its workers share a file), one poll per process for every
   answer watched, a single indexed query per interval, which wakes only the watchers
   whose answer changed.
 
-Either way a woken watcher reads the rows it shows, so a notice carries nothing a watcher
-must trust, and a lost one (a dropped connection) costs at most a late snapshot: after
+Either way a watcher woken by a moved row reads the rows it shows, and pieces of text say
+where they start, so a lost notice (a dropped connection) costs at most a late snapshot: after
 reconnecting every watcher is woken once, and watchers re-read on their own, slowly, in
 case a writer died without a word.
 """
