@@ -153,9 +153,34 @@
     if (owner) {
       show.dataset.marker = owner.id;
       show.setAttribute("aria-expanded", String(newest.open));
+      show.setAttribute("aria-label", `Show which turns ${owner.dataset.turnName} was sent without`);
     }
-    line.querySelector('[data-action="show-notes"]').hidden = markers.length < 2;
+    const notes = line.querySelector('[data-action="show-notes"]');
+    notes.hidden = markers.length < 2;
+    nameNotes(notes, markers.length, owner);
     if (line.nextElementSibling !== below) box.insertBefore(line, below);
+  }
+
+  // The cut line's buttons are named after the turn they speak of ("Show which turns turn 7
+  // was sent without"), so a screen reader's list of buttons tells them from every other.
+  function nameNotes(notes, count, owner) {
+    const all = document.getElementById("messages").classList.contains("all-notes");
+    const newest = owner ? `${owner.dataset.turnName}'s` : "the newest";
+    notes.setAttribute("aria-label", all
+      ? `Fewer notes: only ${newest}, not all ${count} trimmed turns`
+      : `All notes of the ${count} trimmed turns, not only ${newest}`);
+  }
+
+  // Continue goes on the newest answer only (the server refuses any other): once a turn
+  // follows, a continuation or any send, the older answer's Continue is gone.
+  function dropStaleContinue() {
+    const box = document.getElementById("messages");
+    if (!box) return;
+    const articles = box.querySelectorAll("article.message");
+    const newest = articles[articles.length - 1];
+    box.querySelectorAll('[data-action="continue"]').forEach((button) => {
+      if (button.closest("article.message") !== newest) button.remove();
+    });
   }
 
   function messageId(element) {
@@ -308,12 +333,16 @@
       const open = more.closest(".bubble").classList.toggle("collapsed") === false;
       more.setAttribute("aria-expanded", String(open));
       more.textContent = open ? "Show less" : "Show more";
+      more.setAttribute("aria-label", `${more.textContent} of ${more.closest(".message").dataset.turnName}`);
     }
     const notes = event.target.closest('[data-action="show-notes"]');
     if (notes) {
       const all = document.getElementById("messages").classList.toggle("all-notes");
       notes.setAttribute("aria-pressed", String(all));
       notes.textContent = all ? "Fewer notes" : "All notes";
+      const markers = document.querySelectorAll("#messages .message[data-dropped-turns] .trim-marker");
+      const newest = markers[markers.length - 1];
+      nameNotes(notes, markers.length, newest ? newest.closest(".message") : null);
     }
     const show = event.target.closest('[data-action="show-left-out"]');
     const marker = show && document.querySelector(`#${show.dataset.marker} .trim-marker`);
@@ -341,6 +370,7 @@
       document.getElementById("composer-error").replaceChildren();
     }
     placeCutLine();
+    dropStaleContinue();
     const title = document.getElementById("title-form");
     if (title && title.dataset.pageTitle) document.title = title.dataset.pageTitle;
     if (stickToBottom) scrollToBottom();
@@ -383,6 +413,7 @@
   // htmx observes anything: scrolled to the newest message (or to a search hit's) first, the
   // "load older" row at the top is never revealed by the initial position.
   placeCutLine();
+  dropStaleContinue();
   if (!showLinkedMessage()) scrollToBottom();
 
   document.addEventListener("DOMContentLoaded", () => {
