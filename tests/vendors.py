@@ -305,6 +305,19 @@ class FakeVendors:
     def count(self, text: str) -> int:
         return len(self._vocabulary.encode(text))
 
+    def prompt_tokens(self, request: dict[str, Any]) -> int:
+        """What the vendor bills as the prompt of a recorded generation request (one of
+        `requests`): the same count its count-tokens endpoint gives."""
+        body = request["body"]
+        if request["path"] == "/v1/messages":
+            return self._anthropic_blocks(body).total
+        return REQUEST_BASE + sum(len(run) for run in self._gemini_tokens(body))
+
+    def generations(self) -> list[dict[str, Any]]:
+        """The recorded requests that asked a model for an answer (not counts or records)."""
+        ends = ("/v1/messages", ":generateContent", ":streamGenerateContent")
+        return [r for r in self.requests if r["path"].endswith(ends)]
+
     @staticmethod
     def _is_gemini(request: Request) -> bool:
         return "x-goog-api-key" in request.headers or "key" in request.query_params
@@ -1131,6 +1144,40 @@ class FakeVendors:
         with self._lock:
             models = [self._gemini_record(m, limits) for m, limits in self._gemini_limits.items()]
         return JSONResponse({"models": models})
+
+
+# ---- catalogs ---------------------------------------------------------------------------------
+
+KEY_ENV = {"FAKE_ANTHROPIC_KEY": ANTHROPIC_KEY, "FAKE_GEMINI_KEY": GEMINI_KEY}
+"""The variables the catalogs of `providers_toml` read the fakes' keys from."""
+
+
+def providers_toml(vendors: FakeVendors) -> str:
+    """A catalog's two native providers served by the fakes: `claude` (kind "anthropic")
+    and `google` (kind "gemini"), keys from KEY_ENV's variables; models and
+    configurations are the caller's to add."""
+    return f"""
+[[providers]]
+name = "claude"
+kind = "anthropic"
+base_url = "{vendors.base_url}"
+api_key_env = "FAKE_ANTHROPIC_KEY"
+timeout = 5
+
+[[providers]]
+name = "google"
+kind = "gemini"
+base_url = "{vendors.base_url}"
+api_key_env = "FAKE_GEMINI_KEY"
+timeout = 5
+"""
+
+
+@pytest.fixture
+def vendor_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KEY_ENV in the environment, for catalogs made by `providers_toml`."""
+    for variable, key in KEY_ENV.items():
+        monkeypatch.setenv(variable, key)
 
 
 # ---- the pytest fixture ---------------------------------------------------------------------

@@ -18,4 +18,5 @@ def pytest_asyncio_loop_factories(
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
-from tests.vendors import vendors  # noqa: E402, F401  # the fake Anthropic and Gemini APIs
+# The fake Anthropic and Gemini APIs, and their keys in the environment.
+from tests.vendors import vendor_keys, vendors  # noqa: E402, F401
