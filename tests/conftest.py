@@ -1,4 +1,5 @@
-"""Shared fixtures: databases (SQLite and PostgreSQL), the app, the fake upstream."""
+"""Shared fixtures: databases (SQLite and PostgreSQL), the app, the fake upstream and
+vendors."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from tests.postgres import require, throwaway_database
 from tests.upstream import (  # noqa: F401  (the fake OpenAI-compatible servers)
     engine_upstream,
     upstream,
+)
+from tests.vendors import (  # noqa: F401  (the fake Anthropic and Gemini APIs, their keys)
+    vendor_keys,
+    vendors,
 )
 from webapp.migrate import upgrade
 

@@ -16,7 +16,3 @@ def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
-
-
-# The fake Anthropic and Gemini APIs, and their keys in the environment.
-from tests.vendors import vendor_keys, vendors  # noqa: E402, F401
