@@ -189,11 +189,12 @@
   function awaitModelTitle() {
     const form = document.getElementById("title-form");
     const actions = document.getElementById("message-actions");
-    if (!form || !actions || form.dataset.awaitingTitle) return;
-    form.dataset.awaitingTitle = "true";
+    const watch = document.getElementById("title-watch");
+    if (!form || !actions || !watch || watch.dataset.asked) return;
+    watch.dataset.asked = "true";
     const was = form.querySelector("input[name=title]").value;
     htmx.ajax("GET", `${actions.dataset.base}/title?was=${encodeURIComponent(was)}`, {
-      source: actions,
+      source: watch,
       target: "#title-form",
       swap: "outerHTML",
     });
@@ -202,6 +203,7 @@
   document.addEventListener("htmx:before:swap", (event) => {
     const ctx = event.detail && event.detail.ctx;
     const path = ctx && ctx.request && String(ctx.request.action || "");
+    // A name being typed is never replaced under the fingers.
     const editing = document.activeElement && document.activeElement.id === "title";
     if (editing && /\/title\?was=/.test(path)) event.preventDefault();
   });

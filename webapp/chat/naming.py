@@ -84,9 +84,10 @@ class Titler:
 
     async def wait(self, conversation_id: str, limit: float) -> bool:
         """Wait up to `limit` seconds for this process's title call of the conversation;
-        True when there is one and it is over (its title, if any, is stored). Without one
-        here (another worker makes it, or none is made) this only waits."""
-        if conversation_id in self._finished:
+        True when there is one and it is over (its title, if any, is stored), or when no
+        title calls are made at all. Without one here (another worker makes it, or none
+        is made) this only waits."""
+        if not self._enabled or conversation_id in self._finished:
             return True
         task = self._pending.get(conversation_id)
         if task is None:

@@ -93,6 +93,7 @@ async def message_field(request: Request[Any, Any, Any]) -> str:
     typed = form.get("content")
     if not isinstance(typed, str):
         raise InvalidInput("the form field 'content' is missing")
+    typed = typed.replace("\r\n", "\n")  # a multipart form sends a textarea's lines so
     upload = form.get("attachment")
     if not isinstance(upload, UploadFile) or not upload.filename:
         return typed
