@@ -131,6 +131,10 @@ def test_a_text_file_goes_with_the_message_and_the_model_names_the_conversation(
     assert row["content"].startswith("Attached file `packing.txt`:\n\n```\nPacking list")
     sent.get_by_role("button", name="Copy turn 1").click()
     assert page.evaluate("navigator.clipboard.readText()") == row["content"]
+    sent.get_by_role("button", name="Edit turn 1").click()  # the message exactly as stored
+    expect(sent.locator(".edit-form textarea")).to_have_value(row["content"])
+    page.keyboard.press("Escape")
+    expect(sent.locator(".edit-form")).to_have_count(0)
 
     # The model's title, once the first answer is done: header, sidebar and tab, no reload.
     expect(page.locator("#title")).to_have_value("Packing for the sun")
