@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.answers import TEXT_PACE, Channel, Event
+from webapp.chat.attachments import with_file
 from webapp.chat.feedback import feedback_value
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
@@ -50,10 +51,18 @@ class ConversationChanges:
 
 
 @dataclass
+class TextFile:
+    name: str
+    text: str
+
+
+@dataclass
 class NewMessage:
     content: str
     edit_of: int | None = None
     """A user message id: send `content` as an alternative to that turn (a new branch)."""
+    attachment: TextFile | None = None
+    """A text file whose text goes with `content`, under its name (as the composer's)."""
 
 
 @dataclass
@@ -303,7 +312,8 @@ class ConversationController(Controller):
     ) -> ASGIApp:
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
-        send = await chat.send(owner, conversation_id, data.content, data.edit_of)
+        content = with_file(data.content, data.attachment, chat.max_message_chars)
+        send = await chat.send(owner, conversation_id, content, data.edit_of)
         return await _answer(request, chat, send)
 
     @post(
