@@ -4,6 +4,7 @@ vendors."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,6 +23,10 @@ from tests.vendors import (  # noqa: F401  (the fake Anthropic and Gemini APIs, 
     vendors,
 )
 from webapp.migrate import upgrade
+
+# Titles written by the model make a call after every first answer: the tests that count
+# or inspect the upstream's requests speak of sends. The tests of titles turn them on.
+os.environ.setdefault("WEBAPP_MODEL_TITLES", "false")
 
 TABLES = (
     "message",
