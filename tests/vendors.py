@@ -20,7 +20,8 @@ roots (`https://api.anthropic.com`, `https://generativelanguage.googleapis.com`)
   `:streamGenerateContent?alt=sse` (each event a whole `GenerateContentResponse`,
   CRLF-framed), `:countTokens`, `GET /v1beta/models/{model}` and `/v1beta/models`
   (`inputTokenLimit`, `outputTokenLimit`); `gemini-embedding` answers `:embedContent` and
-  `:batchEmbedContents` (one deterministic vector per request, in order) and nothing else. Keys come as `x-goog-api-key` or `?key=`.
+  `:batchEmbedContents` (one deterministic vector per request, in order) and nothing else.
+  Keys come as `x-goog-api-key` or `?key=`.
   Errors are `{"error": {"code", "message", "status"}}`: INVALID_ARGUMENT "The input
   token count (N) exceeds the maximum number of tokens allowed (M).",
   RESOURCE_EXHAUSTED (429, with a RetryInfo detail), UNAVAILABLE (503). Prompts that
