@@ -1,21 +1,26 @@
-"""Benchmark: hundreds of concurrent streamed sends over real HTTP (issue 13).
+"""Benchmark: hundreds of concurrent streamed sends over real HTTP (issues 13 and 23).
 
 A real `webapp serve` process streams answers from `tests/upstream.py` running in a
 process of its own (60-token answers, 20 ms between chunks). For each load N, N
 clients send at once, each into a conversation of its own; the same N requests go
-straight to the upstream, and through the floor (`bench.relay`: the framework, the
-provider and the SSE response with none of the app's own work), round by round, so all
-sides see the same machine at nearly the same moment. Reported per side: time to first
-token (p50/p99), the gap between chunks (p99), failures; for the app and the floor also
-their CPU seconds per answer, read from /proc for the server's processes. Then single
-sends, one at a time, each paired with a direct request and a floor request: the median
-of the paired differences is what the app adds to the first token. Then admission: 200
-sends at once whose answers wait (the time until the last is admitted, and the CPU a
-send). Then N = 200 with `--workers 2` on PostgreSQL (a database of its own, created
-and dropped here), and two servers on that database, one writing answers and the other
-following them (`bench.watchers`: the cross-worker delay, and what 100 idle watchers
-cost). Each figure is taken per round; the medians of the rounds are printed, so one
-disturbed round on a shared machine moves them little.
+straight to the upstream, and through the floor (`bench.relay`: one Litestar route that
+relays the upstream with httpx and Litestar's `Stream`, with no accounts, database or
+bound), round by round, so all sides see the same machine at nearly the same moment.
+Reported per side: time to first token (p50/p99), the gap between chunks (p99),
+failures; for the app and the floor also their CPU seconds per answer, read from /proc
+for the server's processes, and the app's ratios to the floor taken within each round.
+Then single sends, one at a time, each paired with a direct request and a floor request:
+the median of the paired differences is what each adds to the first token. Then
+admission: 200 sends at once whose answers wait (the time until the last is admitted,
+and the CPU a send). Then N = 200 with `--workers 2` on PostgreSQL (a database of its
+own, created and dropped here), and two servers on that database, one writing answers
+and the other following them (`bench.watchers`: the cross-worker delay, and what 100
+idle watchers cost). Each figure is taken per round; the medians of the rounds are
+printed, so one disturbed round on a shared machine moves them little.
+
+The targets printed are issue 23's: at N = 200 the app's TTFT p99 and CPU per answer
+each within 2x the floor's, no failure at N = 500, and a single send adding at most the
+floor's figure + 2 ms.
 
 Everything is set up the way a deployment would: `webapp migrate`, `webapp user
 create`, `webapp token create`, conversations through the API. The rate limit stays on,
@@ -24,6 +29,7 @@ send but never reached: this measures streaming, not the limiter.
 
     make bench-load                      # everything, two to five minutes
     python -m bench.load --loads 200 --no-postgres --profile /tmp/serve.txt  # py-spy
+    BENCH_PROFILE_RATE=1000 python -m bench.load --loads "" --pairs 300 --profile ...
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -505,7 +512,8 @@ def _floor(r: Round) -> Side:
 
 def report_load(n: int, rounds: list[Round]) -> dict[str, float]:
     """Each figure per round, then the median over the rounds: one disturbed round (the
-    machine is shared) moves the result less than in pooled percentiles."""
+    machine is shared) moves the result less than in pooled percentiles. Ratios to the
+    floor are taken within each round, so both sides saw the same machine."""
 
     def median(figure: Callable[[Round], float]) -> float:
         return statistics.median(figure(r) for r in rounds)
@@ -513,45 +521,51 @@ def report_load(n: int, rounds: list[Round]) -> dict[str, float]:
     def p(side: Side, share: float) -> float:
         return percentile(side.ttfts(), share)
 
+    def cpu_per_answer(side: Side) -> float:
+        return (side.cpu or 0.0) * 1000 / max(1, len(side.streams) - len(side.failures))
+
     def line(name: str, pick: Callable[[Round], Side], extra: str = "") -> None:
         failures = sum(len(pick(r).failures) for r in rounds)
         gap99 = median(lambda r: percentile(pick(r).gaps(), 0.99))
+        cpu = (
+            f"   CPU {median(lambda r: cpu_per_answer(pick(r))):.1f} ms/answer"
+            if pick(rounds[0]).cpu is not None
+            else ""
+        )
         print(
             f"  N={n:<4} {name:<7} TTFT p50 {median(lambda r: p(pick(r), 0.5)):7.0f} / p99 "
             f"{median(lambda r: p(pick(r), 0.99)):7.0f} ms   gap p99 {gap99:5.0f} ms   "
-            f"failures {failures}{extra}"
+            f"failures {failures}{cpu}{extra}"
         )
+        for failed in [s for r in rounds for s in pick(r).failures][:3]:
+            print(f"      failure: {failed.error}")
 
-    def cpu(pick: Callable[[Round], Side]) -> str:
-        per_answer = median(
-            lambda r: (pick(r).cpu or 0.0) / max(1, len(pick(r).streams) - len(pick(r).failures))
-        )
-        return f"   CPU {per_answer * 1000:.1f} ms/answer"
-
-    ratio = median(lambda r: p(r.app, 0.99) / p(r.direct, 0.99))
+    with_floor = all(r.floor is not None for r in rounds)
     line("direct", lambda r: r.direct)
-    if all(r.floor is not None for r in rounds):
+    if with_floor:
         floor_ratio = median(lambda r: p(_floor(r), 0.99) / p(r.direct, 0.99))
-        line("floor", _floor, f"{cpu(_floor)}   (p99 floor/direct {floor_ratio:.2f}x)")
-    over_floor = (
-        f", app/floor {median(lambda r: p(r.app, 0.99) / p(_floor(r), 0.99)):.2f}x"
-        if all(r.floor is not None for r in rounds)
-        else ""
-    )
+        line("floor", _floor, f"   (p99 floor/direct {floor_ratio:.2f}x)")
+    figures = {
+        "ratio": median(lambda r: p(r.app, 0.99) / p(r.direct, 0.99)),
+        "gap99": median(lambda r: percentile(r.app.gaps(), 0.99)),
+        "failures": float(sum(len(r.app.failures) for r in rounds)),
+    }
+    over_floor = ""
+    if with_floor:
+        figures["ttft_over_floor"] = median(lambda r: p(r.app, 0.99) / p(_floor(r), 0.99))
+        figures["cpu_over_floor"] = median(
+            lambda r: cpu_per_answer(r.app) / max(1e-9, cpu_per_answer(_floor(r)))
+        )
+        over_floor = (
+            f"; app/floor: TTFT p99 {figures['ttft_over_floor']:.2f}x, "
+            f"CPU {figures['cpu_over_floor']:.2f}x"
+        )
     line(
         "app",
         lambda r: r.app,
-        f"{cpu(lambda r: r.app)}   (p99 app/direct {ratio:.2f}x{over_floor}; "
-        f"medians of {len(rounds)} rounds)",
+        f"   (p99 app/direct {figures['ratio']:.2f}x{over_floor}; medians of {len(rounds)} rounds)",
     )
-    failures = [s for r in rounds for s in r.app.failures]
-    for failed in failures[:3]:
-        print(f"      failure: {failed.error}")
-    return {
-        "ratio": ratio,
-        "gap99": median(lambda r: percentile(r.app.gaps(), 0.99)),
-        "failures": len(failures),
-    }
+    return figures
 
 
 def cross_worker(env: dict[str, str], folder: Path, url: str, clients: list[Client]) -> None:
@@ -580,14 +594,15 @@ def quiet_conversation(port: int, token: str) -> str:
 
 def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:
     """py-spy sampling the server while the loads run (collapsed stacks, for reading)."""
+    spy = shutil.which("py-spy") or str(WEBAPP.parent / "py-spy")
     process = subprocess.Popen(
         [
-            str(WEBAPP.parent / "py-spy"),
+            spy,
             "record",
             "-p",
             str(pid),
             "-r",
-            "200",
+            os.environ.get("BENCH_PROFILE_RATE", "200"),
             "-f",
             "raw",
             "-o",
@@ -648,12 +663,12 @@ def measure(
             report_admission(
                 [uvloop.run(admission(port, pid, clients, ADMISSION_SENDS)) for _ in range(2)]
             )
-        if workers == 1 and 200 in results:
+        if workers == 1 and 200 in results and "ttft_over_floor" in results[200]:
             r = results[200]
             print(
-                f"  targets N=200: failures 0 {verdict(r['failures'] == 0)}, "
-                f"TTFT p99 <= 2x direct {verdict(r['ratio'] <= 2)}, "
-                f"gap p99 <= 100 ms {verdict(r['gap99'] <= 100)}"
+                f"  targets N=200 (issue 23): failures 0 {verdict(r['failures'] == 0)}, "
+                f"TTFT p99 <= 2x the floor's {verdict(r['ttft_over_floor'] <= 2)}, "
+                f"CPU per answer <= 2x the floor's {verdict(r['cpu_over_floor'] <= 2)}"
             )
         if workers == 1 and 500 in results:
             print(f"  targets N=500: failures 0 {verdict(results[500]['failures'] == 0)}")
@@ -707,16 +722,15 @@ def report_single(ttfts: dict[str, list[float]]) -> None:
     def added(name: str) -> float:
         return statistics.median(a - d for a, d in zip(ttfts[name], direct, strict=True))
 
-    floor = (
-        f", floor {statistics.median(ttfts['floor']):.1f} ms (adds {added('floor'):.2f})"
-        if "floor" in ttfts
-        else ""
-    )
+    floor, target = "", ""
+    if "floor" in ttfts:
+        floor = f", floor {statistics.median(ttfts['floor']):.1f} ms (adds {added('floor'):.2f})"
+        limit = added("floor") + 2
+        target = f"; target <= the floor's + 2 ms = {limit:.2f}: {verdict(added('app') <= limit)}"
     print(
         f"  single send: direct TTFT median {statistics.median(direct):.1f} ms{floor}, "
         f"app {statistics.median(ttfts['app']):.1f} ms; app adds {added('app'):.2f} ms "
-        f"(median of {len(direct)} paired differences; target <= 3 ms: "
-        f"{verdict(added('app') <= 3)})"
+        f"(medians of {len(direct)} paired differences{target})"
     )
 
 

@@ -153,10 +153,60 @@
     if (owner) {
       show.dataset.marker = owner.id;
       show.setAttribute("aria-expanded", String(newest.open));
+      show.setAttribute("aria-label", `Show which turns ${owner.dataset.turnName} was sent without`);
     }
-    line.querySelector('[data-action="show-notes"]').hidden = markers.length < 2;
+    const notes = line.querySelector('[data-action="show-notes"]');
+    notes.hidden = markers.length < 2;
+    nameNotes(notes, markers.length, owner);
     if (line.nextElementSibling !== below) box.insertBefore(line, below);
   }
+
+  // The cut line's buttons are named after the turn they speak of ("Show which turns turn 7
+  // was sent without"), so a screen reader's list of buttons tells them from every other.
+  function nameNotes(notes, count, owner) {
+    const all = document.getElementById("messages").classList.contains("all-notes");
+    const newest = owner ? `${owner.dataset.turnName}'s` : "the newest";
+    notes.setAttribute("aria-label", all
+      ? `Fewer notes: only ${newest}, not all ${count} trimmed turns`
+      : `All notes of the ${count} trimmed turns, not only ${newest}`);
+  }
+
+  // Continue goes on the newest answer only (the server refuses any other): once a turn
+  // follows, a continuation or any send, the older answer's Continue is gone.
+  function dropStaleContinue() {
+    const box = document.getElementById("messages");
+    if (!box) return;
+    const articles = box.querySelectorAll("article.message");
+    const newest = articles[articles.length - 1];
+    box.querySelectorAll('[data-action="continue"]').forEach((button) => {
+      if (button.closest("article.message") !== newest) button.remove();
+    });
+  }
+
+  // The first turn names the conversation with a cut of its message; once its answer is
+  // done, the model may write a better title. Asked once, held by the server until the
+  // title changes: the header and the sidebar then show it (not while it is being edited).
+  function awaitModelTitle() {
+    const form = document.getElementById("title-form");
+    const actions = document.getElementById("message-actions");
+    const watch = document.getElementById("title-watch");
+    if (!form || !actions || !watch || watch.dataset.asked) return;
+    watch.dataset.asked = "true";
+    const was = form.querySelector("input[name=title]").value;
+    htmx.ajax("GET", `${actions.dataset.base}/title?was=${encodeURIComponent(was)}`, {
+      source: watch,
+      target: "#title-form",
+      swap: "outerHTML",
+    });
+  }
+
+  document.addEventListener("htmx:before:swap", (event) => {
+    const ctx = event.detail && event.detail.ctx;
+    const path = ctx && ctx.request && String(ctx.request.action || "");
+    // A name being typed is never replaced under the fingers.
+    const editing = document.activeElement && document.activeElement.id === "title";
+    if (editing && /\/title\?was=/.test(path)) event.preventDefault();
+  });
 
   function messageId(element) {
     return element.closest(".message").dataset.messageId;
@@ -179,7 +229,7 @@
     const form = document.getElementById("edit-form").content.firstElementChild.cloneNode(true);
     const area = form.querySelector("textarea");
     // A user's message is shown as escaped plain text: its text is the message itself.
-    area.value = message.querySelector(".content").textContent;
+    area.value = messageText(message);
     form.setAttribute("hx-post", `${actions.dataset.base}/edit/${message.dataset.messageId}`);
     message.querySelector(".content").after(form);
     message.classList.add("editing");
@@ -196,15 +246,28 @@
     if (edit) edit.focus();
   }
 
+  // A message's own text: a user's message is its element's text, less the labels drawn
+  // around an attached file (data-display-only); an answer is its text as rendered.
+  function messageText(message) {
+    const content = message.querySelector(".content");
+    if (message.dataset.role !== "user") return content.innerText.trim();
+    const copy = content.cloneNode(true);
+    copy.querySelectorAll("[data-display-only]").forEach((label) => label.remove());
+    return copy.textContent;
+  }
+
   async function copyMessage(button) {
-    const content = button.closest(".message").querySelector(".content");
     try {
-      await navigator.clipboard.writeText(content.innerText.trim());
+      await navigator.clipboard.writeText(messageText(button.closest(".message")).trim());
+      // The name follows the word shown ("Copied turn 3"), as a screen reader hears it.
+      const name = button.getAttribute("aria-label");
       button.dataset.copied = "true";
       button.textContent = "Copied";
+      if (name) button.setAttribute("aria-label", name.replace(/^Copy\b/, "Copied"));
       setTimeout(() => {
         delete button.dataset.copied;
         button.textContent = "Copy";
+        if (name) button.setAttribute("aria-label", name);
       }, 1500);
     } catch (_) {
       button.textContent = "Copy failed";
@@ -243,10 +306,65 @@
     if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
-      if (!area.value.trim()) return;
+      if (!area.value.trim() && !attachedFile(area.form)) return;
       if (area.form.dataset.busy === "true") sayBusy(area.form);
       else area.form.requestSubmit();
     }
+  });
+
+  // A text file attached to the message being written: its name and size beside the box
+  // (with Remove); with one, the box may be left empty. Dropped on the composer, a file is
+  // attached just the same. The server decides whether it is text, and says why not.
+  function attachedFile(form) {
+    const input = form && form.querySelector('input[name="attachment"]');
+    return input && input.files && input.files.length ? input.files[0] : null;
+  }
+
+  function syncAttached() {
+    const form = document.getElementById("composer");
+    const shown = document.getElementById("attached");
+    if (!form || !shown) return;
+    const file = attachedFile(form);
+    shown.hidden = !file;
+    form.querySelector("textarea").required = !file;
+    if (file) {
+      const size = file.size < 1024 ? `${file.size} bytes` : `${(file.size / 1024).toFixed(1)} KB`;
+      shown.querySelector(".attached-name").textContent = `Attached: ${file.name} (${size})`;
+    }
+  }
+
+  document.addEventListener("change", (event) => {
+    if (event.target.matches && event.target.matches('#composer input[name="attachment"]')) syncAttached();
+  });
+
+  document.addEventListener("click", (event) => {
+    if (!event.target.closest || !event.target.closest('[data-action="detach"]')) return;
+    const input = document.querySelector('#composer input[name="attachment"]');
+    input.value = "";
+    input.dispatchEvent(new Event("change", { bubbles: true }));  // the meter follows
+    document.querySelector("#composer textarea").focus();
+  });
+
+  document.addEventListener("dragover", (event) => {
+    const area = event.target.closest && event.target.closest(".composer-area");
+    if (!area || !event.dataTransfer || !Array.from(event.dataTransfer.types).includes("Files")) return;
+    event.preventDefault();
+    area.classList.add("dropping");
+  });
+  document.addEventListener("dragleave", (event) => {
+    const area = event.target.closest && event.target.closest(".composer-area");
+    if (area && !area.contains(event.relatedTarget)) area.classList.remove("dropping");
+  });
+  document.addEventListener("drop", (event) => {
+    const area = event.target.closest && event.target.closest(".composer-area");
+    const input = document.querySelector('#composer input[name="attachment"]');
+    if (!area || !input || !event.dataTransfer || !event.dataTransfer.files.length) return;
+    event.preventDefault();
+    area.classList.remove("dropping");
+    const one = new DataTransfer();
+    one.items.add(event.dataTransfer.files[0]);
+    input.files = one.files;
+    input.dispatchEvent(new Event("change", { bubbles: true }));
   });
 
   // Enter while an answer is being written sends nothing: say why, beside the composer,
@@ -308,12 +426,16 @@
       const open = more.closest(".bubble").classList.toggle("collapsed") === false;
       more.setAttribute("aria-expanded", String(open));
       more.textContent = open ? "Show less" : "Show more";
+      more.setAttribute("aria-label", `${more.textContent} of ${more.closest(".message").dataset.turnName}`);
     }
     const notes = event.target.closest('[data-action="show-notes"]');
     if (notes) {
       const all = document.getElementById("messages").classList.toggle("all-notes");
       notes.setAttribute("aria-pressed", String(all));
       notes.textContent = all ? "Fewer notes" : "All notes";
+      const markers = document.querySelectorAll("#messages .message[data-dropped-turns] .trim-marker");
+      const newest = markers[markers.length - 1];
+      nameNotes(notes, markers.length, newest ? newest.closest(".message") : null);
     }
     const show = event.target.closest('[data-action="show-left-out"]');
     const marker = show && document.querySelector(`#${show.dataset.marker} .trim-marker`);
@@ -336,11 +458,14 @@
     const ok = !(ctx && ctx.response && ctx.response.status >= 400);
     if (source && source.id === "composer" && ok) {
       source.reset();
+      syncAttached();
       fitComposer(source.querySelector("textarea"));
       stickToBottom = true;
       document.getElementById("composer-error").replaceChildren();
+      if (document.querySelectorAll("#messages article.message").length === 2) awaitModelTitle();
     }
     placeCutLine();
+    dropStaleContinue();
     const title = document.getElementById("title-form");
     if (title && title.dataset.pageTitle) document.title = title.dataset.pageTitle;
     if (stickToBottom) scrollToBottom();
@@ -383,6 +508,7 @@
   // htmx observes anything: scrolled to the newest message (or to a search hit's) first, the
   // "load older" row at the top is never revealed by the initial position.
   placeCutLine();
+  dropStaleContinue();
   if (!showLinkedMessage()) scrollToBottom();
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -1,8 +1,10 @@
-"""Shared fixtures: databases (SQLite and PostgreSQL), the app, the fake upstream."""
+"""Shared fixtures: databases (SQLite and PostgreSQL), the app, the fake upstream and
+vendors."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,7 +18,15 @@ from tests.upstream import (  # noqa: F401  (the fake OpenAI-compatible servers)
     engine_upstream,
     upstream,
 )
+from tests.vendors import (  # noqa: F401  (the fake Anthropic and Gemini APIs, their keys)
+    vendor_keys,
+    vendors,
+)
 from webapp.migrate import upgrade
+
+# Titles written by the model make a call after every first answer: the tests that count
+# or inspect the upstream's requests speak of sends. The tests of titles turn them on.
+os.environ.setdefault("WEBAPP_MODEL_TITLES", "false")
 
 TABLES = (
     "message",

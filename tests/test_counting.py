@@ -23,6 +23,7 @@ from webapp.db import Database
 from webapp.errors import TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
+from webapp.llm.discovery import discover
 from webapp.llm.manager import LLMManager, Transcript
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
@@ -95,6 +96,17 @@ async def counting_service(
     upstream.set_engine(engine)
     path = tmp_path / "engine.toml"
     path.write_text(engine_toml(upstream), encoding="utf-8")
+    # Its windows are configured (the fake's /props says less, which only warns).
+    async with catalog_service(database_url, path, rate_limit, discover_windows=False) as service:
+        yield service
+
+
+@asynccontextmanager
+async def catalog_service(
+    database_url: str, path: Path, rate_limit: int = 0, *, discover_windows: bool = True
+) -> AsyncIterator[ConversationService]:
+    """The service for a catalog file as the app starts it: windows left out of the file
+    discovered (unless told not to), then the tokenizers probed."""
     settings = Settings(
         database_url=database_url,
         config=path,
@@ -103,6 +115,8 @@ async def counting_service(
         max_message_chars=20_000,
     )
     catalog = load_catalog(path)
+    if discover_windows:
+        catalog, _ = await discover(catalog)
     tokenizers = Tokenizers()
     await tokenizers.probe(catalog)
     db = Database(database_url)

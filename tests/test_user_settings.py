@@ -6,6 +6,7 @@ admin review (page and JSON API)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
 from tests.test_api import make_user
+from tests.test_bad_input import htmx_headers
+from tests.test_security import EMBED
 from tests.upstream import FakeUpstream
 from webapp.accounts.preferences import MAX_INSTRUCTIONS
 from webapp.app import create_app
@@ -38,7 +41,7 @@ async def clients(
 ) -> AsyncIterator[Clients]:
     settings = Settings(
         database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED),
     )
     tokens = {
         name: {"Authorization": f"Bearer {await make_user(database_url, name, admin=admin)}"}
@@ -107,6 +110,51 @@ async def test_settings_start_conversations_theme_pages_and_go_with_each_send(
     assert (await sent_messages(upstream))[0]["content"] == "You are a test model."
     assert bobs.json()["user"]["fit"]["instructions_tokens"] is None
     assert fit["estimated_tokens"] > bobs.json()["user"]["fit"]["estimated_tokens"]
+
+
+async def test_instructions_go_wherever_the_configurations_system_prompt_goes(
+    clients: Clients, upstream: FakeUpstream
+) -> None:
+    """A gateway call into a conversation is a send of its owner: the instructions go, and
+    are counted in the head. A call without one sends the caller's own transcript, which
+    never carries the configuration's system prompt either; an embed's visitors are not
+    the site's admin, so the admin's instructions never reach them."""
+    mine = "Answer in French."
+    for who in (clients.alice, clients.root):
+        done = await clients.app.post(
+            "/settings/preferences", data={"custom_instructions": mine}, headers=who
+        )
+        assert done.status_code in (200, 303), done.text
+    made = await clients.app.post(
+        "/api/conversations", json={"configuration": "small"}, headers=clients.alice
+    )
+    call = {"model": "small", "messages": [{"role": "user", "content": "hello"}]}
+    into = await clients.app.post(
+        "/v1/chat/completions",
+        json=call,
+        headers={**clients.alice, "x-conversation-id": made.json()["id"]},
+    )
+    assert into.status_code == 200, into.text
+    system = (await sent_messages(upstream))[0]
+    assert system == {"role": "system", "content": f"You are a test model.\n\n{mine}"}
+    stored = await clients.app.get(f"/api/conversations/{made.json()['id']}", headers=clients.alice)
+    assert stored.json()["messages"][0]["fit"]["instructions_tokens"] > 0
+
+    alone = await clients.app.post("/v1/chat/completions", json=call, headers=clients.alice)
+    assert alone.status_code == 200, alone.text
+    assert await sent_messages(upstream) == call["messages"]
+
+    page = await clients.app.get("/embed/support")
+    visitor = htmx_headers(page.text)
+    sent = await clients.app.post("/embed/support/send", data={"content": "hi"}, headers=visitor)
+    assert sent.status_code == 200, sent.text
+    for _ in range(200):  # until the answer's request is made
+        chats = [r for r in upstream.requests if r["path"].endswith("/chat/completions")]
+        if len(chats) == 3:
+            break
+        await asyncio.sleep(0.02)
+    system = (await sent_messages(upstream))[0]
+    assert system == {"role": "system", "content": "You are a test model."}
 
 
 @pytest.mark.parametrize(

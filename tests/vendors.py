@@ -19,7 +19,9 @@ roots (`https://api.anthropic.com`, `https://generativelanguage.googleapis.com`)
 - Gemini: `POST /v1beta/models/{model}:generateContent`,
   `:streamGenerateContent?alt=sse` (each event a whole `GenerateContentResponse`,
   CRLF-framed), `:countTokens`, `GET /v1beta/models/{model}` and `/v1beta/models`
-  (`inputTokenLimit`, `outputTokenLimit`). Keys come as `x-goog-api-key` or `?key=`.
+  (`inputTokenLimit`, `outputTokenLimit`); `gemini-embedding` answers `:embedContent` and
+  `:batchEmbedContents` (one deterministic vector per request, in order) and nothing else.
+  Keys come as `x-goog-api-key` or `?key=`.
   Errors are `{"error": {"code", "message", "status"}}`: INVALID_ARGUMENT "The input
   token count (N) exceeds the maximum number of tokens allowed (M).",
   RESOURCE_EXHAUSTED (429, with a RetryInfo detail), UNAVAILABLE (503). Prompts that
@@ -68,8 +70,13 @@ ANTHROPIC_MODELS: dict[str, tuple[int, int]] = {
 GEMINI_MODELS: dict[str, tuple[int, int]] = {
     "gemini-small": (4096, 1024),
     "gemini-large": (1_048_576, 65_536),
+    "gemini-embedding": (2048, 1),
 }
 """Model id -> (inputTokenLimit, outputTokenLimit)."""
+EMBEDDING_MODELS = frozenset({"gemini-embedding"})
+"""Gemini models that embed (`:embedContent`, `:batchEmbedContents`) and do nothing else."""
+EMBEDDING_SIZE = 8
+"""Values in a vector unless the request's `outputDimensionality` says fewer."""
 
 ANTHROPIC_KEY = "sk-ant-test-0123456789"
 GEMINI_KEY = "AIza-test-0123456789"
@@ -141,6 +148,10 @@ class _Blocks:
         """The hash of blocks [0, end] and their tokens."""
         digest = hashlib.sha256("\n".join(self.keys[: end + 1]).encode()).hexdigest()
         return digest, REQUEST_BASE + sum(self.tokens[: end + 1])
+
+
+GENERATION_METHODS = ("generateContent", "streamGenerateContent", "countTokens")
+EMBEDDING_METHODS = ("embedContent", "batchEmbedContents")
 
 
 class _Invalid(Exception):
@@ -304,6 +315,19 @@ class FakeVendors:
 
     def count(self, text: str) -> int:
         return len(self._vocabulary.encode(text))
+
+    def prompt_tokens(self, request: dict[str, Any]) -> int:
+        """What the vendor bills as the prompt of a recorded generation request (one of
+        `requests`): the same count its count-tokens endpoint gives."""
+        body = request["body"]
+        if request["path"] == "/v1/messages":
+            return self._anthropic_blocks(body).total
+        return REQUEST_BASE + sum(len(run) for run in self._gemini_tokens(body))
+
+    def generations(self) -> list[dict[str, Any]]:
+        """The recorded requests that asked a model for an answer (not counts or records)."""
+        ends = ("/v1/messages", ":generateContent", ":streamGenerateContent")
+        return [r for r in self.requests if r["path"].endswith(ends)]
 
     @staticmethod
     def _is_gemini(request: Request) -> bool:
@@ -946,10 +970,21 @@ class FakeVendors:
             if method:
                 return self._gemini_error(404, "NOT_FOUND", "Method not found.")
             return JSONResponse(self._gemini_record(model, limits))
-        if method not in ("generateContent", "streamGenerateContent", "countTokens"):
-            return self._gemini_error(404, "NOT_FOUND", f"Method not found: {method}")
+        embeds = model in EMBEDDING_MODELS
+        if method not in (EMBEDDING_METHODS if embeds else GENERATION_METHODS):
+            return self._gemini_error(
+                404,
+                "NOT_FOUND",
+                f"models/{model} is not found for API version v1beta, or is not supported "
+                f"for {method}.",
+            )
         if not isinstance(body, dict):
             return self._gemini_error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.")
+        if embeds:
+            try:
+                return JSONResponse(self._gemini_embeddings(model, method, body, limits[0]))
+            except _Invalid as exc:
+                return self._gemini_error(400, "INVALID_ARGUMENT", str(exc))
         if method == "countTokens":
             inner = (
                 body.get("generateContentRequest") or body.get("generate_content_request") or body
@@ -1107,6 +1142,39 @@ class FakeVendors:
                 )
             )
 
+    def _gemini_embeddings(
+        self, model: str, method: str, body: dict[str, Any], limit: int
+    ) -> dict[str, Any]:
+        """`{"embedding": {"values"}}` for embedContent, `{"embeddings": [...]}` in request
+        order for batchEmbedContents, whose every request names the path's model."""
+        batch = method == "batchEmbedContents"
+        requests = body.get("requests") if batch else [body]
+        if not isinstance(requests, list) or not requests:
+            raise _Invalid("* BatchEmbedContentsRequest.requests: requests is not specified")
+        vectors = []
+        for number, request in enumerate(requests):
+            where = f"requests[{number}]" if batch else "content"
+            if not isinstance(request, dict):
+                raise _Invalid(f"Invalid value at '{where}'")
+            if batch and str(request.get("model", "")).removeprefix("models/") != model:
+                raise _Invalid(
+                    f"* BatchEmbedContentsRequest.{where}.model: the model of each request "
+                    f"must be the batch's, models/{model}"
+                )
+            content = request.get("content")
+            if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+                raise _Invalid(f"* EmbedContentRequest.{where}.content: content is not specified")
+            tokens = self._parts_tokens(content["parts"], f"{where}.content")
+            if len(tokens) > limit:
+                raise _Invalid(
+                    f"The input token count ({len(tokens)}) exceeds the maximum number of "
+                    f"tokens allowed ({limit})."
+                )
+            config = request.get("embedContentConfig") or {}
+            size = request.get("outputDimensionality") or config.get("outputDimensionality")
+            vectors.append({"values": _vector(tokens, size or EMBEDDING_SIZE)})
+        return {"embeddings": vectors} if batch else {"embedding": vectors[0]}
+
     @staticmethod
     def _gemini_record(model: str, limits: tuple[int, int]) -> dict[str, Any]:
         return {
@@ -1117,7 +1185,9 @@ class FakeVendors:
             "description": "A fake Gemini model for tests.",
             "inputTokenLimit": limits[0],
             "outputTokenLimit": limits[1],
-            "supportedGenerationMethods": ["generateContent", "countTokens"],
+            "supportedGenerationMethods": list(
+                EMBEDDING_METHODS if model in EMBEDDING_MODELS else GENERATION_METHODS
+            ),
             "temperature": 1.0,
             "topP": 0.95,
             "topK": 64,
@@ -1131,6 +1201,48 @@ class FakeVendors:
         with self._lock:
             models = [self._gemini_record(m, limits) for m, limits in self._gemini_limits.items()]
         return JSONResponse({"models": models})
+
+
+def _vector(tokens: list[int], size: int) -> list[float]:
+    """A deterministic unit-length vector of the tokens: equal texts embed equal."""
+    digest = hashlib.sha256(json.dumps(tokens).encode()).digest()
+    raw = [digest[i % len(digest)] / 255 - 0.5 for i in range(size)]
+    norm = sum(x * x for x in raw) ** 0.5 or 1.0
+    return [round(x / norm, 6) for x in raw]
+
+
+# ---- catalogs ---------------------------------------------------------------------------------
+
+KEY_ENV = {"FAKE_ANTHROPIC_KEY": ANTHROPIC_KEY, "FAKE_GEMINI_KEY": GEMINI_KEY}
+"""The variables the catalogs of `providers_toml` read the fakes' keys from."""
+
+
+def providers_toml(vendors: FakeVendors) -> str:
+    """A catalog's two native providers served by the fakes: `claude` (kind "anthropic")
+    and `google` (kind "gemini"), keys from KEY_ENV's variables; models and
+    configurations are the caller's to add."""
+    return f"""
+[[providers]]
+name = "claude"
+kind = "anthropic"
+base_url = "{vendors.base_url}"
+api_key_env = "FAKE_ANTHROPIC_KEY"
+timeout = 5
+
+[[providers]]
+name = "google"
+kind = "gemini"
+base_url = "{vendors.base_url}"
+api_key_env = "FAKE_GEMINI_KEY"
+timeout = 5
+"""
+
+
+@pytest.fixture
+def vendor_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KEY_ENV in the environment, for catalogs made by `providers_toml`."""
+    for variable, key in KEY_ENV.items():
+        monkeypatch.setenv(variable, key)
 
 
 # ---- the pytest fixture ---------------------------------------------------------------------

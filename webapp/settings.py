@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(default=100_000, gt=0)
     """The largest message a user may send, in characters."""
 
+    model_titles: bool = True
+    """After a conversation's first answer, ask its model for a short title (one call of
+    a few tokens, which the model's provider may bill); off, the first message's clean cut
+    stays the title."""
+
     gateway_max_body_bytes: int = Field(default=4 * 2**20, gt=0)
     """The largest request body the OpenAI-compatible gateway (/v1) reads, in bytes; a
     larger one is refused with a 413 before it is read (or as soon as it passes this)."""

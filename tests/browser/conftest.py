@@ -214,6 +214,8 @@ class Servers:
     started: list[Server] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
     """The test user's API token, per database."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """Settings of these servers besides the usual ones (`WEBAPP_*` variables)."""
 
     def start(
         self,
@@ -248,6 +250,7 @@ class Servers:
             "WEBAPP_SECRET_KEY": "browser-tests-secret-key-0123456789",
             "WEBAPP_STREAM_FLUSH_INTERVAL": "0.25",
             "WEBAPP_RATE_LIMIT_MESSAGES": "0",  # tests send faster than a person
+            **self.environment,
         }
         if stale_stream_after is not None:
             env["WEBAPP_STALE_STREAM_AFTER"] = str(stale_stream_after)

@@ -727,6 +727,8 @@ def test_keyboard_only_reaches_the_composer_and_sends(
     assert visited[-1] == "content", f"Tab never reached the message box: {visited}"
     page.keyboard.type("Typed with the keyboard only")
     page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "attachment"  # attach a file
+    page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.dataset.action") == "send"
     page.keyboard.press("Enter")
     answered(page, 1)

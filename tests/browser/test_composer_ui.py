@@ -63,3 +63,8 @@ def test_the_composer_grows_says_why_enter_waits_and_continue_goes_on(
     assert [r["role"] for r in rows] == ["user", "assistant", "user", "assistant"]
     assert rows[1]["finish_reason"] == "length" and rows[3]["finish_reason"] == "stop"
     expect(second.get_by_role("button", name="Continue")).to_have_count(0)
+    # Used, it is gone: only the newest answer could be continued (the server says 409).
+    expect(answer.get_by_role("button", name="Continue")).to_have_count(0)
+    expect(answer).to_contain_text("Cut off at its length limit")
+    page.reload()
+    expect(page.get_by_role("button", name="Continue")).to_have_count(0)

@@ -267,10 +267,11 @@ def test_long_pastes_fold_and_scroll_to_newest_appears_when_scrolled_up(
     page = open_page(live_server, f"/c/{conversation_id}")
     long_one = messages(page, "user").first
     more = long_one.get_by_role("button", name="Show more")
+    expect(more).to_have_accessible_name("Show more of turn 1")  # never one of many alike
     height = height_of(long_one)
     assert height < 400
     more.click()
-    expect(long_one.get_by_role("button", name="Show less")).to_have_attribute(
+    expect(long_one.get_by_role("button", name="Show less of turn 1")).to_have_attribute(
         "aria-expanded", "true"
     )
     assert height_of(long_one) > height + 400

@@ -101,8 +101,21 @@ def test_the_meter_keeps_its_height_and_notes_are_calm(
     expect(page.locator("#messages .trim-marker:visible")).to_have_count(1)
     line = page.locator("#cut-line")
     expect(line).to_contain_text("the opening exchange still went")
-    line.get_by_role("button", name="All notes").click()
+    newest = trimmed.last.get_attribute("data-turn-name")
+    assert newest and newest.startswith("turn ")
+    # The line's buttons say which turn they speak of: no two controls share a name.
+    expect(line.get_by_role("button", name="Show which")).to_have_accessible_name(
+        f"Show which turns {newest} was sent without"
+    )
+    notes = line.get_by_role("button", name="All notes")
+    expect(notes).to_have_accessible_name(
+        f"All notes of the {count} trimmed turns, not only {newest}'s"
+    )
+    notes.click()
     expect(page.locator("#messages .trim-marker:visible")).to_have_count(count)
+    expect(line.get_by_role("button", name="Fewer notes")).to_have_accessible_name(
+        f"Fewer notes: only {newest}'s, not all {count} trimmed turns"
+    )
 
 
 @SIZES

@@ -16,6 +16,3 @@ def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
-
-
-from tests.vendors import vendors  # noqa: E402, F401  # the fake Anthropic and Gemini APIs

@@ -1,96 +1,28 @@
-"""Windows of native models left out of the catalog come from the vendor's model record:
-Anthropic's `GET /v1/models/{id}` `max_input_tokens`, Gemini's `models.get`
-`inputTokenLimit`, asked with each vendor's own key header (tests/vendors.py checks it)."""
+"""Windows and counts of native models, as `webapp check-config` shows them: windows left
+out of the catalog come from the vendor's model record (Anthropic's `GET /v1/models/{id}`
+`max_input_tokens`, Gemini's `models.get` `inputTokenLimit`), counts from its count-tokens
+endpoint, each asked with the vendor's own key header (tests/vendors.py checks it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.vendors import ANTHROPIC_KEY, GEMINI_KEY, FakeVendors
-from webapp.llm import discovery
+from tests.test_cli import run
+from tests.vendors import KEY_ENV, FakeVendors, providers_toml
 from webapp.llm.catalog import load_catalog
 from webapp.llm.tokenizers import Tokenizers
 
-
-async def test_windows_come_from_the_vendors_model_records(
-    vendors: FakeVendors, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", ANTHROPIC_KEY)
-    monkeypatch.setenv("FAKE_GEMINI_KEY", GEMINI_KEY)
-    path = tmp_path / "native.toml"
-    path.write_text(
-        f"""
-[[providers]]
-name = "claude"
-kind = "anthropic"
-base_url = "{vendors.base_url}"
-api_key_env = "FAKE_ANTHROPIC_KEY"
-
-[[providers]]
-name = "google"
-kind = "gemini"
-base_url = "{vendors.base_url}"
-api_key_env = "FAKE_GEMINI_KEY"
-
+MODELS = """
 [[models]]
 name = "claude-large"
 provider = "claude"
 model_id = "claude-large"
 
 [[models]]
-name = "gemini-small"
-provider = "google"
-model_id = "gemini-small"
-
-[[models]]
 name = "claude-configured"
 provider = "claude"
 model_id = "claude-small"
 context_window = 8192
-
-[[configurations]]
-name = "c"
-model = "claude-large"
-"""
-    )
-    discovery.clear_cache()
-    catalog, sources = await discovery.discover(load_catalog(path))
-    discovery.clear_cache()
-    assert catalog.models["claude-large"].context_window == 200_000
-    assert sources["claude-large"].source == "server: Anthropic /v1/models max_input_tokens"
-    assert catalog.models["gemini-small"].context_window == 4096
-    assert sources["gemini-small"].source == "server: Gemini models.get inputTokenLimit"
-    configured = sources["claude-configured"]
-    assert configured.source == "configured" and configured.server_window == 4096
-    assert any("larger than the server's" in note for note in configured.notes)
-
-
-async def test_auto_counts_each_message_with_the_vendors_count_tokens(
-    vendors: FakeVendors, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", ANTHROPIC_KEY)
-    monkeypatch.setenv("FAKE_GEMINI_KEY", GEMINI_KEY)
-    path = tmp_path / "counted.toml"
-    path.write_text(
-        f"""
-[[providers]]
-name = "claude"
-kind = "anthropic"
-base_url = "{vendors.base_url}"
-api_key_env = "FAKE_ANTHROPIC_KEY"
-
-[[providers]]
-name = "google"
-kind = "gemini"
-base_url = "{vendors.base_url}"
-api_key_env = "FAKE_GEMINI_KEY"
-
-[[models]]
-name = "claude-small"
-provider = "claude"
-model_id = "claude-small"
 tokenizer = "server"
 
 [[models]]
@@ -99,18 +31,69 @@ provider = "google"
 model_id = "gemini-small"
 
 [[configurations]]
-name = "c"
-model = "claude-small"
+name = "claude"
+model = "claude-large"
+
+[[configurations]]
+name = "gemini"
+model = "gemini-small"
 """
+
+
+def native_catalog(vendors: FakeVendors, folder: Path) -> Path:
+    path = folder / "native.toml"
+    path.write_text(providers_toml(vendors) + MODELS, encoding="utf-8")
+    return path
+
+
+def test_check_config_shows_discovered_windows_and_exact_counts(
+    vendors: FakeVendors, tmp_path: Path
+) -> None:
+    """The command as a shell runs it (a process of its own), against the fakes; its output
+    is the sample in docs/providers.md."""
+    database = f"sqlite+aiosqlite:///{tmp_path / 'none.db'}"
+    result = run(
+        "check-config",
+        str(native_catalog(vendors, tmp_path)),
+        env={**KEY_ENV, "WEBAPP_DATABASE_URL": database},
     )
-    catalog = load_catalog(path)
+    assert result.returncode == 0, result.stderr
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    at = {line: number for number, line in enumerate(lines)}
+    expected = [
+        (
+            "model 'claude-large': window 200,000 (server: Anthropic /v1/models max_input_tokens)",
+            "tokenizer: server (anthropic count_tokens)",
+        ),
+        (
+            "model 'claude-configured': window 8,192 (configured)",
+            "tokenizer: server (anthropic count_tokens)",
+        ),
+        (
+            "model 'gemini-small': window 4,096 (server: Gemini models.get inputTokenLimit)",
+            "tokenizer: server (gemini :countTokens)",
+        ),
+    ]
+    for window, tokenizer in expected:
+        assert window in at, result.stdout
+        assert lines[at[window] + 1] == tokenizer, result.stdout
+    warning = next(line for line in lines if line.startswith("warning:"))
+    assert "larger than the server's" in warning and "4,096" in warning, result.stdout
+    assert "configuration 'gemini': served by gemini-small (window 4,096;" in result.stdout
+    assert {"/v1/models/claude-large", "/v1/messages/count_tokens"} <= {
+        r["path"] for r in vendors.requests
+    }
+
+
+async def test_auto_counts_each_message_with_the_vendors_count_tokens(
+    vendors: FakeVendors, vendor_keys: None, tmp_path: Path
+) -> None:
+    catalog = load_catalog(native_catalog(vendors, tmp_path))
     texts = ["Hello, world!", "नमस्ते दुनिया, यह एक परीक्षण है", '{"a": [1, 2, 3]}']
     async with Tokenizers() as tokenizers:
         await tokenizers.probe(catalog)
         assert tokenizers.errors == {}
-        for name, where in (("claude-small", "count_tokens"), ("gemini-small", ":countTokens")):
-            model = catalog.models[name]
-            assert where in tokenizers.describe(model)
-            tokenizer = tokenizers.for_model(model)
+        for name in ("claude-configured", "gemini-small"):
+            tokenizer = tokenizers.for_model(catalog.models[name])
             assert tokenizer.exact and tokenizer.id == f"server:{name}"
             assert await tokenizer.count(texts) == [vendors.count(text) for text in texts]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_api import make_user
 from tests.test_gateway import Gateway, _serve
-from tests.vendors import ANTHROPIC_KEY, GEMINI_KEY, FakeVendors
+from tests.vendors import FakeVendors, providers_toml
 from webapp.settings import Settings
 
 WEATHER = {
@@ -28,27 +28,7 @@ WEATHER = {
 }
 
 
-@pytest.fixture
-def gateway(
-    vendors: FakeVendors, tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Gateway]:
-    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", ANTHROPIC_KEY)
-    monkeypatch.setenv("FAKE_GEMINI_KEY", GEMINI_KEY)
-    catalog = tmp_path / "native.toml"
-    catalog.write_text(
-        f"""
-[[providers]]
-name = "claude"
-kind = "anthropic"
-base_url = "{vendors.base_url}"
-api_key_env = "FAKE_ANTHROPIC_KEY"
-
-[[providers]]
-name = "google"
-kind = "gemini"
-base_url = "{vendors.base_url}"
-api_key_env = "FAKE_GEMINI_KEY"
-
+MODELS = """
 [[models]]
 name = "claude-small"
 provider = "claude"
@@ -69,7 +49,14 @@ model = "claude-small"
 name = "gemini"
 model = "gemini-small"
 """
-    )
+
+
+@pytest.fixture
+def gateway(
+    vendors: FakeVendors, vendor_keys: None, tmp_path: Path, sqlite_url: str
+) -> Iterator[Gateway]:
+    catalog = tmp_path / "native.toml"
+    catalog.write_text(providers_toml(vendors) + MODELS, encoding="utf-8")
     settings = Settings(database_url=sqlite_url, config=catalog)
     tokens = {"alice": asyncio.run(make_user(sqlite_url, "alice"))}
     server, thread, port = _serve(settings)

@@ -192,6 +192,27 @@ async def test_gemini_unknown_model_is_a_plain_error(vendors: FakeVendors) -> No
     assert missing.value.status == 404 and not missing.value.retryable
 
 
+async def test_gemini_embeds_a_batch_in_order_and_anthropic_serves_none(
+    vendors: FakeVendors,
+) -> None:
+    texts = ["Hello, world!", "नमस्ते दुनिया", "Hello, world!"]
+    async with provider("gemini", vendors) as llm:
+        vectors = await llm.embed("gemini-embedding", texts)  # type: ignore[attr-defined]
+        assert await llm.embed("gemini-embedding", []) == []  # type: ignore[attr-defined]
+        with pytest.raises(ProviderError) as refused:
+            await llm.embed("gemini-small", texts)  # type: ignore[attr-defined]
+    assert len(vectors) == 3 and vectors[0] == vectors[2] != vectors[1]
+    assert refused.value.status == 404 and not refused.value.retryable
+    request = next(r for r in vendors.requests if r["path"].endswith(":batchEmbedContents"))
+    assert request["headers"]["x-goog-api-key"] == GEMINI_KEY
+    assert [r["content"]["parts"] for r in request["body"]["requests"]] == [
+        [{"text": text}] for text in texts
+    ]
+    async with provider("anthropic", vendors) as llm:
+        with pytest.raises(ProviderError, match="serves no embeddings"):
+            await llm.embed("claude-small", texts)  # type: ignore[attr-defined]
+
+
 async def test_anthropic_max_tokens_falls_back_to_the_bounds_reserve(vendors: FakeVendors) -> None:
     info = CallInfo("claude-small", 4096, 3000, 20, 0, reserve=321)
     async with provider("anthropic", vendors) as llm:

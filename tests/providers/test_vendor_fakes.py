@@ -271,3 +271,21 @@ def test_gemini_reports_implicitly_cached_prefixes(vendors: FakeVendors) -> None
     usage = again.usage_metadata
     assert usage and usage.cached_content_token_count and usage.prompt_token_count
     assert 50 <= usage.cached_content_token_count < usage.prompt_token_count
+
+
+def test_gemini_sdk_embeds_a_batch(vendors: FakeVendors) -> None:
+    client = gemini(vendors)
+    texts = ["Hello, world!", "नमस्ते दुनिया", "Hello, world!"]
+    answer = client.models.embed_content(
+        model="gemini-embedding",
+        contents=[genai_types.Content(parts=[genai_types.Part(text=t)]) for t in texts],
+        config=genai_types.EmbedContentConfig(output_dimensionality=4),
+    )
+    vectors = [e.values for e in answer.embeddings or []]
+    assert len(vectors) == 3 and all(v is not None and len(v) == 4 for v in vectors)
+    assert vectors[0] == vectors[2] != vectors[1]
+    [request] = [r for r in vendors.requests if r["path"].endswith(":batchEmbedContents")]
+    assert len(request["body"]["requests"]) == 3
+    with pytest.raises(genai_errors.ClientError) as refused:
+        client.models.embed_content(model="gemini-small", contents=["not an embedder"])
+    assert refused.value.code == 404

@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.answers import TEXT_PACE, Channel, Event
+from webapp.chat.attachments import with_file
 from webapp.chat.feedback import feedback_value
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
@@ -33,7 +34,7 @@ from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.settings import Settings
 from webapp.web.deps import Chat, Owner
-from webapp.web.events import event_stream
+from webapp.web.events import frame_stream
 from webapp.web.params import RowId
 
 
@@ -50,10 +51,18 @@ class ConversationChanges:
 
 
 @dataclass
+class TextFile:
+    name: str
+    text: str
+
+
+@dataclass
 class NewMessage:
     content: str
     edit_of: int | None = None
     """A user message id: send `content` as an alternative to that turn (a new branch)."""
+    attachment: TextFile | None = None
+    """A text file whose text goes with `content`, under its name (as the composer's)."""
 
 
 @dataclass
@@ -100,7 +109,7 @@ async def _answer(
 ) -> ASGIApp:
     """A send's answer: streamed when the client asks for events, else waited for."""
     if wants_event_stream(request):
-        return event_stream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
+        return frame_stream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
     user, answer = await chat.settle(send)
     return ASGIResponse(
         body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),
@@ -303,7 +312,8 @@ class ConversationController(Controller):
     ) -> ASGIApp:
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
-        send = await chat.send(owner, conversation_id, data.content, data.edit_of)
+        content = with_file(data.content, data.attachment, chat.max_message_chars)
+        send = await chat.send(owner, conversation_id, content, data.edit_of)
         return await _answer(request, chat, send)
 
     @post(

@@ -118,6 +118,7 @@ class ConversationEditor:
         # to the row it continues (`upto`, by seq; 0 is the very start).
         rows: list[dict[str, Any]] = []
         upto = {0: 0}
+        turns = {0: 0}  # the same for user rows, failed turns included: turn numbers
         for values in imported.messages:
             values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
             seq = values["seq"]
@@ -127,8 +128,10 @@ class ConversationEditor:
             if values["role"] == Role.USER:
                 values["prior_turns"] = upto[parent]
                 upto[seq] = upto[parent]
+                values["turn_number"] = turns[seq] = turns[parent] + 1
             else:
                 upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
+                turns[seq] = turns[parent]
                 values["content_html"] = str(await render_markdown_async(values["content"]))
             rows.append(values)
 

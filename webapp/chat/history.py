@@ -71,8 +71,9 @@ _COLUMNS = (
     Message.prior_turns,
     Message.id,
     Message.pinned,
+    Message.turn_number,
 )
-SEQ, ROLE, STATUS, CONTENT, ESTIMATE, PRIOR, ID, PINNED, COUNTS = range(9)
+SEQ, ROLE, STATUS, CONTENT, ESTIMATE, PRIOR, ID, PINNED, TURN, COUNTS = range(10)
 """Where each column sits in a row tuple; the counts of the route's tokenizers follow."""
 
 Sizer = tuple[str | None, float, int]
@@ -371,6 +372,15 @@ class Tail:
         """`parent_seq` of the next row: the branch's leaf, unless that is the newest row."""
         leaf = self.branch.leaf
         return None if leaf == self.next_seq - 1 else leaf
+
+    @property
+    def turn_number(self) -> int:
+        """`turn_number` of the user row about to be written: one past the last turn's,
+        failed or not (from its `prior_turns` on rows stored before turn numbers)."""
+        if len(self.rows) < 2 or self.rows[1][ROLE] != USER:
+            return 1
+        user = self.rows[1]
+        return (user[TURN] or (user[PRIOR] or 0) + 1) + 1
 
     @property
     def prior_turns(self) -> int:

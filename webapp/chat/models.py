@@ -188,6 +188,10 @@ class Message(SQLModel, table=True):
     estimated_tokens: int = 0
     prior_turns: int | None = None
     """On user rows: how many replayable turns came before this one (see chat.history)."""
+    turn_number: int | None = None
+    """On user rows: the turn's place on its branch, from 1, failed turns counted (unlike
+    `prior_turns`, which counts what a send can replay): what the page names its controls
+    by ("Pin turn 3"), so two turns never share a name. NULL on rows from before it."""
     token_counts: dict[str, int] | None = Field(
         default=None, sa_column=Column(JSON_TYPE, nullable=True)
     )

@@ -21,6 +21,7 @@ from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
+from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
 from webapp.chat.feedback import feedback_value
 from webapp.chat.live import follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
@@ -83,6 +84,23 @@ async def form_field(request: Request[Any, Any, Any], name: str) -> str:
     if not isinstance(value, str):
         raise InvalidInput(f"the form field {name!r} is missing")
     return value
+
+
+async def message_field(request: Request[Any, Any, Any]) -> str:
+    """The composer's message: what was typed, and the text file attached to it, if any
+    (`webapp.chat.attachments`), refused with a reason before anything is stored."""
+    form = await request.form()
+    typed = form.get("content")
+    if not isinstance(typed, str):
+        raise InvalidInput("the form field 'content' is missing")
+    typed = typed.replace("\r\n", "\n")  # a multipart form sends a textarea's lines so
+    upload = form.get("attachment")
+    if not isinstance(upload, UploadFile) or not upload.filename:
+        return typed
+    limit = request.app.state.settings.max_message_chars
+    name = clean_name(upload.filename)
+    data = await upload.read(4 * limit + 1)  # UTF-8 takes at most 4 bytes a character
+    return attach(typed, Attachment(name, decode_text(name, data)), limit)
 
 
 def is_htmx(request: Request[Any, Any, Any]) -> bool:
@@ -158,7 +176,7 @@ class ConversationPages(Controller):
         chat: Chat,
         conversation: FoundConversation,
     ) -> Template:
-        content = await form_field(request, "content")
+        content = await message_field(request)
         conversation_id = await conversation.stored_id(chat)
         return _turn(await chat.send(conversation.owner, conversation_id, content), conversation)
 
@@ -236,7 +254,7 @@ class ConversationPages(Controller):
     ) -> Template:
         """The meter for what is being typed: what the next send would leave out, with
         a remedy when one exists. An empty box shows the last send's meter again."""
-        content = await form_field(request, "content")
+        content = await message_field(request)
         if not content.strip():
             _, rows, _ = await chat.page(conversation.owner, conversation.id, turns=1)
             meter = last_fit(rows)
@@ -458,6 +476,18 @@ class ConversationAdmin(Controller):
         return Template(
             "chat/_renamed.html",
             context={"conversation": conversation, "renamed": True, "current_id": conversation.id},
+        )
+
+    @get("/c/{conversation_id:str}/title")
+    async def title(
+        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], was: FromQuery[str] = ""
+    ) -> Template:
+        """Held until the title is no longer `was`: the page asks once its first answer is
+        done, and the model's title (`webapp.chat.naming`) shows in the header and sidebar."""
+        conversation = await chat.title_after(owner, conversation_id, was)
+        return Template(
+            "chat/_renamed.html",
+            context={"conversation": conversation, "current_id": conversation.id},
         )
 
     @post("/c/{conversation_id:str}/delete")

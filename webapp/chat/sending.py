@@ -357,6 +357,7 @@ class Sender:
                 "content": text,
                 "estimated_tokens": user_tokens,
                 "prior_turns": tail.prior_turns,
+                "turn_number": tail.turn_number,
                 "token_counts": counts or None,
                 **(_fit_values(planned, instructions) if isinstance(planned, Plan) else {}),
             },

@@ -8,9 +8,12 @@ the embed talk to. It only wires the jobs together; each lives in a module named
 - `flushing`       the one writer of every answer's text so far, heartbeats and final rows
 - `admission`      the rate limit and the one-answer-at-a-time check
 - `reaping`        answers whose writer died
+- `naming`         the title the model writes after the first answer
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from webapp.chat.admission import Admission
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
@@ -18,6 +21,7 @@ from webapp.chat.branches import Alternatives
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.models import Conversation, Message, Role
+from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader
 from webapp.chat.reaping import Reaper
 from webapp.chat.search import Hit
@@ -33,6 +37,11 @@ LENGTH_CUT = "length"
 """The finish reason of an answer that stopped at its token limit, not at its end."""
 CONTINUE_PROMPT = "Continue exactly where your last answer stopped, without repeating it."
 """What Continue sends: a turn of its own, so the record shows what the model was asked."""
+TITLE_WAIT = 45.0
+"""How long the page's request for the model's title is held, at most: a first answer and
+the title call after it, on a slow model; past this the title shows on the next load."""
+TITLE_POLL = 1.0
+"""How often that request looks again when another worker makes the title call."""
 
 
 class ConversationService:
@@ -62,6 +71,11 @@ class ConversationService:
         self._sender = Sender(
             db, manager, settings, self._answers, self._admission, recent, self._flusher
         )
+        self._titler = Titler(db, manager, enabled=settings.model_titles)
+
+    @property
+    def max_message_chars(self) -> int:
+        return self._settings.max_message_chars
 
     @property
     def catalog(self) -> Catalog:
@@ -131,6 +145,22 @@ class ConversationService:
     async def rename(self, owner: str, conversation_id: str, title: str) -> Conversation:
         return await self._editor.rename(owner, conversation_id, title)
 
+    async def title_after(
+        self, owner: str, conversation_id: str, was: str, timeout: float = TITLE_WAIT
+    ) -> Conversation:
+        """The conversation once its title is no longer `was` (the model named it, or its
+        owner did), or as it is when the model's call ends without a title or `timeout`
+        passes: what the page asks for after its first answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            conversation = await self.get(owner, conversation_id)
+            left = deadline - loop.time()
+            if conversation.title != was or left <= 0:
+                return conversation
+            if await self._titler.wait(conversation_id, min(left, TITLE_POLL)):
+                return await self.get(owner, conversation_id)
+
     async def set_configuration(
         self, owner: str, conversation_id: str, configuration: str
     ) -> Conversation:
@@ -181,7 +211,9 @@ class ConversationService:
 
         With `edit_of` (a user message id) the message is an alternative to that turn: it
         continues what that turn continued, on a branch of its own."""
-        return await self._sender.send(owner, conversation_id, content, edit_of)
+        send = await self._sender.send(owner, conversation_id, content, edit_of)
+        self._titler.follow(owner, send)
+        return send
 
     async def regenerate(self, owner: str, conversation_id: str, message_id: int) -> Send:
         """A new answer to a user turn: the same message sent again as an alternative to it,
@@ -241,4 +273,5 @@ class ConversationService:
     async def shutdown(self) -> None:
         """End this worker's answers (marked interrupted): a graceful server stop."""
         await self._answers.shutdown()
+        await self._titler.shutdown()
         await self._flusher.close()

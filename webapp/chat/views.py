@@ -10,6 +10,7 @@ from itertools import pairwise
 
 from markupsafe import Markup, escape
 
+from webapp.chat.attachments import attachment_html, split_attachment
 from webapp.chat.branches import Alternatives, parent_of
 from webapp.chat.history import is_replayable
 from webapp.chat.models import Conversation, Message, Role, Status
@@ -60,7 +61,7 @@ class MessageView:
     @property
     def html(self) -> Markup:
         if self.is_user:
-            return escape(self.row.content)
+            return attachment_html(self.row.content) or escape(self.row.content)
         if self.row.content_html is not None and self.row.status != Status.STREAMING:
             # Sanitized when it was stored (perhaps before code blocks took the focus).
             html = scrollable_parts_focusable(self.row.content_html)
@@ -70,10 +71,13 @@ class MessageView:
 
     @property
     def turn_number(self) -> int | None:
-        """The turn's number on its branch, counted from the stored `prior_turns` (so a page
-        of a long conversation numbers its turns without reading the ones before): what
-        makes the names of its controls ("Pin turn 3", "Copy answer 3") tell them apart."""
+        """The turn's number on its branch, as stored on its user row (so a page of a long
+        conversation numbers its turns without reading the ones before): what makes the
+        names of its controls ("Pin turn 3", "Copy answer 3") tell them apart. Rows from
+        before turn numbers were stored count from `prior_turns`."""
         user = self.row if self.is_user else self.asked_by
+        if user is not None and user.turn_number is not None:
+            return user.turn_number
         if user is None or user.prior_turns is None:
             return None
         return user.prior_turns + 1
@@ -107,7 +111,7 @@ class MessageView:
     @property
     def collapsible(self) -> bool:
         """A long paste is shown folded, with "Show more": the history stays readable."""
-        content = self.row.content
+        content = split_attachment(self.row.content)[0]  # an attachment folds on its own
         return self.is_user and (
             len(content) > COLLAPSE_CHARS or content.count("\n") >= COLLAPSE_LINES
         )

@@ -10,6 +10,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 
 from webapp.accounts.preferences import theme_of
+from webapp.chat.attachments import PAPERCLIP
 from webapp.chat.titles import split_mark
 from webapp.web.security import hx_headers
 
@@ -37,6 +38,7 @@ environment.globals["internals"] = True
 """Token counts and model and configuration names are shown, except where a page's
 context says not (an embed that keeps them from its visitors)."""
 environment.filters["title_parts"] = split_mark
+environment.globals["paperclip"] = PAPERCLIP
 
 
 def theme_for(request: Any) -> str:

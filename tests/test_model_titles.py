@@ -1,0 +1,98 @@
+"""Titles the conversation's model writes after the first answer (SQLite and PostgreSQL,
+the fake upstream over HTTP): one short call, off the send path, cleaned up; a rename
+made before it lands is kept; a failed call keeps the clean cut of the first message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from litestar.testing import AsyncTestClient
+
+from tests.catalogs import write_upstream_catalog
+from tests.test_api import make_user
+from tests.upstream import FakeUpstream
+from webapp.app import create_app
+from webapp.chat.naming import ASK, TITLE_TOKENS, clean_model_title
+from webapp.chat.titles import title_from
+from webapp.settings import Settings
+
+FIRST = "I would like to spend a week somewhere warm in April, what would you suggest for me"
+
+
+def chat_calls(upstream: FakeUpstream) -> list[dict[str, Any]]:
+    return [r["body"] for r in upstream.requests if r["path"].endswith("/chat/completions")]
+
+
+def test_a_reply_is_cleaned_to_a_title() -> None:
+    assert clean_model_title('Title: "Porto in spring."\nBecause...') == "Porto in spring"
+    assert clean_model_title("**A week in the sun**") == "A week in the sun"
+    assert clean_model_title("  \n\n") == ""
+    assert len(clean_model_title("word " * 40)) <= 60
+
+
+async def test_the_model_names_the_conversation_after_its_first_answer(
+    database_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    settings = Settings(
+        database_url=database_url,
+        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
+        model_titles=True,
+    )
+    auth = {"Authorization": f"Bearer {await make_user(database_url, 'alice')}"}
+    cut = title_from(FIRST)
+    async with AsyncTestClient(app=create_app(settings)) as client:
+
+        async def first_turn(configuration: str) -> str:
+            made = await client.post(
+                "/api/conversations", json={"configuration": configuration}, headers=auth
+            )
+            conversation_id: str = made.json()["id"]
+            sent = await client.post(
+                f"/api/conversations/{conversation_id}/messages",
+                json={"content": FIRST},
+                headers=auth,
+            )
+            assert sent.status_code == 201, sent.text
+            return conversation_id
+
+        async def title_once_done(conversation_id: str, was: str) -> str:
+            page = await client.get(
+                f"/c/{conversation_id}/title", params={"was": was}, headers=auth
+            )
+            assert page.status_code == 200, page.text
+            assert f'id="conv-{conversation_id}"' in page.text  # the sidebar's link too
+            stored = await client.get(f"/api/conversations/{conversation_id}", headers=auth)
+            title: str = stored.json()["title"]
+            assert f'value="{title}"' in page.text
+            return title
+
+        upstream.set_reply('Title: "Porto in spring."')
+        named = await first_turn("small")
+        assert await title_once_done(named, cut) == "Porto in spring"
+        calls = chat_calls(upstream)
+        assert len(calls) == 2, "one call for the answer, one for the title"
+        assert calls[1]["max_tokens"] == TITLE_TOKENS and not calls[1].get("stream")
+        assert calls[1]["messages"][0] == {"role": "system", "content": ASK}
+        assert FIRST in calls[1]["messages"][1]["content"]
+        # Later turns never ask again.
+        more = await client.post(
+            f"/api/conversations/{named}/messages", json={"content": "and May?"}, headers=auth
+        )
+        assert more.status_code == 201 and len(chat_calls(upstream)) == 3
+
+        # A rename made while the title call is on its way is kept.
+        upstream.stall(0.5, count=2)
+        renamed = await first_turn("small")
+        done = await client.patch(
+            f"/api/conversations/{renamed}", json={"title": "My own name"}, headers=auth
+        )
+        assert done.status_code == 200, done.text
+        assert await title_once_done(renamed, "My own name") == "My own name"
+        assert len(chat_calls(upstream)) == 5, "the title call was made, and lost to the rename"
+
+        # The conversation's model cannot be reached (the answer came from its fallback):
+        # the clean cut of the first message stays.
+        upstream.set_reply("Sunny places")
+        unnamed = await first_turn("unreachable-then-medium")
+        assert await title_once_done(unnamed, cut) == cut
