@@ -553,11 +553,13 @@ def report_load(n: int, rounds: list[Round]) -> dict[str, float]:
     over_floor = ""
     if with_floor:
         figures["ttft_over_floor"] = median(lambda r: p(r.app, 0.99) / p(_floor(r), 0.99))
+        figures["p50_over_floor"] = median(lambda r: p(r.app, 0.5) / p(_floor(r), 0.5))
         figures["cpu_over_floor"] = median(
             lambda r: cpu_per_answer(r.app) / max(1e-9, cpu_per_answer(_floor(r)))
         )
         over_floor = (
-            f"; app/floor: TTFT p99 {figures['ttft_over_floor']:.2f}x, "
+            f"; app/floor: TTFT p50 {figures['p50_over_floor']:.2f}x, "
+            f"p99 {figures['ttft_over_floor']:.2f}x, "
             f"CPU {figures['cpu_over_floor']:.2f}x"
         )
     line(
