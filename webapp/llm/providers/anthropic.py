@@ -50,7 +50,6 @@ from webapp.llm.providers.http import (
     read_rest,
     retry_after,
     tool_arguments,
-    tracing_sent,
 )
 from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
 
@@ -294,19 +293,7 @@ class AnthropicProvider(ChatOnlyProvider):
         usage: Usage | None = None
         stopped = False
         try:
-            async with (
-                self._clients.client() as client,
-                client.stream(
-                    "POST",
-                    path,
-                    json=body,
-                    headers={"Accept": "text/event-stream"},
-                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_error(response, path, model_id)
+            async with self._streamed(path, body, model_id, sent) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for name, event in events:
                     kind = event.get("type", name)

@@ -48,7 +48,6 @@ from webapp.llm.providers.http import (
     read_rest,
     retry_after,
     tool_arguments,
-    tracing_sent,
 )
 from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
 
@@ -257,20 +256,9 @@ class GeminiProvider(ChatOnlyProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with (
-                self._clients.client() as client,
-                client.stream(
-                    "POST",
-                    path,
-                    params={"alt": "sse"},
-                    json=body,
-                    headers={"Accept": "text/event-stream"},
-                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_error(response, path, model_id)
+            async with self._streamed(
+                path, body, model_id, sent, params={"alt": "sse"}
+            ) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for _, data in events:
                     if "error" in data:

@@ -332,6 +332,34 @@ class HTTPProvider:
             raise self._status_error(response, path, model_id)
         return self._json_body(response, path, model_id)
 
+    @contextlib.asynccontextmanager
+    async def _streamed(
+        self,
+        path: str,
+        body: dict[str, Any],
+        model_id: str,
+        sent: Callable[[], None] | None,
+        params: dict[str, str] | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """A streamed POST, open while the caller reads it; an error status is raised as
+        the vendor's error, its body read. Transport errors are the caller's to translate
+        (`_stream_broke`: before any text or after)."""
+        async with (
+            self._clients.client() as client,
+            client.stream(
+                "POST",
+                path,
+                params=params,
+                json=body,
+                headers={"Accept": "text/event-stream"},
+                extensions={"trace": tracing_sent(sent)} if sent is not None else None,
+            ) as response,
+        ):
+            if response.status_code >= 400:
+                await response.aread()
+                raise self._status_error(response, path, model_id)
+            yield response
+
     def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
         try:
             data = response.json()

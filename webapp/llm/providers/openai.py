@@ -46,7 +46,6 @@ from webapp.llm.providers.http import (
     count_of,
     read_rest,
     retry_after,
-    tracing_sent,
 )
 
 __all__ = [
@@ -288,19 +287,7 @@ class OpenAIProvider(HTTPProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with (
-                self._clients.client() as client,
-                client.stream(
-                    "POST",
-                    path,
-                    json=body,
-                    headers={"Accept": "text/event-stream"},
-                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_error(response, path, model_id)
+            async with self._streamed(path, body, model_id, sent) as response:
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # The server ignored "stream": it sent the whole answer at once.
                     await response.aread()
