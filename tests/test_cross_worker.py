@@ -8,28 +8,34 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, aclosing
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlmodel import Session
 
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
 from tests.live_server import serving
 from tests.test_api import make_user, parse_sse
+from tests.test_service import build_service, close_service
 from tests.upstream import FakeUpstream
-from webapp.chat.notify import CHANNEL
+from webapp.chat.live import follow_answer
+from webapp.chat.models import Conversation
+from webapp.chat.notify import CHANNEL, PostgresNotices
+from webapp.settings import Settings
 
 pytestmark = pytest.mark.postgres
 
 REPLY = " ".join(["word"] * 40)
 """Forty tokens, forty chunks."""
 FLUSH = 0.1
-Serve = Callable[[], str]
+Serve = Callable[..., str]
 
 
 @pytest.fixture
@@ -40,7 +46,8 @@ def database(postgres_url: str) -> str:
 
 @pytest.fixture
 def serve(database: str, upstream: FakeUpstream, tmp_path: Path) -> Iterator[Serve]:
-    """`serve()` starts one more `webapp serve` on the shared database; returns its URL."""
+    """`serve()` starts one more `webapp serve` on the shared database; returns its URL
+    (`serve(WEBAPP_X="...")`: with settings of its own)."""
     catalog = write_upstream_catalog(tmp_path / "catalog.toml", upstream)
     env = {
         **os.environ,
@@ -50,7 +57,7 @@ def serve(database: str, upstream: FakeUpstream, tmp_path: Path) -> Iterator[Ser
         "WEBAPP_STREAM_FLUSH_INTERVAL": str(FLUSH),
     }
     with ExitStack() as servers:
-        yield lambda: servers.enter_context(serving(env, tmp_path))
+        yield lambda **own: servers.enter_context(serving({**env, **own}, tmp_path))
 
 
 async def events(response: httpx.Response) -> AsyncIterator[tuple[str, str, str | None]]:
@@ -128,6 +135,69 @@ async def test_an_answer_written_by_one_server_is_followed_live_from_another(
     assert lengths[-1] == len(whole), "the last snapshot is the whole answer"
     assert lengths == sorted(lengths), "text only grows"
     assert len(set(lengths)) >= 5, f"followed as it grew, not only at the end: {lengths}"
+
+
+async def test_another_worker_hears_every_piece_once_in_order_even_past_a_lost_notice(
+    serve: Serve, database: str, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A follower in this process (a worker of its own) of an answer another server writes,
+    flushing its row only every second: the text comes in its writer's text notices, one
+    word (one 54 KB) too long for a notice, and the listener loses its connection midway
+    (what is said meanwhile is missed): the rows fill what was missed, and no snapshot
+    shows text twice or out of order."""
+    words = [f"w{n}" for n in range(40)]
+    reply = " ".join([*words[:20], "é" * 9000, *words[20:]])
+    upstream.set_reply(reply)
+    upstream.chunk_delay = 0.05
+    token = await make_user(database, "alice")
+    writer_url = serve(WEBAPP_STREAM_FLUSH_INTERVAL="1.0")
+    settings = Settings(database_url=database, config=tmp_path / "catalog.toml")
+    chat = await build_service(settings)
+    notices = PostgresNotices(database)
+    await notices.start()
+    shown: list[str] = []
+    try:
+        await asyncio.wait_for(notices.listening.wait(), 10)
+        async with bearer(writer_url, token) as writer:
+            conversation_id = (
+                await writer.post("/api/conversations", json={"configuration": "small"})
+            ).json()["id"]
+            sending = asyncio.create_task(send(writer, conversation_id))
+            answer_id = await streaming_answer(writer, conversation_id)
+            owner = (await chat.db.read(_owner_of, conversation_id)) or ""
+            cut = False
+            async with aclosing(
+                follow_answer(chat, owner, conversation_id, answer_id, notices=notices)
+            ) as snapshots:
+                async for snapshot in snapshots:
+                    shown.append(snapshot.answer.content)
+                    if not cut and len(snapshot.answer.content) > 40:
+                        cut = True
+                        await chat.db.write(_end_listening)
+            sent = await sending
+    finally:
+        await notices.stop()
+        await close_service(chat)
+    assert sent[-1][1]["content"] == reply == shown[-1]
+    assert all(reply.startswith(text) for text in shown), "never a piece twice, nor a hole"
+    growing = [len(t) for t in shown[:-1]]  # the final snapshot may only change the status
+    assert growing == sorted(set(growing)), "text only grows"
+    before_the_cut = next(n for n, text in enumerate(shown) if len(text) > 40)
+    assert before_the_cut >= 5, f"heard word by word between flushes: {shown[:8]}"
+    assert any("é" in t for t in shown[:-1]), "the long word came before the end"
+
+
+def _owner_of(session: Session, conversation_id: str) -> str | None:
+    return session.get(Conversation, conversation_id).owner  # type: ignore[union-attr]
+
+
+def _end_listening(session: Session) -> None:
+    session.connection().execute(
+        text(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+        )
+    )
 
 
 async def test_a_flush_is_announced_when_it_commits(

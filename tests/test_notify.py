@@ -12,8 +12,10 @@ from sqlmodel import Session, col
 
 from tests.conftest import truncate_tables
 from tests.test_flushing import _answers
+from webapp.chat.flushing import send_text
 from webapp.chat.models import Message
-from webapp.chat.notify import STOP, PollingNotices, PostgresNotices, notice
+from webapp.chat.notify import STOP, TEXT, PollingNotices, PostgresNotices, notice
+from webapp.chat.pieces import FollowedText, payloads
 from webapp.db import Database
 
 
@@ -85,3 +87,46 @@ async def test_a_listener_that_loses_its_connection_listens_again(postgres_url: 
     finally:
         await notices.stop()
         await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_text_notices_carry_a_long_append_in_pieces_that_fit(postgres_url: str) -> None:
+    """An append far past one NOTIFY payload (escaped, 9,000 "é" are 54 KB) goes out in
+    pieces PostgreSQL accepts, and the watcher puts them back together exactly once."""
+    await truncate_tables(postgres_url)
+    db = Database(postgres_url)
+    notices = PostgresNotices(postgres_url)
+    await notices.start()
+    long = "é" * 9000 + " end"
+    try:
+        await asyncio.wait_for(notices.listening.wait(), 10)
+        with notices.watch(7) as watch, notices.watch(8) as other:
+            sent = payloads([(7, 0, "Hello, "), (8, 0, "elsewhere"), (7, 7, long)], TEXT)
+            assert len(sent) > 6 and all(len(p.encode()) < 8000 for p in sent)
+            await db.write(send_text, sent)
+            followed = FollowedText("")
+            for _ in range(50):
+                await watch.wait(1)
+                pieces, moved = watch.take()
+                for start, piece in pieces:
+                    followed.add(start, piece)
+                if len(followed.text) >= 7 + len(long):
+                    break
+            assert not moved
+            assert followed.text == "Hello, " + long
+            assert other.take()[0] == [(0, "elsewhere")]
+    finally:
+        await notices.stop()
+        await db.dispose()
+
+
+def test_followed_text_never_repeats_nor_skips() -> None:
+    followed = FollowedText("Hel")
+    followed.add(0, "He")  # heard before the row was read: already shown
+    followed.add(5, " world")  # the piece before it was missed: it waits
+    assert (followed.text, followed.waiting) == ("Hel", True)
+    followed.add(2, "llo")
+    assert (followed.text, followed.waiting) == ("Hello world", False)
+    followed.add(0, "Hello")  # a row behind the pieces takes nothing back
+    followed.add(0, "Hello world, again")  # a row ahead of them fills the rest
+    assert (followed.text, followed.waiting) == ("Hello world, again", False)

@@ -15,8 +15,10 @@ commit), since hundreds of answers that started together also end together.
 The same transaction finds the answers that were stopped meanwhile (by any worker:
 their row is no longer `streaming`) and tells their writers to stop. On PostgreSQL it
 also announces each answer it moved (`webapp.chat.notify`), so watchers on other
-workers read the text the moment it is committed; a heartbeat that moved nothing wakes
-nobody.
+workers read the row the moment it is committed; a heartbeat that moved nothing wakes
+nobody. Between flushes the new text itself goes out every `TEXT_PACE`, in notices of
+its own (`webapp.chat.pieces`): pages on other workers keep pace with the writer's
+own, while the row is still written only every interval.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from sqlalchemy import bindparam, select, text, update
 from sqlmodel import Session, col
 
 from webapp.chat.models import Message, Status
-from webapp.chat.notify import CHANNEL, MOVED
+from webapp.chat.notify import CHANNEL, MOVED, TEXT
+from webapp.chat.pieces import TEXT_PACE, Piece, payloads
 from webapp.db import Database
 from webapp.tasks import cancel
 from webapp.timeutil import utcnow
@@ -108,12 +111,18 @@ def _write(session: Session, batch: Batch, announce: bool) -> list[int]:
     return stopped
 
 
+def send_text(session: Session, payloads: list[str]) -> None:
+    session.connection().execute(_ANNOUNCE, {"channel": CHANNEL, "payloads": payloads})
+
+
 @dataclass(slots=True)
 class _Tracked:
     text: Callable[[], str]
     stop: asyncio.Event
     written: int
     beat: float
+    announced: int = 0
+    """How much of the text went out in text notices."""
 
 
 class AnswerFlusher:
@@ -129,12 +138,15 @@ class AnswerFlusher:
         self._finals: dict[int, tuple[dict[str, object], asyncio.Future[None]]] = {}
         self._writing = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._telling: asyncio.Task[None] | None = None
 
     def track(self, answer_id: int, text: Callable[[], str], stop: asyncio.Event) -> None:
         """Flush `text()` for this answer until it finishes; set `stop` if it is stopped."""
         self._tracked[answer_id] = _Tracked(text, stop, 0, time.monotonic())
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="flusher")
+        if self._announce and (self._telling is None or self._telling.done()):
+            self._telling = asyncio.create_task(self._tell(), name="text-notices")
 
     def release(self, answer_id: int) -> None:
         """No more flushes for this answer (it is ending)."""
@@ -159,7 +171,8 @@ class AnswerFlusher:
 
     async def close(self) -> None:
         await cancel(self._task)
-        self._task = None
+        await cancel(self._telling)
+        self._task = self._telling = None
 
     async def _run(self) -> None:
         while self._tracked:
@@ -168,6 +181,24 @@ class AnswerFlusher:
                 await self.flush()
             except Exception:  # the next interval tries again; the answers go on
                 log.exception("could not write the streaming answers")
+
+    async def _tell(self) -> None:
+        """Every `TEXT_PACE`, the text each answer gained, in notices of their own (not in
+        a flush's transaction, whose notices wait for its commit and its interval)."""
+        while self._tracked:
+            await asyncio.sleep(TEXT_PACE)
+            gained: list[Piece] = []
+            for answer_id, tracked in self._tracked.items():
+                so_far = tracked.text()
+                if len(so_far) > tracked.announced:
+                    gained.append((answer_id, tracked.announced, so_far[tracked.announced :]))
+                    tracked.announced = len(so_far)
+            if not gained:
+                continue
+            try:
+                await self._db.write(send_text, payloads(gained, TEXT))
+            except Exception as error:  # lost pieces: watchers fill them from the next flush
+                log.warning("could not announce the answers' new text: %s", error)
 
     def _due(self) -> Batch:
         now = time.monotonic()

@@ -2,9 +2,10 @@
 
 A page that streams an answer, or is reloaded mid-answer, wants snapshots of the
 answer so far. When the answer runs in this process, its channel gives every
-delta at once; when it runs in another worker (or another machine), the rows
-it flushes are read each time the process hears that they moved (see
-`webapp.chat.notify`: LISTEN/NOTIFY on PostgreSQL, one shared poll on SQLite).
+delta at once; when it runs in another worker (or another machine), the text its
+writer announces is appended and the rows it flushes are read each time the process
+hears that they moved (see `webapp.chat.notify`: LISTEN/NOTIFY on PostgreSQL, one
+shared poll on SQLite).
 Either way each snapshot is the whole text so far, so a watcher that connects late
 or reconnects can neither duplicate nor lose text.
 
@@ -24,6 +25,7 @@ from typing import TypeVar
 
 from webapp.chat.models import Message, Role, Status
 from webapp.chat.notify import AnswerNotices, PollingNotices
+from webapp.chat.pieces import FollowedText
 from webapp.chat.service import ConversationService
 from webapp.errors import NotFound, TooManyRequests
 from webapp.stored import id_of
@@ -167,23 +169,33 @@ async def _follow_stored(
     answer: Message,
     user: Message,
 ) -> AsyncGenerator[Snapshot, None]:
-    """Snapshots of an answer written elsewhere: read when it moves. A writer that died
-    sends nothing more; now and then the watcher looks for itself, and reaps."""
+    """Snapshots of an answer written elsewhere: its text grows by the pieces its writer
+    announces (PostgreSQL), and the rows are read when they move (a flush, a new status,
+    its end). A writer that died sends nothing more; now and then the watcher looks for
+    itself, and reaps."""
     assert answer.id is not None and user.id is not None
-    seen: tuple[str, str, int | None] | None = None
+    seen: tuple[int, str, int | None] | None = None
     with notices.watch(id_of(answer)) as watch:
         if answer.status == Status.STREAMING:
             # Read again now the watch is on, so a notice sent in between is not missed.
             answer = await chat.message(owner, conversation_id, id_of(answer))
+        followed = FollowedText(answer.content)
         while True:
             final = answer.status != Status.STREAMING
-            state = (answer.content, answer.status, user.dropped_turns)
+            shown = answer if final else answer.model_copy(update={"content": followed.text})
+            state = (len(shown.content), answer.status, user.dropped_turns)
             if state != seen or final:
                 seen = state
-                yield Snapshot(answer, user, final=final)
+                yield Snapshot(shown, user, final=final)
             if final:
                 return
-            if not await watch.wait(chat.recheck_interval):
+            heard = await watch.wait(chat.recheck_interval)
+            if not heard:
                 await chat.reap_stale(conversation_id)
-            answer = await chat.message(owner, conversation_id, id_of(answer))
-            user = await chat.message(owner, conversation_id, id_of(user))
+            pieces, moved = watch.take()
+            for start, piece in pieces:
+                followed.add(start, piece)
+            if moved or not heard:
+                answer = await chat.message(owner, conversation_id, id_of(answer))
+                user = await chat.message(owner, conversation_id, id_of(user))
+                followed.add(0, answer.content)  # a prefix of the text: fills what was missed

@@ -6,15 +6,16 @@ watchers kept a server busy doing nothing. Now each process has one `AnswerNotic
 
 * on PostgreSQL, one connection that `LISTEN`s; the writer of an answer sends a
   `NOTIFY` in the same transaction as each flush, so it arrives when the text is
-  committed, and the listener wakes, in memory, just the watchers of that answer. An
-  idle watcher costs an entry in a dict. A notice can also ask the worker that runs an
-  answer to stop it at once.
+  committed, and between flushes the text itself, in pieces (`TEXT`,
+  `webapp.chat.pieces`); the listener wakes, in memory, just the watchers of that
+  answer. An idle watcher costs an entry in a dict. A notice can also ask the worker
+  that runs an answer to stop it at once.
 * on SQLite (one machine; its workers share a file), one poll per process for every
   answer watched, a single indexed query per interval, which wakes only the watchers
   whose answer changed.
 
-Either way a woken watcher reads the rows it shows, so a notice carries nothing a watcher
-must trust, and a lost one (a dropped connection) costs at most a late snapshot: after
+Either way a watcher woken by a moved row reads the rows it shows, and pieces of text say
+where they start, so a lost notice (a dropped connection) costs at most a late snapshot: after
 reconnecting every watcher is woken once, and watchers re-read on their own, slowly, in
 case a writer died without a word.
 """
@@ -33,6 +34,7 @@ from sqlalchemy.sql import Select
 from sqlmodel import Session, col
 
 from webapp.chat.models import Message
+from webapp.chat.pieces import parse
 from webapp.db import Database
 from webapp.tasks import cancel
 
@@ -43,6 +45,8 @@ MOVED = "moved"
 """An answer's stored row changed: new text, a new status, or its end."""
 STOP = "stop"
 """Stop an answer: the worker writing it stops it now, not at its next flush."""
+TEXT = "text"
+"""New text of answers being written, between flushes (`webapp.chat.pieces`)."""
 RECONNECT_DELAY = 1.0
 
 
@@ -55,15 +59,30 @@ def notice(kind: str, answer_id: int, length: int | None = None) -> Select[Any]:
 
 
 class Watch:
-    """One watcher's wake-up: set by a notice, cleared when the watcher takes it."""
+    """One watcher's wake-up: set by a notice, cleared when the watcher takes it; with
+    what it heard since it last took: pieces of text, and whether the row moved."""
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "_moved", "_pieces")
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._pieces: list[tuple[int, str]] = []
+        self._moved = False
 
     def wake(self) -> None:
+        """The row moved (or may have: a lost connection): the watcher reads it."""
+        self._moved = True
         self._event.set()
+
+    def hear(self, start: int, piece: str) -> None:
+        self._pieces.append((start, piece))
+        self._event.set()
+
+    def take(self) -> tuple[list[tuple[int, str]], bool]:
+        """The pieces heard (start, text) and whether the row moved, since the last take."""
+        pieces, moved = self._pieces, self._moved
+        self._pieces, self._moved = [], False
+        return pieces, moved
 
     async def wait(self, timeout: float) -> bool:
         """Whether the answer moved (True) or `timeout` seconds passed without a word."""
@@ -101,6 +120,10 @@ class AnswerNotices:
     def wake(self, answer_id: int) -> None:
         for watch in self._watchers.get(answer_id, ()):
             watch.wake()
+
+    def hear(self, answer_id: int, start: int, piece: str) -> None:
+        for watch in self._watchers.get(answer_id, ()):
+            watch.hear(start, piece)
 
     def wake_all(self) -> None:
         for watchers in self._watchers.values():
@@ -145,6 +168,9 @@ class PostgresNotices(AnswerNotices):
 
     def _received(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
         kind, _, rest = payload.partition(" ")
+        if kind == TEXT:
+            self._heard_text(rest)
+            return
         try:
             answer_id = int(rest.split(" ", 1)[0])
         except ValueError:
@@ -153,6 +179,15 @@ class PostgresNotices(AnswerNotices):
         if kind == STOP and self._on_stop is not None:
             self._on_stop(answer_id)
         self.wake(answer_id)
+
+    def _heard_text(self, body: str) -> None:
+        try:
+            pieces = parse(body)
+        except ValueError:
+            log.warning("ignored a malformed text notice: %.200r", body)
+            return
+        for answer_id, start, piece in pieces:
+            self.hear(answer_id, start, piece)
 
     async def _listen(self) -> None:
         import asyncpg
