@@ -54,10 +54,13 @@ run: $(VENV)/.installed
 	$(BIN)/webapp serve --host $(HOST) --port $(PORT)
 
 # mypy reads its files and strictness from pyproject.toml ([tool.mypy]).
+# The suite runs on TEST_WORKERS processes, each taking whole test files (so a file's
+# servers and browser start once); `TEST_WORKERS=0` runs it in this one process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench

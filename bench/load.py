@@ -572,6 +572,7 @@ def report_load(n: int, rounds: list[Round]) -> dict[str, float]:
 
 def cross_worker(env: dict[str, str], folder: Path, url: str, clients: list[Client]) -> None:
     token = clients[0].token
+    env = {**env, **watchers.UNCAPPED}
     with (
         server(env, folder, 1, set()) as (writer, _),
         server(env, folder, 1, set()) as (watcher, watcher_pid),

@@ -20,6 +20,8 @@ import httpx
 
 HOST = "127.0.0.1"
 IDLE_WATCHERS = 100
+UNCAPPED = {"WEBAPP_WATCHERS_PER_ANSWER": "0", "WEBAPP_WATCHERS_PER_USER": "0"}
+"""The servers' settings here: a hundred watchers of one answer, by one user, no caps."""
 
 
 def _client(port: int, token: str) -> httpx.AsyncClient:
@@ -56,6 +58,7 @@ async def _follow(
     seen: dict[int, float] = {}
     path = f"/c/{conversation}/answers/{answer}/stream"
     async with api.stream("GET", path) as stream:
+        stream.raise_for_status()  # a cap's 429 (see UNCAPPED) fails, not waits forever
         async for line in stream.aiter_lines():
             if line.startswith("id:"):
                 if not seen and started is not None:
@@ -206,9 +209,6 @@ def main(argv: list[str] | None = None) -> None:
                 "WEBAPP_SECRET_KEY": secrets.token_hex(16),
                 "WEBAPP_RATE_LIMIT_MESSAGES": str(load.RATE_LIMIT),
                 "WEBAPP_DATABASE_URL": url,
-                # A hundred watchers of one answer, by one user: no caps.
-                "WEBAPP_WATCHERS_PER_ANSWER": "0",
-                "WEBAPP_WATCHERS_PER_USER": "0",
             }
             load.webapp(env, "migrate")
             with load.server(env, folder, 1, set()) as (port, _):

@@ -46,7 +46,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -54,13 +53,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.upstream import TOKENIZERS, _Abort, _EventStream, _pieces, _QuietAbort, _vocabulary
+from tests.upstream import TOKENIZERS, ServedApp, _Abort, _EventStream, _pieces, _vocabulary
 
 ANTHROPIC_MODELS: dict[str, tuple[int, int]] = {
     "claude-small": (4096, 1024),
@@ -161,9 +159,11 @@ class _Invalid(Exception):
 # ---- the server ----------------------------------------------------------------------------
 
 
-class FakeVendors:
+class FakeVendors(ServedApp):
     """Anthropic's and Gemini's APIs on 127.0.0.1 with scriptable faults. Control methods
     are thread-safe: tests call them from their own thread while the server runs in its own."""
+
+    SERVED = "fake vendors"
 
     def __init__(
         self,
@@ -185,9 +185,6 @@ class FakeVendors:
             dict(gemini_models or GEMINI_MODELS),
         )
         self._lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._socket: socket.socket | None = None
         self._ids = 0
         self.app = Starlette(
             routes=[
@@ -209,57 +206,6 @@ class FakeVendors:
     def base_url(self) -> str:
         """Both vendors' root here, as their SDKs and the catalog's `base_url` take it."""
         return f"http://{self.host}:{self.port}"
-
-    def start(self) -> FakeVendors:
-        if self._thread is not None:
-            return self
-        # IPPROTO_TCP named, so asyncio sets TCP_NODELAY (see tests/upstream.py).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        self._socket = sock
-        logging.getLogger("uvicorn.error").addFilter(_QuietAbort())
-        config = uvicorn.Config(
-            self.app,
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            loop="asyncio",
-            http="h11",
-            ws="none",
-            timeout_graceful_shutdown=1,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [sock]},
-            name=f"fake-vendors-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the fake vendors did not start on port {self.port}")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self._socket is not None:
-            self._socket.close()
-        self._server = self._thread = self._socket = None
-
-    def __enter__(self) -> FakeVendors:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # ---- controls --------------------------------------------------------------------------
 
@@ -587,7 +533,10 @@ class FakeVendors:
             self._cache_log.append(CacheEvent("anthropic", model, blocks.total, read, written))
         return read, written
 
-    async def _count_tokens(self, request: Request) -> Response:
+    async def _anthropic_request(
+        self, request: Request
+    ) -> tuple[dict[str, Any], tuple[int, int]] | JSONResponse:
+        """(the body, its model's limits), or the refusal of a bad key, body or model."""
         body = await self._record(request)
         refused = self._anthropic_auth(request)
         if refused is not None:
@@ -599,6 +548,13 @@ class FakeVendors:
         limits = self._anthropic_model_or_error(body.get("model"))
         if isinstance(limits, JSONResponse):
             return limits
+        return body, limits
+
+    async def _count_tokens(self, request: Request) -> Response:
+        accepted = await self._anthropic_request(request)
+        if isinstance(accepted, JSONResponse):
+            return accepted
+        body, _ = accepted
         try:
             blocks = self._anthropic_blocks(body)
         except _Invalid as exc:
@@ -643,18 +599,10 @@ class FakeVendors:
         return [{"type": "text", "text": text}], tokens, "max_tokens" if cut else "end_turn"
 
     async def _messages(self, request: Request) -> Response:
-        body = await self._record(request)
-        refused = self._anthropic_auth(request)
-        if refused is not None:
-            return refused
-        if not isinstance(body, dict):
-            return self._anthropic_error(
-                400, "invalid_request_error", "the body must be a JSON object"
-            )
-        limits = self._anthropic_model_or_error(body.get("model"))
-        if isinstance(limits, JSONResponse):
-            return limits
-        max_input, max_output = limits
+        accepted = await self._anthropic_request(request)
+        if isinstance(accepted, JSONResponse):
+            return accepted
+        body, (max_input, max_output) = accepted
         max_tokens = body.get("max_tokens")
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             return self._anthropic_error(400, "invalid_request_error", "max_tokens: Field required")

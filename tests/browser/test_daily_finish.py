@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import FilePayload, Locator, Page, expect
 
 from tests.browser.axe import assert_accessible
 from tests.browser.conftest import OpenPage, Server, Servers
@@ -86,7 +86,7 @@ def test_a_text_file_goes_with_the_message_and_the_model_names_the_conversation(
     # A binary file is refused beside the box; what was typed stays.
     box.fill("What should I pack?")
     control.set_input_files(
-        files=[{"name": "photo.png", "mimeType": "image/png", "buffer": b"\x89PNG\x00\x00IHDR"}]
+        files=[FilePayload(name="photo.png", mimeType="image/png", buffer=b"\x89PNG\x00\x00IHDR")]
     )
     expect(page.locator("#attached")).to_contain_text("photo.png")
     box.press("Enter")
@@ -108,7 +108,7 @@ def test_a_text_file_goes_with_the_message_and_the_model_names_the_conversation(
         )
     else:
         control.set_input_files(
-            files=[{"name": "packing.txt", "mimeType": "text/plain", "buffer": NOTES.encode()}]
+            files=[FilePayload(name="packing.txt", mimeType="text/plain", buffer=NOTES.encode())]
         )
     expect(page.locator("#attached")).to_contain_text("Attached: packing.txt")
     remove = page.get_by_role("button", name="Remove the file")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -72,7 +73,11 @@ def test_settings_theme_every_page_and_a_refused_form_keeps_the_text(
 
 @SIZES
 def test_thumbs_toggle_keep_focus_and_are_stored(
-    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+    live_server: Server,
+    upstream: FakeUpstream,
+    open_page: OpenPage,
+    viewport: tuple[int, int],
+    artifacts: Path,
 ) -> None:
     conversation_id = create_conversation(live_server, "small")
     send_by_api(live_server, conversation_id, "Rate me")
@@ -85,9 +90,13 @@ def test_thumbs_toggle_keep_focus_and_are_stored(
         for thumb in (up, down):
             box = thumb.bounding_box()
             assert box is not None and box["width"] >= 44 and box["height"] >= 44, box
+    for thumb in (up, down):  # drawn, so no emoji font is needed to see them
+        icon = thumb.locator("svg").bounding_box()
+        assert icon is not None and icon["width"] >= 16 and icon["height"] >= 16, icon
     up.click()
     expect(up).to_have_attribute("aria-pressed", "true")
     expect(up).to_be_focused()
+    answer.screenshot(path=str(artifacts / f"thumbs-{viewport[0]}.png"))
     assert stored(live_server, conversation_id)["messages"][1]["feedback"] == "up"
     down.click()
     expect(down).to_have_attribute("aria-pressed", "true")

@@ -1,5 +1,6 @@
 """The gateway in front of a Claude and a Gemini model: an OpenAI client calling
-`/v1/chat/completions` gets OpenAI shapes back, streamed or not, tool calls included."""
+`/v1/chat/completions` gets OpenAI shapes back, streamed or not, tool calls included, and
+`/v1/embeddings` Gemini's vectors."""
 
 from __future__ import annotations
 
@@ -41,9 +42,19 @@ provider = "google"
 model_id = "gemini-small"
 capabilities = ["chat", "tools"]
 
+[[models]]
+name = "gemini-embedding"
+provider = "google"
+model_id = "gemini-embedding"
+capabilities = ["embedding"]
+
 [[configurations]]
 name = "claude"
 model = "claude-small"
+
+[[configurations]]
+name = "gemini-embed"
+model = "gemini-embedding"
 
 [[configurations]]
 name = "gemini"
@@ -99,3 +110,12 @@ def test_openai_clients_get_openai_shapes_from_claude_and_gemini(
     assert call.choices[0].finish_reason == "tool_calls"
     assert tool_call.function.name == "get_weather"  # type: ignore[union-attr]
     assert json.loads(tool_call.function.arguments) == {"city": "echo"}  # type: ignore[union-attr]
+
+
+def test_openai_clients_get_gemini_embeddings(gateway: Gateway) -> None:
+    answer = gateway.client().embeddings.create(
+        model="gemini-embed", input=["Hello, world!", "नमस्ते", "Hello, world!"]
+    )
+    vectors = [item.embedding for item in answer.data]
+    assert len(vectors) == 3 and vectors[0] == vectors[2] != vectors[1]
+    assert [item.index for item in answer.data] == [0, 1, 2]

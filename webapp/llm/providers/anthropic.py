@@ -28,26 +28,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource
 
 from webapp.llm.providers.base import (
     CallInfo,
     ChatResult,
-    CompletionResult,
     ContextLengthExceeded,
     Message,
     ProviderError,
     ProviderUnavailable,
     RateLimited,
-    StreamBroken,
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, retry_after, tracing_sent
+from webapp.llm.providers.http import (
+    ChatOnlyProvider,
+    count_of,
+    read_rest,
+    retry_after,
+    tool_arguments,
+)
 from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
 
 __all__ = ["API_VERSION", "AnthropicProvider", "to_messages_request"]
@@ -99,17 +102,6 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
         if text.strip():
             blocks.append({"type": "text", "text": text})
     return blocks
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    """A tool call's arguments as the object `tool_use.input` must be."""
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except ValueError:
-        return {"arguments": raw}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -174,7 +166,7 @@ def to_messages_request(
                             "type": "tool_use",
                             "id": str(call.get("id") or ""),
                             "name": str(function.get("name") or ""),
-                            "input": _arguments(function.get("arguments")),
+                            "input": tool_arguments(function.get("arguments")),
                         }
                     )
             if not blocks:
@@ -228,7 +220,7 @@ def _tool_calls(blocks: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-class AnthropicProvider(HTTPProvider):
+class AnthropicProvider(ChatOnlyProvider):
     """Claude through `POST /v1/messages` under `base_url` (the vendor's root,
     ``https://api.anthropic.com``)."""
 
@@ -301,22 +293,10 @@ class AnthropicProvider(HTTPProvider):
         usage: Usage | None = None
         stopped = False
         try:
-            async with (
-                self._clients.client() as client,
-                client.stream(
-                    "POST",
-                    path,
-                    json=body,
-                    headers={"Accept": "text/event-stream"},
-                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_error(response, path, model_id)
-                events = self._events(response, path, model_id)
-                async for event in events:
-                    kind = event.get("type")
+            async with self._streamed(path, body, model_id, sent) as response:
+                events = self._json_events(response, path, model_id, lambda: yielded)
+                async for name, event in events:
+                    kind = event.get("type", name)
                     if kind == "message_start":
                         usage = _usage((event.get("message") or {}).get("usage"), usage)
                     elif kind == "content_block_delta":
@@ -333,7 +313,7 @@ class AnthropicProvider(HTTPProvider):
                         raise self._stream_error(event, path, model_id, yielded)
                     elif kind == "message_stop":
                         stopped = True
-                        await read_rest(_data_of(events))
+                        await read_rest(events)
                         break
                 if not stopped:
                     raise self._cut_short(
@@ -344,15 +324,6 @@ class AnthropicProvider(HTTPProvider):
                 raise self._stream_broke(exc, path, model_id, yielded) from None
         yield StreamChunk(finish_reason=finish_reason, usage=usage)
 
-    async def complete(
-        self, model_id: str, prompt: str, *, max_tokens: int | None = None
-    ) -> CompletionResult:
-        """The Messages API has no raw completion: the prompt is sent as one user turn."""
-        answer = await self.chat(
-            model_id, [{"role": "user", "content": prompt}], max_tokens=max_tokens
-        )
-        return CompletionResult(answer.content, answer.finish_reason, answer.usage)
-
     async def embed(self, model_id: str, inputs: list[str]) -> list[list[float]]:
         raise ProviderError(
             f"{self._where('embeddings', model_id)}: Anthropic serves no embeddings",
@@ -361,54 +332,11 @@ class AnthropicProvider(HTTPProvider):
 
     # ---- the wire ----------------------------------------------------------------------
 
-    def _events(
-        self, response: httpx.Response, path: str, model_id: str
-    ) -> AsyncIterator[dict[str, Any]]:
-        content_type = response.headers.get("content-type", "")
-        if "text/event-stream" not in content_type.partition(";")[0]:
-            raise ProviderUnavailable(
-                f"{self._where(path, model_id)} answered HTTP {response.status_code} with "
-                f"{content_type or 'no content type'!r}, not an event stream",
-                status=response.status_code,
-                reason="sent an answer this app cannot read",
-            )
-        return self._parsed(EventSource(response).aiter_sse(), model_id)
-
-    async def _parsed(
-        self, events: AsyncIterator[Any], model_id: str
-    ) -> AsyncIterator[dict[str, Any]]:
-        async for event in events:
-            if not event.data:
-                continue
-            try:
-                data = json.loads(event.data)
-            except ValueError:
-                raise self._cut_short(
-                    model_id, False, f"a stream event is not JSON: {self._snippet(event.data)!r}"
-                ) from None
-            if isinstance(data, dict):
-                data.setdefault("type", event.event)
-                yield data
-
     def _stream_error(
         self, event: dict[str, Any], path: str, model_id: str, yielded: bool
     ) -> ProviderError:
         error = self._error_from_payload(None, event, httpx.Headers(), path, model_id)
-        if yielded:
-            return StreamBroken(
-                f"{self._where(path, model_id)} broke off the stream: {error.message}",
-                reason="broke off its answer part of the way",
-            )
-        return error
-
-    def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
-        try:
-            payload: Any = response.json()
-        except ValueError:
-            payload = response.text
-        return self._error_from_payload(
-            response.status_code, payload, response.headers, path, model_id
-        )
+        return self._broke_off(path, model_id, error.message) if yielded else error
 
     def _error_from_payload(
         self,
@@ -421,11 +349,7 @@ class AnthropicProvider(HTTPProvider):
         error = payload.get("error") if isinstance(payload, dict) else None
         kind = error.get("type") if isinstance(error, dict) else None
         raw = error.get("message") if isinstance(error, dict) else payload
-        message = self._snippet(raw if isinstance(raw, str) else json.dumps(raw)) or (
-            f"HTTP {status}" if status is not None else "unknown error"
-        )
-        shown = f"HTTP {status}: {message}" if status is not None else message
-        text = f"{self._where(path, model_id)} answered {shown}"
+        message, text = self._answered(status, raw, path, model_id)
         if kind == "rate_limit_error" or status == 429:
             return RateLimited(text, status=status, retry_after=retry_after(headers, message))
         if kind == "overloaded_error" or status == 529:
@@ -453,8 +377,3 @@ class AnthropicProvider(HTTPProvider):
             reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
             return ProviderUnavailable(text, status=status, reason=reason)
         return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
-
-
-async def _data_of(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-    async for event in events:
-        yield json.dumps(event)

@@ -25,26 +25,30 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource
 
 from webapp.llm.providers.base import (
     CallInfo,
     ChatResult,
-    CompletionResult,
     ContextLengthExceeded,
     Message,
     ProviderError,
     ProviderUnavailable,
     RateLimited,
-    StreamBroken,
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, retry_after, tracing_sent
+from webapp.llm.providers.http import (
+    ChatOnlyProvider,
+    content_text,
+    count_of,
+    read_rest,
+    retry_after,
+    tool_arguments,
+)
 from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
 
 __all__ = ["API_VERSION", "GeminiProvider", "to_gemini_request"]
@@ -65,28 +69,6 @@ _FINISH = {
 
 _UNAVAILABLE = frozenset({"UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "UNKNOWN"})
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text") or "") if isinstance(part, dict) else str(part) for part in content
-        )
-    return str(content)
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except ValueError:
-        return {"arguments": raw}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def _declarations(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -113,7 +95,7 @@ def to_gemini_request(
     names: dict[str, str] = {}
     for message in messages:
         role = message.get("role")
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"))
         if role in ("system", "developer"):
             if text:
                 system.append({"text": text})
@@ -138,7 +120,12 @@ def to_gemini_request(
                 name = str(function.get("name") or "")
                 names[str(call.get("id") or "")] = name
                 parts.append(
-                    {"functionCall": {"name": name, "args": _arguments(function.get("arguments"))}}
+                    {
+                        "functionCall": {
+                            "name": name,
+                            "args": tool_arguments(function.get("arguments")),
+                        }
+                    }
                 )
         if not parts:
             continue  # an empty answer: Gemini refuses a content without parts
@@ -196,7 +183,7 @@ def _finish(reason: str | None, calls: bool) -> str | None:
     return _FINISH.get(reason, reason.lower())
 
 
-class GeminiProvider(HTTPProvider):
+class GeminiProvider(ChatOnlyProvider):
     """Gemini through `v1beta/models/{model}:generateContent` under `base_url` (the
     vendor's root, ``https://generativelanguage.googleapis.com``)."""
 
@@ -269,33 +256,16 @@ class GeminiProvider(HTTPProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with (
-                self._clients.client() as client,
-                client.stream(
-                    "POST",
-                    path,
-                    params={"alt": "sse"},
-                    json=body,
-                    headers={"Accept": "text/event-stream"},
-                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_error(response, path, model_id)
-                events = self._events(response, path, model_id, lambda: yielded)
-                async for data in events:
+            async with self._streamed(
+                path, body, model_id, sent, params={"alt": "sse"}
+            ) as response:
+                events = self._json_events(response, path, model_id, lambda: yielded)
+                async for _, data in events:
                     if "error" in data:
                         error = self._error_from_payload(
                             None, data, httpx.Headers(), path, model_id
                         )
-                        if yielded:
-                            raise StreamBroken(
-                                f"{self._where(path, model_id)} broke off the stream: "
-                                f"{error.message}",
-                                reason="broke off its answer part of the way",
-                            )
-                        raise error
+                        raise self._broke_off(path, model_id, error.message) if yielded else error
                     usage = _usage(data.get("usageMetadata"), usage)
                     parts, reason = _parts(data)
                     if not parts and reason is None and not yielded and "promptFeedback" in data:
@@ -307,7 +277,7 @@ class GeminiProvider(HTTPProvider):
                     if reason is not None:
                         calls = any(isinstance(p, dict) and "functionCall" in p for p in parts)
                         finish_reason = _finish(reason, calls)
-                        await read_rest(_data(events))
+                        await read_rest(events)
                         break
                 else:
                     raise self._cut_short(
@@ -317,15 +287,6 @@ class GeminiProvider(HTTPProvider):
             if finish_reason is None:
                 raise self._stream_broke(exc, path, model_id, yielded) from None
         yield StreamChunk(finish_reason=finish_reason, usage=usage)
-
-    async def complete(
-        self, model_id: str, prompt: str, *, max_tokens: int | None = None
-    ) -> CompletionResult:
-        """Gemini has no raw completion: the prompt is sent as one user turn."""
-        answer = await self.chat(
-            model_id, [{"role": "user", "content": prompt}], max_tokens=max_tokens
-        )
-        return CompletionResult(answer.content, answer.finish_reason, answer.usage)
 
     async def embed(self, model_id: str, inputs: list[str]) -> list[list[float]]:
         if not inputs:
@@ -350,40 +311,6 @@ class GeminiProvider(HTTPProvider):
 
     # ---- the wire ----------------------------------------------------------------------
 
-    def _events(
-        self,
-        response: httpx.Response,
-        path: str,
-        model_id: str,
-        yielded: Callable[[], bool],
-    ) -> AsyncIterator[dict[str, Any]]:
-        content_type = response.headers.get("content-type", "")
-        if "text/event-stream" not in content_type.partition(";")[0]:
-            raise ProviderUnavailable(
-                f"{self._where(path, model_id)} answered HTTP {response.status_code} with "
-                f"{content_type or 'no content type'!r}, not an event stream",
-                status=response.status_code,
-                reason="sent an answer this app cannot read",
-            )
-        return self._parsed(EventSource(response).aiter_sse(), model_id, yielded)
-
-    async def _parsed(
-        self, events: AsyncIterator[Any], model_id: str, yielded: Callable[[], bool]
-    ) -> AsyncIterator[dict[str, Any]]:
-        async for event in events:
-            if not event.data:
-                continue
-            try:
-                data = json.loads(event.data)
-            except ValueError:
-                raise self._cut_short(
-                    model_id,
-                    yielded(),
-                    f"a stream event is not JSON: {self._snippet(event.data)!r}",
-                ) from None
-            if isinstance(data, dict):
-                yield data
-
     def _blocked(self, data: dict[str, Any], path: str, model_id: str) -> ProviderError:
         feedback = data.get("promptFeedback")
         reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
@@ -394,17 +321,6 @@ class GeminiProvider(HTTPProvider):
             reason=f"refused the prompt ({str(reason).lower()})",
         )
 
-    def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
-        try:
-            payload: Any = response.json()
-        except ValueError:
-            payload = response.text
-        if isinstance(payload, list) and payload:  # a stream without alt=sse: a JSON array
-            payload = payload[0]
-        return self._error_from_payload(
-            response.status_code, payload, response.headers, path, model_id
-        )
-
     def _error_from_payload(
         self,
         status: int | None,
@@ -413,17 +329,15 @@ class GeminiProvider(HTTPProvider):
         path: str,
         model_id: str,
     ) -> ProviderError:
+        if isinstance(payload, list) and payload:  # a stream without alt=sse: a JSON array
+            payload = payload[0]
         error = payload.get("error") if isinstance(payload, dict) else None
         if not isinstance(error, dict):
             error = {}
         code = status if status is not None else count_of(error.get("code"))
         kind = error.get("status")
         raw = error.get("message") if error else payload
-        message = self._snippet(raw if isinstance(raw, str) else json.dumps(raw)) or (
-            f"HTTP {code}" if code is not None else "unknown error"
-        )
-        shown = f"HTTP {code}: {message}" if code is not None else message
-        text = f"{self._where(path, model_id)} answered {shown}"
+        message, text = self._answered(code, raw, path, model_id)
         if kind == "RESOURCE_EXHAUSTED" or code == 429:
             wait = retry_after(headers, message)
             for detail in error.get("details") or []:
@@ -449,8 +363,3 @@ class GeminiProvider(HTTPProvider):
             reason = f"is unavailable (HTTP {code})" if code else "is unavailable"
             return ProviderUnavailable(text, status=code, reason=reason)
         return ProviderError(text, status=code, reason=f"refused the request (HTTP {code})")
-
-
-async def _data(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-    async for event in events:
-        yield json.dumps(event)

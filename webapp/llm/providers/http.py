@@ -13,14 +13,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent
 
-from webapp.llm.providers.base import ProviderError, ProviderUnavailable, StreamBroken
+from webapp.llm.providers.base import (
+    CallInfo,
+    ChatResult,
+    CompletionResult,
+    Message,
+    ProviderError,
+    ProviderUnavailable,
+    StreamBroken,
+)
 from webapp.llm.providers.network import transport_for
 from webapp.llm.providers.pool import ClientShards
 
@@ -35,6 +45,31 @@ _MAX_ERROR_TEXT = 500
 def count_of(value: Any) -> int | None:
     """A token count as the wire should carry it (an int, not negative), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def content_text(content: Any) -> str:
+    """OpenAI message content as text: a string, or the text of a list of parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text") or "") if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
+
+
+def tool_arguments(raw: Any) -> dict[str, Any]:
+    """An OpenAI tool call's `arguments` (a JSON string) as the object the native APIs
+    want (`tool_use.input`, `functionCall.args`): what is not an object is wrapped."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+    except ValueError:
+        return {"arguments": raw}
+    return value if isinstance(value, dict) else {"value": value}
 
 
 def retry_after(headers: httpx.Headers, message: str) -> float | None:
@@ -69,7 +104,7 @@ REST_TIMEOUT = 1.0
 """How long to wait for a stream's body to end after its [DONE]."""
 
 
-async def read_rest(events: AsyncIterator[str]) -> None:
+async def read_rest(events: AsyncIterator[Any]) -> None:
     """Read what follows [DONE], the end of the body, so the connection goes back to the
     pool: a new connection per answer cost ~3 ms of CPU each at 200 streams. (A kept
     connection to a server that leaves Nagle on can hold the next response's first chunk
@@ -210,8 +245,82 @@ class HTTPProvider:
         )
 
     def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
-        """The vendor's error body, read in its own shape."""
+        """An HTTP error status, read by the vendor's `_error_from_payload`."""
+        try:
+            payload: Any = response.json()
+        except ValueError:
+            payload = response.text
+        return self._error_from_payload(
+            response.status_code, payload, response.headers, path, model_id
+        )
+
+    def _error_from_payload(
+        self,
+        status: int | None,
+        payload: Any,
+        headers: httpx.Headers,
+        path: str,
+        model_id: str,
+    ) -> ProviderError:
+        """The vendor's error body (of an error status, or inside a stream), read in its
+        own shape as one of the error types of `base`."""
         raise NotImplementedError
+
+    def _answered(
+        self, status: int | None, message: Any, path: str, model_id: str
+    ) -> tuple[str, str]:
+        """(the vendor's error message, cut and scrubbed; the log line naming the endpoint
+        and quoting it, status first)."""
+        text = self._snippet(message if isinstance(message, str) else json.dumps(message))
+        text = text or (f"HTTP {status}" if status is not None else "unknown error")
+        shown = f"HTTP {status}: {text}" if status is not None else text
+        return text, f"{self._where(path, model_id)} answered {shown}"
+
+    def _broke_off(
+        self, path: str, model_id: str, message: str, status: int | None = None
+    ) -> StreamBroken:
+        """An error the vendor sent inside a stream after some text: the answer is partial."""
+        return StreamBroken(
+            f"{self._where(path, model_id)} broke off the stream: {self._clean(message)}",
+            status=status,
+            reason="broke off its answer part of the way",
+        )
+
+    def _event_stream(
+        self, response: httpx.Response, path: str, model_id: str
+    ) -> AsyncIterator[ServerSentEvent]:
+        """The events of a stream, read by httpx-sse (it joins an event's data lines and
+        drops comments, which servers send as keep-alives). A 200 that is not an event
+        stream (a proxy's page) is refused up front, like a 200 whose JSON cannot be read,
+        so the call is tried elsewhere."""
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.partition(";")[0]:
+            raise ProviderUnavailable(
+                f"{self._where(path, model_id)} answered HTTP {response.status_code} with "
+                f"{content_type or 'no content type'!r}, not an event stream",
+                status=response.status_code,
+                reason="sent an answer this app cannot read",
+            )
+        return EventSource(response).aiter_sse()
+
+    async def _json_events(
+        self, response: httpx.Response, path: str, model_id: str, yielded: Callable[[], bool]
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(event name, its data as an object) for every event that carries data; data
+        that is not JSON cuts the stream short (`yielded` says whether text went out)."""
+        async for event in self._event_stream(response, path, model_id):
+            if not event.data:
+                continue
+            try:
+                data = json.loads(event.data)
+            except ValueError:
+                raise self._cut_short(
+                    model_id,
+                    yielded(),
+                    f"a stream event is not JSON: {self._snippet(event.data)!r}",
+                ) from None
+            if isinstance(data, dict):
+                yield event.event, data
 
     async def _post_json(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
         try:
@@ -222,6 +331,34 @@ class HTTPProvider:
         if response.status_code >= 400:
             raise self._status_error(response, path, model_id)
         return self._json_body(response, path, model_id)
+
+    @contextlib.asynccontextmanager
+    async def _streamed(
+        self,
+        path: str,
+        body: dict[str, Any],
+        model_id: str,
+        sent: Callable[[], None] | None,
+        params: dict[str, str] | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """A streamed POST, open while the caller reads it; an error status is raised as
+        the vendor's error, its body read. Transport errors are the caller's to translate
+        (`_stream_broke`: before any text or after)."""
+        async with (
+            self._clients.client() as client,
+            client.stream(
+                "POST",
+                path,
+                params=params,
+                json=body,
+                headers={"Accept": "text/event-stream"},
+                extensions={"trace": tracing_sent(sent)} if sent is not None else None,
+            ) as response,
+        ):
+            if response.status_code >= 400:
+                await response.aread()
+                raise self._status_error(response, path, model_id)
+            yield response
 
     def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
         try:
@@ -257,3 +394,27 @@ class HTTPProvider:
             f"{self._where(path, model_id)} sent an answer this client cannot read: {exc}",
             reason="sent an answer this app cannot read",
         )
+
+
+class ChatOnlyProvider(HTTPProvider):
+    """A vendor API with no raw completion (Anthropic's, Gemini's): a prompt to complete
+    is sent as one user turn."""
+
+    async def chat(
+        self,
+        model_id: str,
+        messages: list[Message],
+        *,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        info: CallInfo | None = None,
+    ) -> ChatResult:
+        raise NotImplementedError
+
+    async def complete(
+        self, model_id: str, prompt: str, *, max_tokens: int | None = None
+    ) -> CompletionResult:
+        answer = await self.chat(
+            model_id, [{"role": "user", "content": prompt}], max_tokens=max_tokens
+        )
+        return CompletionResult(answer.content, answer.finish_reason, answer.usage)

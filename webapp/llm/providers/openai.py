@@ -27,7 +27,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import httpx
-from httpx_sse import EventSource
 
 from webapp.llm.providers.base import (
     CallInfo,
@@ -38,11 +37,16 @@ from webapp.llm.providers.base import (
     ProviderError,
     ProviderUnavailable,
     RateLimited,
-    StreamBroken,
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, retry_after, tracing_sent
+from webapp.llm.providers.http import (
+    HTTPProvider,
+    content_text,
+    count_of,
+    read_rest,
+    retry_after,
+)
 
 __all__ = [
     "OpenAIProvider",
@@ -202,19 +206,6 @@ def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
     return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
 
 
-def _text(content: Any) -> str:
-    """Message content as text; some servers answer with a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            part.get("text") or "" if isinstance(part, dict) else str(part) for part in content
-        )
-    return str(content)
-
-
 def _first_choice(data: dict[str, Any]) -> dict[str, Any]:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -296,19 +287,7 @@ class OpenAIProvider(HTTPProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with (
-                self._clients.client() as client,
-                client.stream(
-                    "POST",
-                    path,
-                    json=body,
-                    headers={"Accept": "text/event-stream"},
-                    extensions={"trace": tracing_sent(sent)} if sent is not None else None,
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise self._status_error(response, path, model_id)
+            async with self._streamed(path, body, model_id, sent) as response:
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # The server ignored "stream": it sent the whole answer at once.
                     await response.aread()
@@ -331,7 +310,7 @@ class OpenAIProvider(HTTPProvider):
                         continue  # the usage-only chunk, or a keep-alive
                     choice = choices[0]
                     delta = choice.get("delta") or {}
-                    text = _text(delta.get("content")) if isinstance(delta, dict) else ""
+                    text = content_text(delta.get("content")) if isinstance(delta, dict) else ""
                     # Tool-call and reasoning deltas carry no answer text; skipped.
                     if text:
                         yielded = True
@@ -357,7 +336,7 @@ class OpenAIProvider(HTTPProvider):
         try:
             choice = _first_choice(data)
             return CompletionResult(
-                text=_text(choice.get("text")),
+                text=content_text(choice.get("text")),
                 finish_reason=choice.get("finish_reason"),
                 usage=_usage(data),
             )
@@ -413,7 +392,7 @@ class OpenAIProvider(HTTPProvider):
             choice = _first_choice(data)
             message = choice.get("message") or {}
             return ChatResult(
-                content=_text(message.get("content")),
+                content=content_text(message.get("content")),
                 finish_reason=choice.get("finish_reason"),
                 usage=_usage(data),
                 tool_calls=list(message.get("tool_calls") or []),
@@ -426,18 +405,9 @@ class OpenAIProvider(HTTPProvider):
         lines and drops comments, which servers send as keep-alives.
 
         An event with no data (a bare `id:` or `retry:`) carries no chunk and is skipped.
-        A 200 that is not an event stream (a proxy's page) is refused up front, like a 200
-        whose JSON cannot be read, so the call is tried elsewhere.
         """
-        content_type = response.headers.get("content-type", "")
-        if "text/event-stream" not in content_type.partition(";")[0]:
-            raise ProviderUnavailable(
-                f"{self._where(path, model_id)} answered HTTP {response.status_code} with "
-                f"{content_type or 'no content type'!r}, not an event stream",
-                status=response.status_code,
-                reason="sent an answer this app cannot read",
-            )
-        return (event.data async for event in EventSource(response).aiter_sse() if event.data)
+        events = self._event_stream(response, path, model_id)
+        return (event.data async for event in events if event.data)
 
     def _stream_event(self, data: str, path: str, model_id: str, yielded: bool) -> dict[str, Any]:
         """One stream event as JSON; an error event becomes the matching error."""
@@ -453,25 +423,11 @@ class OpenAIProvider(HTTPProvider):
             message, code, _, _ = _error_parts(event)
             status = code if isinstance(code, int) else None
             if yielded:
-                raise StreamBroken(
-                    f"{self._where(path, model_id)} broke off the stream: "
-                    f"{self._clean(message or 'an error event')}",
-                    status=status,
-                    reason="broke off its answer part of the way",
-                )
+                raise self._broke_off(path, model_id, message or "an error event", status)
             raise self._error_from_payload(status, event, httpx.Headers(), path, model_id)
         return event
 
     # ---- errors ----------------------------------------------------------------------
-
-    def _status_error(self, response: httpx.Response, path: str, model_id: str) -> ProviderError:
-        try:
-            payload: Any = response.json()
-        except ValueError:
-            payload = response.text
-        return self._error_from_payload(
-            response.status_code, payload, response.headers, path, model_id
-        )
 
     def _error_from_payload(
         self,
@@ -484,11 +440,7 @@ class OpenAIProvider(HTTPProvider):
         message, code, kind, error = _error_parts(payload)
         if message is None:
             message = payload if isinstance(payload, str) else ""
-        message = self._snippet(message) or (
-            f"HTTP {status}" if status is not None else "unknown error"
-        )
-        shown = f"HTTP {status}: {message}" if status is not None else message
-        text = f"{self._where(path, model_id)} answered {shown}"
+        message, text = self._answered(status, message, path, model_id)
 
         if status == 429 or code == "rate_limit_exceeded":
             return RateLimited(text, status=status, retry_after=retry_after(headers, message))
