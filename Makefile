@@ -54,9 +54,10 @@ run: $(VENV)/.installed
 	$(BIN)/webapp serve --host $(HOST) --port $(PORT)
 
 # mypy reads its files and strictness from pyproject.toml ([tool.mypy]).
-# The suite runs on TEST_WORKERS processes, each taking whole test files (so a file's
-# servers and browser start once); `TEST_WORKERS=0` runs it in this one process.
-TEST_WORKERS ?= 2
+# `TEST_WORKERS=2 make test` runs the suite on two processes, each taking whole test files
+# (so a file's servers and browser start once): quicker on a busy machine, no quicker on
+# a quiet one, and the timing-sensitive tests are steadier in one process (the default).
+TEST_WORKERS ?= 0
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench
 	$(BIN)/mypy
