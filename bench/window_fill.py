@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import fresh_sqlite, git_revision, machine
-from tests.test_counting import catalog_service, counting_service
-from tests.test_estimator import corpus
+from tests.counting import catalog_service, corpus, counting_service
 from tests.upstream import FakeUpstream
 from tests.vendors import KEY_ENV, FakeVendors, providers_toml
 from webapp.chat.models import Status

@@ -115,3 +115,90 @@ def write_upstream_catalog(path: Path, upstream: Upstream, extra: str = "") -> P
 
 def upstream_catalog(tmp_path: Path, upstream: Upstream, extra: str = "") -> Catalog:
     return load_catalog(write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra))
+
+
+def write_catalog(folder: Path, base_url: str, models: str) -> Path:
+    """A catalog with provider "up" at `base_url` and the given [[models]] text."""
+    path = folder / "catalog.toml"
+    path.write_text(
+        f"""
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{base_url}"
+api_key_env = "COUNTING_TEST_KEY"
+
+[[providers]]
+name = "demo"
+kind = "demo"
+
+{models}
+
+[[configurations]]
+name = "c"
+model = "m"
+"""
+    )
+    return path
+
+
+def model_toml(name: str = "m", tokenizer: str | None = None, model_id: str = "medium") -> str:
+    line = f'tokenizer = "{tokenizer}"\n' if tokenizer is not None else ""
+    return f'[[models]]\nname = "{name}"\nprovider = "up"\nmodel_id = "{model_id}"\n{line}'
+
+
+def catalog_for(tmp_path: Path, up: Upstream, tokenizer: str | None = None) -> Catalog:
+    return load_catalog(write_catalog(tmp_path, up.base_url, model_toml(tokenizer=tokenizer)))
+
+
+def engine_toml(upstream: Upstream) -> str:
+    return f"""
+[[providers]]
+name = "engine"
+kind = "openai"
+base_url = "{upstream.base_url}"
+timeout = 5
+
+[[models]]
+name = "gemma"
+provider = "engine"
+model_id = "medium"
+context_window = 4096
+max_output_tokens = 200
+
+[[models]]
+name = "gemma-twin"
+provider = "engine"
+model_id = "medium"
+context_window = 4096
+max_output_tokens = 200
+
+[[models]]
+name = "guess"
+provider = "engine"
+model_id = "medium"
+context_window = 4096
+max_output_tokens = 200
+tokenizer = "estimate"
+
+# How full a send is measures the counts, so the fill configurations keep as many turns
+# as fit on every send (`trim_to = 1.0`); a moved cut goes down to trim_to on purpose.
+[[configurations]]
+name = "gemma"
+model = "gemma"
+trim_to = 1.0
+
+[[configurations]]
+name = "twin"
+model = "gemma-twin"
+
+[[configurations]]
+name = "briefed"
+model = "gemma"
+system_prompt = "You are a careful assistant. Answer in one short paragraph."
+
+[[configurations]]
+name = "guess"
+model = "guess"
+trim_to = 1.0
+"""

@@ -1,20 +1,38 @@
-"""Shared fixtures: databases (SQLite and PostgreSQL), the app, the fake upstream and
-vendors."""
+"""Shared fixtures: databases (SQLite and PostgreSQL), settings, the app and its clients,
+the conversation service, the fake upstream and vendors. Each is built from
+tests/factories.py and defined once; a test module sets what its own settings need with
+`pytestmark = pytest.mark.settings(extra=..., **fields)`."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.factories import (
+    Client,
+    build_service,
+    close_service,
+    htmx_headers,
+    make_user,
+    settings_for,
+    sign_in,
+)
 from tests.postgres import require, throwaway_database
+from tests.served import Gateway, serve_in_thread
 from tests.upstream import (  # noqa: F401  (the fake OpenAI-compatible servers)
+    FakeUpstream,
     engine_upstream,
     upstream,
 )
@@ -22,7 +40,11 @@ from tests.vendors import (  # noqa: F401  (the fake Anthropic and Gemini APIs, 
     vendor_keys,
     vendors,
 )
+from webapp.app import create_app
+from webapp.chat.service import ConversationService
+from webapp.db import Database
 from webapp.migrate import upgrade
+from webapp.settings import Settings
 
 # Titles written by the model make a call after every first answer: the tests that count
 # or inspect the upstream's requests speak of sends. The tests of titles turn them on.
@@ -95,3 +117,99 @@ async def no_running_tasks() -> AsyncIterator[None]:
     yield
     pending = [t for t in asyncio.all_tasks() if t.get_name().startswith("answer-")]
     assert not pending, f"answers still running after the test: {pending}"
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url)
+    yield database
+    await database.dispose()
+
+
+@pytest.fixture
+def settings(
+    request: pytest.FixtureRequest,
+    database_url: str,
+    tmp_path: Path,
+    upstream: FakeUpstream,  # noqa: F811
+) -> Settings:
+    """Settings on the fake upstream's catalog, on both databases; the module's `settings`
+    marker adds catalog entries (`extra`) and sets fields."""
+    marker = request.node.get_closest_marker("settings")
+    return settings_for(database_url, tmp_path, upstream, **(marker.kwargs if marker else {}))
+
+
+@pytest.fixture
+def app(settings: Settings) -> Litestar:
+    return create_app(settings)
+
+
+@pytest.fixture
+async def client(app: Litestar, settings: Settings) -> AsyncIterator[AsyncTestClient]:
+    """alice's API client: her bearer token on every request."""
+    token = await make_user(settings.database_url, "alice")
+    async with AsyncTestClient(app=app) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {token}"
+        yield test_client
+
+
+@pytest.fixture
+async def browser(app: Litestar) -> AsyncIterator[AsyncTestClient]:
+    """A signed-out browser: cookies kept, redirects shown, not followed."""
+    async with Client(app=app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+async def callers(
+    app: Litestar, settings: Settings, database_url: str
+) -> AsyncIterator[dict[str, AsyncTestClient]]:
+    """Three clients, each on an app of its own (as on three workers): one app's start-up
+    and shutdown run once, with its client. The catalog must have the `support` embed
+    (`extra=EMBED`)."""
+    token = await make_user(database_url, "root", admin=True)
+    async with (
+        Client(app=app) as by_token,
+        Client(app=create_app(settings)) as browser,
+        Client(app=create_app(settings)) as visitor,
+    ):
+        by_token.headers["Authorization"] = f"Bearer {token}"
+        browser.headers["x-csrftoken"] = await sign_in(browser, "root")
+        page = await visitor.get("/embed/support")
+        assert page.status_code == 200
+        # No cookie comes back over plain http (it is Secure): the visitor is its header.
+        visitor.headers.update(htmx_headers(page.text))
+        yield {"token": by_token, "session": browser, "visitor": visitor}
+
+
+@pytest.fixture
+async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
+    service = await build_service(settings)
+    yield service
+    await close_service(service)
+
+
+@pytest.fixture
+def serve(
+    tmp_path: Path,
+    upstream: FakeUpstream,  # noqa: F811
+) -> Iterator[Callable[..., Gateway]]:
+    """`serve(database_url, **settings)` starts the app (in a thread, with uvicorn on its
+    own loop) for alice and bob on a free port; stopped at the end."""
+    running: list[tuple[uvicorn.Server, threading.Thread]] = []
+    gateways: list[Gateway] = []
+
+    def start(database_url: str, **overrides: Any) -> Gateway:
+        settings = settings_for(database_url, tmp_path, upstream, **overrides)
+        tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
+        server, thread, port = serve_in_thread(settings)
+        running.append((server, thread))
+        gateways.append(Gateway(f"http://127.0.0.1:{port}", tokens))
+        return gateways[-1]
+
+    yield start
+    for client in (client for gateway in gateways for client in gateway.clients):
+        client.close()
+    for server, thread in running:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -36,6 +36,18 @@ def webapp_serve(port: int) -> list[str]:
     return [str(WEBAPP), "serve", "--port", str(port), "--log-level", "warning"]
 
 
+H11_SERVE = (
+    "import sys, uvicorn; from webapp.web.server import DeadlineH11Protocol; "
+    "uvicorn.run('webapp.asgi:app', port=int(sys.argv[1]), log_level='warning', "
+    "http=DeadlineH11Protocol, timeout_keep_alive=1)"
+)
+
+
+def h11_serve(port: int) -> list[str]:
+    """What `webapp serve` falls back to without httptools."""
+    return [sys.executable, "-c", H11_SERVE, str(port)]
+
+
 @dataclass(kw_only=True)
 class ServerProcess:
     """One server process on `port`, its output appended to `log`; started, stopped and

@@ -17,7 +17,6 @@ import shutil
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -25,13 +24,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from litestar import Litestar
-from litestar.datastructures import State
-from litestar.di import Provide
-from litestar.enums import ScopeType
-from litestar.exceptions import HTTPException
 from litestar.testing import AsyncTestClient
-from litestar.types import ASGIApp, Receive, Scope, Send
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session as OrmSession
@@ -41,23 +34,19 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
 from tests.dbutil import session_on
+from tests.factories import add_user, admin_client, build_service
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
-from webapp.accounts.web import owner_of
 from webapp.admin import queries
 from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
 from webapp.admin.listing import SORTS, Listing, parse_listing
 from webapp.admin.web import AdminController, admin_only, left_out_spans
-from webapp.app import app_error, http_error
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService
-from webapp.db import Database, is_sqlite
-from webapp.errors import AppError, InvalidInput, NotFound
-from webapp.llm.calibration import Calibrator
-from webapp.llm.manager import LLMManager
+from webapp.db import is_sqlite
+from webapp.errors import InvalidInput, NotFound
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
-from webapp.web.templates import template_config
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 """The conversations are made once per database, on the module's event loop; every
@@ -82,20 +71,6 @@ class World:
     """Short name -> conversation id."""
     sent: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
     """(conversation id, user seq) -> the messages of the last request of that send."""
-
-
-async def build_service(settings: Settings) -> ConversationService:
-    db = Database(settings.database_url)
-    calibrator = Calibrator(db)
-    await calibrator.load()
-    return ConversationService(db, LLMManager(settings.catalog, calibrator), settings)
-
-
-async def add_user(chat: ConversationService, name: str, *, admin: bool = False) -> User:
-    user = User(username=name, username_key=name.lower(), password_hash="x", is_admin=admin)
-    async with session_on(chat.db, begin=True) as session:
-        session.add(user)
-    return user
 
 
 async def send(
@@ -709,57 +684,6 @@ def test_query_parameters_are_parsed_or_refused_clearly() -> None:
     ):
         with pytest.raises(InvalidInput, match=message):
             parse_listing(params)
-
-
-def user_from_header(users: dict[bytes, User]) -> Callable[[ASGIApp], ASGIApp]:
-    """Stands in for the real authentication: `x-test-user` names who is asking."""
-
-    def middleware(app: ASGIApp) -> ASGIApp:
-        async def call(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == ScopeType.HTTP:
-                who = dict(scope["headers"]).get(b"x-test-user", b"")
-                scope["user"] = users.get(who)
-            await app(scope, receive, send)
-
-        return call
-
-    return middleware
-
-
-@asynccontextmanager
-async def admin_client(
-    settings: Settings, users: dict[str, User]
-) -> AsyncIterator[AsyncTestClient]:
-    """The controller in a small app, as app.py will mount it, with `x-test-user` naming
-    who asks. The test client serves the app on an event loop of its own, so the app gets
-    its own service (and database pool)."""
-
-    async def start(app: Litestar) -> None:
-        app.state.chat = await build_service(settings)
-
-    async def stop(app: Litestar) -> None:
-        chat: ConversationService = app.state.chat
-        await chat.manager.aclose()
-        await chat.db.dispose()
-
-    def chat(state: State) -> ConversationService:
-        return state.chat
-
-    app = Litestar(
-        route_handlers=[AdminController],
-        template_config=template_config(),
-        # As in the real app: `owner` (who is asking) is an app-wide dependency.
-        dependencies={
-            "chat": Provide(chat, sync_to_thread=False),
-            "owner": Provide(owner_of, sync_to_thread=False),
-        },
-        middleware=[user_from_header({name.encode(): user for name, user in users.items()})],
-        exception_handlers={AppError: app_error, HTTPException: http_error},
-        on_startup=[start],
-        on_shutdown=[stop],
-    )
-    async with AsyncTestClient(app=app) as test_client:
-        yield test_client
 
 
 @pytest_asyncio.fixture(loop_scope="module")

@@ -23,7 +23,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import CLOSED_PORT_URL, write_upstream_catalog
 from tests.dbutil import session_on
-from tests.test_admin import admin_client
+from tests.factories import admin_client
 from webapp.accounts.models import User
 from webapp.admin import queries
 from webapp.admin.queries import UNKNOWN_MODEL, CacheDay

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
+from tests.factories import make_user, new_conversation, parse_sse
 from tests.upstream import FakeUpstream
-from webapp.accounts.models import ADMIN, DEFAULT_SCOPES
-from webapp.accounts.service import AccountService
-from webapp.app import create_app
-from webapp.db import Database
-from webapp.settings import Settings
-from webapp.stored import id_of
+
+pytestmark = pytest.mark.settings(max_message_chars=2000)
 
 MESSAGE_FIELDS = {
     "id",
@@ -38,57 +31,6 @@ MESSAGE_FIELDS = {
     "error",
     "feedback",
 }
-
-
-@pytest.fixture
-async def client(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> AsyncIterator[AsyncTestClient]:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-        max_message_chars=2000,
-    )
-    token = await make_user(database_url, "alice")
-    async with AsyncTestClient(app=create_app(settings)) as test_client:
-        test_client.headers["Authorization"] = f"Bearer {token}"
-        yield test_client
-
-
-async def make_user(database_url: str, name: str, *, admin: bool = False) -> str:
-    """A user and an API token for them, made outside the app (the test client runs the
-    app on its own event loop, and database connections belong to one loop)."""
-    engine = Database(database_url)
-    try:
-        accounts = AccountService(engine)
-        user = await accounts.create_user(name, "correct horse battery", is_admin=admin)
-        scopes = [*DEFAULT_SCOPES, ADMIN] if admin else DEFAULT_SCOPES
-        _, token = await accounts.create_token(id_of(user), "tests", scopes)
-        return token
-    finally:
-        await engine.dispose()
-
-
-def parse_sse(body: str) -> list[tuple[str, dict[str, Any], str | None]]:
-    events = []
-    for block in body.replace("\r\n", "\n").split("\n\n"):
-        name, data, event_id = "message", [], None
-        for line in block.split("\n"):
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].strip())
-            elif line.startswith("id:"):
-                event_id = line[3:].strip()
-        if data:
-            events.append((name, json.loads("\n".join(data)), event_id))
-    return events
-
-
-async def new_conversation(client: AsyncTestClient, **body: Any) -> dict[str, Any]:
-    response = await client.post("/api/conversations", json=body or {"configuration": "small"})
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 async def test_health_schema_and_configurations(client: AsyncTestClient) -> None:

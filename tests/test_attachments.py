@@ -11,7 +11,7 @@ from pathlib import Path
 from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
+from tests.factories import make_user
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat.attachments import Attachment, attach, split_attachment

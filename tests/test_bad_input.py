@@ -3,22 +3,16 @@ PostgreSQL), by each kind of caller: an API token, a signed-in browser, an embed
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
-from tests.test_security import EMBED, Client, sign_in
-from tests.upstream import FakeUpstream
-from webapp.app import create_app
-from webapp.settings import Settings
+from tests.factories import EMBED
+
+pytestmark = pytest.mark.settings(extra=EMBED, rate_limit_messages=0, embed_rate_limit_messages=0)
 
 HUGE_IDS = (2**63, 2**64, -(2**63) - 1, 10**40)
 """Past 64-bit signed integers, which both databases' drivers refuse to bind."""
@@ -49,49 +43,6 @@ QUERY = {
 }
 LAST = ("/logout", "/delete")
 """Walked last: they end the session or the conversation the other routes use."""
-
-
-def htmx_headers(html: str) -> dict[str, str]:
-    """What htmx sends on every request of the page (`hx-headers:inherited` on body)."""
-    match = re.search(r"<body hx-headers:inherited='([^']*)'>", html)
-    assert match, "the page carries its headers for htmx"
-    return json.loads(match.group(1))
-
-
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
-    return Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED),
-        rate_limit_messages=0,
-        embed_rate_limit_messages=0,
-    )
-
-
-@pytest.fixture
-def app(settings: Settings) -> Litestar:
-    return create_app(settings)
-
-
-@pytest.fixture
-async def callers(
-    app: Litestar, settings: Settings, database_url: str
-) -> AsyncIterator[dict[str, AsyncTestClient]]:
-    """Three clients, each on an app of its own (as on three workers): one app's start-up
-    and shutdown run once, with its client."""
-    token = await make_user(database_url, "root", admin=True)
-    async with (
-        Client(app=app) as by_token,
-        Client(app=create_app(settings)) as browser,
-        Client(app=create_app(settings)) as visitor,
-    ):
-        by_token.headers["Authorization"] = f"Bearer {token}"
-        browser.headers["x-csrftoken"] = await sign_in(browser, "root")
-        page = await visitor.get("/embed/support")
-        assert page.status_code == 200
-        # No cookie comes back over plain http (it is Secure): the visitor is its header.
-        visitor.headers.update(htmx_headers(page.text))
-        yield {"token": by_token, "session": browser, "visitor": visitor}
 
 
 def paths(template: str, conversation_id: str) -> list[str]:

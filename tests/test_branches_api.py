@@ -3,33 +3,14 @@ every route, and every bad input answered with a clear 4xx, never a 500."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user, new_conversation, parse_sse
-from tests.upstream import FakeUpstream
-from webapp.app import create_app
-from webapp.settings import Settings
+from tests.factories import make_user, new_conversation, parse_sse
 
-
-@pytest.fixture
-async def client(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> AsyncIterator[AsyncTestClient]:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-        rate_limit_messages=0,
-    )
-    alice = await make_user(database_url, "alice")
-    async with AsyncTestClient(app=create_app(settings)) as test_client:
-        test_client.headers["Authorization"] = f"Bearer {alice}"
-        yield test_client
+pytestmark = pytest.mark.settings(rate_limit_messages=0)
 
 
 async def send(client: AsyncTestClient, cid: str, content: str, **extra: Any) -> dict[str, Any]:

@@ -4,18 +4,15 @@ answer plus the new turn, and the stored spans are exactly what it did not recei
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.test_service import OWNER, build_service, close_service, say, service_settings
+from tests.factories import OWNER, SERVICE, say
 from tests.upstream import FakeUpstream
 from webapp.chat.models import Message
 from webapp.chat.service import ConversationService
-from webapp.settings import Settings
 
 PLAIN = """
 [[configurations]]
@@ -31,17 +28,7 @@ system_prompt = "You are a test model."
 trim_to = 0.5
 """
 
-
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
-    return service_settings(database_url, tmp_path, upstream, PLAIN)
-
-
-@pytest.fixture
-async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
-    service = await build_service(settings)
-    yield service
-    await close_service(service)
+pytestmark = pytest.mark.settings(extra=PLAIN, **SERVICE)
 
 
 def sent(upstream: FakeUpstream) -> list[dict[str, Any]]:

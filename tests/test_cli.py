@@ -10,16 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.catalogs import write_upstream_catalog
+from tests.factories import WEBAPP, run
 from tests.upstream import FakeUpstream
-
-WEBAPP = [sys.executable, "-m", "webapp.cli"]
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [*WEBAPP, *args], capture_output=True, text=True, env=environment, timeout=60
-    )
 
 
 def test_migrate_creates_the_schema_and_is_idempotent(tmp_path: Path) -> None:

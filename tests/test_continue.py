@@ -4,37 +4,18 @@ question, for an answer that is no longer the newest, and for another user."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user, new_conversation
+from tests.factories import make_user, new_conversation
 from tests.upstream import FakeUpstream
-from webapp.app import create_app
 from webapp.chat.service import CONTINUE_PROMPT
-from webapp.settings import Settings
 
 SHORT = '\n[[configurations]]\nname = "short"\nmodel = "small"\nmax_tokens = 20\n'
 
+pytestmark = pytest.mark.settings(extra=SHORT)
+
 HTMX = {"hx-request": "true"}
-
-
-@pytest.fixture
-async def client(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> AsyncIterator[AsyncTestClient]:
-    """A user's client on a catalog with `short`: answers of at most 20 tokens."""
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=SHORT),
-    )
-    token = await make_user(database_url, "alice")
-    async with AsyncTestClient(app=create_app(settings)) as test_client:
-        test_client.headers["Authorization"] = f"Bearer {token}"
-        yield test_client
 
 
 async def test_continue_goes_on_in_a_new_bounded_turn(

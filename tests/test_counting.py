@@ -7,128 +7,25 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_estimator import corpus
-from tests.test_service import OWNER, say
-from tests.upstream import Engine, FakeUpstream
+from tests.catalogs import engine_toml
+from tests.counting import corpus, counting_service
+from tests.factories import OWNER, say
+from tests.upstream import FakeUpstream
 from webapp.chat.models import Status
 from webapp.chat.service import ConversationService
-from webapp.db import Database
 from webapp.errors import TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
-from webapp.llm.discovery import discover
 from webapp.llm.manager import LLMManager, Transcript
 from webapp.llm.tokenizers import Tokenizers
-from webapp.settings import Settings
 
 KINDS = ("english", "russian", "chinese", "hindi", "json", "python", "emoji", "arabic")
-
-
-def engine_toml(upstream: FakeUpstream) -> str:
-    return f"""
-[[providers]]
-name = "engine"
-kind = "openai"
-base_url = "{upstream.base_url}"
-timeout = 5
-
-[[models]]
-name = "gemma"
-provider = "engine"
-model_id = "medium"
-context_window = 4096
-max_output_tokens = 200
-
-[[models]]
-name = "gemma-twin"
-provider = "engine"
-model_id = "medium"
-context_window = 4096
-max_output_tokens = 200
-
-[[models]]
-name = "guess"
-provider = "engine"
-model_id = "medium"
-context_window = 4096
-max_output_tokens = 200
-tokenizer = "estimate"
-
-# How full a send is measures the counts, so the fill configurations keep as many turns
-# as fit on every send (`trim_to = 1.0`); a moved cut goes down to trim_to on purpose.
-[[configurations]]
-name = "gemma"
-model = "gemma"
-trim_to = 1.0
-
-[[configurations]]
-name = "twin"
-model = "gemma-twin"
-
-[[configurations]]
-name = "briefed"
-model = "gemma"
-system_prompt = "You are a careful assistant. Answer in one short paragraph."
-
-[[configurations]]
-name = "guess"
-model = "guess"
-trim_to = 1.0
-"""
-
-
-@asynccontextmanager
-async def counting_service(
-    database_url: str,
-    tmp_path: Path,
-    upstream: FakeUpstream,
-    engine: Engine = "llamacpp",
-    rate_limit: int = 0,
-) -> AsyncIterator[ConversationService]:
-    """The service as the app builds it: tokenizers probed against the engine first."""
-    upstream.set_engine(engine)
-    path = tmp_path / "engine.toml"
-    path.write_text(engine_toml(upstream), encoding="utf-8")
-    # Its windows are configured (the fake's /props says less, which only warns).
-    async with catalog_service(database_url, path, rate_limit, discover_windows=False) as service:
-        yield service
-
-
-@asynccontextmanager
-async def catalog_service(
-    database_url: str, path: Path, rate_limit: int = 0, *, discover_windows: bool = True
-) -> AsyncIterator[ConversationService]:
-    """The service for a catalog file as the app starts it: windows left out of the file
-    discovered (unless told not to), then the tokenizers probed."""
-    settings = Settings(
-        database_url=database_url,
-        config=path,
-        stream_flush_interval=0.05,
-        rate_limit_messages=rate_limit,
-        max_message_chars=20_000,
-    )
-    catalog = load_catalog(path)
-    if discover_windows:
-        catalog, _ = await discover(catalog)
-    tokenizers = Tokenizers()
-    await tokenizers.probe(catalog)
-    db = Database(database_url)
-    manager = LLMManager(catalog, Calibrator(db), tokenizers=tokenizers)
-    service = ConversationService(db, manager, settings)
-    try:
-        yield service
-    finally:
-        await service.shutdown()
-        await manager.aclose()
-        await tokenizers.aclose()
-        await db.dispose()
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests import test_bad_input
-from tests.test_tokenizers import catalog_for
+from tests.catalogs import catalog_for
+from tests.factories import EMBED
 from tests.upstream import FakeUpstream
 from webapp.llm.tokenizers import ServerTokenizer, Tokenizers, TokenizerUnavailable
 
@@ -25,9 +25,9 @@ ESCAPED = '"a\\ud800b"'
 """A JSON string holding a lone high surrogate (Python's json reads it; msgspec does not)."""
 BOUNDARY = "crafted"
 
-app, callers, settings = test_bad_input.app, test_bad_input.callers, test_bad_input.settings
-"""Three clients of the app (an API token, a signed-in browser, an embed visitor), on
-both databases."""
+pytestmark = pytest.mark.settings(extra=EMBED, rate_limit_messages=0, embed_rate_limit_messages=0)
+"""As the bad input tests: `callers` are three clients of the app (an API token, a
+signed-in browser, an embed visitor), on both databases."""
 
 
 def multipart(field: str, data: bytes, charset: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,6 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, aclosing
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import httpx
@@ -21,9 +20,9 @@ from sqlmodel import Session
 
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
+from tests.factories import build_service, close_service, make_user
 from tests.live_server import serving
-from tests.test_api import make_user, parse_sse
-from tests.test_service import build_service, close_service
+from tests.served import bearer, send, streaming_answer
 from tests.upstream import FakeUpstream
 from webapp.chat.live import follow_answer
 from webapp.chat.models import Conversation
@@ -80,30 +79,6 @@ async def events(response: httpx.Response) -> AsyncIterator[tuple[str, str, str 
         block = []
         if data:
             yield name, "\n".join(data), ident
-
-
-async def streaming_answer(api: httpx.AsyncClient, conversation: str) -> int:
-    """The id of the answer being written in a conversation, read through the API."""
-    for _ in range(100):
-        messages = (await api.get(f"/api/conversations/{conversation}")).json()["messages"]
-        streaming = [m for m in messages if m["role"] == "assistant" and m["status"] == "streaming"]
-        if streaming:
-            return int(streaming[-1]["id"])
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no answer is being written: {messages}")
-
-
-async def send(writer: httpx.AsyncClient, conversation: str) -> list[tuple[str, Any, Any]]:
-    body = {"content": "Tell me something long."}
-    headers = {"Accept": "text/event-stream"}
-    path = f"/api/conversations/{conversation}/messages"
-    async with writer.stream("POST", path, json=body, headers=headers) as response:
-        assert response.status_code == 201, await response.aread()
-        return parse_sse((await response.aread()).decode())
-
-
-def bearer(url: str, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
 async def test_an_answer_written_by_one_server_is_followed_live_from_another(

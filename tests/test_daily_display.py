@@ -12,7 +12,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_api import client, make_user, new_conversation  # noqa: F401  (the fixture)
+from tests.factories import make_user, new_conversation
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat.titles import (
@@ -25,6 +25,8 @@ from webapp.chat.titles import (
 )
 from webapp.chat.views import Alternative, Meter, cut_line_words
 from webapp.settings import Settings
+
+pytestmark = pytest.mark.settings(max_message_chars=2000)
 
 HTMX = {"hx-request": "true"}
 
@@ -101,7 +103,7 @@ def test_the_cut_line_does_not_say_the_opening_exchange_is_unseen() -> None:
         assert "36 earlier turns" in words
 
 
-async def test_new_conversation_reuses_an_empty_one(client: AsyncTestClient) -> None:  # noqa: F811
+async def test_new_conversation_reuses_an_empty_one(client: AsyncTestClient) -> None:
     first = await client.post("/c/new", data={"configuration": "small"}, headers=HTMX)
     second = await client.post("/c/new", data={"configuration": "small"}, headers=HTMX)
     assert first.status_code == second.status_code == 204
@@ -118,7 +120,7 @@ async def test_new_conversation_reuses_an_empty_one(client: AsyncTestClient) -> 
     assert len(rows) == 2
 
 
-async def test_rename_answers_with_the_sidebar_link(client: AsyncTestClient) -> None:  # noqa: F811
+async def test_rename_answers_with_the_sidebar_link(client: AsyncTestClient) -> None:
     conversation = await new_conversation(client)
     response = await client.post(
         f"/c/{conversation['id']}/rename", data={"title": "Rivers (fork)"}, headers=HTMX
@@ -130,7 +132,7 @@ async def test_rename_answers_with_the_sidebar_link(client: AsyncTestClient) -> 
 
 
 async def test_the_header_switch_answers_with_the_next_sends_meter(
-    client: AsyncTestClient,  # noqa: F811
+    client: AsyncTestClient,
 ) -> None:
     conversation = await new_conversation(client)
     base = f"/api/conversations/{conversation['id']}"
@@ -187,7 +189,7 @@ async def test_a_refused_admin_form_keeps_what_was_typed(
 
 
 async def test_more_conversations_goes_on_under_the_same_heading(
-    client: AsyncTestClient,  # noqa: F811
+    client: AsyncTestClient,
 ) -> None:
     for number in range(202):
         created = await client.post("/api/conversations", json={"title": f"c{number}"})

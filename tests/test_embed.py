@@ -16,8 +16,7 @@ from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_bad_input import htmx_headers
-from tests.test_security import EMBED, Client, found
+from tests.factories import EMBED, Client, found, htmx_headers
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat.models import Conversation
@@ -26,21 +25,9 @@ from webapp.embed.quota import EmbedQuota
 from webapp.errors import TooManyRequests
 from webapp.settings import Settings
 
+pytestmark = pytest.mark.settings(extra=EMBED, embed_rate_limit_messages=3)
+
 ANSWER = re.compile(r'data-role="assistant" data-message-id="(\d+)"')
-
-
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
-    return Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED),
-        embed_rate_limit_messages=3,
-    )
-
-
-@pytest.fixture
-def app(settings: Settings) -> Litestar:
-    return create_app(settings)
 
 
 async def conversations(database_url: str) -> int:

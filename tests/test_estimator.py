@@ -24,6 +24,7 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.counting import corpus
 from webapp.llm.estimator import (
     MESSAGE_OVERHEAD,
     REPLY_PRIMING,
@@ -32,10 +33,7 @@ from webapp.llm.estimator import (
     estimate_tools,
 )
 
-CORPUS = Path(__file__).parent / "corpus" / "estimator"
 REPORT = Path(__file__).parent / "artifacts" / "estimator_report.txt"
-SEPARATOR = "\n--8<--\n"
-"""Samples in a corpus file are separated by this line (short.txt: one per line)."""
 
 ENGLISH_MAX_RATIO = 1.35
 """English prose may be over-counted by 35% at most, in aggregate. The issue aims
@@ -58,19 +56,6 @@ def cl100k() -> tiktoken.Encoding:
 
 def real_tokens(text: str) -> int:
     return len(cl100k().encode(text, disallowed_special=()))
-
-
-def corpus() -> dict[str, list[str]]:
-    """Every kind of text and its samples."""
-    kinds = {}
-    for path in sorted(CORPUS.glob("*.txt")):
-        text = path.read_text(encoding="utf-8")
-        if path.stem == "short":
-            samples = text.splitlines()
-        else:
-            samples = text.removesuffix("\n").split(SEPARATOR)
-        kinds[path.stem] = [sample for sample in samples if sample]
-    return kinds
 
 
 CORPUS_SAMPLES = [

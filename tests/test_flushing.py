@@ -4,55 +4,22 @@ answers, stops found, finals group-committed; on PostgreSQL, each move announced
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
 
 import asyncpg
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 from sqlmodel import Session, col
 
 from tests.conftest import truncate_tables
+from tests.factories import writing_answers
 from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.models import Message, Status
 from webapp.chat.notify import CHANNEL
 from webapp.db import Database
 from webapp.timeutil import utcnow
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    yield database
-    await database.dispose()
-
-
-def _answers(session: Session, count: int) -> list[int]:
-    """A conversation with `count` answers being written."""
-    connection = session.connection()
-    conversation = Conversation(owner="embed:flush:visitor", configuration="demo", title="t")
-    connection.execute(
-        insert(Conversation).values(
-            {**conversation.model_dump(), "embed_name": "flush", "visitor": "visitor"}
-        )
-    )
-    now = utcnow()
-    rows = [
-        {
-            **MESSAGE_DEFAULTS,
-            "conversation_id": conversation.id,
-            "seq": seq,
-            "role": Role.ASSISTANT,
-            "status": Status.STREAMING,
-            "created_at": now,
-            "updated_at": now,
-        }
-        for seq in range(1, count + 1)
-    ]
-    result = connection.execute(insert(Message).returning(col(Message.id)), rows)
-    return sorted(id_of_inserted for id_of_inserted in result.scalars().all() if id_of_inserted)
 
 
 def _rows(session: Session, ids: list[int]) -> dict[int, tuple[str, str, datetime]]:
@@ -73,7 +40,7 @@ def _stop(session: Session, answer_id: int) -> None:
 async def test_moved_answers_are_written_together_and_quiet_ones_only_beat(
     db: Database,
 ) -> None:
-    ids = await db.write(_answers, 3)
+    ids = await db.write(writing_answers, 3)
     texts = {answer_id: "" for answer_id in ids}
     stops = {answer_id: asyncio.Event() for answer_id in ids}
     flusher = AnswerFlusher(db, interval=3600, heartbeat=3600, announce=False)
@@ -95,7 +62,7 @@ async def test_moved_answers_are_written_together_and_quiet_ones_only_beat(
 
 
 async def test_a_quiet_answer_gets_its_heartbeat(db: Database) -> None:
-    (answer_id,) = await db.write(_answers, 1)
+    (answer_id,) = await db.write(writing_answers, 1)
     flusher = AnswerFlusher(db, interval=3600, heartbeat=0.0, announce=False)
     flusher.track(answer_id, lambda: "", asyncio.Event())
     before = (await db.read(_rows, [answer_id]))[answer_id][2]
@@ -106,7 +73,7 @@ async def test_a_quiet_answer_gets_its_heartbeat(db: Database) -> None:
 
 
 async def test_answers_that_end_together_are_stored_whole(db: Database) -> None:
-    ids = await db.write(_answers, 20)
+    ids = await db.write(writing_answers, 20)
     flusher = AnswerFlusher(db, interval=0.01, heartbeat=3600, announce=False)
     for answer_id in ids:
         flusher.track(answer_id, partial("text of {}".format, answer_id), asyncio.Event())
@@ -136,7 +103,7 @@ async def test_each_move_is_announced_on_postgresql(postgres_url: str) -> None:
     await truncate_tables(postgres_url)
     db = Database(postgres_url)
     database_url = postgres_url
-    ids = await db.write(_answers, 2)
+    ids = await db.write(writing_answers, 2)
     heard: list[str] = []
     dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
     listener = await asyncpg.connect(dsn)

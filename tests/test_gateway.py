@@ -4,23 +4,15 @@ HTTP: the app served by uvicorn on a free port, its catalog pointing at the fake
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import socket
 import struct
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
-import uvicorn
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionFunctionToolParam,
@@ -28,82 +20,10 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
-from tests.test_security import csrf_from
+from tests.factories import csrf_from
+from tests.served import Gateway, webapp_of
 from tests.upstream import FakeUpstream, _embedding, count_chat_tokens, count_tokens
-from webapp.app import create_app
 from webapp.llm.estimator import REPLY_PRIMING, estimate_text
-from webapp.settings import Settings
-
-
-@dataclass
-class Gateway:
-    """The app on a free port; `client()` is an OpenAI client for one of its users (closed
-    with the app)."""
-
-    url: str
-    tokens: dict[str, str]
-    clients: list[openai.OpenAI] = field(default_factory=list)
-
-    def client(self, user: str = "alice", *, api_key: str | None = None) -> openai.OpenAI:
-        # No retries: a test must see the first answer, 429s and 503s included.
-        client = openai.OpenAI(
-            base_url=f"{self.url}/v1",
-            api_key=api_key or self.tokens[user],
-            max_retries=0,
-            timeout=20,
-        )
-        self.clients.append(client)
-        return client
-
-    def http(self, user: str | None = "alice") -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=20)
-
-
-def _serve(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(settings), log_level="warning", access_log=False, lifespan="on", loop="asyncio"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the app did not start")
-        time.sleep(0.01)
-    return server, thread, port
-
-
-@pytest.fixture
-def serve(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., Gateway]]:
-    """Start the app (in a thread, with uvicorn on its own loop) on `database_url`."""
-    running: list[tuple[uvicorn.Server, threading.Thread]] = []
-    gateways: list[Gateway] = []
-
-    def start(database_url: str, **overrides: Any) -> Gateway:
-        settings = Settings(
-            database_url=database_url,
-            config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-            **overrides,
-        )
-        tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
-        server, thread, port = _serve(settings)
-        running.append((server, thread))
-        gateways.append(Gateway(f"http://127.0.0.1:{port}", tokens))
-        return gateways[-1]
-
-    yield start
-    for client in (client for gateway in gateways for client in gateway.clients):
-        client.close()
-    for server, thread in running:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -129,13 +49,6 @@ def text_of(answer: ChatCompletion) -> str:
     content = answer.choices[0].message.content
     assert content is not None, answer
     return content
-
-
-def webapp_of(model: Any) -> dict[str, Any]:
-    """The `webapp` object of an answer parsed by the openai client (an extra field)."""
-    extra = model.model_extra or {}
-    assert "webapp" in extra, f"no webapp object in {model}"
-    return extra["webapp"]
 
 
 # ---- models ---------------------------------------------------------------------------------

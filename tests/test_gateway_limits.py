@@ -27,8 +27,8 @@ import uvicorn
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
-from tests.test_gateway import Gateway, webapp_of
+from tests.factories import make_user
+from tests.served import Gateway, webapp_of
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.settings import Settings

@@ -9,16 +9,17 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.test_api import make_user
-from tests.test_security import Client, app, browser, csrf_from, sign_in  # noqa: F401
+from tests.factories import EMBED, Client, csrf_from, make_user, sign_in
 from webapp.accounts.passwords import check_password
 from webapp.errors import InvalidInput
+
+pytestmark = pytest.mark.settings(extra=EMBED, rate_limit_messages=3)
 
 JUNK_BEARER = {"Authorization": "Bearer x"}
 
 
 async def test_a_junk_bearer_header_does_not_skip_the_csrf_check(
-    browser: AsyncTestClient,  # noqa: F811
+    browser: AsyncTestClient,
     database_url: str,
 ) -> None:
     """Only a token the app accepted exempts a request from CSRF; on routes that need no
@@ -36,7 +37,7 @@ async def test_a_junk_bearer_header_does_not_skip_the_csrf_check(
     assert login.status_code == 403
 
 
-async def test_a_junk_bearer_header_does_not_skip_the_embeds_csrf_check(app: Litestar) -> None:  # noqa: F811
+async def test_a_junk_bearer_header_does_not_skip_the_embeds_csrf_check(app: Litestar) -> None:
     async with Client(app=app, base_url="https://chat.test") as visitor:
         page = await visitor.get("/embed/support")
         refused = await visitor.post(
@@ -51,7 +52,7 @@ async def test_a_junk_bearer_header_does_not_skip_the_embeds_csrf_check(app: Lit
         assert sent.status_code == 200, "the same send with its CSRF token goes through"
 
 
-async def test_a_valid_token_still_needs_no_csrf_token(app: Litestar, database_url: str) -> None:  # noqa: F811
+async def test_a_valid_token_still_needs_no_csrf_token(app: Litestar, database_url: str) -> None:
     token = await make_user(database_url, "alice")
     async with Client(app=app) as client:
         created = await client.post(
@@ -61,7 +62,7 @@ async def test_a_valid_token_still_needs_no_csrf_token(app: Litestar, database_u
 
 
 async def test_private_responses_are_never_cached(
-    browser: AsyncTestClient,  # noqa: F811
+    browser: AsyncTestClient,
     database_url: str,
 ) -> None:
     await make_user(database_url, "alice")
@@ -85,7 +86,7 @@ def test_a_password_with_inner_spaces_is_fine() -> None:
 
 
 async def test_the_setup_page_refuses_a_password_of_spaces(
-    browser: AsyncTestClient,  # noqa: F811
+    browser: AsyncTestClient,
 ) -> None:
     form = await browser.get("/setup")
     token = csrf_from(form.text)
@@ -98,7 +99,7 @@ async def test_the_setup_page_refuses_a_password_of_spaces(
 
 
 async def test_the_csrf_token_is_bound_to_the_session(
-    browser: AsyncTestClient,  # noqa: F811
+    browser: AsyncTestClient,
     database_url: str,
 ) -> None:
     await make_user(database_url, "alice")
@@ -115,7 +116,7 @@ async def test_the_csrf_token_is_bound_to_the_session(
     assert csrf_from(home.text) == after
 
 
-async def test_a_client_chosen_anchor_is_replaced(app: Litestar) -> None:  # noqa: F811
+async def test_a_client_chosen_anchor_is_replaced(app: Litestar) -> None:
     async with Client(app=app, base_url="https://chat.test") as client:
         client.cookies.set("webapp_csrf", "chosen", domain="chat.test")
         page = await client.get("/login")
@@ -127,7 +128,7 @@ async def test_a_client_chosen_anchor_is_replaced(app: Litestar) -> None:  # noq
 
 
 async def test_signing_in_rotates_the_anchor(
-    browser: AsyncTestClient,  # noqa: F811
+    browser: AsyncTestClient,
     database_url: str,
 ) -> None:
     await make_user(database_url, "alice")

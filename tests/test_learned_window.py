@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_admin import add_user, admin_client
+from tests.factories import add_user, admin_client
 from tests.upstream import FakeUpstream
 from webapp.chat.models import Message, Status
 from webapp.chat.service import ConversationService

@@ -18,8 +18,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy import func, insert, select, text
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user, new_conversation
-from tests.test_gateway import Gateway, serve  # noqa: F401  (the app on a real port)
+from tests.factories import make_user, new_conversation
+from tests.served import Gateway
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat import admission
@@ -98,7 +98,7 @@ async def test_deleting_conversations_gives_no_sends_back(
 
 
 def test_deleting_conversations_gives_no_gateway_calls_back(
-    serve: Callable[..., Gateway],  # noqa: F811
+    serve: Callable[..., Gateway],
     database_url: str,
 ) -> None:
     """Gateway calls into a conversation (`x-conversation-id`) are sends: deleting the

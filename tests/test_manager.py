@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.catalogs import upstream_catalog
+from tests.factories import collect, finished, long_transcript
 from tests.upstream import FakeUpstream, count_chat_tokens
 from webapp.llm.calibration import (
     DEFAULT_OVERHEAD,
@@ -26,8 +26,6 @@ from webapp.llm.manager import (
     Finished,
     Fitted,
     LLMManager,
-    StreamEvent,
-    Transcript,
 )
 from webapp.llm.providers.base import ContextLengthExceeded, ProviderError
 from webapp.llm.routing import RoutingError, resolve
@@ -46,34 +44,11 @@ TOOL = {
 }
 
 
-def long_transcript(turns: int, words: int = 30) -> Transcript:
-    messages = [{"role": "system", "content": "You are terse."}]
-    for index in range(turns):
-        messages.append({"role": "user", "content": f"question {index}: " + "lorem " * words})
-        messages.append({"role": "assistant", "content": f"answer {index}: " + "ipsum " * words})
-    messages.append({"role": "user", "content": "What was the first question?"})
-    return Transcript(messages)
-
-
 @pytest.fixture
 async def manager(tmp_path: Path, upstream: FakeUpstream) -> AsyncIterator[LLMManager]:
     manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
     yield manager
     await manager.aclose()  # its providers' connections
-
-
-async def collect(
-    manager: LLMManager, configuration: str, transcript: Transcript, **kw: Any
-) -> list[StreamEvent]:
-    """Every fit in the order it was made (the plan's first), then what the stream said."""
-    plan = manager.plan(manager.route(configuration), transcript, **kw)
-    return [Fitted(plan.fit)] + [event async for event in manager.stream(plan)]
-
-
-def finished(events: list[StreamEvent]) -> Finished:
-    """How a stream ended: its last event, which must say so."""
-    assert isinstance(events[-1], Finished), events[-1]
-    return events[-1]
 
 
 async def test_stream_is_bounded_before_the_first_chunk(

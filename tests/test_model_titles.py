@@ -10,7 +10,7 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
+from tests.factories import make_user
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat.naming import ASK, TITLE_TOKENS, clean_model_title

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_manager import collect, finished, long_transcript
+from tests.factories import collect, finished, long_transcript
 from tests.vendors import FakeVendors, providers_toml
 from webapp.db import Database
 from webapp.llm.calibration import Calibrator, learned_windows

@@ -4,26 +4,18 @@ listening connection (PostgreSQL) that survives losing its connection."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import text, update
 from sqlmodel import Session, col
 
 from tests.conftest import truncate_tables
-from tests.test_flushing import _answers
+from tests.factories import writing_answers
 from webapp.chat.flushing import send_text
 from webapp.chat.models import Message
 from webapp.chat.notify import STOP, TEXT, PollingNotices, PostgresNotices, notice
 from webapp.chat.pieces import FollowedText, payloads
 from webapp.db import Database
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    yield database
-    await database.dispose()
 
 
 def _grow(session: Session, answer_id: int) -> None:
@@ -33,7 +25,7 @@ def _grow(session: Session, answer_id: int) -> None:
 
 
 async def test_one_poll_wakes_only_the_watchers_of_an_answer_that_moved(db: Database) -> None:
-    moving, still = await db.write(_answers, 2)
+    moving, still = await db.write(writing_answers, 2)
     notices = PollingNotices(db, interval=0.02)
     with (
         notices.watch(moving) as a,

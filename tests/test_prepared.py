@@ -7,7 +7,6 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -29,13 +28,6 @@ from webapp.prepared import Prepared
 from webapp.timeutil import utcnow
 
 TOKENIZER = "tiktoken:o200k_base"
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url)
-    yield database
-    await database.dispose()
 
 
 def fill(session: Session) -> str:

@@ -21,8 +21,8 @@ from sqlmodel import col, update
 
 from tests.catalogs import write_upstream_catalog
 from tests.dbutil import session_on
+from tests.factories import make_user, new_conversation
 from tests.looplag import LoopLag, watching, watching_app
-from tests.test_api import make_user, new_conversation
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
 from webapp.chat.models import Message

@@ -25,10 +25,9 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from tests.catalogs import write_upstream_catalog
-from tests.live_server import ServerProcess, free_port, webapp_serve
-from tests.test_api import make_user
-from tests.test_cross_worker import bearer, send, streaming_answer
-from tests.test_serve import h11_serve
+from tests.factories import make_user
+from tests.live_server import ServerProcess, free_port, h11_serve, webapp_serve
+from tests.served import bearer, send, streaming_answer
 from tests.upstream import FakeUpstream
 from webapp.admin import queries
 from webapp.admin.web import review_turns

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests.catalogs import write_upstream_catalog
+from tests.factories import make_user
 from tests.live_server import ServerProcess
-from tests.test_api import make_user
 from tests.upstream import FakeUpstream
 from webapp.chat.reaping import Liveness
 

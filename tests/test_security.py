@@ -2,79 +2,13 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
-
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
-from tests.upstream import FakeUpstream
-from webapp.app import create_app
-from webapp.settings import Settings
+from tests.factories import EMBED, PASSWORD, Client, csrf_from, found, make_user, sign_in
 
-EMBED = """
-[[embeds]]
-name = "support"
-configuration = "small"
-allowed_origins = ["https://shop.example.com", "http://127.0.0.1:8799"]
-title = "Ask us"
-greeting = "Hi! How can we help?"
-"""
-PASSWORD = "correct horse battery"
-
-
-class Client(AsyncTestClient):
-    """A test client that shows redirects instead of following them."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.follow_redirects = False
-
-
-@pytest.fixture
-async def app(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Litestar:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED),
-        rate_limit_messages=3,
-    )
-    return create_app(settings)
-
-
-@pytest.fixture
-async def browser(app: Litestar) -> AsyncIterator[AsyncTestClient]:
-    async with Client(app=app) as client:
-        yield client
-
-
-def found(pattern: str | re.Pattern[str], text: str) -> str:
-    """The first group of `pattern`'s first match in `text`; failing if there is none."""
-    match = re.search(pattern, text)
-    assert match is not None, f"{pattern!r} is not in the page"
-    return match.group(1)
-
-
-def csrf_from(html: str) -> str:
-    match = re.search(r'name="_csrf_token" value="([0-9a-f]+)"', html)
-    assert match, "the page carries a CSRF token"
-    return match.group(1)
-
-
-async def sign_in(client: AsyncTestClient, username: str) -> str:
-    page = await client.get("/login")
-    assert page.headers["content-type"].startswith("text/html")
-    response = await client.post(
-        "/login",
-        data={"username": username, "password": PASSWORD, "_csrf_token": csrf_from(page.text)},
-    )
-    assert response.status_code == 303, response.text
-    home = await client.get("/", follow_redirects=True)
-    return csrf_from(home.text)
+pytestmark = pytest.mark.settings(extra=EMBED, rate_limit_messages=3)
 
 
 async def test_first_run_setup_creates_the_admin_once(browser: AsyncTestClient) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -18,22 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live_server import serving, webapp_serve
-from tests.test_api import make_user
+from tests.factories import make_user
+from tests.live_server import h11_serve, serving, webapp_serve
 
 PASSWORD = "correct horse battery"
 
 Serve = Callable[..., str]
-H11_SERVE = (
-    "import sys, uvicorn; from webapp.web.server import DeadlineH11Protocol; "
-    "uvicorn.run('webapp.asgi:app', port=int(sys.argv[1]), log_level='warning', "
-    "http=DeadlineH11Protocol, timeout_keep_alive=1)"
-)
-
-
-def h11_serve(port: int) -> list[str]:
-    """What `webapp serve` falls back to without httptools."""
-    return [sys.executable, "-c", H11_SERVE, str(port)]
 
 
 @pytest.fixture

@@ -4,71 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import update
 from sqlmodel import col
 
-from tests.catalogs import write_upstream_catalog
 from tests.dbutil import session_on
+from tests.factories import OWNER, SERVICE, build_service, close_service, say
 from tests.upstream import FakeUpstream, count_chat_tokens
 from webapp.chat.models import Message, Status
 from webapp.chat.service import ConversationService
-from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
-from webapp.llm.calibration import Calibrator
-from webapp.llm.manager import LLMManager
 from webapp.settings import Settings
 from webapp.timeutil import utcnow
 
-OWNER = "alice"
-
-
-async def build_service(settings: Settings) -> ConversationService:
-    db = Database(settings.database_url)
-    calibrator = Calibrator(db)
-    await calibrator.load()
-    return ConversationService(db, LLMManager(settings.catalog, calibrator), settings)
-
-
-async def close_service(service: ConversationService) -> None:
-    await service.shutdown()
-    await service.manager.aclose()
-    await service.db.dispose()
-
-
-def service_settings(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream, extra: str = ""
-) -> Settings:
-    """The service's settings for these tests; `extra` adds catalog entries."""
-    return Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra),
-        stream_flush_interval=0.05,
-        max_message_chars=5000,
-    )
-
-
-@pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Settings:
-    return service_settings(database_url, tmp_path, upstream)
-
-
-@pytest.fixture
-async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
-    service = await build_service(settings)
-    yield service
-    await close_service(service)
-
-
-async def say(
-    chat: ConversationService, conversation_id: str, text: str
-) -> tuple[Message, Message]:
-    send = await chat.send(OWNER, conversation_id, text)
-    return await chat.settle(send)
+pytestmark = pytest.mark.settings(**SERVICE)
 
 
 async def fill(

@@ -19,29 +19,16 @@ from alembic.script import ScriptDirectory
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.test_security import Client, sign_in
-from tests.upstream import FakeUpstream
+from tests.factories import Client, sign_in
 from webapp.accounts.cli import DEFAULT_SCOPE_NAMES, SCOPE_NAMES
 from webapp.accounts.models import ADMIN, DEFAULT_SCOPES, SCOPES, TOKENS
 from webapp.accounts.service import AccountService
-from webapp.app import create_app
 from webapp.db import Database
 from webapp.errors import InvalidInput
 from webapp.migrate import alembic_config, upgrade
-from webapp.settings import Settings
 
 PASSWORD = "correct horse battery"
 ADMIN_ROUTES = ("/api/admin/users", "/api/admin/trimmed", "/admin/users", "/admin/trimmed")
-
-
-@pytest.fixture
-def app(database_url: str, tmp_path: Path, upstream: FakeUpstream) -> Litestar:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-    )
-    return create_app(settings)
 
 
 @pytest.fixture

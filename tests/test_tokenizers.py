@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.catalogs import CLOSED_PORT_URL
+from tests.catalogs import CLOSED_PORT_URL, catalog_for, model_toml, write_catalog
 from tests.upstream import Engine, FakeUpstream, count_tokens
-from webapp.llm.catalog import Catalog, CatalogError, load_catalog
+from webapp.llm.catalog import CatalogError, load_catalog
 from webapp.llm.estimator import estimate_text
 from webapp.llm.tokenizers import (
     EstimateTokenizer,
@@ -46,40 +46,6 @@ SHAPES = {
     "llama-cpp-python": ("llama-cpp-python /extras/tokenize", "/extras/tokenize", "input"),
     "vllm": ("vLLM /tokenize", "/tokenize", "prompt"),
 }
-
-
-def write_catalog(folder: Path, base_url: str, models: str) -> Path:
-    """A catalog with provider "up" at `base_url` and the given [[models]] text."""
-    path = folder / "catalog.toml"
-    path.write_text(
-        f"""
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "{base_url}"
-api_key_env = "COUNTING_TEST_KEY"
-
-[[providers]]
-name = "demo"
-kind = "demo"
-
-{models}
-
-[[configurations]]
-name = "c"
-model = "m"
-"""
-    )
-    return path
-
-
-def model_toml(name: str = "m", tokenizer: str | None = None, model_id: str = "medium") -> str:
-    line = f'tokenizer = "{tokenizer}"\n' if tokenizer is not None else ""
-    return f'[[models]]\nname = "{name}"\nprovider = "up"\nmodel_id = "{model_id}"\n{line}'
-
-
-def catalog_for(tmp_path: Path, up: FakeUpstream, tokenizer: str | None = None) -> Catalog:
-    return load_catalog(write_catalog(tmp_path, up.base_url, model_toml(tokenizer=tokenizer)))
 
 
 def tokenize_requests(up: FakeUpstream) -> list[dict]:

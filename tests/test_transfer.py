@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests import test_api
-from tests.test_api import make_user, new_conversation
+from tests.factories import make_user, new_conversation
 from tests.upstream import FakeUpstream
 
-client = test_api.client
-"""The JSON API's test client, signed in as alice, on both databases."""
+pytestmark = pytest.mark.settings(max_message_chars=2000)
+"""As the JSON API's tests: `client` is alice's, on both databases."""
 
 
 async def trimmed_conversation(client: AsyncTestClient, upstream: FakeUpstream) -> str:

@@ -16,9 +16,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
-from tests.test_bad_input import htmx_headers
-from tests.test_security import EMBED
+from tests.factories import EMBED, htmx_headers, make_user
 from tests.upstream import FakeUpstream
 from webapp.accounts.preferences import MAX_INSTRUCTIONS
 from webapp.app import create_app

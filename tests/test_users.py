@@ -12,7 +12,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from tests.catalogs import write_upstream_catalog
-from tests.test_api import make_user
+from tests.factories import make_user
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app

@@ -10,7 +10,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.axe import assert_accessible
 from tests.browser.conftest import PASSWORD, OpenPage, Server, Servers
-from tests.browser.test_chat_ui import create_conversation, send_by_api, turn_text
+from tests.browser.helpers import create_conversation, send_by_api, turn_text
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser

@@ -17,7 +17,7 @@ from tests.browser.conftest import (
     Servers,
     outside_playwright,
 )
-from tests.browser.test_chat_ui import create_conversation, send_by_api, turn_text
+from tests.browser.helpers import create_conversation, send_by_api, turn_text
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.db import Database

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import OpenPage, Server
-from tests.browser.test_chat_ui import (
+from tests.browser.helpers import (
     answered,
     by_id,
     composer_ready,

@@ -14,67 +14,27 @@ import pytest
 from playwright.sync_api import Dialog, Locator, Page, expect
 
 from tests.browser.conftest import OpenPage, Server, Servers
+from tests.browser.helpers import (
+    answered,
+    by_id,
+    composer_ready,
+    create_conversation,
+    messages,
+    send_by_api,
+    stored,
+    text_of,
+    turn_text,
+)
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
-
-FILLER = (
-    "Please keep this in mind while we talk about rivers, bridges, trains and the long history "
-    "of the places they connect, because I will come back to every one of these details later "
-    "on in our conversation and I would like you to remember them all."
-)
 
 
 def words(count: int, tag: str = "w") -> str:
     return " ".join(f"{tag}{i}" for i in range(count))
 
 
-# ---- the JSON API, for set-up and for checking what was stored ------------------------------
-
-
-def create_conversation(server: Server, configuration: str | None = None) -> str:
-    body = {"configuration": configuration} if configuration else {}
-    response = server.api("POST", "/api/conversations", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
-def stored(server: Server, conversation_id: str) -> dict[str, Any]:
-    response = server.api("GET", f"/api/conversations/{conversation_id}")
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def send_by_api(server: Server, conversation_id: str, content: str) -> dict[str, Any]:
-    response = server.api(
-        "POST", f"/api/conversations/{conversation_id}/messages", json={"content": content}
-    )
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
 # ---- the page --------------------------------------------------------------------------------
-
-
-def messages(page: Page, role: str) -> Locator:
-    return page.locator(f'#messages [data-role="{role}"]')
-
-
-def by_id(page: Page, message: Locator) -> Locator:
-    """That very message, however many come after it."""
-    return page.locator(f"#m{message.get_attribute('data-message-id')}")
-
-
-def answered(page: Page, count: int, status: str = "complete") -> Locator:
-    """The `count`-th answer, once it is on the page and has reached `status`."""
-    expect(messages(page, "assistant")).to_have_count(count)
-    answer = by_id(page, messages(page, "assistant").last)
-    expect(answer).to_have_attribute("data-status", status, timeout=15_000)
-    return answer
-
-
-def text_of(message: Locator) -> str:
-    return (message.locator(".content").text_content() or "").strip()
 
 
 def wait_for_words(page: Page, count: int) -> None:
@@ -121,12 +81,6 @@ def assert_streamed_whole(shown: list[str], reply: str) -> None:
     lengths = [len(text) for text in shown]
     assert lengths == sorted(lengths), f"the answer shrank while streaming: {lengths}"
     assert shown[-1] == reply
-
-
-def composer_ready(page: Page) -> None:
-    expect(page.locator("#composer textarea")).to_be_enabled()
-    expect(page.locator('#composer [data-action="send"]')).to_be_enabled()
-    expect(page.locator('#composer [data-action="stop"]')).to_be_hidden()
 
 
 # ---- sending and streaming -------------------------------------------------------------------
@@ -191,10 +145,6 @@ def test_enter_sends_and_the_answer_streams_in_several_swaps(
 
 
 # ---- trimming --------------------------------------------------------------------------------
-
-
-def turn_text(number: int) -> str:
-    return f"Turn {number}. {FILLER}"
 
 
 def sent_turns(request: dict[str, Any]) -> list[int]:

@@ -9,8 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import OpenPage, Server
-from tests.browser.test_chat_ui import answered, create_conversation, messages, stored
-from tests.browser.test_everyday_ui import height_of
+from tests.browser.helpers import answered, create_conversation, height_of, messages, stored
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser

@@ -16,13 +16,7 @@ from playwright.sync_api import FilePayload, Locator, Page, expect
 
 from tests.browser.axe import assert_accessible
 from tests.browser.conftest import OpenPage, Server, Servers
-from tests.browser.test_chat_ui import (
-    answered,
-    create_conversation,
-    messages,
-    send_by_api,
-    stored,
-)
+from tests.browser.helpers import answered, create_conversation, messages, send_by_api, stored
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser

@@ -7,26 +7,19 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, expect
+from playwright.sync_api import expect
 
 from tests.browser.conftest import OpenPage, Server
-from tests.browser.test_chat_ui import (
+from tests.browser.helpers import (
     answered,
     create_conversation,
+    height_of,
     messages,
     send_by_api,
     stored,
     turn_text,
 )
 from tests.upstream import FakeUpstream
-
-
-def height_of(element: Locator) -> float:
-    """The element's height on screen, in CSS pixels (it must be shown)."""
-    box = element.bounding_box()
-    assert box is not None, "the element is not shown"
-    return box["height"]
-
 
 pytestmark = pytest.mark.browser
 

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import HostPage, OpenPage, Server, Servers
-from tests.browser.test_chat_ui import answered, create_conversation, send_by_api
+from tests.browser.helpers import answered, create_conversation, send_by_api
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser

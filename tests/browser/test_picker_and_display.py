@@ -10,8 +10,14 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import OpenPage, Server
-from tests.browser.test_chat_ui import answered, create_conversation, send_by_api, stored, turn_text
-from tests.browser.test_everyday_ui import height_of
+from tests.browser.helpers import (
+    answered,
+    create_conversation,
+    height_of,
+    send_by_api,
+    stored,
+    turn_text,
+)
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import OpenPage, Server
-from tests.browser.test_chat_ui import answered, create_conversation, send_by_api, stored
+from tests.browser.helpers import answered, create_conversation, send_by_api, stored
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_cli import run
+from tests.factories import run
 from tests.vendors import KEY_ENV, FakeVendors, providers_toml
 from webapp.llm.catalog import load_catalog
 from webapp.llm.tokenizers import Tokenizers

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_api import make_user
-from tests.test_gateway import Gateway, _serve
+from tests.factories import make_user
+from tests.served import Gateway, serve_in_thread
 from tests.vendors import FakeVendors, providers_toml
 from webapp.settings import Settings
 
@@ -70,7 +70,7 @@ def gateway(
     catalog.write_text(providers_toml(vendors) + MODELS, encoding="utf-8")
     settings = Settings(database_url=sqlite_url, config=catalog)
     tokens = {"alice": asyncio.run(make_user(sqlite_url, "alice"))}
-    server, thread, port = _serve(settings)
+    server, thread, port = serve_in_thread(settings)
     gateway = Gateway(f"http://127.0.0.1:{port}", tokens)
     yield gateway
     for client in gateway.clients:

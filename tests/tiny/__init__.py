@@ -1,13 +1,14 @@
 """Service tests on the tiny catalog: a 700-token window, so a few turns already trim.
 
-The catalog and the helper that reads turns back out of a request live here; the
-`settings` and `chat` fixtures built on them live in this folder's conftest, so each
-test module takes them by name without importing (and shadowing) them.
+The catalog, the settings mark that puts it under the `settings` and `chat` fixtures
+(tests/conftest.py), and the helper that reads turns back out of a request live here.
 """
 
 from __future__ import annotations
 
 import re
+
+import pytest
 
 TINY = """
 [[models]]
@@ -22,6 +23,9 @@ name = "tiny"
 model = "tiny"
 system_prompt = "Be brief."
 """
+
+TINY_SETTINGS = pytest.mark.settings(extra=TINY, stream_flush_interval=0.05, rate_limit_messages=0)
+"""The tiny tests' `settings`: the tiny catalog, quick flushes, no rate limit."""
 
 
 TURN = re.compile(r"turn (\d+):")

@@ -12,8 +12,8 @@ import pytest
 from sqlmodel import col, select
 
 from tests.dbutil import session_on
-from tests.test_service import OWNER
-from tests.tiny import received_turns, turn_number
+from tests.factories import OWNER
+from tests.tiny import TINY_SETTINGS, received_turns, turn_number
 from tests.upstream import FakeUpstream
 from webapp.admin.queries import review
 from webapp.chat.models import REPLAYABLE, Message, Role
@@ -21,6 +21,8 @@ from webapp.chat.sending import Send
 from webapp.chat.service import ConversationService
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.stored import id_of
+
+pytestmark = TINY_SETTINGS
 
 
 async def all_rows(chat: ConversationService, conversation_id: str) -> list[Message]:

@@ -7,13 +7,15 @@ import random
 
 import pytest
 
-from tests.test_service import OWNER, say
-from tests.tiny import received_turns, turn_number
+from tests.factories import OWNER, say
+from tests.tiny import TINY_SETTINGS, received_turns, turn_number
 from tests.upstream import FakeUpstream
 from webapp.chat.models import REPLAYABLE, Message, Role
 from webapp.chat.service import ConversationService
 from webapp.errors import InvalidInput, NotFound
 from webapp.stored import id_of
+
+pytestmark = TINY_SETTINGS
 
 
 def replayable_users(rows: list[Message], before_seq: int) -> dict[int, int]:
