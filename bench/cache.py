@@ -1,7 +1,7 @@
 """Benchmark: how much of each trimmed send the engine's prompt cache can serve.
 
 A 100-turn conversation goes through the conversation service to the fake llama.cpp
-engine of tests/upstream.py, which counts with its own tokenizer (the bound counts
+engine of tests/upstream/, which counts with its own tokenizer (the bound counts
 exactly, through its /tokenize) and keeps a prefix cache per model, as llama.cpp
 does: what a prompt shares from its start with one of the last prompts is served from
 the cache, and the rest is evaluated. It runs at a 4k and a 32k window, each with

@@ -1,6 +1,6 @@
 """Benchmark: hundreds of concurrent streamed sends over real HTTP (issues 13 and 23).
 
-A real `webapp serve` process streams answers from `tests/upstream.py` running in a
+A real `webapp serve` process streams answers from `tests/upstream/` running in a
 process of its own (60-token answers, 20 ms between chunks). For each load N, N
 clients send at once, each into a conversation of its own; the same N requests go
 straight to the upstream, and through the floor (`bench.relay`: one Litestar route that

@@ -4,7 +4,7 @@ of provider.
 Every kind of the corpus (tests/corpus/estimator) gets a long conversation, sent
 through the conversation service to a fake server that counts with Qwen's
 vocabulary, a tokenizer the estimate was not fitted to, and refuses any prompt over
-its window: a llama.cpp server (tests/upstream.py), and Anthropic's and Gemini's APIs
+its window: a llama.cpp server (tests/upstream/), and Anthropic's and Gemini's APIs
 (tests/vendors.py, `kind = "anthropic"` and `kind = "gemini"`, windows discovered from
 their model records). Each conversation runs twice: with the serving model's own
 tokenizer (`tokenizer = "auto"`: llama.cpp's /tokenize, Anthropic's count_tokens,

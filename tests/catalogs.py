@@ -1,4 +1,4 @@
-"""Catalog files for tests, pointing at the fake upstream (tests/upstream.py)."""
+"""Catalog files for tests, pointing at the fake upstream (tests/upstream/)."""
 
 from __future__ import annotations
 

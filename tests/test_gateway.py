@@ -1,6 +1,6 @@
 """The OpenAI-compatible gateway (/v1), driven by the official `openai` client over real
 HTTP: the app served by uvicorn on a free port, its catalog pointing at the fake upstream
-(tests/upstream.py), which enforces each model's window with cl100k."""
+(tests/upstream/), which enforces each model's window with cl100k."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A real HTTP server speaking Anthropic's Messages API and Google's Gemini API, for tests
-and benchmarks: the sibling of `tests/upstream.py` for the two native wire formats.
+and benchmarks: the sibling of `tests/upstream/` for the two native wire formats.
 
 One server serves both at their own paths, as the vendors lay them out under their
 roots (`https://api.anthropic.com`, `https://generativelanguage.googleapis.com`):

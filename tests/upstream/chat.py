@@ -1,0 +1,223 @@
+"""/v1/chat/completions: the echoed (or forced) reply, whole or streamed, tool calls
+included, with the engine's own usage and timings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse
+
+from tests.upstream.admission import Admission
+from tests.upstream.cache import _Prefill
+from tests.upstream.faults import _error
+from tests.upstream.sse import _Abort, _EventStream, _pieces, _sse, _verbose
+from tests.upstream.vocab import _content_text
+
+
+def _arguments_for(tool: dict[str, Any]) -> str:
+    """Deterministic arguments filling the tool's required parameters by type."""
+    function = tool.get("function") or {}
+    schema = function.get("parameters") or {}
+    properties = schema.get("properties") or {}
+    samples = {"string": "echo", "integer": 1, "number": 1, "boolean": True, "array": []}
+    arguments = {
+        name: samples.get((properties.get(name) or {}).get("type", ""))
+        for name in schema.get("required") or []
+    }
+    return json.dumps(arguments)
+
+
+class ChatEndpoint(Admission):
+    """/v1/chat/completions."""
+
+    async def _chat(self, request: Request) -> Any:
+        generation = self._generation
+        admitted = await self._admit(request)
+        if isinstance(admitted, JSONResponse):
+            return admitted
+        body, model, window = admitted
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "'messages' must be a non-empty array.", param="messages")
+        if not all(isinstance(m, dict) and "role" in m for m in messages):
+            return _error(400, "Every message needs a 'role'.", param="messages")
+        tools = body.get("tools") or None
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        tokens = self.tokenize_chat(messages, tools)
+        if len(tokens) + (max_tokens or 0) > window:
+            return self._chat_overflow(window, len(tokens), max_tokens)
+        engine = self.engine
+        prefill = self._prefill(model, tokens, generation)
+
+        last = messages[-1]
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+        last_said = _content_text(last_user.get("content"))[:40] if last_user else ""
+        tool_call: dict[str, Any] | None = None
+        if (
+            tools
+            and last.get("role") == "user"
+            and "use tool" in _content_text(last.get("content")).lower()
+        ):
+            tool = tools[0]
+            tool_call = {
+                "id": f"call_{self._next_id()}",
+                "type": "function",
+                "function": {
+                    "name": (tool.get("function") or {}).get("name", "tool"),
+                    "arguments": _arguments_for(tool),
+                },
+            }
+            text, finish = "", "tool_calls"
+            completion_tokens = self.count(tool_call["function"]["name"]) + self.count(
+                tool_call["function"]["arguments"]
+            )
+        else:
+            default = f"Echo from {model}: I saw {len(messages)} messages; last said: {last_said}"
+            text, completion_tokens, finish = self._reply_text(default, max_tokens)
+
+        usage = self._usage(engine, prefill, completion_tokens)
+        ident = f"chatcmpl-{self._next_id()}"
+        created = int(time.time())
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if tool_call is not None:
+                message["tool_calls"] = [tool_call]
+            else:
+                message["content"] = text
+            if prefill.seconds:
+                await asyncio.sleep(prefill.seconds)
+            answer: dict[str, Any] = {
+                "id": ident,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+                ],
+                "usage": usage,
+            }
+            if engine == "llamacpp":
+                answer["timings"] = self._timings(prefill, completion_tokens, 0.0)
+            return JSONResponse(answer)
+        options = body.get("stream_options") or {}
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        if engine == "llama-cpp-python":
+            include_usage = False  # it ignores stream_options: no usage on streamed answers
+        with self._lock:
+            verbose, portal = self._verbose_frames, self._portal_page
+        if portal:
+            return HTMLResponse("<html><body>Sign in to continue</body></html>")
+        events = self._chat_events(
+            ident,
+            created,
+            model,
+            text,
+            tool_call,
+            finish,
+            {key: value for key, value in usage.items() if value is not None},
+            include_usage,
+            prefill,
+            engine == "llamacpp",
+        )
+        return _EventStream(_verbose(events) if verbose else events)
+
+    async def _chat_events(
+        self,
+        ident: str,
+        created: int,
+        model: str,
+        text: str,
+        tool_call: dict[str, Any] | None,
+        finish: str,
+        usage: dict[str, Any],
+        include_usage: bool,
+        prefill: _Prefill,
+        timed: bool,
+    ) -> AsyncIterator[bytes]:
+        """The stream; `timed` (llama.cpp) adds `timings` to its last chunk: the usage
+        chunk when usage was asked for, else the one with finish_reason."""
+
+        def event(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            data: dict[str, Any] = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": delta,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                    }
+                ],
+            }
+            if include_usage:
+                data["usage"] = None
+            return data
+
+        def chunk(delta: dict[str, Any]) -> bytes:
+            return _sse(event(delta))
+
+        deltas: list[dict[str, Any]]
+        if tool_call is not None:
+            arguments = tool_call["function"]["arguments"]
+            half = len(arguments) // 2
+            deltas = [
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": tool_call["id"],
+                            "type": "function",
+                            "function": {"name": tool_call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                },
+                {"tool_calls": [{"index": 0, "function": {"arguments": arguments[:half]}}]},
+                {"tool_calls": [{"index": 0, "function": {"arguments": arguments[half:]}}]},
+            ]
+        else:
+            deltas = [{"content": piece} for piece in _pieces(text)]
+
+        break_after = self._take_break()
+        if prefill.seconds:
+            await asyncio.sleep(prefill.seconds)
+        generating = time.perf_counter()
+        yield chunk({"role": "assistant", "content": "" if tool_call is None else None})
+        for sent, delta in enumerate(deltas):
+            if break_after is not None and sent >= break_after:
+                raise _Abort
+            delay = self.chunk_delay
+            if delay:
+                await asyncio.sleep(delay)
+            yield chunk(delta)
+            if sent == 0:
+                stall = self._take_stall(streaming=True, before=False)
+                if stall:
+                    await asyncio.sleep(stall)
+        if break_after is not None:
+            raise _Abort
+        last = [event({}, finish)]
+        if include_usage:
+            last.append(
+                {
+                    "id": ident,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
+        if timed:
+            predicted_s = time.perf_counter() - generating
+            last[-1]["timings"] = self._timings(prefill, usage["completion_tokens"], predicted_s)
+        for data in last:
+            yield _sse(data)
+        yield _sse("[DONE]")
