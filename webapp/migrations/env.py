@@ -18,8 +18,13 @@ target_metadata = SQLModel.metadata
 def not_search_index(
     _obj: object, name: str | None, type_: str, reflected: bool, _to: object
 ) -> bool:
-    """The FTS5 table (and its shadow tables) are made by hand in 0011, not from a model."""
-    return not (type_ == "table" and reflected and (name or "").startswith("message_search"))
+    """Search is made by hand in 0012, not from a model: SQLite's FTS5 table (and its
+    shadow tables), PostgreSQL's GIN index on the messages' text."""
+    if not reflected:
+        return True
+    if type_ == "table":
+        return not (name or "").startswith("message_search")
+    return not (type_ == "index" and name == "ix_message_search")
 
 
 def run_migrations(connection: Connection) -> None:
