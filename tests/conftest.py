@@ -40,6 +40,7 @@ from tests.vendors import (  # noqa: F401  (the fake Anthropic and Gemini APIs, 
     vendor_keys,
     vendors,
 )
+from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.service import ConversationService
 from webapp.db import Database
@@ -124,6 +125,11 @@ async def db(database_url: str) -> AsyncIterator[Database]:
     database = Database(database_url)
     yield database
     await database.dispose()
+
+
+@pytest.fixture
+def accounts(db: Database) -> AccountService:
+    return AccountService(db)
 
 
 @pytest.fixture

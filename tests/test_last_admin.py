@@ -8,7 +8,6 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -35,13 +34,6 @@ def webapp(database_url: str, *args: str, stdin: str = "") -> subprocess.Complet
 def create(database_url: str, name: str, *flags: str) -> None:
     made = webapp(database_url, "user", "create", name, *flags, "--password-stdin", stdin=PASSWORD)
     assert made.returncode == 0, made.stderr
-
-
-@pytest.fixture
-async def accounts(database_url: str) -> AsyncIterator[AccountService]:
-    db = Database(database_url)
-    yield AccountService(db)
-    await db.dispose()
 
 
 def names(database_url: str) -> list[str]:

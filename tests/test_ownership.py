@@ -5,7 +5,7 @@ existing `user:<id>` rows are converted by the migration, data kept."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,18 +22,11 @@ from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.models import Conversation
-from webapp.db import Database, create_engine
+from webapp.db import create_engine
 from webapp.migrate import upgrade
 from webapp.settings import Settings
 
 PASSWORD = "correct horse battery"
-
-
-@pytest.fixture
-async def accounts(database_url: str) -> AsyncIterator[AccountService]:
-    db = Database(database_url)
-    yield AccountService(db)
-    await db.dispose()
 
 
 async def test_a_new_account_inherits_nothing_of_a_deleted_one(
