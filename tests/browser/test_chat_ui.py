@@ -108,8 +108,8 @@ def scroll_settled(page: Page) -> None:
 
 
 def swaps(page: Page) -> list[dict[str, Any]]:
-    """The newest answer after each unnamed SSE message (a swap), in order."""
-    return [s for s in page.evaluate("window.__sse") if s["event"] is None]
+    """The newest answer after each update (a swap, or a `content` event), in order."""
+    return [s for s in page.evaluate("window.__sse") if s["event"] in (None, "content")]
 
 
 def assert_streamed_whole(shown: list[str], reply: str) -> None:
@@ -611,6 +611,29 @@ def test_malicious_answer_is_inert_and_markdown_renders(
     page.wait_for_timeout(300)
     assert dialogs == []
     assert not [url for url in requested if "pwned" in url]
+
+
+def test_a_streamed_answer_ends_exactly_as_its_stored_rendering(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    """Streamed by what changed (finished blocks once, the open block as it grows), the page
+    ends with the same DOM as a reload of the stored answer: code, lists, tables, math."""
+    from tests.test_page_stream import ANSWER
+
+    upstream.set_reply(ANSWER)
+    upstream.chunk_delay = 0.01
+    conversation_id = create_conversation(live_server)
+    page = open_page(live_server, f"/c/{conversation_id}")
+    page.locator("#composer textarea").fill("Show me everything")
+    page.locator("#composer textarea").press("Enter")
+    answer = answered(page, 1)
+    updates = [s for s in page.evaluate("window.__sse") if s["event"] == "content"]
+    assert len(updates) >= 3, "the answer did not arrive in several updates"
+    streamed = answer.locator(".content").inner_html()
+    page.reload()
+    stored_html = messages(page, "assistant").last.locator(".content").inner_html()
+    assert streamed == stored_html
+    assert "<table>" in streamed and "<math" in streamed and "code-block" in streamed
 
 
 # ---- long conversations ----------------------------------------------------------------------

@@ -89,6 +89,12 @@ def _release(counter: Counter[K], key: K) -> None:
         del counter[key]
 
 
+SNAPSHOT_CHARS = 96
+SNAPSHOT_WAIT = 0.5
+"""A page is sent new text when this many characters have come, or this many seconds have
+passed, since its last update: each update costs some 60 bytes of framing, so this keeps
+what a page receives within about twice the answer's rendering (bench/page_watchers.py)."""
+
 WATCHERS = Watchers()
 """This process's watchers (each worker caps its own: they live in its memory)."""
 
@@ -137,7 +143,9 @@ async def _follow(
                 yield snapshot
         return
     text = ""
-    shown = -1.0
+    shown = -1
+    sent = 0
+    waited_steps = max(1, round(SNAPSHOT_WAIT / throttle))
     # A page loaded mid-answer already shows the text flushed so far: replaying the channel
     # from its start must not show less than that (the text would jump back, then regrow).
     floor = len(answer.content)
@@ -148,9 +156,18 @@ async def _follow(
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
         elif event.name == "delta":
             text += event.data["text"]
-            if len(text) >= floor and time.monotonic() - shown >= throttle:
+            # At most one snapshot per `throttle` seconds, on a grid every watcher shares:
+            # the watchers of one answer then show the same texts, rendered once for all
+            # (`page_stream`); a slow one skips ahead.
+            # The first text at once; after it, a snapshot waits for `SNAPSHOT_CHARS` more
+            # or `SNAPSHOT_WAIT` seconds: a few characters each would cost the page more in
+            # framing than in text.
+            step = int(time.monotonic() / throttle)
+            grown = len(text) - sent
+            enough = sent == 0 or grown >= SNAPSHOT_CHARS or step - shown >= waited_steps
+            if len(text) >= floor and step != shown and enough:
+                shown, sent = step, len(text)
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
-                shown = time.monotonic()  # after the page's render: a slow one skips ahead
     final = await chat.message(owner, conversation_id, answer_id)
     user = await chat.message(owner, conversation_id, id_of(user))
     yield Snapshot(final, user, final=True)

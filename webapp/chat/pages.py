@@ -23,9 +23,11 @@ from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
 from webapp.chat.feedback import feedback_value
-from webapp.chat.live import follow_answer
+from webapp.chat.live import Snapshot, follow_answer
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.page_stream import LIVE_PAGES, PageCursor, event_frame
 from webapp.chat.sending import Send
+from webapp.chat.serialize import message_dict
 from webapp.chat.service import ConversationService
 from webapp.chat.views import (
     Alternative,
@@ -365,30 +367,49 @@ class ConversationPages(Controller):
             await snapshots.aclose()
             raise
 
-        async def events() -> AsyncIterator[dict[str, Any]]:
+        async def events() -> AsyncIterator[bytes]:
             snapshot = first
+            cursor = PageCursor()
+            shown_user: object = None
             try:
-                while True:
-                    yield {
-                        "data": render_fragment(
-                            "chat/_stream_update.html",
-                            answer=await prerendered_view(
-                                answer_view(snapshot.answer, snapshot.user)
-                            ),
-                            user=message_views([snapshot.user], alternatives)[0],
-                            base=conversation.base,
-                            internals=conversation.internals,
-                        ),
-                        "id": str(len(snapshot.answer.content)),
-                    }
-                    if snapshot.final:
-                        yield {"event": "done", "data": snapshot.answer.status}
-                        return
-                    snapshot = await anext(snapshots)
+                with LIVE_PAGES.sharing(answer_id) as rendering:
+                    while True:
+                        if snapshot.final:
+                            await rendering.conclude(snapshot.answer)
+                        else:
+                            await rendering.advance(snapshot.answer.content)
+                        user = _user_state(snapshot.user)
+                        # The turn itself (status, the user row's fit, the footer) is sent
+                        # when it changes; its content stays, and follows by `content`.
+                        if cursor.version < 0 or user != shown_user or snapshot.final:
+                            key = (snapshot.final, snapshot.answer.status, user)
+                            yield rendering.shown(key, turn_frame(snapshot))
+                            shown_user = user
+                        update = rendering.update_for(cursor, str(len(snapshot.answer.content)))
+                        if update is not None:
+                            yield update
+                        if snapshot.final:
+                            yield event_frame("done", snapshot.answer.status)
+                            return
+                        snapshot = await anext(snapshots)
             finally:
                 await snapshots.aclose()  # the place is given back when the client goes
 
+        def turn_frame(snapshot: Snapshot) -> str:
+            return render_fragment(
+                "chat/_stream_update.html",
+                answer=answer_view(snapshot.answer, snapshot.user),
+                user=message_views([snapshot.user], alternatives)[0],
+                base=conversation.base,
+                internals=conversation.internals,
+            )
+
         return event_stream(events())
+
+
+def _user_state(user: Message) -> str:
+    """What the user row shows, to tell when it changed (a fit made later, say)."""
+    return json.dumps(message_dict(user), default=str, sort_keys=True)
 
 
 class ConversationAdmin(Controller):
