@@ -477,6 +477,7 @@
   // `k` keeps that many characters of the open block's HTML, `f` finishes blocks (the
   // first continues the open block's kept part), `o` is (the rest of) the new open block.
   // Finished blocks are parsed once; only the open block's nodes are replaced each time.
+  // The server names each code block's copy control (webapp.web.markdown.name_code_copies).
   const openBlocks = new WeakMap();
   const appendHTML = (content, html) => {
     const template = document.createElement("template");
@@ -505,20 +506,7 @@
     }
     open.nodes = appendHTML(content, open.html);
     openBlocks.set(content, open);
-    nameCodeCopies(content);
   });
-
-  // Each code block's copy control named after its answer, as the server names a stored
-  // answer's (webapp.web.markdown.name_code_copies): blocks that arrive by `content`
-  // events, and the earlier ones once a second block makes them numbered.
-  const nameCodeCopies = (content) => {
-    const whose = content.closest("[data-turn-name]")?.dataset.turnName || "answer";
-    const buttons = content.querySelectorAll("button.copy-code");
-    buttons.forEach((button, index) => {
-      const number = buttons.length === 1 ? "" : ` ${index + 1}`;
-      button.setAttribute("aria-label", `Copy code${number} of ${whose}`);
-    });
-  };
 
   document.addEventListener("htmx:sse:after:message", () => {
     placeCutLine();

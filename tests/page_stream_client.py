@@ -6,6 +6,48 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+ANSWER = """Here is a plan, with *emphasis* and `code`.
+
+1. First item
+2. Second item
+
+- loose item
+
+- another loose item
+
+| Name | Value |
+|------|-------|
+| pi | 3.14 |
+| e | 2.72 |
+
+$$
+\\int_0^1 x^2 \\, dx = \\frac{1}{3}
+$$
+
+Inline math $a^2 + b^2 = c^2$ and \\(x\\).
+
+```python
+def greet(name):
+
+    return f"Hello, {name} 👋"
+```
+
+    indented code
+
+    more indented code
+
+> A quote
+> that goes on.
+
+Setext heading
+==============
+
+See [the docs][docs] for more 🙂.
+
+[docs]: https://example.com/docs
+"""
+"""An answer with every kind of block a page must end on exactly as stored."""
+
 
 @dataclass
 class PageContent:

@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import Dialog, Locator, Page, expect
 
 from tests.browser.conftest import OpenPage, Server, Servers
+from tests.page_stream_client import ANSWER
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
@@ -135,9 +136,9 @@ def composer_ready(page: Page) -> None:
 def test_enter_sends_and_the_answer_streams_in_several_swaps(
     live_server: Server, upstream: FakeUpstream, open_page: OpenPage
 ) -> None:
-    reply = words(24)
+    reply = words(80)  # some 300 characters: an update every 96 (SNAPSHOT_CHARS) at most
     upstream.set_reply(reply)
-    upstream.chunk_delay = 0.04  # 24 chunks: about one second
+    upstream.chunk_delay = 0.025  # 80 chunks: about two seconds
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
     expect(page.locator("#meter")).to_contain_text("Nothing sent yet")
@@ -618,8 +619,6 @@ def test_a_streamed_answer_ends_exactly_as_its_stored_rendering(
 ) -> None:
     """Streamed by what changed (finished blocks once, the open block as it grows), the page
     ends with the same DOM as a reload of the stored answer: code, lists, tables, math."""
-    from tests.test_page_stream import ANSWER
-
     upstream.set_reply(ANSWER)
     upstream.chunk_delay = 0.01
     conversation_id = create_conversation(live_server)

@@ -16,7 +16,6 @@ refused (429) before its stream opens.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import aclosing, contextmanager
@@ -89,14 +88,18 @@ def _release(counter: Counter[K], key: K) -> None:
         del counter[key]
 
 
-SNAPSHOT_CHARS = 96
-SNAPSHOT_WAIT = 0.5
-"""A page is sent new text when this many characters have come, or this many seconds have
-passed, since its last update: each update costs some 60 bytes of framing, so this keeps
-what a page receives within about twice the answer's rendering (bench/page_watchers.py)."""
-
 WATCHERS = Watchers()
 """This process's watchers (each worker caps its own: they live in its memory)."""
+
+
+async def answer_to_follow(
+    chat: ConversationService, owner: str, conversation_id: str, answer_id: int
+) -> Message:
+    """The answer's row, if `owner` may follow it (NotFound otherwise)."""
+    answer = await chat.message(owner, conversation_id, answer_id)
+    if answer.role != Role.ASSISTANT:
+        raise NotFound("no such answer: that id is a user's message")
+    return answer
 
 
 async def follow_answer(
@@ -106,31 +109,29 @@ async def follow_answer(
     answer_id: int,
     *,
     notices: AnswerNotices | None = None,
-    throttle: float = 0.05,
     per_answer: int = 0,
     per_owner: int = 0,
 ) -> AsyncGenerator[Snapshot, None]:
     """Snapshots of the answer until its final one; at most `per_answer` followers of
     one answer and `per_owner` of one owner's answers at once in this process (0: no
     cap). Close the iterator when done with it: that gives its place back."""
-    answer = await chat.message(owner, conversation_id, answer_id)
-    if answer.role != Role.ASSISTANT:
-        raise NotFound("no such answer: that id is a user's message")
+    answer = await answer_to_follow(chat, owner, conversation_id, answer_id)
     with WATCHERS.hold(owner, answer_id, per_answer=per_answer, per_owner=per_owner):
-        following = _follow(chat, owner, conversation_id, answer, notices, throttle)
+        following = snapshots_of(chat, owner, conversation_id, answer, notices)
         async with aclosing(following) as snapshots:
             async for snapshot in snapshots:
                 yield snapshot
 
 
-async def _follow(
+async def snapshots_of(
     chat: ConversationService,
     owner: str,
     conversation_id: str,
     answer: Message,
     notices: AnswerNotices | None,
-    throttle: float,
 ) -> AsyncGenerator[Snapshot, None]:
+    """Every change of `answer` (each piece of its text) until its final snapshot, with
+    no cap: what a caller that spaces them for many pages follows."""
     answer_id = id_of(answer)
     user = await chat.user_row_of(answer)
     running = chat.running(answer_id)
@@ -143,9 +144,6 @@ async def _follow(
                 yield snapshot
         return
     text = ""
-    shown = -1
-    sent = 0
-    waited_steps = max(1, round(SNAPSHOT_WAIT / throttle))
     # A page loaded mid-answer already shows the text flushed so far: replaying the channel
     # from its start must not show less than that (the text would jump back, then regrow).
     floor = len(answer.content)
@@ -156,17 +154,7 @@ async def _follow(
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
         elif event.name == "delta":
             text += event.data["text"]
-            # At most one snapshot per `throttle` seconds, on a grid every watcher shares:
-            # the watchers of one answer then show the same texts, rendered once for all
-            # (`page_stream`); a slow one skips ahead.
-            # The first text at once; after it, a snapshot waits for `SNAPSHOT_CHARS` more
-            # or `SNAPSHOT_WAIT` seconds: a few characters each would cost the page more in
-            # framing than in text.
-            step = int(time.monotonic() / throttle)
-            grown = len(text) - sent
-            enough = sent == 0 or grown >= SNAPSHOT_CHARS or step - shown >= waited_steps
-            if len(text) >= floor and step != shown and enough:
-                shown, sent = step, len(text)
+            if len(text) >= floor:
                 yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
     final = await chat.message(owner, conversation_id, answer_id)
     user = await chat.message(owner, conversation_id, id_of(user))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -23,11 +24,10 @@ from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
 from webapp.chat.feedback import feedback_value
-from webapp.chat.live import Snapshot, follow_answer
+from webapp.chat.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.page_stream import LIVE_PAGES, PageCursor, event_frame
 from webapp.chat.sending import Send
-from webapp.chat.serialize import message_dict
 from webapp.chat.service import ConversationService
 from webapp.chat.views import (
     Alternative,
@@ -346,54 +346,29 @@ class ConversationPages(Controller):
         conversation: FoundConversation,
         answer_id: RowId,
     ) -> ASGIApp:
-        """The answer as HTML snapshots over SSE; reconnecting simply resumes from now.
+        """The answer over SSE: the turn as HTML when it changes, its text as `content`
+        events of what changed (webapp.chat.page_stream); reconnecting resumes from now.
         Past a worker's cap of followers (per answer, per owner) it answers 429."""
         settings: Settings = request.app.state.settings
-        snapshots = follow_answer(
-            chat,
-            conversation.owner,
-            conversation.id,
-            answer_id,
-            notices=notices,
-            per_answer=settings.watchers_per_answer,
-            per_owner=settings.watchers_per_user,
+        owner = conversation.owner
+        answer = await answer_to_follow(chat, owner, conversation.id, answer_id)
+        place = ExitStack()
+        place.enter_context(
+            WATCHERS.hold(
+                owner,
+                answer_id,
+                per_answer=settings.watchers_per_answer,
+                per_owner=settings.watchers_per_user,
+            )
         )
-        # Checks ownership and takes a place among the followers before the stream opens.
-        first = await anext(snapshots)
         try:
-            # The user row is re-rendered with each snapshot: it keeps its "‹ i/n ›".
-            alternatives = await chat.alternatives_of(conversation.id, [first.user])
+            user = await chat.user_row_of(answer)
+            # The user row is re-rendered with the turn: it keeps its "‹ i/n ›".
+            alternatives = await chat.alternatives_of(conversation.id, [user])
         except BaseException:
-            await snapshots.aclose()
+            place.close()
             raise
-
-        async def events() -> AsyncIterator[bytes]:
-            snapshot = first
-            cursor = PageCursor()
-            shown_user: object = None
-            try:
-                with LIVE_PAGES.sharing(answer_id) as rendering:
-                    while True:
-                        if snapshot.final:
-                            await rendering.conclude(snapshot.answer)
-                        else:
-                            await rendering.advance(snapshot.answer.content)
-                        user = _user_state(snapshot.user)
-                        # The turn itself (status, the user row's fit, the footer) is sent
-                        # when it changes; its content stays, and follows by `content`.
-                        if cursor.version < 0 or user != shown_user or snapshot.final:
-                            key = (snapshot.final, snapshot.answer.status, user)
-                            yield rendering.shown(key, turn_frame(snapshot))
-                            shown_user = user
-                        update = rendering.update_for(cursor, str(len(snapshot.answer.content)))
-                        if update is not None:
-                            yield update
-                        if snapshot.final:
-                            yield event_frame("done", snapshot.answer.status)
-                            return
-                        snapshot = await anext(snapshots)
-            finally:
-                await snapshots.aclose()  # the place is given back when the client goes
+        kind = (conversation.base, conversation.internals, tuple(sorted(alternatives.items())))
 
         def turn_frame(snapshot: Snapshot) -> str:
             return render_fragment(
@@ -404,12 +379,35 @@ class ConversationPages(Controller):
                 internals=conversation.internals,
             )
 
+        def snapshots() -> AsyncIterator[Snapshot]:
+            return snapshots_of(chat, owner, conversation.id, answer, notices)
+
+        async def events() -> AsyncIterator[bytes]:
+            # A page loaded mid-answer shows the text stored so far: it is sent the text
+            # once the shared rendering has at least as much (never less, then more).
+            floor = len(answer.content)
+            cursor = PageCursor()
+            with place, LIVE_PAGES.following(answer_id, snapshots) as live:
+                while True:
+                    await live.changed_since(cursor)
+                    rendering = live.rendering
+                    if rendering is None:  # its follower failed before any snapshot
+                        return
+                    # The text first: the final turn frame ends the page's stream.
+                    if rendering.text_length >= floor or live.final:
+                        update = rendering.update_for(cursor)
+                        if update is not None:
+                            yield update
+                    if cursor.turn != live.turn:
+                        yield live.turn_frame(kind, turn_frame)
+                        cursor.turn = live.turn
+                    if live.done and cursor.version == rendering.version:
+                        if live.final:
+                            assert live.snapshot is not None
+                            yield event_frame("done", live.snapshot.answer.status)
+                        return
+
         return event_stream(events())
-
-
-def _user_state(user: Message) -> str:
-    """What the user row shows, to tell when it changed (a fit made later, say)."""
-    return json.dumps(message_dict(user), default=str, sort_keys=True)
 
 
 class ConversationAdmin(Controller):
