@@ -8,8 +8,8 @@ import json
 from collections.abc import AsyncIterator
 
 from tests.page_stream_client import ANSWER, PageContent, sse_messages
-from webapp.chat.models import Message, Role, Status
 from webapp.chat.live import Snapshot
+from webapp.chat.models import Message, Role, Status
 from webapp.chat.page_stream import (
     SNAPSHOT_WAIT,
     LiveAnswer,
@@ -20,6 +20,7 @@ from webapp.chat.page_stream import (
 )
 from webapp.web.blocks import finished_end
 from webapp.web.markdown import name_code_copies, render_markdown_async
+
 
 def stored(text: str, html: str) -> Message:
     return Message(
@@ -127,18 +128,12 @@ def snapshot(text: str, *, final: bool = False) -> Snapshot:
 
 
 async def follow_page(live: LiveAnswer, page: PageContent, frames: list[bytes]) -> None:
-    cursor = PageCursor()
-    while True:
-        await live.changed_since(cursor)
-        assert live.rendering is not None
-        cursor.turn = live.turn
-        frame = live.rendering.update_for(cursor)
-        if frame is not None:
+    """A page's stream to its end: the `content` frames it was sent, applied to `page`."""
+    async for frame in live.frames_for(PageCursor(), "page", lambda s: f"<p>{s.answer.status}</p>"):
+        ((event, data),) = sse_messages(frame.decode())
+        if event == "content":
             frames.append(frame)
-            ((_, data),) = sse_messages(frame.decode())
             page.apply(json.loads(data))
-        if live.done and cursor.version == live.rendering.version:
-            return
 
 
 async def test_every_page_of_an_answer_is_sent_the_same_frames_made_once() -> None:
@@ -174,21 +169,36 @@ async def test_text_that_stops_short_is_shown_without_waiting_for_more() -> None
         yield snapshot("Hello there.", final=True)
 
     live = LiveAnswer(pieces())
-    cursor, page = PageCursor(), PageContent()
+    page = PageContent()
+    following = asyncio.create_task(follow_page(live, page, []))
     started = asyncio.get_running_loop().time()
     while "there" not in page.html:
-        await asyncio.wait_for(live.changed_since(cursor), 5)
-        assert live.rendering is not None
-        cursor.turn = live.turn
-        frame = live.rendering.update_for(cursor)
-        if frame is not None:
-            ((_, data),) = sse_messages(frame.decode())
-            page.apply(json.loads(data))
+        assert asyncio.get_running_loop().time() - started < 5, "never shown"
+        await asyncio.sleep(0.01)
     waited = asyncio.get_running_loop().time() - started
     assert waited < SNAPSHOT_WAIT + 1.0, f"shown after {waited:.2f} s"
     more.set()
-    await asyncio.wait_for(live.changed_since(cursor), 5)
-    live.stop()
+    await asyncio.wait_for(following, 5)
+    assert page.html == "<p>Hello there.</p>\n"
+
+
+async def test_a_page_loaded_mid_answer_is_sent_no_less_than_it_shows() -> None:
+    async def pieces() -> AsyncIterator[Snapshot]:
+        for end in range(1, 12):
+            yield snapshot("Hello there."[:end])
+            await asyncio.sleep(0.06)
+        yield snapshot("Hello there.", final=True)
+
+    live = LiveAnswer(pieces())
+    cursor = PageCursor(floor=8)  # the page showed "Hello th" when it connected
+    page, shown = PageContent(), []
+    async for frame in live.frames_for(cursor, "page", lambda s: ""):
+        ((event, data),) = sse_messages(frame.decode())
+        if event == "content":
+            page.apply(json.loads(data))
+            shown.append(page.html)
+    assert shown, "nothing was sent"
+    assert all("Hello th" in html for html in shown), shown
 
 
 async def test_a_follower_that_fails_ends_its_pages() -> None:

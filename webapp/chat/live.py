@@ -9,9 +9,10 @@ shared poll on SQLite).
 Either way each snapshot is the whole text so far, so a watcher that connects late
 or reconnects can neither duplicate nor lose text.
 
-Each watcher costs its worker a wake-up and a write per snapshot, so a worker lets only
-so many follow one answer, and one owner, at once (`WATCHERS`); the one past a cap is
-refused (429) before its stream opens.
+Pages share one follower of each answer per worker (`webapp.chat.page_stream`), but each
+still costs a connection and a write per update, so a worker lets only so many follow one
+answer, and one owner, at once (`WATCHERS`); the one past a cap is refused (429) before
+its stream opens.
 """
 
 from __future__ import annotations

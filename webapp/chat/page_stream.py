@@ -62,6 +62,10 @@ class PageCursor:
     open_html: str = ""
     turn: int = -1
     """The turn frame (status, the user row) it shows."""
+    floor: int = 0
+    """The length of text it showed before it connected (a page loaded mid-answer shows
+    the text stored so far): it is sent text once the rendering has at least as much, so
+    the text never shrinks, then regrows."""
 
 
 @dataclass(slots=True)
@@ -86,17 +90,25 @@ class SharedRendering:
         open block again (in colour when `final`: nothing more will be appended)."""
         if self.replaced_by is not None or (len(text) <= self.text_length and not final):
             return
+        # Rendered first, then changed at once: a page that connects meanwhile reads a
+        # whole version, never half of the next.
         end = len(text) if final else finished_end(text, self.finished_end)
+        done = ""
         if end > self.finished_end:
             done = self._named(str(await render_markdown_async(text[self.finished_end : end])))
+        rest = text[end:]
+        if rest.strip():
+            raw = str(await render_markdown_async(rest, colour=False))
+            open_html = name_code_copies(
+                raw, self.whose, self.finished_blocks + code_blocks_in(done)
+            )
+        else:
+            open_html = ""
+        if done:
             self.finished.append(done)
             self.finished_blocks += code_blocks_in(done)
             self.finished_end = end
-        rest = text[end:]
-        if rest.strip():
-            self.open_html = self._named(str(await render_markdown_async(rest, colour=False)))
-        else:
-            self.open_html = ""
+        self.open_html = open_html
         self.text_length = len(text)
         self._changed()
 
@@ -184,16 +196,45 @@ class LiveAnswer:
     def done(self) -> bool:
         return self.final or self.failed
 
-    async def changed_since(self, cursor: PageCursor) -> None:
-        """Wait until there is something `cursor`'s page has not been sent, or the end."""
+    async def frames_for(
+        self, cursor: PageCursor, kind: object, make: TurnFrame
+    ) -> AsyncIterator[bytes]:
+        """What one page is sent, from `cursor` to the end: its text as `content` events,
+        the turn (rendered by `make`, once for every page of its `kind`) when it changed,
+        and `done` with the answer's status. A follower that failed ends it without."""
+        while True:
+            await self._changed_since(cursor)
+            rendering = self.rendering
+            if rendering is None:  # the follower failed before its first snapshot
+                return
+            # The text first: the final turn frame ends the page's stream.
+            if self._text_for(cursor):
+                update = rendering.update_for(cursor)
+                if update is not None:
+                    yield update
+            if cursor.turn != self.turn:
+                yield self.turn_frame(kind, make)
+                cursor.turn = self.turn
+            if self.done:
+                if self.snapshot is not None and self.final:
+                    yield event_frame("done", self.snapshot.answer.status)
+                return
+
+    async def _changed_since(self, cursor: PageCursor) -> None:
+        """Until there is something `cursor`'s page has not been sent, or the end."""
         while not self.done and not self._news_for(cursor):
             await self._woken.wait()
 
     def _news_for(self, cursor: PageCursor) -> bool:
         rendering = self.rendering
-        return rendering is not None and (
-            cursor.turn != self.turn or cursor.version != rendering.version
-        )
+        if rendering is None:
+            return False
+        text = self._text_for(cursor) and cursor.version != rendering.version
+        return text or cursor.turn != self.turn
+
+    def _text_for(self, cursor: PageCursor) -> bool:
+        rendering = self.rendering
+        return rendering is not None and (rendering.text_length >= cursor.floor or self.final)
 
     def turn_frame(self, key: object, make: TurnFrame) -> bytes:
         """The turn as pages of one kind (`key`: full page or embed) show it now, rendered
@@ -263,7 +304,7 @@ class LiveAnswer:
             latest = self._latest
             if latest is None or latest.final:
                 return
-            shown = self.rendering.text_length if self.rendering is not None else -1
+            shown = -1 if self.rendering is None else self.rendering.text_length
             urgent = shown < 0 or self._turn_of(latest) != self._turn_state
             grown = len(latest.answer.content) - shown
             wait = gap if urgent or grown >= SNAPSHOT_CHARS else max(gap, SNAPSHOT_WAIT)
@@ -275,12 +316,12 @@ class LiveAnswer:
                 await asyncio.wait_for(self._arrived.wait(), left)
 
     async def _show(self, snapshot: Snapshot) -> None:
-        if self.rendering is None:
-            self.rendering = SharedRendering(whose=_whose(snapshot))
+        rendering = self.rendering or SharedRendering(whose=_whose(snapshot))
         if snapshot.final:
-            await self.rendering.conclude(snapshot.answer)
+            await rendering.conclude(snapshot.answer)
         else:
-            await self.rendering.advance(snapshot.answer.content)
+            await rendering.advance(snapshot.answer.content)
+        self.rendering = rendering
         state = self._turn_of(snapshot)
         if state != self._turn_state:
             self._turn_state = state

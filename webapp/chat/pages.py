@@ -26,7 +26,7 @@ from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
 from webapp.chat.feedback import feedback_value
 from webapp.chat.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
-from webapp.chat.page_stream import LIVE_PAGES, PageCursor, event_frame
+from webapp.chat.page_stream import LIVE_PAGES, PageCursor
 from webapp.chat.sending import Send
 from webapp.chat.service import ConversationService
 from webapp.chat.views import (
@@ -383,29 +383,10 @@ class ConversationPages(Controller):
             return snapshots_of(chat, owner, conversation.id, answer, notices)
 
         async def events() -> AsyncIterator[bytes]:
-            # A page loaded mid-answer shows the text stored so far: it is sent the text
-            # once the shared rendering has at least as much (never less, then more).
-            floor = len(answer.content)
-            cursor = PageCursor()
+            cursor = PageCursor(floor=len(answer.content))
             with place, LIVE_PAGES.following(answer_id, snapshots) as live:
-                while True:
-                    await live.changed_since(cursor)
-                    rendering = live.rendering
-                    if rendering is None:  # its follower failed before any snapshot
-                        return
-                    # The text first: the final turn frame ends the page's stream.
-                    if rendering.text_length >= floor or live.final:
-                        update = rendering.update_for(cursor)
-                        if update is not None:
-                            yield update
-                    if cursor.turn != live.turn:
-                        yield live.turn_frame(kind, turn_frame)
-                        cursor.turn = live.turn
-                    if live.done and cursor.version == rendering.version:
-                        if live.final:
-                            assert live.snapshot is not None
-                            yield event_frame("done", live.snapshot.answer.status)
-                        return
+                async for frame in live.frames_for(cursor, kind, turn_frame):
+                    yield frame
 
         return event_stream(events())
 
