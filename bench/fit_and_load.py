@@ -75,11 +75,16 @@ WORDS = [
 
 def catalog() -> Catalog:
     models = {
-        "big": ModelSpec("big", "demo", "big", context_window=131_072, max_output_tokens=4096),
-        "small": ModelSpec("small", "demo", "small", context_window=4096, max_output_tokens=512),
+        "big": ModelSpec(name="big", provider="demo", model_id="big", context_window=131_072, max_output_tokens=4096),
+        "small": ModelSpec(name="small", provider="demo", model_id="small", context_window=4096, max_output_tokens=512),
     }
-    configurations = {name: ConfigurationSpec(name, model=name) for name in models}
-    return Catalog({"demo": ProviderSpec("demo", "demo")}, models, configurations, {})
+    configurations = {name: ConfigurationSpec(name=name, model=name) for name in models}
+    return Catalog(
+        providers={"demo": ProviderSpec(name="demo", kind="demo")},
+        models=models,
+        configurations=configurations,
+        embeds={},
+    )
 
 
 def sentence(rng: random.Random, size: int) -> str:
