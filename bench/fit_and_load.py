@@ -74,9 +74,10 @@ WORDS = [
 
 
 def catalog() -> Catalog:
+    sizes = {"big": (131_072, 4096), "small": (4096, 512)}
     models = {
-        "big": ModelSpec(name="big", provider="demo", model_id="big", context_window=131_072, max_output_tokens=4096),
-        "small": ModelSpec(name="small", provider="demo", model_id="small", context_window=4096, max_output_tokens=512),
+        name: ModelSpec(name=name, provider="demo", context_window=window, max_output_tokens=most)
+        for name, (window, most) in sizes.items()
     }
     configurations = {name: ConfigurationSpec(name=name, model=name) for name in models}
     return Catalog(

@@ -1,8 +1,5 @@
-"""Checks of single values, each saying in the file's words why the value cannot be used.
-
-Each runs as a field validator of the specs (models.py), so its problem is reported with
-the entry and field it came from.
-"""
+"""Checks of single values, run as the specs' field validators so that each problem is
+reported with its entry and field, in words that say what to write instead."""
 
 from __future__ import annotations
 
@@ -16,29 +13,16 @@ from webapp.llm.catalog.messages import did_you_mean, refuse
 KNOWN_CAPABILITIES = frozenset({"chat", "tools", "vision", "completion", "embedding"})
 """What routing can ask of a model. Anything else is a typo that would silently never match."""
 
-TOKENIZER_KINDS: tuple[str, ...] = ("auto", "server", "estimate", "tiktoken", "huggingface")
-"""How a model's tokens are counted: the first three stand alone, the last two take an
-argument after a colon ("tiktoken:cl100k_base", "huggingface:path/to/tokenizer.json")."""
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_EMBED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+TOKENIZER_KINDS = ("auto", "server", "estimate", "tiktoken", "huggingface")
+"""How a model's tokens are counted: the last two take an argument after a colon."""
 
 
-def not_blank(value: str) -> str:
-    """An empty name or URL is a mistake, not a value."""
-    if not value.strip():
-        raise refuse("must not be empty")
-    return value
-
-
-def known_capabilities(values: frozenset[str]) -> frozenset[str]:
+def capabilities(values: frozenset[str]) -> frozenset[str]:
     known = ", ".join(sorted(KNOWN_CAPABILITIES))
-    unknown = [
-        f"unknown capability '{value}'{did_you_mean(value, KNOWN_CAPABILITIES)}; known: {known}"
-        for value in sorted(values - KNOWN_CAPABILITIES)
-    ]
+    unknown = sorted(values - KNOWN_CAPABILITIES)
     if unknown:
-        raise refuse(*unknown)
+        hints = [f"'{value}'{did_you_mean(value, KNOWN_CAPABILITIES)}" for value in unknown]
+        raise refuse(*(f"unknown capability {hint}; known: {known}" for hint in hints))
     return values
 
 
@@ -56,6 +40,7 @@ def url(value: str) -> str:
 
 
 def origins(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Each exactly scheme://host[:port]: what a browser compares for frame-ancestors."""
     if not values:
         raise refuse("must list at least one origin, such as 'https://example.com'")
     problems = [problem for problem in map(_origin_problem, values) if problem]
@@ -65,7 +50,6 @@ def origins(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _origin_problem(origin: str) -> str | None:
-    """An origin is exactly scheme://host[:port]: what a browser compares for frame-ancestors."""
     if "*" in origin:
         return (
             f"'{origin}': wildcards are not allowed; list each site that may embed the chat, "
@@ -87,7 +71,7 @@ def _origin_problem(origin: str) -> str | None:
 
 
 def embed_name(name: str) -> str:
-    if not _EMBED_NAME.fullmatch(name):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise refuse(
             f"'{name}' is used in the URL /embed/{{name}}: use only letters, "
             "digits, '.', '_' and '-'"
@@ -97,38 +81,32 @@ def embed_name(name: str) -> str:
 
 def api_key_env(value: str) -> str:
     """The file names the variable; the key stays in the environment, out of files and logs.
-
-    The value is never echoed: if it is a secret, the error message must not leak it.
-    """
+    The value is never echoed: if it is a secret, the error message must not leak it."""
     hint = 'put the NAME of the environment variable there (e.g. api_key_env = "OPENAI_API_KEY")'
     if value.startswith("sk-"):
         raise refuse(
             f"looks like an API key itself, not a variable name; {hint} "
             "and set that variable to the key"
         )
-    if not _ENV_NAME.fullmatch(value):
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
         raise refuse(f"is not an environment variable name; {hint}")
     return value
 
 
 def split_tokenizer(setting: str) -> tuple[str, str]:
-    """("tiktoken", "cl100k_base") from "tiktoken:cl100k_base"; ("auto", "") from "auto".
-
-    The one place that reads a setting's shape, for the validator and the registry alike.
-    """
+    """("tiktoken", "cl100k_base") from "tiktoken:cl100k_base"; ("auto", "") from "auto":
+    the one place that reads a setting's shape, for the validator and the registry alike."""
     kind, _, argument = setting.partition(":")
     return kind, argument
 
 
 def tokenizer(setting: str, *, demo: bool, folder: Path) -> str:
-    """The `tokenizer` setting, validated; a huggingface path is made absolute.
-
-    Checked here, at start, rather than at the first send: a missing package or file
-    should stop the app with the entry named, not quietly count with the estimate.
-    """
+    """The setting as the registry reads it (a huggingface path made absolute). Checked at
+    start, not at the first send: a missing package or file should stop the app with the
+    entry named, not quietly count with the estimate."""
     kind, argument = split_tokenizer(setting.strip())
-    examples = "'auto', 'server', 'estimate', 'tiktoken:<encoding>' or 'huggingface:<path>'"
     if kind not in TOKENIZER_KINDS:
+        examples = "'auto', 'server', 'estimate', 'tiktoken:<encoding>' or 'huggingface:<path>'"
         hint = did_you_mean(kind, TOKENIZER_KINDS)
         raise refuse(f"unknown tokenizer '{setting}'{hint}; expected {examples}")
     if kind in ("auto", "server", "estimate"):
@@ -138,36 +116,25 @@ def tokenizer(setting: str, *, demo: bool, folder: Path) -> str:
             raise refuse("the demo provider has no tokenize endpoint; use 'estimate'")
         return kind
     if not argument.strip():
-        what = (
-            "an encoding, e.g. 'tiktoken:cl100k_base'"
-            if kind == "tiktoken"
-            else "the path of a tokenizer.json, e.g. 'huggingface:models/qwen/tokenizer.json'"
-        )
+        what = {"tiktoken": "an encoding, e.g. 'tiktoken:cl100k_base'"}.get(kind)
+        what = what or "the path of a tokenizer.json, e.g. 'huggingface:models/qwen/tokenizer.json'"
         raise refuse(f"'{kind}:' needs {what}")
-    if kind == "tiktoken":
-        _tiktoken_encoding(argument)
-        return setting
-    if importlib.util.find_spec("tokenizers") is None:
+    package = "tiktoken" if kind == "tiktoken" else "tokenizers"
+    if importlib.util.find_spec(package) is None:
+        extra = "tiktoken" if kind == "tiktoken" else "huggingface"
         raise refuse(
-            "needs the 'tokenizers' package, which is not installed: "
-            "pip install 'webapp[huggingface]'"
+            f"needs the '{package}' package, which is not installed: pip install 'webapp[{extra}]'"
         )
+    if kind == "tiktoken":
+        import tiktoken  # only names are checked (no download): the registry loads the vocabulary
+
+        known = [name for name in tiktoken.list_encoding_names() if not name.endswith("_offline")]
+        if argument not in known:
+            hint = did_you_mean(argument, known)
+            raise refuse(f"unknown tiktoken encoding '{argument}'{hint}; known: {', '.join(known)}")
+        return setting
     path = Path(argument).expanduser()
     path = (path if path.is_absolute() else folder / path).resolve()
     if not path.is_file():
         raise refuse(f"tokenizer file not found: {path}")
     return f"huggingface:{path}"
-
-
-def _tiktoken_encoding(encoding: str) -> None:
-    """Only names are checked here (no download); the registry loads the vocabulary."""
-    if importlib.util.find_spec("tiktoken") is None:
-        raise refuse(
-            "needs the 'tiktoken' package, which is not installed: pip install 'webapp[tiktoken]'"
-        )
-    import tiktoken
-
-    known = [name for name in tiktoken.list_encoding_names() if not name.endswith("_offline")]
-    if encoding not in known:
-        hint = did_you_mean(encoding, known)
-        raise refuse(f"unknown tiktoken encoding '{encoding}'{hint}; known: {', '.join(known)}")

@@ -15,15 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from webapp.llm.catalog.messages import problem_lines
-from webapp.llm.catalog.models import (
-    DEMO_WINDOW,
-    Catalog,
-    CatalogFile,
-    ConfigurationSpec,
-    ModelSpec,
-    ProviderSpec,
-    Reading,
-)
+from webapp.llm.catalog.models import Catalog, CatalogFile, Reading
 
 
 class CatalogError(Exception):
@@ -37,32 +29,30 @@ class CatalogError(Exception):
         super().__init__("\n".join([header, *self.errors]))
 
 
+_BUILTIN = '''
+[[providers]]
+name = "demo"
+kind = "demo"
+
+[[models]]
+name = "demo"
+provider = "demo"
+max_output_tokens = 256
+capabilities = ["chat", "completion", "tools"]
+
+[[configurations]]
+name = "demo"
+model = "demo"
+system_prompt = """
+You are the offline demo model of a self-hosted chat app. \\
+Be brief and friendly, and say plainly that you are a demo."""
+'''
+"""The offline demo, read like any file (its window and tokenizer are the demo's defaults)."""
+
+
 def builtin_catalog() -> Catalog:
     """The catalog used when no file is configured: the offline demo, nothing else."""
-    provider = ProviderSpec(name="demo", kind="demo")
-    model = ModelSpec(
-        name="demo",
-        provider="demo",
-        model_id="demo",
-        context_window=DEMO_WINDOW,
-        max_output_tokens=256,
-        capabilities=frozenset({"chat", "completion", "tools"}),
-        tokenizer="estimate",
-    )
-    configuration = ConfigurationSpec(
-        name="demo",
-        model="demo",
-        system_prompt=(
-            "You are the offline demo model of a self-hosted chat app. "
-            "Be brief and friendly, and say plainly that you are a demo."
-        ),
-    )
-    return Catalog(
-        providers={provider.name: provider},
-        models={model.name: model},
-        configurations={configuration.name: configuration},
-        embeds={},
-    )
+    return parse_catalog(tomllib.loads(_BUILTIN), "built-in").model_copy(update={"source": None})
 
 
 def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
@@ -81,41 +71,29 @@ def parse_catalog(data: object, source: str) -> Catalog:
         file = CatalogFile.model_validate(data, context=reading)
     except ValidationError as exc:
         raise CatalogError(source, problem_lines(exc, data, CatalogFile, source)) from None
-    return file.catalog(source)
+    tables = {section: getattr(file, section) for section in CatalogFile.model_fields}
+    by_name = {section: {e.name: e for e in entries} for section, entries in tables.items()}
+    return Catalog.model_validate({**by_name, "source": source})
 
 
 def _read_toml(source: str) -> dict[str, Any]:
     try:
-        raw = Path(source).read_bytes()
+        return tomllib.loads(Path(source).read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        raise CatalogError(source, [f"{source}: file not found"]) from None
+        problem = "file not found"
     except IsADirectoryError:
-        raise CatalogError(source, [f"{source}: is a directory, not a TOML file"]) from None
+        problem = "is a directory, not a TOML file"
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise CatalogError(source, [f"{source}: cannot read file: {reason}"]) from None
-    try:
-        text = raw.decode("utf-8")
+        problem = f"cannot read file: {exc.strerror or exc}"
     except UnicodeDecodeError as exc:
-        message = f"{source}: not UTF-8 text (bad byte at offset {exc.start})"
-        raise CatalogError(source, [message]) from None
-    try:
-        return tomllib.loads(text)
+        problem = f"not UTF-8 text (bad byte at offset {exc.start})"
     except tomllib.TOMLDecodeError as exc:
-        raise CatalogError(source, [_syntax_error_line(source, exc)]) from None
+        problem = _syntax_error(str(exc))
+    raise CatalogError(source, [f"{source}: {problem}"])
 
 
-_AT_LINE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$|\s*\(at end of document\)$")
-
-
-def _syntax_error_line(source: str, exc: tomllib.TOMLDecodeError) -> str:
-    """Name the line up front: tomllib (3.11) only tucks it at the end of its message."""
-    message = str(getattr(exc, "msg", None) or exc)
-    line: int | None = getattr(exc, "lineno", None)
-    match = _AT_LINE.search(message)
-    if match:
-        message = message[: match.start()]
-        if line is None and match.group(1):
-            line = int(match.group(1))
-    where = f"line {line}" if line is not None else "end of file"
-    return f"{source}: {where}: TOML syntax error: {message}"
+def _syntax_error(message: str) -> str:
+    """Name the line up front: tomllib only tucks it at the end of its message."""
+    at = re.search(r"\s*\((?:at line (\d+), column \d+|at end of document)\)$", message)
+    where = f"line {at.group(1)}" if at and at.group(1) else "end of file"
+    return f"{where}: TOML syntax error: {message[: at.start()] if at else message}"

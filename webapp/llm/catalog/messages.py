@@ -1,8 +1,6 @@
-"""Error lines in one style: `<file>: <entry>: field '<field>': <message>`.
-
-The catalog's own checks raise `refuse(...)`, whose words are shown as they are; pydantic's
-errors (types, ranges, required and unknown keys) are put in the same words here, and
-`where` turns pydantic's location into the file's: the table, the index from 0, the name.
+"""Error lines in one style, `<file>: <entry>: field '<field>': <message>`, so that every
+problem says where it is. The catalog's checks raise `refuse(...)`, shown as written;
+pydantic's own errors (types, ranges, required and unknown keys) are put in the same words.
 """
 
 from __future__ import annotations
@@ -14,42 +12,27 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-REFUSED = "catalog"
-"""The error type of every check written here."""
-
 Loc = tuple[int | str, ...]
 
-_TOML_TYPE_NAMES: dict[type, str] = {
-    str: "a string",
-    bool: "a boolean",
-    int: "an integer",
-    float: "a float",
-    list: "an array",
-    dict: "a table",
-}
-
-_EXPECTED = {
-    "string_type": "a string",
-    "int_type": "an integer",
-    "float_type": "a number",
-    "bool_type": "true or false",
-    "tuple_type": "an array of strings",  # every array inside an entry holds strings
-    "frozen_set_type": "an array of strings",
-}
-"""What a field wanted, by pydantic's error type, when the value found had another type."""
+_WORDS: dict[type, str] = {str: "a string", bool: "a boolean", int: "an integer"}
+_WORDS |= {float: "a float", list: "an array", dict: "a table"}
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number"}
+_EXPECTED |= {"bool_type": "true or false"}
+_EXPECTED |= dict.fromkeys(("tuple_type", "frozen_set_type"), "an array of strings")
+"""What a field wanted, by pydantic's error type (every array inside an entry holds strings)."""
 
 
 def refuse(*messages: str, at: str | None = None) -> PydanticCustomError:
-    """One field's problems (one line each) as a pydantic error. `at` names the field when
-    the check is the entry's own (a model validator's location is the entry)."""
+    """A check's problems, one line each. `at` names the field of a check on the whole
+    entry (a model validator's location is the entry)."""
     context = {"message": messages[0], "all": messages, "at": () if at is None else (at,)}
-    return PydanticCustomError(REFUSED, "{message}", context)
+    return PydanticCustomError("catalog", "{message}", context)
 
 
 def describe(value: Any) -> str:
-    """Say what was found in TOML's words, with the value when short, so the fix is obvious."""
-    kind = _TOML_TYPE_NAMES.get(type(value), "a date/time")
+    """What was found, in TOML's words, with the value when short, so the fix is obvious."""
     shown = repr(value)
+    kind = _WORDS.get(type(value), "a date/time")
     return f"{kind} ({shown})" if len(shown) <= 40 else kind
 
 
@@ -64,26 +47,22 @@ def entry_name(entry: object) -> str | None:
     return name if isinstance(name, str) and name.strip() else None
 
 
-def entry_label(section: str, index: int, entry: object) -> str:
-    name = entry_name(entry)
-    return f"{section}[{index}]" if name is None else f"{section}[{index}] '{name}'"
-
-
 def where(loc: Loc, data: Any) -> str:
-    """`top level`, `top level: field 'models'`, `embeds[0]`, or
-    `configurations[1] 'c': field 'criteria.capabilities[0]'`."""
+    """`top level`, `top level: field 'models'`, `models[2] 'x'` (the table, the index from
+    0, the name), `configurations[1] 'c': field 'criteria.capabilities[0]'`."""
     if len(loc) < 2:
         return "top level" + "".join(f": field '{part}'" for part in loc)
     section, index, *rest = loc
-    label = entry_label(str(section), int(index), data[section][index])
-    if not rest:
-        return label
+    name = entry_name(data[section][index])
+    label = f"{section}[{index}]" + (f" '{name}'" if name else "")
     field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in rest)
-    return f"{label}: field '{field.lstrip('.')}'"
+    return f"{label}: field '{field[1:]}'" if rest else label
 
 
-def problem_lines(exc: ValidationError, data: Any, shape: type[BaseModel], source: str) -> list[str]:
-    """Every error of validating `data` (the whole file, of type `shape`) as one line each."""
+def problem_lines(
+    exc: ValidationError, data: Any, shape: type[BaseModel], source: str
+) -> list[str]:
+    """Every error of validating `data` (the whole file, as `shape`), one line each."""
     lines = []
     for error in exc.errors(include_url=False):
         loc = (*error["loc"], *(error.get("ctx") or {}).get("at", ()))
@@ -93,25 +72,25 @@ def problem_lines(exc: ValidationError, data: Any, shape: type[BaseModel], sourc
 
 def _texts(error: ErrorDetails, loc: Loc, shape: type[BaseModel]) -> Iterable[str]:
     kind, found, ctx = error["type"], error["input"], error.get("ctx") or {}
-    if kind == REFUSED:
+    if kind == "catalog":
         return tuple(ctx["all"])
     if kind == "extra_forbidden":
         hint = did_you_mean(str(loc[-1]), _keys(shape, loc))
-        if len(loc) == 1:
-            hint += "; expected [[providers]], [[models]], [[configurations]] or [[embeds]]"
-        return (f"unknown key{hint}",)
+        tables = "; expected [[providers]], [[models]], [[configurations]] or [[embeds]]"
+        return (f"unknown key{hint}{tables if len(loc) == 1 else ''}",)
     if kind == "model_type":
-        wanted = "a table" if not loc else f"a table ([[{loc[0]}]])"
-        wanted = wanted if len(loc) < 3 else 'a table such as { capabilities = ["chat"] }'
+        wanted = f"a table ([[{loc[0]}]])" if loc else "a table"
+        wanted = 'a table such as { capabilities = ["chat"] }' if len(loc) > 2 else wanted
         return (f"expected {wanted}, got {describe(found)}",)
-    if kind == "list_type":  # only a section is a list: the arrays in entries are tuples, sets
+    if kind == "list_type":  # only a section is a list: an entry's arrays are tuples or sets
         return (f"expected an array of tables ([[{loc[0]}]]), got {describe(found)}",)
     if kind == "too_short":  # only [[configurations]] has a minimum
         return ("no [[configurations]]: declare at least one (the first is the default)",)
     if kind in ("greater_than", "greater_than_equal"):
         bound = "greater than" if kind == "greater_than" else "at least"
-        limit = ctx["gt"] if kind == "greater_than" else ctx["ge"]
-        return (f"must be {bound} {limit:g}, got {found:g}",)
+        return (f"must be {bound} {ctx.get('gt', ctx.get('ge')):g}, got {found:g}",)
+    if kind == "string_pattern_mismatch":  # only Text has a pattern
+        return ("must not be empty",)
     if kind == "missing":
         return ("required field is missing",)
     if kind == "finite_number":
@@ -123,13 +102,8 @@ def _texts(error: ErrorDetails, loc: Loc, shape: type[BaseModel]) -> Iterable[st
 
 def _keys(shape: type[BaseModel], loc: Loc) -> Collection[str]:
     """The keys known where an unknown one was found: follow the tables named on the way."""
-    model = shape
     for part in loc[:-1]:
         if isinstance(part, str):
-            annotation = model.model_fields[part].annotation
-            model = next(t for t in (*get_args(annotation), annotation) if _is_table(t))
-    return model.model_fields
-
-
-def _is_table(kind: object) -> bool:
-    return isinstance(kind, type) and issubclass(kind, BaseModel)
+            kinds = get_args(shape.model_fields[part].annotation)
+            shape = next(k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel))
+    return shape.model_fields
