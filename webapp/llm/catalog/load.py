@@ -65,8 +65,7 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
 
 def parse_catalog(data: object, source: str) -> Catalog:
     """Validate already-parsed TOML; raise CatalogError listing every problem found."""
-    folder = Path(source).resolve().parent
-    reading = Reading.of(data if isinstance(data, dict) else {}, folder)
+    reading = Reading(Path(source).resolve().parent, data if isinstance(data, dict) else {})
     try:
         file = CatalogFile.model_validate(data, context=reading)
     except ValidationError as exc:

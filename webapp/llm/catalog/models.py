@@ -46,31 +46,28 @@ Capabilities = Annotated[frozenset[Text], Field(strict=False), Check(checks.capa
 
 @dataclass
 class Reading:
-    """The validation context while a file is read. `declared` holds every name of every
-    section, broken entries' too, so one bad model yields one error, not also an "unknown
-    model" for each configuration naming it; `valid` holds the entries read without fault."""
+    """The validation context while a file is read; for a spec built in code, `data` is None
+    and nothing is checked against other entries. `declared` holds every name in the file,
+    broken entries' too, so one bad model yields one error, not also an "unknown model" for
+    each configuration naming it; `valid` holds the entries read without fault so far."""
 
-    folder: Path
+    folder: Path = Path()
     """Where the file is: a relative tokenizer path is read from there."""
-    data: dict[str, Any] = field(default_factory=dict)
-    declared: dict[str, dict[str, str]] | None = None
-    """Per section, each name and where it is first declared; None for specs built in code."""
+    data: dict[str, Any] | None = None
+    declared: defaultdict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
+    """Per section, each name and where it is first declared."""
     valid: defaultdict[str, dict[str, Any]] = field(default_factory=lambda: defaultdict(dict))
     seen: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
-    @classmethod
-    def of(cls, data: dict[str, Any], folder: Path) -> Reading:
-        declared: dict[str, dict[str, str]] = {section: {} for section in CatalogFile.model_fields}
-        for section, names in declared.items():
-            entries = data.get(section)
+    def __post_init__(self) -> None:
+        for section, entries in (self.data or {}).items():
             for index, entry in enumerate(entries if isinstance(entries, list) else []):
                 if (name := entry_name(entry)) is not None:
-                    names.setdefault(name, where((section, index), data))
-        return cls(folder, data, declared)
+                    self.declared[section].setdefault(name, where((section, index), self.data))
 
     def complete(self, section: str) -> bool:
-        """Whether every entry of `section` is valid."""
-        entries = self.data.get(section, [])
+        """Whether every entry of `section` is valid (False for a spec built in code)."""
+        entries = None if self.data is None else self.data.get(section, [])
         return isinstance(entries, list) and len(entries) == len(self.valid[section])
 
     def demo(self, provider: object) -> bool:
@@ -79,14 +76,14 @@ class Reading:
 
     def unknown(self, section: str, name: str) -> str | None:
         """Why `name` cannot be referred to, or None when `section` declares it."""
-        if self.declared is None or name in self.declared[section]:
+        if self.data is None or name in self.declared[section]:
             return None
         hint = did_you_mean(name, self.declared[section])
         return f"unknown {section[:-1]} '{name}'{hint}; declare it in [[{section}]]"
 
 
 def _reading(info: ValidationInfo) -> Reading:
-    return info.context if isinstance(info.context, Reading) else Reading(Path())
+    return info.context if isinstance(info.context, Reading) else Reading()
 
 
 def _declared_in(section: str) -> Check:
@@ -112,7 +109,7 @@ class _Entry(_Spec):
     @classmethod
     def _once(cls, name: str, info: ValidationInfo) -> str:
         reading = _reading(info)
-        if name in reading.seen[cls.section] and reading.declared is not None:
+        if name in reading.seen[cls.section]:
             first = reading.declared[cls.section][name]
             raise refuse(f"duplicate name '{name}' (already used by {first})")
         reading.seen[cls.section].add(name)
@@ -236,6 +233,14 @@ class Criteria(_Spec):
             return True
         return model.cost_input is not None and model.cost_input <= self.max_cost_input
 
+    def describe(self) -> str:
+        asked = [f"capabilities {sorted(self.capabilities)}"] if self.capabilities else []
+        if self.min_context_window is not None:
+            asked.append(f"min_context_window {self.min_context_window}")
+        if self.max_cost_input is not None:
+            asked.append(f"max_cost_input {self.max_cost_input:g} (unknown cost never matches)")
+        return ", ".join(asked) or "these criteria"
+
 
 class ConfigurationSpec(_Entry):
     """What a user picks: a fixed model or criteria, plus prompt, reply size and fallbacks."""
@@ -271,16 +276,7 @@ class ConfigurationSpec(_Entry):
         if criteria is None or not reading.complete("models"):
             return criteria
         if not any(criteria.matches(model) for model in reading.valid["models"].values()):
-            asked = (
-                [f"capabilities {sorted(criteria.capabilities)}"] if criteria.capabilities else []
-            )
-            if criteria.min_context_window is not None:
-                asked.append(f"min_context_window {criteria.min_context_window}")
-            if criteria.max_cost_input is not None:
-                asked.append(
-                    f"max_cost_input {criteria.max_cost_input:g} (unknown cost never matches)"
-                )
-            raise refuse(f"no model in [[models]] matches {', '.join(asked) or 'these criteria'}")
+            raise refuse(f"no model in [[models]] matches {criteria.describe()}")
         return criteria
 
     @field_validator("max_tokens")
