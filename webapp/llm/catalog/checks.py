@@ -116,9 +116,10 @@ def tokenizer(setting: str, *, demo: bool, folder: Path) -> str:
             raise refuse("the demo provider has no tokenize endpoint; use 'estimate'")
         return kind
     if not argument.strip():
-        what = {"tiktoken": "an encoding, e.g. 'tiktoken:cl100k_base'"}.get(kind)
-        what = what or "the path of a tokenizer.json, e.g. 'huggingface:models/qwen/tokenizer.json'"
-        raise refuse(f"'{kind}:' needs {what}")
+        if kind == "tiktoken":
+            raise refuse("'tiktoken:' needs an encoding, e.g. 'tiktoken:cl100k_base'")
+        example = "'huggingface:models/qwen/tokenizer.json'"
+        raise refuse(f"'huggingface:' needs the path of a tokenizer.json, e.g. {example}")
     package = "tiktoken" if kind == "tiktoken" else "tokenizers"
     if importlib.util.find_spec(package) is None:
         extra = "tiktoken" if kind == "tiktoken" else "huggingface"

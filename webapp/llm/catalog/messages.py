@@ -14,11 +14,22 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 Loc = tuple[int | str, ...]
 
-_WORDS: dict[type, str] = {str: "a string", bool: "a boolean", int: "an integer"}
-_WORDS |= {float: "a float", list: "an array", dict: "a table"}
-_EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number"}
-_EXPECTED |= {"bool_type": "true or false"}
-_EXPECTED |= dict.fromkeys(("tuple_type", "frozen_set_type"), "an array of strings")
+_WORDS: dict[type, str] = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    list: "an array",
+    dict: "a table",
+}
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "tuple_type": "an array of strings",
+    "frozen_set_type": "an array of strings",
+}
 """What a field wanted, by pydantic's error type (every array inside an entry holds strings)."""
 
 
