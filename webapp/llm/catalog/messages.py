@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 Loc = tuple[int | str, ...]
 
@@ -33,11 +33,24 @@ _EXPECTED = {
 """What a field wanted, by pydantic's error type (every array inside an entry holds strings)."""
 
 
-def refuse(*messages: str, at: str | None = None) -> PydanticCustomError:
-    """A check's problems, one line each. `at` names the field of a check on the whole
-    entry (a model validator's location is the entry)."""
-    context = {"message": messages[0], "all": messages, "at": () if at is None else (at,)}
-    return PydanticCustomError("catalog", "{message}", context)
+def refuse(*messages: str) -> PydanticCustomError:
+    """A check's problems, one line each."""
+    return PydanticCustomError("catalog", "{message}", {"message": messages[0], "all": messages})
+
+
+def with_problems(
+    exc: ValidationError | None, first: list[tuple[str, str]], last: list[tuple[str, str]]
+) -> ValidationError:
+    """An entry's errors with its own problems, (field, message), ahead of and after them."""
+
+    def own(problems: list[tuple[str, str]]) -> list[InitErrorDetails]:
+        return [{"type": refuse(text), "loc": (at,), "input": None} for at, text in problems]
+
+    again: list[Any] = [] if exc is None else exc.errors()
+    for index, error in enumerate(again):  # pydantic's errors go back by type name, ours as such
+        if error["type"] == "catalog":
+            again[index] = {**error, "type": refuse(*error["ctx"]["all"])}
+    return ValidationError.from_exception_data("entry", [*own(first), *again, *own(last)])
 
 
 def describe(value: Any) -> str:
@@ -76,7 +89,7 @@ def problem_lines(
     """Every error of validating `data` (the whole file, as `shape`), one line each."""
     lines = []
     for error in exc.errors(include_url=False):
-        loc = (*error["loc"], *(error.get("ctx") or {}).get("at", ()))
+        loc = error["loc"]
         lines += [f"{source}: {where(loc, data)}: {text}" for text in _texts(error, loc, shape)]
     return lines
 

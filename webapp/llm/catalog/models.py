@@ -15,11 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
-from pydantic import AfterValidator as Check
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from webapp.llm.catalog import checks
-from webapp.llm.catalog.messages import describe, did_you_mean, entry_name, refuse, where
+from webapp.llm.catalog.messages import (
+    describe,
+    did_you_mean,
+    entry_name,
+    refuse,
+    where,
+    with_problems,
+)
 
 DEFAULT_WINDOW = 8192
 """Window assumed for a model whose context_window is not given (docs/design.md section 3)."""
@@ -41,7 +57,7 @@ Text = Annotated[str, Field(pattern=r"\S")]
 Count = Annotated[int, Field(gt=0)]
 Cost = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Names = Annotated[tuple[Text, ...], Field(strict=False)]  # a tuple keeps the spec hashable
-Capabilities = Annotated[frozenset[Text], Field(strict=False), Check(checks.capabilities)]
+Capabilities = Annotated[frozenset[Text], Field(strict=False), AfterValidator(checks.capabilities)]
 
 
 @dataclass
@@ -86,7 +102,7 @@ def _reading(info: ValidationInfo) -> Reading:
     return info.context if isinstance(info.context, Reading) else Reading()
 
 
-def _declared_in(section: str) -> Check:
+def _declared_in(section: str) -> AfterValidator:
     """A reference to an entry of `section`: checked when a file is read."""
 
     def check(name: str, info: ValidationInfo) -> str:
@@ -94,7 +110,7 @@ def _declared_in(section: str) -> Check:
             raise refuse(problem)
         return name
 
-    return Check(check)
+    return AfterValidator(check)
 
 
 class _Spec(BaseModel):
@@ -105,21 +121,33 @@ class _Entry(_Spec):
     section: ClassVar[str]
     name: Text
 
-    @field_validator("name")
+    @model_validator(mode="wrap")
     @classmethod
-    def _once(cls, name: str, info: ValidationInfo) -> str:
-        reading = _reading(info)
+    def _whole(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
+    ) -> Self:
+        """Checks of the entry as a whole, on its keys, so that they are reported together
+        with its fields' problems: a repeated name ahead of them, the rest after them."""
+        reading, name = _reading(info), entry_name(data)
+        first: list[tuple[str, str]] = []
         if name in reading.seen[cls.section]:
-            first = reading.declared[cls.section][name]
-            raise refuse(f"duplicate name '{name}' (already used by {first})")
-        reading.seen[cls.section].add(name)
-        return name
+            already = reading.declared[cls.section][name]
+            first.append(("name", f"duplicate name '{name}' (already used by {already})"))
+        reading.seen[cls.section].add(name or "")
+        last = cls._problems(data) if isinstance(data, dict) else []
+        try:
+            entry = handler(data)
+        except ValidationError as exc:
+            raise with_problems(exc, first, last) from None
+        if first or last:
+            raise with_problems(None, first, last)
+        reading.valid[cls.section][entry.name] = entry  # what the next sections' checks read
+        return entry
 
-    @model_validator(mode="after")
-    def _record(self, info: ValidationInfo) -> Self:
-        """What the next sections' checks compare against."""
-        _reading(info).valid[self.section][self.name] = self
-        return self
+    @classmethod
+    def _problems(cls, data: dict[str, Any]) -> list[tuple[str, str]]:
+        """(field, message) for rules on which keys are given together."""
+        return []
 
 
 class ProviderSpec(_Entry):
@@ -128,7 +156,7 @@ class ProviderSpec(_Entry):
     section: ClassVar[str] = "providers"
     kind: ProviderKind
     base_url: Text | None = Field(default=None, validate_default=True)
-    api_key_env: Annotated[Text, Check(checks.api_key_env)] | None = None
+    api_key_env: Annotated[Text, AfterValidator(checks.api_key_env)] | None = None
     timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
 
     @field_validator("kind", mode="before")
@@ -259,14 +287,13 @@ class ConfigurationSpec(_Entry):
     def is_fixed(self) -> bool:
         return self.model is not None
 
-    @model_validator(mode="after")
-    def _model_or_criteria(self) -> Self:
-        if self.model is not None and self.criteria is not None:
-            raise refuse("set either 'model' (a fixed model) or 'criteria', not both", at="model")
-        if self.model is None and self.criteria is None:
-            choice = "'model' (a fixed model) or 'criteria' (a model chosen per call)"
-            raise refuse(f"required: set {choice}", at="model")
-        return self
+    @classmethod
+    def _problems(cls, data: dict[str, Any]) -> list[tuple[str, str]]:
+        given = [key for key in ("model", "criteria") if data.get(key) is not None]
+        if len(given) == 2:
+            return [("model", "set either 'model' (a fixed model) or 'criteria', not both")]
+        choice = "'model' (a fixed model) or 'criteria' (a model chosen per call)"
+        return [] if given else [("model", f"required: set {choice}")]
 
     @field_validator("criteria")
     @classmethod
@@ -315,9 +342,9 @@ class EmbedSpec(_Entry):
     """An iframe widget: which configuration it chats with and which sites may frame it."""
 
     section: ClassVar[str] = "embeds"
-    name: Annotated[Text, Check(checks.embed_name)]
+    name: Annotated[Text, AfterValidator(checks.embed_name)]
     configuration: Annotated[Text, _declared_in("configurations")]
-    allowed_origins: Annotated[Names, Check(checks.origins)]
+    allowed_origins: Annotated[Names, AfterValidator(checks.origins)]
     title: Text | None = None
     greeting: str | None = None
     show_internals: bool = False
