@@ -4,8 +4,8 @@ Strict, because TOML has real types: "8k", 4096.0 or "yes" is a mistake to name,
 to coerce; a key no entry knows is a typo that would silently do nothing. Frozen, because one
 catalog serves every request (a learned window is a copy). Checks against other entries (a
 model's provider, a configuration's models) run only while a file is read, with `Reading` as
-the validation context; they are field validators, so an entry's references are reported
-with its other problems, each at its field.
+the validation context. Every check of an entry runs even when another fails, so a file's
+problems are all reported at once, each at its field.
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ class _Entry(_Spec):
         if name in reading.seen[cls.section]:
             already = reading.declared[cls.section][name]
             first.append(("name", f"duplicate name '{name}' (already used by {already})"))
-        reading.seen[cls.section].add(name or "")
+        elif name is not None:
+            reading.seen[cls.section].add(name)
         last = cls._problems(data) if isinstance(data, dict) else []
         try:
             entry = handler(data)
