@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -108,6 +109,13 @@ class Settings(BaseSettings):
     write_timeout: float = Field(default=15.0, gt=0)
     """A client that takes none of a response's bytes for this many seconds, while the
     server has more to send, is dropped (and what was waiting for it freed)."""
+
+    provider_transport: Literal["asyncio", "httpx"] = "asyncio"
+    """How plain-HTTP providers (a local llama.cpp, vLLM, Ollama) are read. "asyncio":
+    httpcore's HTTP on the app's own asyncio sockets, which cost a fifth less CPU per
+    streamed answer than anyio's; "httpx": httpx's own transport for every provider, the
+    way back should the fast one misbehave with some server. https providers, and those
+    the environment sends through a proxy, use httpx's own transport either way."""
 
     @property
     def trusted_proxy_list(self) -> list[str]:
