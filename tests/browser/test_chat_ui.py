@@ -408,7 +408,8 @@ def reload_mid_answer(second: Page, reply: str) -> None:
     answer = messages(second, "assistant").last
     expect(answer).to_have_attribute("data-status", "complete", timeout=15_000)
     shown = [s["text"] for s in swaps(second)]
-    assert any(len(text) < len(reply) for text in shown), f"the reloaded page saw no progress: {second.evaluate('window.__sse')}"
+    seen = second.evaluate("window.__sse")
+    assert any(len(text) < len(reply) for text in shown), f"the page saw no progress: {seen}"
     assert_streamed_whole([initial["text"], *shown], reply)
     assert text_of(answer) == reply
 

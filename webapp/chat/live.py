@@ -148,15 +148,17 @@ async def snapshots_of(
     # A page loaded mid-answer already shows the text flushed so far: replaying the channel
     # from its start must not show less than that (the text would jump back, then regrow).
     floor = len(answer.content)
-    async for event in running.channel.follow():
-        if event.name == "fit":
+    # A batch at a time (what came since the last look): a burst of thousands of pieces
+    # makes one snapshot, not one each, so it cannot hold the loop.
+    async for batch in running.channel.batches():
+        pieces = [event.data["text"] for event in batch if event.name == "delta"]
+        if any(event.name == "fit" for event in batch):
             user = await chat.message(owner, conversation_id, id_of(user))
-            if len(text) >= floor:
-                yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
-        elif event.name == "delta":
-            text += event.data["text"]
-            if len(text) >= floor:
-                yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
+        elif not pieces:
+            continue
+        text += "".join(pieces)
+        if len(text) >= floor:
+            yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
     final = await chat.message(owner, conversation_id, answer_id)
     user = await chat.message(owner, conversation_id, id_of(user))
     yield Snapshot(final, user, final=True)
