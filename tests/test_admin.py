@@ -42,12 +42,13 @@ from tests.catalogs import write_upstream_catalog
 from tests.conftest import truncate_tables
 from tests.dbutil import session_on
 from tests.upstream import FakeUpstream
+from webapp.accounts.guards import admin_only
 from webapp.accounts.models import User
 from webapp.accounts.web import owner_of
 from webapp.admin import queries
 from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
 from webapp.admin.listing import SORTS, Listing, parse_listing
-from webapp.admin.web import AdminController, admin_only, left_out_spans
+from webapp.admin.web import AdminController, left_out_spans
 from webapp.app import app_error, http_error
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService

@@ -20,11 +20,12 @@ from enum import StrEnum
 from sqlalchemy import ColumnElement, Connection, bindparam, delete, func, insert, literal_column
 from sqlmodel import Session, col, select
 
-from webapp.chat.models import EMBED_OWNER_PREFIX, GatewayCall, Message, Status
+from webapp.chat.models import GatewayCall, Message, Status
 from webapp.chat.reaping import reap
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, TooManyRequests
 from webapp.limits import OWNERS_KEPT, SlidingWindow, advisory_lock, try_advisory_lock
+from webapp.owners import EMBED_OWNER_PREFIX
 from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow

@@ -23,6 +23,7 @@ from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.answers import TEXT_PACE, Channel, Event
 from webapp.chat.attachments import with_file
+from webapp.chat.deps import Chat
 from webapp.chat.feedback import feedback_value
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
@@ -33,7 +34,7 @@ from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.settings import Settings
-from webapp.web.deps import Chat, Owner
+from webapp.web.deps import Owner
 from webapp.web.events import frame_stream
 from webapp.web.params import RowId
 

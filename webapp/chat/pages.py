@@ -23,6 +23,7 @@ from litestar.types import ASGIApp
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
+from webapp.chat.deps import Chat, Notices
 from webapp.chat.feedback import feedback_value
 from webapp.chat.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
@@ -44,7 +45,7 @@ from webapp.llm.describe import configuration_dicts
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
-from webapp.web.deps import Chat, Notices, Owner
+from webapp.web.deps import Owner
 from webapp.web.events import event_stream
 from webapp.web.markdown import prerendered, prerendered_view
 from webapp.web.params import OptionalRowIdQuery, RowId, Seq
