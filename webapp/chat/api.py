@@ -35,7 +35,7 @@ from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.settings import Settings
 from webapp.web.deps import Owner
-from webapp.web.events import frame_stream
+from webapp.web.events import frame, frame_stream
 from webapp.web.params import RowId
 
 
@@ -91,11 +91,8 @@ def wants_event_stream(request: Request[Any, Any, Any]) -> bool:
 
 
 def sse_frame(event: Event) -> bytes:
-    """One event as the stream carries it (the framing sse-starlette uses for pings)."""
-    head = f"event: {event.name}\r\n"
-    if event.id is not None:
-        head = f"{head}id: {event.id}\r\n"
-    return f"{head}data: {json.dumps(event.data)}\r\n\r\n".encode()
+    """One event as the stream carries it: its name, its id if any, its data as JSON."""
+    return frame(json.dumps(event.data), event.name, event.id)
 
 
 async def sse_events(channel: Channel) -> AsyncIterator[bytes]:

@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -33,6 +32,7 @@ from webapp.chat.models import Message, Status
 from webapp.chat.serialize import message_dict
 from webapp.chat.views import answer_view
 from webapp.web.blocks import finished_end
+from webapp.web.events import frame as sse_frame
 from webapp.web.markdown import code_blocks_in, name_code_copies, render_markdown_async
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class SharedRendering:
         frame = self._frames.get(cursor.version)
         if frame is None:
             patch = json.dumps(self._patch(cursor), separators=(",", ":"))
-            frame = event_frame(CONTENT_EVENT, patch, str(self.text_length))
+            frame = sse_frame(patch, CONTENT_EVENT, str(self.text_length))
             self._frames[cursor.version] = frame
         cursor.version, cursor.blocks, cursor.open_html = (
             self.version,
@@ -217,7 +217,7 @@ class LiveAnswer:
                 cursor.turn = self.turn
             if self.done:
                 if self.snapshot is not None and self.final:
-                    yield event_frame("done", self.snapshot.answer.status)
+                    yield sse_frame(self.snapshot.answer.status, "done")
                 return
 
     async def _changed_since(self, cursor: PageCursor) -> None:
@@ -242,7 +242,7 @@ class LiveAnswer:
         frame = self._turn_frames.get(key)
         if frame is None:
             assert self.snapshot is not None, "a turn frame is asked for once there is one"
-            frame = self._turn_frames[key] = html_frame(make(self.snapshot))
+            frame = self._turn_frames[key] = sse_frame(make(self.snapshot))
         return frame
 
     def stop(self) -> None:
@@ -399,16 +399,3 @@ def common_prefix(a: str, b: str) -> int:
 def utf16_length(text: str) -> int:
     """`text`'s length as a browser's string counts it."""
     return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
-
-
-_LINES = re.compile(r"\r\n|\r|\n")
-
-
-def html_frame(html: str) -> bytes:
-    """An unnamed SSE message (htmx swaps it into the page), one `data:` line per line."""
-    return ("".join(f"data: {line}\n" for line in _LINES.split(html)) + "\n").encode()
-
-
-def event_frame(name: str, data: str, event_id: str | None = None) -> bytes:
-    head = f"event: {name}\n" if event_id is None else f"event: {name}\nid: {event_id}\n"
-    return f"{head}data: {data}\n\n".encode()
