@@ -88,10 +88,18 @@ def problem_lines(
 ) -> list[str]:
     """Every error of validating `data` (the whole file, as `shape`), one line each."""
     lines = []
-    for error in exc.errors(include_url=False):
+    for error in sorted(exc.errors(include_url=False), key=_order):
         loc = error["loc"]
         lines += [f"{source}: {where(loc, data)}: {text}" for text in _texts(error, loc, shape)]
     return lines
+
+
+def _order(error: ErrorDetails) -> int:
+    """Unknown top-level keys first (a misspelt section explains the rest), the missing
+    [[configurations]] last, the entries in file order between them."""
+    if len(error["loc"]) != 1:
+        return 1
+    return {"extra_forbidden": 0, "too_short": 2}.get(error["type"], 1)
 
 
 def _texts(error: ErrorDetails, loc: Loc, shape: type[BaseModel]) -> Iterable[str]:
