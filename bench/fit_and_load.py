@@ -74,12 +74,18 @@ WORDS = [
 
 
 def catalog() -> Catalog:
+    sizes = {"big": (131_072, 4096), "small": (4096, 512)}
     models = {
-        "big": ModelSpec("big", "demo", "big", context_window=131_072, max_output_tokens=4096),
-        "small": ModelSpec("small", "demo", "small", context_window=4096, max_output_tokens=512),
+        name: ModelSpec(name=name, provider="demo", context_window=window, max_output_tokens=most)
+        for name, (window, most) in sizes.items()
     }
-    configurations = {name: ConfigurationSpec(name, model=name) for name in models}
-    return Catalog({"demo": ProviderSpec("demo", "demo")}, models, configurations, {})
+    configurations = {name: ConfigurationSpec(name=name, model=name) for name in models}
+    return Catalog(
+        providers={"demo": ProviderSpec(name="demo", kind="demo")},
+        models=models,
+        configurations=configurations,
+        embeds={},
+    )
 
 
 def sentence(rng: random.Random, size: int) -> str:

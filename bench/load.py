@@ -12,15 +12,18 @@ for the server's processes, and the app's ratios to the floor taken within each 
 Then single sends, one at a time, each paired with a direct request and a floor request:
 the median of the paired differences is what each adds to the first token. Then
 admission: 200 sends at once whose answers wait (the time until the last is admitted,
-and the CPU a send). Then N = 200 with `--workers 2` on PostgreSQL (a database of its
+and the CPU a send). Then pages following one long answer (`bench.page_watchers`: the
+bytes a page is sent against the answer's rendering, and `/healthz` while 100 pages
+follow it). Then N = 200 with `--workers 2` on PostgreSQL (a database of its
 own, created and dropped here), and two servers on that database, one writing answers
 and the other following them (`bench.watchers`: the cross-worker delay, and what 100
 idle watchers cost). Each figure is taken per round; the medians of the rounds are
 printed, so one disturbed round on a shared machine moves them little.
 
 The targets printed are issue 23's: at N = 200 the app's TTFT p99 and CPU per answer
-each within 2x the floor's, no failure at N = 500, and a single send adding at most the
-floor's figure + 2 ms.
+each within 2x the floor's, no failure at N = 500, a single send adding at most the
+floor's figure + 2 ms, a page sent at most 2x the answer's rendering, and `/healthz`
+within 50 ms while 100 pages follow an answer.
 
 Everything is set up the way a deployment would: `webapp migrate`, `webapp user
 create`, `webapp token create`, conversations through the API. The rate limit stays on,
@@ -40,7 +43,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,15 +50,27 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import uvloop
 
-from bench import watchers
+from bench import page_watchers, watchers
 from bench.common import machine
+from bench.processes import (
+    HOST,
+    WEBAPP,
+    cores,
+    cpu_seconds,
+    free_port,
+    pin,
+    server,
+    upstream,
+    wait_until_up,
+    webapp,
+)
 from bench.sse_client import (
     Stream,
     admitted_event,
@@ -67,8 +81,6 @@ from bench.sse_client import (
 )
 from tests.postgres import throwaway_database
 
-HOST = "127.0.0.1"
-WEBAPP = Path(sys.executable).parent / "webapp"
 CHUNK_DELAY = 0.02
 QUIET_CHUNK_DELAY = 15.0
 """The second upstream: an answer that says nothing for seconds (idle watchers)."""
@@ -147,12 +159,6 @@ RATE_LIMIT = 1000
 PASSWORD = "bench-password-0123456789"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return probe.getsockname()[1]
-
-
 def catalog(path: Path, upstream_port: int, slow_port: int) -> Path:
     path.write_text(
         f"""
@@ -201,125 +207,6 @@ max_tokens = 3
 """
     )
     return path
-
-
-def cores() -> list[int]:
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-
-
-def pin(pid: int, core_set: set[int]) -> None:
-    if core_set and hasattr(os, "sched_setaffinity"):
-        with suppress(OSError):
-            os.sched_setaffinity(pid, core_set)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and all its descendants, from /proc."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    todo = [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-            for task in Path(f"/proc/{current}/task").iterdir():
-                children = (task / "children").read_text().split()
-                todo.extend(int(child) for child in children)
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url} exited:\n{log.read_text()[-3000:]}")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within 60 s")
-
-
-@contextmanager
-def upstream(folder: Path, core_set: set[int], chunk_delay: float = CHUNK_DELAY) -> Iterator[int]:
-    port = free_port()
-    log = folder / f"upstream-{port}.log"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.upstream",
-            "--port",
-            str(port),
-            "--chunk-delay",
-            str(chunk_delay),
-            "--reply",
-            REPLY,
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    pin(process.pid, core_set)
-    try:
-        wait_until_up(f"http://{HOST}:{port}/v1/models", process, log)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def webapp(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [str(WEBAPP), *args], env=env, input=stdin, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"webapp {' '.join(args)} failed: {done.stderr}")
-    return done.stdout.strip()
-
-
-@contextmanager
-def server(
-    env: dict[str, str], folder: Path, workers: int, core_set: set[int]
-) -> Iterator[tuple[int, int]]:
-    """`webapp serve` on a free port: (port, pid)."""
-    port = free_port()
-    log = folder / f"serve-{port}.log"
-    process = subprocess.Popen(
-        [
-            str(WEBAPP),
-            "serve",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    pin(process.pid, core_set)
-    try:
-        wait_until_up(f"http://{HOST}:{port}/healthz", process, log)
-        yield port, process.pid
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        lines = log.read_text().splitlines()
-        errors = [n for n, line in enumerate(lines) if "ERROR" in line]
-        if errors:
-            print(f"  the server logged {len(errors)} errors; the first:")
-            first = lines[errors[0] :]
-            end = next(
-                (n for n, line in enumerate(first[2:], 2) if not line.startswith((" ", "\t"))),
-                len(first) - 1,
-            )
-            print("\n".join("    " + line for line in [*first[:2], *first[end - 6 : end + 1]]))
 
 
 @dataclass
@@ -793,8 +680,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         with (
-            upstream(folder, other_cores) as up_port,
-            upstream(folder, other_cores, chunk_delay=QUIET_CHUNK_DELAY) as quiet_port,
+            upstream(folder, other_cores, CHUNK_DELAY, REPLY) as up_port,
+            upstream(folder, other_cores, QUIET_CHUNK_DELAY, REPLY) as quiet_port,
         ):
             base_env = {
                 **os.environ,
@@ -816,6 +703,8 @@ def main(argv: list[str] | None = None) -> None:
                 with_floor=not args.no_floor,
                 profile_to=args.profile,
             )
+            print(f"SQLite, one worker, pages following a long answer ({args.rounds} rounds):")
+            page_watchers.measure(folder, args.rounds, app_cores, other_cores)
             if not args.no_postgres:
                 print("PostgreSQL, --workers 2:")
                 pg_loads = [int(n) for n in args.postgres_loads.split(",") if n]

@@ -24,7 +24,7 @@ UNCAPPED = {"WEBAPP_WATCHERS_PER_ANSWER": "0", "WEBAPP_WATCHERS_PER_USER": "0"}
 """The servers' settings here: a hundred watchers of one answer, by one user, no caps."""
 
 
-def _client(port: int, token: str) -> httpx.AsyncClient:
+def client(port: int, token: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=f"http://{HOST}:{port}",
         headers={"Authorization": f"Bearer {token}"},
@@ -33,7 +33,7 @@ def _client(port: int, token: str) -> httpx.AsyncClient:
     )
 
 
-async def _answer_id(api: httpx.AsyncClient, conversation: str) -> int:
+async def streaming_answer(api: httpx.AsyncClient, conversation: str) -> int:
     for _ in range(500):
         messages = (await api.get(f"/api/conversations/{conversation}")).json()["messages"]
         streaming = [m for m in messages if m["role"] == "assistant" and m["status"] == "streaming"]
@@ -43,7 +43,7 @@ async def _answer_id(api: httpx.AsyncClient, conversation: str) -> int:
     raise RuntimeError("no answer is being written")
 
 
-async def _send(api: httpx.AsyncClient, conversation: str) -> None:
+async def send(api: httpx.AsyncClient, conversation: str) -> None:
     path = f"/api/conversations/{conversation}/messages"
     headers = {"Accept": "text/event-stream"}
     async with api.stream("POST", path, json={"content": "Hello"}, headers=headers) as r:
@@ -82,10 +82,10 @@ async def follow_delay(
     (`database_url`: the database both serve, which this measure does not need to read)."""
     del database_url
     delays: list[float] = []
-    async with _client(writer, token) as write, _client(watcher, token) as watch:
+    async with client(writer, token) as write, client(watcher, token) as watch:
         for conversation in conversations:
-            sending = asyncio.create_task(_send(write, conversation))
-            answer = await _answer_id(watch, conversation)
+            sending = asyncio.create_task(send(write, conversation))
+            answer = await streaming_answer(watch, conversation)
             own, other = await asyncio.gather(
                 _follow(write, conversation, answer), _follow(watch, conversation, answer)
             )
@@ -134,9 +134,9 @@ async def idle_watchers(
 ) -> tuple[float, float, float, float]:
     """(CPU ms/s and /healthz ms of the watching server) without, then with, 100
     watchers of an answer that says nothing."""
-    async with _client(writer, token) as write, _client(watcher, token) as watch:
-        sending = asyncio.create_task(_send(write, conversation))
-        answer = await _answer_id(watch, conversation)
+    async with client(writer, token) as write, client(watcher, token) as watch:
+        sending = asyncio.create_task(send(write, conversation))
+        answer = await streaming_answer(watch, conversation)
 
         async def cost() -> tuple[float, float]:
             before, start = _cpu(watcher_pid), time.perf_counter()
@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from bench import load
     from bench.common import machine
+    from bench.processes import server, upstream, webapp
     from tests.postgres import throwaway_database
 
     parser = argparse.ArgumentParser(prog="python -m bench.watchers", description=__doc__)
@@ -200,8 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp, throwaway_database("webapp_bench") as url:
         folder = Path(tmp)
         with (
-            load.upstream(folder, set()) as up_port,
-            load.upstream(folder, set(), chunk_delay=load.QUIET_CHUNK_DELAY) as quiet_port,
+            upstream(folder, set(), load.CHUNK_DELAY, load.REPLY) as up_port,
+            upstream(folder, set(), load.QUIET_CHUNK_DELAY, load.REPLY) as quiet_port,
         ):
             env = {
                 **os.environ,
@@ -210,8 +211,8 @@ def main(argv: list[str] | None = None) -> None:
                 "WEBAPP_RATE_LIMIT_MESSAGES": str(load.RATE_LIMIT),
                 "WEBAPP_DATABASE_URL": url,
             }
-            load.webapp(env, "migrate")
-            with load.server(env, folder, 1, set()) as (port, _):
+            webapp(env, "migrate")
+            with server(env, folder, 1, set()) as (port, _):
                 clients = load.set_up_accounts(env, port, 5)
             for n in range(args.rounds):
                 print(f"PostgreSQL, two servers (one writes, the other follows), run {n + 1}:")

@@ -472,6 +472,42 @@
     syncComposer();
   });
 
+  // A streamed answer's text arrives as `content` events, each with only what changed: `r`
+  // replaces the whole content (a page that connects, or the stored rendering at the end),
+  // `k` keeps that many characters of the open block's HTML, `f` finishes blocks (the
+  // first continues the open block's kept part), `o` is (the rest of) the new open block.
+  // Finished blocks are parsed once; only the open block's nodes are replaced each time.
+  // The server names each code block's copy control (webapp.web.markdown.name_code_copies).
+  const openBlocks = new WeakMap();
+  const appendHTML = (content, html) => {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    const nodes = [...template.content.childNodes];
+    content.append(template.content);
+    return nodes;
+  };
+  document.addEventListener("content", (event) => {
+    const content = event.target.querySelector && event.target.querySelector(".content");
+    if (!content) return;
+    const patch = JSON.parse(event.detail.data);
+    let open = openBlocks.get(content);
+    if (!open || patch.r !== undefined) {
+      content.replaceChildren();
+      open = { html: "", nodes: [] };
+      if (patch.r) appendHTML(content, patch.r);
+    }
+    const kept = open.html.slice(0, patch.k);
+    for (const node of open.nodes) node.remove();
+    if (patch.f) {
+      patch.f.forEach((html, index) => appendHTML(content, index === 0 ? kept + html : html));
+      open.html = patch.o;
+    } else {
+      open.html = kept + patch.o;
+    }
+    open.nodes = appendHTML(content, open.html);
+    openBlocks.set(content, open);
+  });
+
   document.addEventListener("htmx:sse:after:message", () => {
     placeCutLine();
     if (stickToBottom) scrollToBottom();

@@ -36,11 +36,12 @@ from tests.conftest import truncate_tables
 from tests.dbutil import session_on
 from tests.factories import add_user, admin_client, build_service
 from tests.upstream import FakeUpstream
+from webapp.accounts.guards import admin_only
 from webapp.accounts.models import User
 from webapp.admin import queries
 from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
 from webapp.admin.listing import SORTS, Listing, parse_listing
-from webapp.admin.web import AdminController, admin_only, left_out_spans
+from webapp.admin.web import AdminController, left_out_spans
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
 from webapp.chat.service import ConversationService
 from webapp.db import is_sqlite

@@ -4,7 +4,6 @@ fitted to) and enforces its window with it, over real HTTP, on SQLite and Postgr
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -236,7 +235,9 @@ async def test_with_exact_counts_a_send_the_engine_refuses_never_happens(
     path = tmp_path / "engine.toml"
     path.write_text(engine_toml(engine_upstream).replace('"medium"', '"small"'), "utf-8")
     catalog = load_catalog(path)
-    small = dataclasses.replace(catalog.models["gemma"], context_window=1024, max_output_tokens=60)
+    small = catalog.models["gemma"].model_copy(
+        update={"context_window": 1024, "max_output_tokens": 60}
+    )
     catalog.models["gemma"] = small
     async with Tokenizers() as tokenizers:
         await tokenizers.probe(catalog)

@@ -403,7 +403,7 @@ def test_a_missing_package_is_named_with_its_extra(
     (tmp_path / "tokenizer.json").write_text("{}")
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        "webapp.llm.catalog.importlib.util.find_spec",
+        "webapp.llm.catalog.checks.importlib.util.find_spec",
         lambda name, *args: None if name == package else real(name, *args),
     )
     path = write_catalog(tmp_path, CLOSED_PORT_URL, model_toml(tokenizer=setting))

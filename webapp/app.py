@@ -19,15 +19,19 @@ from litestar.static_files import create_static_files_router
 from sqlalchemy import text
 from sqlmodel import Session
 
+from webapp.accounts.preferences import theme_for
 from webapp.accounts.service import AccountService
 from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
 from webapp.chat.api import ConversationController, search
+from webapp.chat.attachments import PAPERCLIP
+from webapp.chat.deps import Chat
 from webapp.chat.notify import answer_notices
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.reaping import Liveness, reap_at_start
 from webapp.chat.service import ConversationService
+from webapp.chat.titles import split_mark
 from webapp.db import Database
 from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
@@ -41,9 +45,11 @@ from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
-from webapp.web.deps import Chat
 from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
-from webapp.web.templates import STATIC, template_config
+from webapp.web.templates import STATIC, environment, template_config
+
+environment.globals.update(paperclip=PAPERCLIP, theme_for=theme_for)
+environment.filters["title_parts"] = split_mark
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from tests.browser.helpers import (
     text_of,
     turn_text,
 )
+from tests.page_stream_client import ANSWER
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
@@ -68,8 +69,8 @@ def scroll_settled(page: Page) -> None:
 
 
 def swaps(page: Page) -> list[dict[str, Any]]:
-    """The newest answer after each unnamed SSE message (a swap), in order."""
-    return [s for s in page.evaluate("window.__sse") if s["event"] is None]
+    """The newest answer after each update (a swap, or a `content` event), in order."""
+    return [s for s in page.evaluate("window.__sse") if s["event"] in (None, "content")]
 
 
 def assert_streamed_whole(shown: list[str], reply: str) -> None:
@@ -89,9 +90,9 @@ def assert_streamed_whole(shown: list[str], reply: str) -> None:
 def test_enter_sends_and_the_answer_streams_in_several_swaps(
     live_server: Server, upstream: FakeUpstream, open_page: OpenPage
 ) -> None:
-    reply = words(24)
+    reply = words(80)  # some 300 characters: an update every 96 (SNAPSHOT_CHARS) at most
     upstream.set_reply(reply)
-    upstream.chunk_delay = 0.04  # 24 chunks: about one second
+    upstream.chunk_delay = 0.025  # 80 chunks: about two seconds
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
     expect(page.locator("#meter")).to_contain_text("Nothing sent yet")
@@ -357,7 +358,8 @@ def reload_mid_answer(second: Page, reply: str) -> None:
     answer = messages(second, "assistant").last
     expect(answer).to_have_attribute("data-status", "complete", timeout=15_000)
     shown = [s["text"] for s in swaps(second)]
-    assert any(len(text) < len(reply) for text in shown), "the reloaded page saw no progress"
+    seen = second.evaluate("window.__sse")
+    assert any(len(text) < len(reply) for text in shown), f"the page saw no progress: {seen}"
     assert_streamed_whole([initial["text"], *shown], reply)
     assert text_of(answer) == reply
 
@@ -561,6 +563,27 @@ def test_malicious_answer_is_inert_and_markdown_renders(
     page.wait_for_timeout(300)
     assert dialogs == []
     assert not [url for url in requested if "pwned" in url]
+
+
+def test_a_streamed_answer_ends_exactly_as_its_stored_rendering(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    """Streamed by what changed (finished blocks once, the open block as it grows), the page
+    ends with the same DOM as a reload of the stored answer: code, lists, tables, math."""
+    upstream.set_reply(ANSWER)
+    upstream.chunk_delay = 0.01
+    conversation_id = create_conversation(live_server)
+    page = open_page(live_server, f"/c/{conversation_id}")
+    page.locator("#composer textarea").fill("Show me everything")
+    page.locator("#composer textarea").press("Enter")
+    answer = answered(page, 1)
+    updates = [s for s in page.evaluate("window.__sse") if s["event"] == "content"]
+    assert len(updates) >= 3, "the answer did not arrive in several updates"
+    streamed = answer.locator(".content").inner_html()
+    page.reload()
+    stored_html = messages(page, "assistant").last.locator(".content").inner_html()
+    assert streamed == stored_html
+    assert "<table>" in streamed and "<math" in streamed and "code-block" in streamed
 
 
 # ---- long conversations ----------------------------------------------------------------------

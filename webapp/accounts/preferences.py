@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, update
 from sqlmodel import Session, col, select
 
 from webapp.accounts.models import User
-from webapp.chat.models import USER_OWNER_PREFIX
 from webapp.db import Database
 from webapp.errors import InvalidInput, NotFound, refuse_nul
+from webapp.owners import USER_OWNER_PREFIX
 from webapp.prepared import Prepared
 
 THEMES = ("system", "light", "dark")
@@ -86,6 +87,12 @@ def theme_of(user: object) -> str:
     """The theme a page is drawn in: the signed-in user's, else the device's."""
     theme = getattr(user, "theme", None)
     return theme if theme in THEMES else "system"
+
+
+def theme_for(request: Any) -> str:
+    """The theme `<html>` is drawn in (the signed-in user's setting): set by the server,
+    so a page never shows in the wrong colours first."""
+    return theme_of(request.scope.get("user"))
 
 
 _INSTRUCTIONS = Prepared(

@@ -28,7 +28,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
-    func,
     insert,
     literal,
     text,
@@ -54,6 +53,7 @@ from webapp.accounts.models import (
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
+from webapp.limits import SlidingWindow, advisory_lock
 from webapp.prepared import Prepared, Row
 from webapp.timeutil import as_utc, utcnow
 
@@ -289,16 +289,13 @@ class AccountService:
         allowed = self.failures_allowed
         if allowed <= 0:
             return now
-        since = now - self.failure_window
+        window = SlidingWindow(self.failure_window)
+        since = window.start(now)
 
         def record(session: Session) -> list[datetime]:
             connection = session.connection()
-            if connection.dialect.name == "postgresql":
-                # Under READ COMMITTED, parallel transactions would each count without the
-                # others' attempts: one at a time per username and client. (SQLite runs one
-                # writing transaction at a time anyway.)
-                lock = func.hashtext(f"{key} {client}")
-                connection.execute(select(func.pg_advisory_xact_lock(lock)))
+            # One at a time per username and client.
+            advisory_lock(connection, f"{key} {client}")
             connection.execute(
                 delete(SignInAttempt).where(col(SignInAttempt.attempted_at) <= since)
             )
@@ -317,12 +314,11 @@ class AccountService:
                 )
             )
 
-        newest_first = await self.db.write(record)
-        if len(newest_first) <= allowed:
-            return now
         # This attempt is the newest; it may go ahead once the `allowed`-th before it has
         # left the window.
-        wait = max(1, math.ceil((as_utc(newest_first[allowed]) - since).total_seconds()))
+        wait = window.wait(await self.db.write(record), allowed, now)
+        if wait is None:
+            return now
         minutes = math.ceil(wait / 60)
         raise TooManyRequests(
             f"Too many failed sign-ins for this username; try again in "

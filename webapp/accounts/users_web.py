@@ -12,9 +12,9 @@ from litestar.params import FromQuery, JSONBody
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_201_CREATED
 
+from webapp.accounts.guards import admin_only
 from webapp.accounts.management import Changes, UserManagement, user_dict
 from webapp.accounts.service import AccountService
-from webapp.admin.web import admin_only
 from webapp.errors import AppError, InvalidInput
 from webapp.web.params import RowId
 from webapp.web.security import SESSION_COOKIE

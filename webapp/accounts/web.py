@@ -21,6 +21,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
+from webapp.accounts.guards import admin_only
 from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, TOKENS, User
 from webapp.accounts.preferences import (
     MAX_INSTRUCTIONS,
@@ -31,10 +32,9 @@ from webapp.accounts.preferences import (
     save_preferences,
 )
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
-from webapp.admin.web import admin_only
-from webapp.chat.models import user_owner
 from webapp.errors import AppError, Conflict, TooManyRequests
 from webapp.llm.describe import configuration_dicts
+from webapp.owners import user_owner
 from webapp.web.params import RowId
 from webapp.web.security import SESSION_COOKIE, bearer_token, fresh_anchor_cookie
 

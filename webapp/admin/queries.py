@@ -43,8 +43,9 @@ from webapp.admin.listing import Listing
 from webapp.chat.branches import parent_of
 from webapp.chat.feedback import FEEDBACK
 from webapp.chat.history import is_replayable
-from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation, Message, Role, Status
+from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.errors import InvalidInput, NotFound
+from webapp.owners import EMBED_OWNER_PREFIX
 from webapp.timeutil import as_utc, utcnow
 
 T = TypeVar("T")

@@ -13,21 +13,19 @@ from functools import partial
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get
-from litestar.connection import ASGIConnection
-from litestar.exceptions import PermissionDeniedException
-from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath, QueryParameter
 from litestar.response import Response, Template
 
+from webapp.accounts.guards import admin_only
 from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
 from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
 from webapp.admin.queries import CacheDay, Page, Review, TrimmedRow, TrimmedTurn
+from webapp.chat.deps import Chat
 from webapp.chat.models import Message, Role
 from webapp.chat.views import MessageView
 from webapp.llm.calibration import learned_windows
 from webapp.llm.window import runs_of
-from webapp.web.deps import Chat
 from webapp.web.markdown import prerendered
 
 CHART_DAYS = 30
@@ -40,13 +38,6 @@ COLUMNS = (
     ("most_dropped", "Most left out at once"),
     ("last_activity", "Last activity (UTC)"),
 )
-
-
-def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Fails closed: no user in scope is refused like a user who is not an admin."""
-    user = connection.scope.get("user")
-    if user is None or not getattr(user, "is_admin", False):
-        raise PermissionDeniedException("this page is for admins only")
 
 
 def row_dict(row: TrimmedRow) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Whether a send may go: the owner's rate limit and one answer at a time per conversation;
-and the other budgets an owner spends: imports (stored, per window) and previews (in
-memory, per process).
+and the other budget an owner spends from the same record: imports (per window, by count
+and bytes). How a window's rows become a wait, and the lock, are `webapp.limits`'s.
 
 Every spending of the message budget (a chat send, a gateway call) and every import
 leaves a row in `gateway_call` (owner, time, kind, size): the limits count those rows,
@@ -11,7 +11,6 @@ than their window are deleted now and then, by whichever worker comes first.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -21,10 +20,12 @@ from enum import StrEnum
 from sqlalchemy import ColumnElement, Connection, bindparam, delete, func, insert, literal_column
 from sqlmodel import Session, col, select
 
-from webapp.chat.models import EMBED_OWNER_PREFIX, GatewayCall, Message, Status
+from webapp.chat.models import GatewayCall, Message, Status
 from webapp.chat.reaping import reap
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, TooManyRequests
+from webapp.limits import OWNERS_KEPT, SlidingWindow, advisory_lock, try_advisory_lock
+from webapp.owners import EMBED_OWNER_PREFIX
 from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
@@ -82,17 +83,11 @@ def message_budget_wait(
 ) -> int | None:
     """None while the owner's sends and gateway calls in the window are fewer than
     `limit`; else the seconds until enough of them have left it."""
-    since = now - timedelta(seconds=window)
-    newest = [
-        as_utc(t)
-        for t in connection.execute(
-            RECENT_USES, {"owned_by": owner, "since": since, "limit": limit}
-        ).scalars()
-    ]
-    if len(newest) < limit:
-        return None
-    # Once the limit-th newest leaves the window, fewer than `limit` remain in it.
-    return max(1, math.ceil((newest[limit - 1] - since).total_seconds()))
+    sliding = SlidingWindow.of_seconds(window)
+    values = {"owned_by": owner, "since": sliding.start(now), "limit": limit}
+    newest = connection.execute(RECENT_USES, values).scalars().all()
+    # The send may go once `limit - 1` are the only ones left in the window.
+    return sliding.wait(newest, limit - 1, now)
 
 
 _PRUNED: dict[tuple[Use, ...], float] = {}
@@ -111,12 +106,8 @@ def prune_uses(connection: Connection, uses: Sequence[Use], window: float, now: 
     if last is not None and clock - last < window:
         return
     _PRUNED[key] = clock
-    if connection.dialect.name == "postgresql":
-        taken = connection.execute(
-            select(func.pg_try_advisory_xact_lock(func.hashtext("prune gateway_call")))
-        ).scalar()
-        if not taken:
-            return
+    if not try_advisory_lock(connection, "prune gateway_call"):
+        return
     connection.execute(
         delete(GatewayCall).where(
             col(GatewayCall.kind).in_([use.value for use in uses]),
@@ -129,14 +120,8 @@ def hold_budget(connection: Connection, owner: str) -> None:
     """Spend the owner's budget one transaction at a time, until this one ends. Every
     chat send and gateway call takes this lock before it counts: under PostgreSQL's READ
     COMMITTED, two sends in two conversations (each holding its own conversation's lock)
-    would each count without the other and both go past the limit. SQLite needs nothing:
-    its write transactions hold the database's write lock from their BEGIN."""
-    if connection.dialect.name == "postgresql":
-        connection.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"rate {owner}"))))
-
-
-REFUSALS_KEPT = 10_000
-"""Owners whose refusal this process remembers (embed visitors are many; the oldest go)."""
+    would each count without the other and both go past the limit."""
+    advisory_lock(connection, f"rate {owner}")
 
 
 class Admission:
@@ -154,7 +139,7 @@ class Admission:
     def remember_refusal(self, owner: str, refused: TooManyRequests) -> None:
         self._refused_until[owner] = time.monotonic() + refused.retry_after
         self._refused_until.move_to_end(owner)
-        if len(self._refused_until) > REFUSALS_KEPT:
+        if len(self._refused_until) > OWNERS_KEPT:
             self._refused_until.popitem(last=False)
 
     def rate_limit_for(self, owner: str) -> int:
@@ -227,19 +212,17 @@ class ImportQuota:
     def _take(self, session: Session, owner: str, size: int, now: datetime) -> None:
         connection = session.connection()
         hold_budget(connection, owner)
-        since = now - timedelta(seconds=self.window)
-        newest = [
-            (as_utc(at), spent)
-            for at, spent in connection.execute(
-                select(col(GatewayCall.called_at), col(GatewayCall.size))
-                .where(
-                    col(GatewayCall.owner) == owner,
-                    col(GatewayCall.kind) == Use.IMPORT.value,
-                    col(GatewayCall.called_at) > since,
-                )
-                .order_by(col(GatewayCall.called_at).desc())
+        window = SlidingWindow.of_seconds(self.window)
+        since = window.start(now)
+        newest = connection.execute(
+            select(col(GatewayCall.called_at), col(GatewayCall.size))
+            .where(
+                col(GatewayCall.owner) == owner,
+                col(GatewayCall.kind) == Use.IMPORT.value,
+                col(GatewayCall.called_at) > since,
             )
-        ]
+            .order_by(col(GatewayCall.called_at).desc())
+        ).all()
         # The import may go once the newest that leave room are the only ones left.
         keep = len(newest)
         if self.count > 0:
@@ -251,9 +234,8 @@ class ImportQuota:
                 if total > self.size:
                     keep = index
                     break
-        if keep < len(newest):
-            leaving = newest[keep][0]
-            wait = max(1, math.ceil((leaving - since).total_seconds()))
+        wait = window.wait([at for at, _ in newest], keep, now)
+        if wait is not None:
             used = sum(spent for _, spent in newest)
             raise TooManyRequests(
                 f"You have imported {len(newest)} conversations ({used:,} bytes) in the "
@@ -262,30 +244,3 @@ class ImportQuota:
             )
         record_use(connection, owner, Use.IMPORT, now, size)
         prune_uses(connection, (Use.IMPORT,), self.window, now)
-
-
-class TokenBuckets:
-    """A token bucket per owner, in this process's memory: `rate` tokens a second, at
-    most `burst` saved up. For what stores nothing (the preview of a send): a stored
-    count would cost a write per keystroke, more than the preview itself, and with
-    several workers an owner gets at most a bucket per worker."""
-
-    def __init__(self, rate: float, burst: int, size: int = REFUSALS_KEPT) -> None:
-        self._rate = rate
-        self._burst = float(burst)
-        self._size = size
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-
-    def take(self, owner: str) -> float:
-        """Take a token: 0 when one was there, else the seconds until one will be."""
-        if self._rate <= 0:
-            return 0.0
-        now = time.monotonic()
-        tokens, then = self._buckets.get(owner, (self._burst, now))
-        tokens = min(self._burst, tokens + (now - then) * self._rate)
-        taken = tokens >= 1
-        self._buckets[owner] = (tokens - 1 if taken else tokens, now)
-        self._buckets.move_to_end(owner)
-        if len(self._buckets) > self._size:
-            self._buckets.popitem(last=False)
-        return 0.0 if taken else (1 - tokens) / self._rate

@@ -23,6 +23,7 @@ from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.answers import TEXT_PACE, Channel, Event
 from webapp.chat.attachments import with_file
+from webapp.chat.deps import Chat
 from webapp.chat.feedback import feedback_value
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
@@ -33,8 +34,8 @@ from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.settings import Settings
-from webapp.web.deps import Chat, Owner
-from webapp.web.events import frame_stream
+from webapp.web.deps import Owner
+from webapp.web.events import frame, frame_stream
 from webapp.web.params import RowId
 
 
@@ -90,11 +91,8 @@ def wants_event_stream(request: Request[Any, Any, Any]) -> bool:
 
 
 def sse_frame(event: Event) -> bytes:
-    """One event as the stream carries it (the framing sse-starlette uses for pings)."""
-    head = f"event: {event.name}\r\n"
-    if event.id is not None:
-        head = f"{head}id: {event.id}\r\n"
-    return f"{head}data: {json.dumps(event.data)}\r\n\r\n".encode()
+    """One event as the stream carries it: its name, its id if any, its data as JSON."""
+    return frame(json.dumps(event.data), event.name, event.id)
 
 
 async def sse_events(channel: Channel) -> AsyncIterator[bytes]:

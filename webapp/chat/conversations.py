@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 from webapp.chat.branches import leaf_through, renumbered, whole_branch
 from webapp.chat.feedback import toggled
 from webapp.chat.history import is_replayable, read_branch
-from webapp.chat.models import Conversation, Message, Role, Status, owner_columns
+from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.reading import ConversationReader
 from webapp.chat.rows import check_id, owned_in, row_in
 from webapp.chat.sending import RecentConfigurations
@@ -22,6 +22,7 @@ from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager
+from webapp.owners import owner_columns
 from webapp.timeutil import utcnow
 from webapp.web.markdown import render_markdown_async
 

@@ -9,14 +9,14 @@ shared poll on SQLite).
 Either way each snapshot is the whole text so far, so a watcher that connects late
 or reconnects can neither duplicate nor lose text.
 
-Each watcher costs its worker a wake-up and a write per snapshot, so a worker lets only
-so many follow one answer, and one owner, at once (`WATCHERS`); the one past a cap is
-refused (429) before its stream opens.
+Pages share one follower of each answer per worker (`webapp.chat.page_stream`), but each
+still costs a connection and a write per update, so a worker lets only so many follow one
+answer, and one owner, at once (`WATCHERS`); the one past a cap is refused (429) before
+its stream opens.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import aclosing, contextmanager
@@ -93,6 +93,16 @@ WATCHERS = Watchers()
 """This process's watchers (each worker caps its own: they live in its memory)."""
 
 
+async def answer_to_follow(
+    chat: ConversationService, owner: str, conversation_id: str, answer_id: int
+) -> Message:
+    """The answer's row, if `owner` may follow it (NotFound otherwise)."""
+    answer = await chat.message(owner, conversation_id, answer_id)
+    if answer.role != Role.ASSISTANT:
+        raise NotFound("no such answer: that id is a user's message")
+    return answer
+
+
 async def follow_answer(
     chat: ConversationService,
     owner: str,
@@ -100,31 +110,29 @@ async def follow_answer(
     answer_id: int,
     *,
     notices: AnswerNotices | None = None,
-    throttle: float = 0.05,
     per_answer: int = 0,
     per_owner: int = 0,
 ) -> AsyncGenerator[Snapshot, None]:
     """Snapshots of the answer until its final one; at most `per_answer` followers of
     one answer and `per_owner` of one owner's answers at once in this process (0: no
     cap). Close the iterator when done with it: that gives its place back."""
-    answer = await chat.message(owner, conversation_id, answer_id)
-    if answer.role != Role.ASSISTANT:
-        raise NotFound("no such answer: that id is a user's message")
+    answer = await answer_to_follow(chat, owner, conversation_id, answer_id)
     with WATCHERS.hold(owner, answer_id, per_answer=per_answer, per_owner=per_owner):
-        following = _follow(chat, owner, conversation_id, answer, notices, throttle)
+        following = snapshots_of(chat, owner, conversation_id, answer, notices)
         async with aclosing(following) as snapshots:
             async for snapshot in snapshots:
                 yield snapshot
 
 
-async def _follow(
+async def snapshots_of(
     chat: ConversationService,
     owner: str,
     conversation_id: str,
     answer: Message,
     notices: AnswerNotices | None,
-    throttle: float,
 ) -> AsyncGenerator[Snapshot, None]:
+    """Every change of `answer` (each piece of its text) until its final snapshot, with
+    no cap: what a caller that spaces them for many pages follows."""
     answer_id = id_of(answer)
     user = await chat.user_row_of(answer)
     running = chat.running(answer_id)
@@ -137,20 +145,20 @@ async def _follow(
                 yield snapshot
         return
     text = ""
-    shown = -1.0
     # A page loaded mid-answer already shows the text flushed so far: replaying the channel
     # from its start must not show less than that (the text would jump back, then regrow).
     floor = len(answer.content)
-    async for event in running.channel.follow():
-        if event.name == "fit":
+    # A batch at a time (what came since the last look): a burst of thousands of pieces
+    # makes one snapshot, not one each, so it cannot hold the loop.
+    async for batch in running.channel.batches():
+        pieces = [event.data["text"] for event in batch if event.name == "delta"]
+        if any(event.name == "fit" for event in batch):
             user = await chat.message(owner, conversation_id, id_of(user))
-            if len(text) >= floor:
-                yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
-        elif event.name == "delta":
-            text += event.data["text"]
-            if len(text) >= floor and time.monotonic() - shown >= throttle:
-                yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
-                shown = time.monotonic()  # after the page's render: a slow one skips ahead
+        elif not pieces:
+            continue
+        text += "".join(pieces)
+        if len(text) >= floor:
+            yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
     final = await chat.message(owner, conversation_id, answer_id)
     user = await chat.message(owner, conversation_id, id_of(user))
     yield Snapshot(final, user, final=True)

@@ -19,12 +19,13 @@ from collections import OrderedDict
 from sqlalchemy import update
 from sqlmodel import Session, col
 
-from webapp.chat.models import USER_OWNER_PREFIX, Conversation, Message, Status
+from webapp.chat.models import Conversation, Message, Status
 from webapp.chat.sending import Send
 from webapp.chat.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
 from webapp.db import Database
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import RoutingError
+from webapp.owners import USER_OWNER_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -22,9 +23,11 @@ from litestar.types import ASGIApp
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
 from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
+from webapp.chat.deps import Chat, Notices
 from webapp.chat.feedback import feedback_value
-from webapp.chat.live import follow_answer
+from webapp.chat.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.page_stream import LIVE_PAGES, PageCursor
 from webapp.chat.sending import Send
 from webapp.chat.service import ConversationService
 from webapp.chat.views import (
@@ -42,7 +45,7 @@ from webapp.llm.describe import configuration_dicts
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
-from webapp.web.deps import Chat, Notices, Owner
+from webapp.web.deps import Owner
 from webapp.web.events import event_stream
 from webapp.web.markdown import prerendered, prerendered_view
 from webapp.web.params import OptionalRowIdQuery, RowId, Seq
@@ -344,49 +347,47 @@ class ConversationPages(Controller):
         conversation: FoundConversation,
         answer_id: RowId,
     ) -> ASGIApp:
-        """The answer as HTML snapshots over SSE; reconnecting simply resumes from now.
+        """The answer over SSE: the turn as HTML when it changes, its text as `content`
+        events of what changed (webapp.chat.page_stream); reconnecting resumes from now.
         Past a worker's cap of followers (per answer, per owner) it answers 429."""
         settings: Settings = request.app.state.settings
-        snapshots = follow_answer(
-            chat,
-            conversation.owner,
-            conversation.id,
-            answer_id,
-            notices=notices,
-            per_answer=settings.watchers_per_answer,
-            per_owner=settings.watchers_per_user,
+        owner = conversation.owner
+        answer = await answer_to_follow(chat, owner, conversation.id, answer_id)
+        place = ExitStack()
+        place.enter_context(
+            WATCHERS.hold(
+                owner,
+                answer_id,
+                per_answer=settings.watchers_per_answer,
+                per_owner=settings.watchers_per_user,
+            )
         )
-        # Checks ownership and takes a place among the followers before the stream opens.
-        first = await anext(snapshots)
         try:
-            # The user row is re-rendered with each snapshot: it keeps its "‹ i/n ›".
-            alternatives = await chat.alternatives_of(conversation.id, [first.user])
+            user = await chat.user_row_of(answer)
+            # The user row is re-rendered with the turn: it keeps its "‹ i/n ›".
+            alternatives = await chat.alternatives_of(conversation.id, [user])
         except BaseException:
-            await snapshots.aclose()
+            place.close()
             raise
+        kind = (conversation.base, conversation.internals, tuple(sorted(alternatives.items())))
 
-        async def events() -> AsyncIterator[dict[str, Any]]:
-            snapshot = first
-            try:
-                while True:
-                    yield {
-                        "data": render_fragment(
-                            "chat/_stream_update.html",
-                            answer=await prerendered_view(
-                                answer_view(snapshot.answer, snapshot.user)
-                            ),
-                            user=message_views([snapshot.user], alternatives)[0],
-                            base=conversation.base,
-                            internals=conversation.internals,
-                        ),
-                        "id": str(len(snapshot.answer.content)),
-                    }
-                    if snapshot.final:
-                        yield {"event": "done", "data": snapshot.answer.status}
-                        return
-                    snapshot = await anext(snapshots)
-            finally:
-                await snapshots.aclose()  # the place is given back when the client goes
+        def turn_frame(snapshot: Snapshot) -> str:
+            return render_fragment(
+                "chat/_stream_update.html",
+                answer=answer_view(snapshot.answer, snapshot.user),
+                user=message_views([snapshot.user], alternatives)[0],
+                base=conversation.base,
+                internals=conversation.internals,
+            )
+
+        def snapshots() -> AsyncIterator[Snapshot]:
+            return snapshots_of(chat, owner, conversation.id, answer, notices)
+
+        async def events() -> AsyncIterator[bytes]:
+            cursor = PageCursor(floor=len(answer.content))
+            with place, LIVE_PAGES.following(answer_id, snapshots) as live:
+                async for frame in live.frames_for(cursor, kind, turn_frame):
+                    yield frame
 
         return event_stream(events())
 

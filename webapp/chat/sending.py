@@ -22,7 +22,7 @@ from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
-from webapp.chat.admission import RECENT_COUNT, Admission, TokenBuckets, hold_budget
+from webapp.chat.admission import RECENT_COUNT, Admission, hold_budget
 from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
 from webapp.chat.answers import AnswerRegistry, RunningAnswer
 from webapp.chat.branches import parent_of
@@ -34,6 +34,7 @@ from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded
 from webapp.errors import InvalidInput, NotFound, TooManyRequests, refuse_nul
+from webapp.limits import TokenBuckets
 from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError

@@ -19,13 +19,14 @@ from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath
 
 from webapp.accounts.service import digest
-from webapp.chat.models import EMBED_OWNER_PREFIX, Conversation
+from webapp.chat.deps import Chat
+from webapp.chat.models import Conversation
 from webapp.chat.pages import ConversationPages, ConversationRef
 from webapp.chat.titles import clean_title
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
-from webapp.web.deps import Chat
+from webapp.owners import EMBED_OWNER_PREFIX
 
 EMBED_PATH = "/embed/"
 SENDING_HANDLERS = frozenset({"send", "retry", "regenerate", "edit"})

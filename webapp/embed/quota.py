@@ -10,16 +10,16 @@ worker sees the same.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func
+from sqlalchemy import delete
 from sqlmodel import Session, col, select
 
 from webapp.db import Database
 from webapp.embed.models import CLIENT_MAX_LENGTH, EmbedSend
 from webapp.errors import TooManyRequests
-from webapp.timeutil import as_utc, utcnow
+from webapp.limits import SlidingWindow, advisory_lock
+from webapp.timeutil import utcnow
 
 
 class EmbedQuota:
@@ -35,6 +35,7 @@ class EmbedQuota:
         self.per_client = per_client
         self.per_embed = per_embed
         self.window = window
+        self._sliding = SlidingWindow(window)
 
     async def take(self, embed_name: str, client: str) -> None:
         """Count one send through `embed_name` from `client`, or refuse it (TooManyRequests)
@@ -46,22 +47,18 @@ class EmbedQuota:
             return
         client = client[:CLIENT_MAX_LENGTH]
         now = utcnow()
-        since = now - self.window
+        since = self._sliding.start(now)
 
         def count(session: Session) -> None:
             connection = session.connection()
-            if connection.dialect.name == "postgresql":
-                lock = func.hashtext(f"embed-send {embed_name}")
-                connection.execute(select(func.pg_advisory_xact_lock(lock)))
+            advisory_lock(connection, f"embed-send {embed_name}")
             connection.execute(delete(EmbedSend).where(col(EmbedSend.sent_at) <= since))
             if self.per_client > 0:
                 self._refuse_if_full(
-                    session, since, self.per_client, "from your address", embed_name, client
+                    session, now, self.per_client, "from your address", embed_name, client
                 )
             if self.per_embed > 0:
-                self._refuse_if_full(
-                    session, since, self.per_embed, "through this chat", embed_name
-                )
+                self._refuse_if_full(session, now, self.per_embed, "through this chat", embed_name)
             session.add(EmbedSend(embed_name=embed_name, client=client, sent_at=now))
 
         await self.db.write(count)
@@ -69,24 +66,23 @@ class EmbedQuota:
     def _refuse_if_full(
         self,
         session: Session,
-        since: datetime,
+        now: datetime,
         limit: int,
         where: str,
         embed_name: str,
         client: str | None = None,
     ) -> None:
         query = select(EmbedSend.sent_at).where(
-            col(EmbedSend.embed_name) == embed_name, col(EmbedSend.sent_at) > since
+            col(EmbedSend.embed_name) == embed_name,
+            col(EmbedSend.sent_at) > self._sliding.start(now),
         )
         if client is not None:
             query = query.where(col(EmbedSend.client) == client)
-        newest_first = list(
-            session.exec(query.order_by(col(EmbedSend.sent_at).desc()).limit(limit))
-        )
-        if len(newest_first) < limit:
-            return
+        newest_first = session.exec(query.order_by(col(EmbedSend.sent_at).desc()).limit(limit))
         # Room comes back when the oldest of the newest `limit` leaves the window.
-        wait = max(1, math.ceil((as_utc(newest_first[-1]) - since).total_seconds()))
+        wait = self._sliding.wait(newest_first.all(), limit - 1, now)
+        if wait is None:
+            return
         seconds = self.window.total_seconds()
         raise TooManyRequests(
             f"{limit} messages were sent {where} in the last {seconds:g} seconds; "

@@ -15,6 +15,7 @@ from typing import Any
 from litestar import Request, Response, post
 from litestar.response import Stream
 
+from webapp.chat.deps import Chat
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
 from webapp.gateway.deps import Cuts, Intakes, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider
@@ -34,7 +35,7 @@ from webapp.llm.manager import (
 )
 from webapp.llm.providers.base import ProviderError
 from webapp.llm.window import FitResult
-from webapp.web.deps import Chat, Owner
+from webapp.web.deps import Owner
 from webapp.web.events import STREAM_HEADERS
 
 

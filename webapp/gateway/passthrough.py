@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from litestar import Request, Response, post
 
+from webapp.chat.deps import Chat
 from webapp.gateway.deps import Intakes, json_response, resolve_route
 from webapp.gateway.errors import from_provider
 from webapp.gateway.report import COMPLETION_OVERFLOW_HEADER, completion_report
@@ -26,7 +27,7 @@ from webapp.llm.estimator import estimate_texts
 from webapp.llm.manager import AllModelsFailed
 from webapp.llm.providers.base import ProviderError
 from webapp.llm.routing import Route
-from webapp.web.deps import Chat, Owner
+from webapp.web.deps import Owner
 
 Result = TypeVar("Result")
 

@@ -14,6 +14,7 @@ from litestar import Router, get
 from litestar.di import Provide
 from litestar.params import FromPath
 
+from webapp.chat.deps import Chat
 from webapp.db import Database
 from webapp.gateway.auth import BearerTokenAuth
 from webapp.gateway.chat import chat_completions
@@ -24,7 +25,6 @@ from webapp.gateway.limits import RateLimit
 from webapp.gateway.passthrough import completions, embeddings
 from webapp.llm.describe import configuration_dicts
 from webapp.settings import Settings
-from webapp.web.deps import Chat
 
 
 def _model_entry(described: dict[str, Any]) -> dict[str, Any]:

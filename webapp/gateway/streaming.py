@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webapp.llm.providers.base import ChatResult, Usage
+from webapp.web.events import frame
 
-DONE = b"data: [DONE]\n\n"
+DONE = frame("[DONE]")
 
 
 def new_id(prefix: str) -> str:
@@ -27,7 +28,8 @@ def new_id(prefix: str) -> str:
 
 
 def sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+    """One chunk of an OpenAI-style stream: a `data:` event of compact JSON."""
+    return frame(json.dumps(data, separators=(",", ":")))
 
 
 def usage_dict(usage: Usage | None) -> dict[str, Any] | None:

@@ -22,7 +22,6 @@ timeout, and never raises: at worst every model gets the default.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -280,13 +279,13 @@ async def discover(
         source = _source(model, found)
         sources[name] = source
         if model.context_window is None and found is not None:
-            model = dataclasses.replace(model, context_window=found.window)
+            model = model.model_copy(update={"context_window": found.window})
         models[name] = model
         if source.source == NOT_DISCOVERABLE:
             log.warning("model %s: window %s", name, source.source)
         for note in source.notes:
             log.warning("model %s: %s", name, note)
-    return dataclasses.replace(catalog, models=models), sources
+    return catalog.model_copy(update={"models": models}), sources
 
 
 async def _ask_all(

@@ -222,7 +222,7 @@ class LLMManager:
         learned = self.calibrator.window(model.name)
         if learned is None or learned >= model.window:
             return model
-        return dataclasses.replace(model, context_window=learned)
+        return model.model_copy(update={"context_window": learned})
 
     def largest_budget(self, route: Route, max_tokens: int | None = None) -> int:
         """The most prompt any model of the route could take: how much history is worth loading."""

@@ -8,14 +8,5 @@ from __future__ import annotations
 
 from litestar.di import NamedDependency
 
-from webapp.chat.notify import AnswerNotices
-from webapp.chat.service import ConversationService
-
-Chat = NamedDependency[ConversationService]
-"""The conversation service (`chat`)."""
-
 Owner = NamedDependency[str]
 """Who the request acts for (`owner`): the signed-in user's owner key."""
-
-Notices = NamedDependency[AnswerNotices]
-"""This process's answer notices (`notices`): how a watcher hears an answer move."""

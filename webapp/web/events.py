@@ -1,4 +1,5 @@
-"""Server-Sent Events responses: the chat's answer streams, JSON (API) or HTML (pages).
+"""Server-Sent Events: the one framing (`frame`) and the responses that stream it: the
+chat's answers as JSON (API) or HTML (pages), and the gateway's OpenAI-style chunks.
 
 `event_stream` is sse-starlette's response, not Litestar's own stream: it pings idle
 connections and does not hold up a server shutting down. (Litestar does not apply layer
@@ -18,6 +19,7 @@ in all but the longest cases.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -45,6 +47,21 @@ def event_stream(
     # The same ASGI callable: sse-starlette types scope and messages as Starlette does
     # (MutableMapping), Litestar's ASGIApp as TypedDicts.
     return cast("ASGIApp", response)
+
+
+_LINES = re.compile(r"\r\n|\r|\n")
+
+
+def frame(data: str, event: str | None = None, event_id: str | None = None) -> bytes:
+    """One SSE message: its name and id when given, then `data`, a `data:` line for each
+    of its lines (a client joins them again with newlines). The one framing every stream
+    here writes: pages, the JSON API and the gateway."""
+    head = "" if event is None else f"event: {event}\n"
+    if event_id is not None:
+        head += f"id: {event_id}\n"
+    if "\n" not in data and "\r" not in data:
+        return f"{head}data: {data}\n\n".encode()
+    return (head + "".join(f"data: {line}\n" for line in _LINES.split(data)) + "\n").encode()
 
 
 def ping_frame() -> bytes:

@@ -101,9 +101,10 @@ def time_limited() -> None:
     _Limits.armed = True
 
 
-def new_render() -> None:
-    """A new text is being rendered: it gets the whole colouring budget again."""
-    _Limits.left = RENDER_SECONDS
+def new_render(*, colour: bool = True) -> None:
+    """A new text is being rendered: it gets the whole colouring budget again (none, when
+    its code is to be shown plain)."""
+    _Limits.left = RENDER_SECONDS if colour else 0.0
 
 
 @contextmanager

@@ -123,17 +123,24 @@ def scrollable_parts_focusable(html: str) -> str:
 _CODE_COPY = 'aria-label="Copy code"'
 
 
-def name_code_copies(html: str, whose: str) -> str:
+def name_code_copies(html: str, whose: str, before: int = 0) -> str:
     """Each code block's copy control named after the message it is in ("Copy code of
-    answer 3", "Copy code 2 of answer 3"): a screen reader's list of buttons tells them
-    apart. The rendered HTML is shared by every page, so names are given when shown."""
-    count = html.count(_CODE_COPY)
-    if count == 0:
-        return html
-    if count == 1:
-        return html.replace(_CODE_COPY, f'aria-label="Copy code of {whose}"')
-    numbers = iter(range(1, count + 1))
-    return re.sub(_CODE_COPY, lambda _: f'aria-label="Copy code {next(numbers)} of {whose}"', html)
+    answer 3", then "Copy code 2 of answer 3", ...): a screen reader's list of buttons
+    tells them apart. A name depends only on the block's place (`before`: the blocks
+    ahead of `html` in the message), so an answer streamed block by block names each
+    once. The rendered HTML is shared by every page, so names are given when shown."""
+    numbers = iter(range(before + 1, before + 1 + html.count(_CODE_COPY)))
+
+    def name(_: re.Match[str]) -> str:
+        number = next(numbers)
+        return f'aria-label="Copy code{f" {number}" if number > 1 else ""} of {whose}"'
+
+    return re.sub(_CODE_COPY, name, html) if _CODE_COPY in html else html
+
+
+def code_blocks_in(html: str) -> int:
+    """How many code blocks (each with its copy control) `html` holds."""
+    return html.count('class="copy-code"')
 
 
 def render_here(text: str) -> Markup:
@@ -143,10 +150,11 @@ def render_here(text: str) -> Markup:
     return Markup(scrollable_parts_focusable(_CODE_BLOCK.sub(_with_copy_control, clean)))
 
 
-def renders_inline(text: str) -> bool:
+def renders_inline(text: str, *, colour: bool = True) -> bool:
     """Whether `text` is short enough to render where it is asked for: nothing to colour
     (a fence needs a worker's time limit) and at most `INLINE_CHARS` characters."""
-    return len(text) <= INLINE_CHARS and "```" not in text and "~~~" not in text
+    fenced = colour and ("```" in text or "~~~" in text)
+    return len(text) <= INLINE_CHARS and not fenced
 
 
 def plain_html(text: str) -> Markup:
@@ -194,15 +202,17 @@ def render_markdown(text: str) -> Markup:
     return _from_worker(render_workers.render(text), text)
 
 
-async def render_markdown_async(text: str) -> Markup:
+async def render_markdown_async(text: str, *, colour: bool = True) -> Markup:
     """`render_markdown` for the event loop: a short text renders at once (and the loop
     then runs others before this caller goes on, so a run of them cannot add up to a
-    stall); a long one renders in a worker while the loop serves everyone else."""
-    if renders_inline(text):
+    stall); a long one renders in a worker while the loop serves everyone else. Without
+    `colour` its code blocks are plain: an answer's block still being written, which
+    grows by what is appended (coloured, a longer block may tokenize differently)."""
+    if renders_inline(text, colour=colour):
         html = _render_inline(text)
         await asyncio.sleep(0)
         return html
-    return _from_worker(await render_workers.render_async(text), text)
+    return _from_worker(await render_workers.render_async(text, colour=colour), text)
 
 
 class Shown(Protocol):

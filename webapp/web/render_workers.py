@@ -47,6 +47,8 @@ _READY = b"ready"
 _RENDERED, _FAILED = b"+", b"-"
 """A worker's answer: the HTML after `_RENDERED`, or `_FAILED` alone. Texts and answers
 cross as UTF-8 bytes (lone surrogates kept), never as pickles."""
+_COLOURED, _PLAIN_CODE = b"c", b"p"
+"""What a text is sent after: whether its code blocks are coloured."""
 _executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="webapp-render")
 _local = threading.local()
 _running: set[_Worker] = set()
@@ -68,10 +70,11 @@ def serve(fd: int) -> None:
     connection.send_bytes(_READY)
     while True:
         try:
-            text = _text(connection.recv_bytes())
+            asked = connection.recv_bytes()
         except (EOFError, OSError):  # the server closed the pipe or died
             return
-        highlight.new_render()
+        text = _text(asked[1:])
+        highlight.new_render(colour=asked[:1] == _COLOURED)
         try:
             answer = _RENDERED + _bytes(render_here(text))
         except Exception:  # a bug or a library's failure on odd input: shown plain
@@ -116,8 +119,8 @@ class _Worker:
             self.close()
             raise WorkerFailed("a render worker did not start")
 
-    def render(self, text: str, seconds: float) -> str | None:
-        self.connection.send_bytes(_bytes(text))
+    def render(self, text: str, seconds: float, colour: bool) -> str | None:
+        self.connection.send_bytes((_COLOURED if colour else _PLAIN_CODE) + _bytes(text))
         if not self.connection.poll(seconds):
             raise WorkerFailed(f"rendering {len(text):,} characters took over {seconds:g} s")
         answer = self.connection.recv_bytes()
@@ -139,13 +142,13 @@ def _stop_all() -> None:
         worker.close()
 
 
-def _render_on_this_thread(text: str, seconds: float) -> str | None:
+def _render_on_this_thread(text: str, seconds: float, colour: bool) -> str | None:
     """Runs on a render thread, which keeps its own worker from one text to the next."""
     worker: _Worker | None = getattr(_local, "worker", None)
     try:
         if worker is None:
             worker = _local.worker = _Worker()
-        return worker.render(text, seconds)
+        return worker.render(text, seconds, colour)
     except (WorkerFailed, EOFError, OSError) as error:
         log.warning("a render worker failed, the text is shown plain: %s", error)
         if worker is not None:
@@ -156,10 +159,13 @@ def _render_on_this_thread(text: str, seconds: float) -> str | None:
 
 def render(text: str, seconds: float = RENDER_SECONDS) -> str | None:
     """The text's HTML from a worker (None: it failed or overran), waiting for it here."""
-    return _executor.submit(_render_on_this_thread, text, seconds).result()
+    return _executor.submit(_render_on_this_thread, text, seconds, True).result()
 
 
-async def render_async(text: str, seconds: float = RENDER_SECONDS) -> str | None:
-    """The text's HTML from a worker (None: it failed or overran); the loop runs meanwhile."""
+async def render_async(
+    text: str, seconds: float = RENDER_SECONDS, *, colour: bool = True
+) -> str | None:
+    """The text's HTML from a worker (None: it failed or overran); the loop runs meanwhile.
+    Without `colour`, code blocks are shown plain (a block still being written)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor, _render_on_this_thread, text, seconds)
+    return await loop.run_in_executor(_executor, _render_on_this_thread, text, seconds, colour)

@@ -1,4 +1,7 @@
-"""One Jinja environment for whole pages (Litestar responses) and for SSE fragments."""
+"""One Jinja environment for whole pages (Litestar responses) and for SSE fragments.
+
+What templates need from the packages above (the attachment's paperclip, the user's
+theme, a title's mark) is added by `webapp.app`, so this module imports none of them."""
 
 from __future__ import annotations
 
@@ -9,9 +12,6 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template.config import TemplateConfig
 
-from webapp.accounts.preferences import theme_of
-from webapp.chat.attachments import PAPERCLIP
-from webapp.chat.titles import split_mark
 from webapp.web.security import hx_headers
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -37,17 +37,6 @@ environment.globals["hx_headers"] = hx_headers
 environment.globals["internals"] = True
 """Token counts and model and configuration names are shown, except where a page's
 context says not (an embed that keeps them from its visitors)."""
-environment.filters["title_parts"] = split_mark
-environment.globals["paperclip"] = PAPERCLIP
-
-
-def theme_for(request: Any) -> str:
-    """The theme `<html>` is drawn in (the signed-in user's setting): set by the server,
-    so a page never shows in the wrong colours first."""
-    return theme_of(request.scope.get("user"))
-
-
-environment.globals["theme_for"] = theme_for
 
 
 def render_fragment(name: str, **context: Any) -> str:

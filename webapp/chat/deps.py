@@ -1,0 +1,15 @@
+"""The chat's app-wide dependencies (`create_app` provides them), named as handlers
+declare them (see webapp.web.deps for why they are aliases)."""
+
+from __future__ import annotations
+
+from litestar.di import NamedDependency
+
+from webapp.chat.notify import AnswerNotices
+from webapp.chat.service import ConversationService
+
+Chat = NamedDependency[ConversationService]
+"""The conversation service (`chat`)."""
+
+Notices = NamedDependency[AnswerNotices]
+"""This process's answer notices (`notices`): how a watcher hears an answer move."""
