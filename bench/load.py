@@ -65,6 +65,7 @@ from bench.processes import (
     cores,
     cpu_seconds,
     free_port,
+    new_conversation,
     pin,
     server,
     upstream,
@@ -466,20 +467,9 @@ def cross_worker(env: dict[str, str], folder: Path, url: str, clients: list[Clie
     ):
         own = [c.conversation for c in clients if c.token == token][:5]
         delays = uvloop.run(watchers.follow_delay(url, writer, watcher, token, own))
-        quiet = quiet_conversation(writer, token)
+        quiet = new_conversation(writer, token, "quiet")  # its answers wait seconds a chunk
         idle = uvloop.run(watchers.idle_watchers(writer, watcher, watcher_pid, token, quiet))
     watchers.report(delays, idle)
-
-
-def quiet_conversation(port: int, token: str) -> str:
-    """A conversation whose answers come from the upstream that waits seconds a chunk."""
-    response = httpx.post(
-        f"http://{HOST}:{port}/api/conversations",
-        json={"configuration": "quiet"},
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    response.raise_for_status()
-    return str(response.json()["id"])
 
 
 def profile(pid: int, path: Path) -> subprocess.Popen[bytes]:

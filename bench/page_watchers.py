@@ -33,7 +33,16 @@ import uvloop
 
 from bench import watchers
 from bench.common import machine
-from bench.processes import HOST, cores, cpu_seconds, pin, server, upstream, webapp
+from bench.processes import (
+    HOST,
+    cores,
+    cpu_seconds,
+    new_conversation,
+    pin,
+    server,
+    upstream,
+    webapp,
+)
 
 UPSTREAM_MODEL = "large"
 """A model `tests.upstream` serves."""
@@ -205,20 +214,10 @@ def measure(folder: Path, rounds: int, app_cores: set[int], other_cores: set[int
         with server(env, folder, 1, app_cores) as (port, pid):
             webapp(env, "user", "create", "reader", "--password-stdin", stdin=PASSWORD)
             token = webapp(env, "token", "create", "reader")
-            conversations = [_conversation(port, token) for _ in range(2 * rounds)]
+            conversations = [new_conversation(port, token, "long") for _ in range(2 * rounds)]
             pairs = [(conversations[2 * n], conversations[2 * n + 1]) for n in range(rounds)]
             results = [uvloop.run(one_round(port, pid, token, pair)) for pair in pairs]
     report(results)
-
-
-def _conversation(port: int, token: str) -> str:
-    response = httpx.post(
-        f"http://{HOST}:{port}/api/conversations",
-        json={"configuration": "long"},
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    response.raise_for_status()
-    return str(response.json()["id"])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -142,3 +142,14 @@ def server(
                 len(first) - 1,
             )
             print("\n".join("    " + line for line in [*first[:2], *first[end - 6 : end + 1]]))
+
+
+def new_conversation(port: int, token: str, configuration: str) -> str:
+    """A conversation of `token`'s user on the server at `port`, through the API."""
+    response = httpx.post(
+        f"http://{HOST}:{port}/api/conversations",
+        json={"configuration": configuration},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    response.raise_for_status()
+    return str(response.json()["id"])
