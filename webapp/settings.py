@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -108,6 +109,12 @@ class Settings(BaseSettings):
     write_timeout: float = Field(default=15.0, gt=0)
     """A client that takes none of a response's bytes for this many seconds, while the
     server has more to send, is dropped (and what was waiting for it freed)."""
+
+    password_hashing: Literal["standard", "cheapest"] = "standard"
+    """The cost of new password hashes. `standard`: Argon2id with argon2-cffi's defaults
+    (RFC 9106's low-memory profile, 64 MiB and some 0.2 s of CPU a hash). `cheapest`:
+    argon2-cffi's profile of that name, for test runs, which make hundreds of accounts;
+    its hashes protect nothing."""
 
     @property
     def trusted_proxy_list(self) -> list[str]:
