@@ -6,7 +6,7 @@ so this runs without network). Checked: every sample of our corpus
 script, category and emoji sequence (Hypothesis), natural sentences recombined,
 whole chat messages and tool definitions. The over-count per kind is written to
 ``tests/artifacts/estimator_report.txt``; ``python -m tests.test_estimator``
-prints the same table for the README.
+prints the same table for docs/design.md (section 3).
 """
 
 from __future__ import annotations

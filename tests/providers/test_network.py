@@ -1,7 +1,9 @@
-"""The provider's plain-HTTP network layer (webapp/llm/providers/network.py) on real
-sockets, on asyncio's loop and on uvloop: what httpcore relies on it for that the
-provider's own tests do not reach (addresses that never answer, a server that stops
-reading, the proxy rule)."""
+"""The provider's plain-HTTP network layer (webapp/llm/providers/network.py, and the
+httpx transport over it, transport.py) on real sockets, on asyncio's loop and on uvloop:
+what httpcore relies on it for that the provider's own tests do not reach (addresses
+that never answer, a server that stops reading, the proxy rule), the httpx exceptions
+its faults surface as (the same as httpx's own transport's), and the setting that falls
+back to httpx's own transport."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import struct
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -17,12 +20,17 @@ import httpcore
 import httpx
 import pytest
 
+from tests.upstream import FakeUpstream, upstream  # noqa: F401
 from webapp.llm.providers.network import (
     HAPPY_EYEBALLS_DELAY,
     AddressInfo,
     AsyncioBackend,
-    AsyncioTransport,
+    AsyncioStream,
     connect_first,
+)
+from webapp.llm.providers.openai import OpenAIProvider
+from webapp.llm.providers.transport import (
+    AsyncioTransport,
     proxied_by_environment,
     transport_for,
 )
@@ -173,6 +181,28 @@ async def test_tls_is_never_spoken_by_it() -> None:
             False,
         ),
         ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "foo,*"}, "http://example.com/", False),
+        # A name covers itself and its subdomains, not a name that merely ends like it.
+        (
+            {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "example.com"},
+            "http://a.example.com/",
+            False,
+        ),
+        (
+            {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "example.com"},
+            "http://wwwexample.com/",
+            True,
+        ),
+        # A port, an IPv6 address, a scheme: each narrows the entry.
+        (
+            {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "10.0.0.5:9000"},
+            "http://10.0.0.5:8000/v1",
+            True,
+        ),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "::1"}, "http://[::1]:8000/v1", False),
+        ({"ALL_PROXY": "http://proxy:3128", "NO_PROXY": "https://vllm"}, "http://vllm/v1", True),
+        # Lower case wins over upper case; under CGI, HTTP_PROXY is the client's header.
+        ({"HTTP_PROXY": "http://proxy:3128", "http_proxy": ""}, "http://10.0.0.5/v1", False),
+        ({"HTTP_PROXY": "http://proxy:3128", "REQUEST_METHOD": "GET"}, "http://10.0.0.5/", False),
     ],
 )
 def test_the_proxy_rule_is_httpx_s(
@@ -265,3 +295,192 @@ async def test_closing_ends_a_waiting_read_as_an_error_not_as_the_server_s_end(
     await stream.aclose()
     with pytest.raises(httpcore.ReadError, match="closed by this side"):
         await reading
+
+
+# --------------------------------------------------------------------------------------
+# The transport: httpx's exceptions, the trace hook, and the fallback setting.
+# --------------------------------------------------------------------------------------
+
+
+def asyncio_transport(limits: httpx.Limits | None = None) -> httpx.AsyncBaseTransport:
+    return AsyncioTransport(verify=ssl.create_default_context(), limits=limits or httpx.Limits())
+
+
+def httpx_transport(limits: httpx.Limits | None = None) -> httpx.AsyncBaseTransport:
+    return httpx.AsyncHTTPTransport(limits=limits or httpx.Limits())
+
+
+BOTH = pytest.mark.parametrize(
+    "make", [asyncio_transport, httpx_transport], ids=["asyncio", "httpx"]
+)
+"""Each fault is met by both transports: the exception must be the same."""
+
+CHAT = {"model": "small", "messages": [{"role": "user", "content": "Hello"}], "stream": True}
+
+
+@BOTH
+async def test_a_refused_connection_is_a_connect_error(make: Any) -> None:
+    _, port = closed_address()[4]
+    async with httpx.AsyncClient(transport=make()) as client:
+        with pytest.raises(httpx.ConnectError) as caught:
+            await client.get(f"http://127.0.0.1:{port}/")
+    assert caught.value.request.url.port == port
+
+
+@BOTH
+async def test_a_silent_server_is_a_read_timeout(make: Any, live_listener: socket.socket) -> None:
+    host, port = live_listener.getsockname()
+    async with httpx.AsyncClient(transport=make(), timeout=httpx.Timeout(5, read=0.2)) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get(f"http://{host}:{port}/")
+
+
+@BOTH
+async def test_a_stream_cut_mid_body_is_a_remote_protocol_error(
+    make: Any,
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    upstream.break_stream_after(2)
+    received = b""
+    async with httpx.AsyncClient(transport=make(), timeout=5) as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with client.stream(
+                "POST", f"{upstream.base_url}/chat/completions", json=CHAT
+            ) as response:
+                async for chunk in response.aiter_bytes():
+                    received += chunk
+    assert b"Echo " in received  # what arrived before the cut was delivered
+
+
+@BOTH
+async def test_a_full_pool_is_a_pool_timeout(make: Any, live_listener: socket.socket) -> None:
+    host, port = live_listener.getsockname()
+    url = f"http://{host}:{port}/"
+    transport = make(httpx.Limits(max_connections=1))
+    async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5, pool=0.2)) as client:
+        waiting = asyncio.create_task(client.get(url))  # holds the one connection
+        await asyncio.sleep(0.1)
+        try:
+            with pytest.raises(httpx.PoolTimeout):
+                await client.get(url)
+        finally:
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+
+
+@BOTH
+async def test_a_server_that_stops_reading_is_a_write_timeout(
+    make: Any, live_listener: socket.socket
+) -> None:
+    host, port = live_listener.getsockname()
+    async with httpx.AsyncClient(transport=make(), timeout=httpx.Timeout(5, write=0.3)) as client:
+        with pytest.raises(httpx.WriteTimeout):
+            await client.post(f"http://{host}:{port}/", content=b"x" * 50_000_000)
+
+
+@BOTH
+async def test_a_reset_connection_is_a_read_error(make: Any) -> None:
+    """The server takes the request and resets the connection (RST, not a clean end)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def reset() -> None:
+        accepted, _ = listener.accept()
+        accepted.recv(65536)
+        accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        accepted.close()
+
+    with listener:
+        server = asyncio.get_running_loop().run_in_executor(None, reset)
+        async with httpx.AsyncClient(transport=make(), timeout=5) as client:
+            with pytest.raises(httpx.ReadError):
+                await client.get(f"http://127.0.0.1:{listener.getsockname()[1]}/")
+        await server
+
+
+@BOTH
+async def test_a_header_http_cannot_carry_is_a_local_protocol_error(
+    make: Any,
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    async with httpx.AsyncClient(transport=make(), timeout=5) as client:
+        with pytest.raises(httpx.LocalProtocolError):
+            await client.get(f"{upstream.base_url}/models", headers={"X-Bad": "a\r\nb"})
+
+
+@BOTH
+async def test_a_scheme_it_cannot_speak_is_unsupported(make: Any) -> None:
+    async with make() as transport:
+        with pytest.raises(httpx.UnsupportedProtocol):
+            await transport.handle_async_request(httpx.Request("GET", "ftp://127.0.0.1/"))
+
+
+async def test_a_response_streams_and_the_trace_hook_sees_the_request_go(
+    upstream: FakeUpstream,  # noqa: F811
+) -> None:
+    events: list[str] = []
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        events.append(event)
+
+    async with (
+        httpx.AsyncClient(transport=asyncio_transport(), timeout=5) as client,
+        client.stream(
+            "POST",
+            f"{upstream.base_url}/chat/completions",
+            json=CHAT,
+            extensions={"trace": trace},
+        ) as response,
+    ):
+        body = b"".join([chunk async for chunk in response.aiter_bytes()])
+    assert response.status_code == 200 and response.http_version == "HTTP/1.1"
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert isinstance(response.extensions["network_stream"], AsyncioStream)
+    assert body.rstrip().endswith(b"data: [DONE]")
+    assert "http11.send_request_body.complete" in events
+    assert "http11.receive_response_body.complete" in events
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "httpx"])
+async def test_the_setting_chooses_the_transport_and_both_stream_an_answer(
+    monkeypatch: pytest.MonkeyPatch,
+    upstream: FakeUpstream,  # noqa: F811
+    choice: str,
+) -> None:
+    """End to end, through the provider: the answer streams either way, the request's
+    "sent" moment (the trace hook) is reported either way, and only "asyncio" connects
+    through this app's backend (whose connects are `_attempt` tasks)."""
+    monkeypatch.setenv("WEBAPP_PROVIDER_TRANSPORT", choice)
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        started.append(getattr(coro, "__qualname__", ""))
+        return asyncio.Task(coro, loop=loop, **options)
+
+    sent: list[float] = []
+    loop.set_task_factory(factory)
+    try:
+        async with OpenAIProvider(upstream.base_url, timeout=5) as provider:
+            chunks = [
+                chunk
+                async for chunk in provider.stream_chat(
+                    "small",
+                    [{"role": "user", "content": "Hello"}],
+                    sent=lambda: sent.append(time.monotonic()),
+                )
+            ]
+    finally:
+        loop.set_task_factory(None)
+    assert "".join(chunk.text for chunk in chunks).startswith("Echo from small: ")
+    assert chunks[-1].finish_reason == "stop"
+    assert len(sent) == 1
+    assert ("_attempt" in started) is (choice == "asyncio")
+
+
+def test_an_unknown_transport_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEBAPP_PROVIDER_TRANSPORT", "curl")
+    with pytest.raises(ValueError, match="provider_transport"):
+        OpenAIProvider("http://127.0.0.1:1/v1")

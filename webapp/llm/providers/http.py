@@ -31,8 +31,9 @@ from webapp.llm.providers.base import (
     ProviderUnavailable,
     StreamBroken,
 )
-from webapp.llm.providers.network import transport_for
 from webapp.llm.providers.pool import ClientShards
+from webapp.llm.providers.transport import transport_for
+from webapp.settings import Settings
 
 CONNECT_TIMEOUT = 5.0
 """Seconds to open a connection. Short: a dead host should hand over to a fallback quickly,
@@ -142,7 +143,8 @@ class HTTPProvider:
     `base_url` is where the endpoint paths are appended. `timeout` is the read timeout,
     i.e. the longest silence tolerated from the server (time to first token, or a gap
     inside a stream). `transport` exists for tests and unusual set-ups (a Unix socket, a
-    mounted app).
+    mounted app); without it, `WEBAPP_PROVIDER_TRANSPORT` chooses (`transport_for`, or
+    httpx's own).
     """
 
     CHAT_PATH = "chat/completions"
@@ -163,6 +165,7 @@ class HTTPProvider:
         self._label = str(url.copy_with(username=None, password=None, query=None))
         headers = {"Accept": "application/json", **self._auth_headers()}
         tls = httpx.create_ssl_context()  # one for every shard: each costs milliseconds
+        fast = transport is None and Settings().provider_transport == "asyncio"
         self._clients = ClientShards(
             lambda limits: httpx.AsyncClient(
                 verify=tls,
@@ -170,7 +173,8 @@ class HTTPProvider:
                 headers=headers,
                 timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
                 limits=limits,
-                transport=transport or transport_for(url, verify=tls, limits=limits),
+                transport=transport
+                or (transport_for(url, verify=tls, limits=limits) if fast else None),
             ),
             single=transport is not None,
         )

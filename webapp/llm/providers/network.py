@@ -11,10 +11,12 @@ timeout. HTTP itself stays httpcore's and httpx's; only the bytes move different
 Only plain HTTP: the engines this app streams hundreds of answers from (llama.cpp, vLLM,
 Ollama, LM Studio) are served that way, on the machine or the local network. An https
 provider, and any provider the environment sends through a proxy, keeps httpx's own
-transport (`transport_for`), whose TLS and proxying are anyio's and httpx's, unchanged.
+transport (`webapp.llm.providers.transport.transport_for`), whose TLS and proxying are
+anyio's and httpx's, unchanged.
 
-Errors are httpcore's own (`ConnectError`, `ReadTimeout`, ...), so httpx maps them as it
-maps the default backend's, and callers see the same `httpx` exceptions.
+Errors are httpcore's own (`ConnectError`, `ReadTimeout`, ...), so the transport over
+this backend maps them as httpx's maps the default backend's, and callers see the same
+`httpx` exceptions.
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import httpcore
-import httpx
-from httpx._utils import URLPattern, get_environment_proxies
 
 SocketOption = (
     tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
@@ -324,44 +324,3 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-
-
-def proxied_by_environment(url: httpx.URL) -> bool:
-    """Whether httpx would send `url` through a proxy named by the environment
-    (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, less NO_PROXY): httpx's own reading of those
-    variables and its own matching, most specific pattern first, so the answer is the
-    one httpx's transport would act on."""
-    patterns = sorted((URLPattern(key), proxy) for key, proxy in get_environment_proxies().items())
-    for pattern, proxy in patterns:
-        if pattern.matches(url):
-            return proxy is not None
-    return False
-
-
-def transport_for(
-    url: httpx.URL, *, verify: ssl.SSLContext, limits: httpx.Limits
-) -> AsyncioTransport | None:
-    """The transport a provider's client at `url` should get: this module's for plain
-    HTTP, None (httpx's own) for https or where the environment names a proxy."""
-    if url.scheme != "http" or proxied_by_environment(url):
-        return None
-    return AsyncioTransport(verify=verify, limits=limits)
-
-
-class AsyncioTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport with the connection pool on `AsyncioBackend`.
-
-    httpx builds its pool without a way to name the network backend, so the pool is
-    built again here with the same settings; everything else (request and response
-    mapping, error mapping) stays httpx's.
-    """
-
-    def __init__(self, *, verify: ssl.SSLContext, limits: httpx.Limits) -> None:
-        super().__init__(verify=verify, limits=limits)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=verify,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=AsyncioBackend(),
-        )
