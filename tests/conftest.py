@@ -50,6 +50,10 @@ from webapp.settings import Settings
 # Titles written by the model make a call after every first answer: the tests that count
 # or inspect the upstream's requests speak of sends. The tests of titles turn them on.
 os.environ.setdefault("WEBAPP_MODEL_TITLES", "false")
+# Hundreds of accounts are made (and signed in to) per run, here and by the servers the
+# tests start: at argon2's standard cost that is minutes of CPU. Tests of the cost itself
+# pass their own hasher.
+os.environ.setdefault("WEBAPP_PASSWORD_HASHING", "cheapest")
 
 TABLES = (
     "message",

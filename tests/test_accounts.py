@@ -21,7 +21,7 @@ from sqlmodel import col, select
 
 from tests.dbutil import session_on
 from webapp.accounts.models import ApiToken, LoginSession, SignInAttempt, User
-from webapp.accounts.passwords import CHECKS_AT_ONCE
+from webapp.accounts.passwords import CHECKS_AT_ONCE, Passwords, configured_hasher
 from webapp.accounts.service import AccountService
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
@@ -184,6 +184,23 @@ async def test_a_hash_with_weaker_parameters_is_replaced_on_sign_in(
     assert await stronger.authenticate("alice", PASSWORD) is not None
     [again] = await rows(accounts, User)
     assert again.password_hash == after.password_hash
+
+
+STANDARD = "$argon2id$v=19$m=65536,t=3,p=4$"
+
+
+async def test_hashes_cost_the_standard_unless_a_setting_says_cheapest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The test runs hash at the cheapest cost (tests/conftest.py); a deployment hashes
+    at argon2's standard one, and replaces a cheaper hash at its next check."""
+    monkeypatch.delenv("WEBAPP_PASSWORD_HASHING", raising=False)
+    assert (await Passwords().hash(PASSWORD)).startswith(STANDARD)
+    monkeypatch.setenv("WEBAPP_PASSWORD_HASHING", "cheapest")
+    cheap = await Passwords().hash(PASSWORD)
+    assert cheap.startswith("$argon2id$v=19$m=8,t=1,p=1$")
+    verdict = await Passwords(configured_hasher("standard")).verify(cheap, PASSWORD)
+    assert verdict.ok and verdict.new_hash is not None and verdict.new_hash.startswith(STANDARD)
 
 
 # The first admin

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -18,7 +19,6 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
 from webapp.chat.serialize import message_dict
 from webapp.db import Database, as_loaded, create_engine
-from webapp.migrate import upgrade
 from webapp.timeutil import as_utc, utcnow
 
 
@@ -72,12 +72,12 @@ def test_an_incomplete_row_is_refused() -> None:
 
 
 async def test_an_sqlite_transaction_holds_the_write_lock_from_its_first_read(
-    tmp_path: Path,
+    tmp_path: Path, sqlite_template: Path
 ) -> None:
     """What a send reads under its lock cannot change before it writes."""
     path = tmp_path / "lock.db"
+    shutil.copy(sqlite_template, path)
     url = f"sqlite+aiosqlite:///{path}"
-    upgrade(url)
     db = Database(url)
 
     def read_then_try_a_write_elsewhere(session: Session) -> str:
@@ -114,10 +114,9 @@ def test_a_test_run_has_a_postgresql_database_of_its_own(postgres_url: str) -> N
     assert own is not None and own.startswith(f"webapp_test_{os.getpid()}_")
 
 
-async def test_a_read_is_not_kept_waiting_by_a_write_in_progress(tmp_path: Path) -> None:
+async def test_a_read_is_not_kept_waiting_by_a_write_in_progress(sqlite_url: str) -> None:
     """Under WAL a read runs beside the one writer, and sees the last committed state."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'readers.db'}"
-    upgrade(url)
+    url = sqlite_url
     db = Database(url)
     holding, release = threading.Event(), threading.Event()
     now = utcnow()

@@ -135,11 +135,10 @@ def test_deleting_conversations_gives_no_gateway_calls_back(
         assert sent.status_code == 429, "the chat counts the same record"
 
 
-async def test_the_count_reads_only_the_owners_window(tmp_path: Path) -> None:
+async def test_the_count_reads_only_the_owners_window(sqlite_url: str) -> None:
     """The rate limit's count walks the owner's rows in the window by index, never the
     table. (The plan is read from SQLite, whose planner needs no statistics to choose.)"""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'plan.db'}"
-    upgrade(url)
+    url = sqlite_url
     engine = create_engine(url)
     try:
         compiled = RECENT_USES.compile(dialect=engine.dialect)

@@ -125,6 +125,7 @@ async def test_a_starting_server_leaves_another_live_servers_answer_alone(
         newcomer.start()
         async with api(newcomer.url, token) as other:
             assert (await answer(other, conversation))["status"] == "streaming"
+        upstream.chunk_delay = 0  # the newcomer has started and reaped: the rest at once
         await asyncio.wait_for(sending, 60)
         finished = await answer(client, conversation)
     assert finished["status"] == "complete", finished

@@ -11,6 +11,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -96,18 +97,27 @@ def closed_within(sock: socket.socket, seconds: float, trickle: bytes = b"") -> 
     return float("inf")
 
 
+def hung_up_after(port: int, trickle: bytes = b"", first: bytes = b"") -> float:
+    """A connection that sends `first` at once, then `trickle` slowly: seconds until the
+    server hangs up (`closed_within`)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(first)
+        return closed_within(sock, 5, trickle)
+
+
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
 def test_slow_and_idle_connections_are_closed(serve: Serve, parser: str) -> None:
     url = serve(parser, request_timeout="1", keep_alive_timeout="1")
     port = int(url.rsplit(":", 1)[1])
     slow_headers = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        assert closed_within(sock, 5, slow_headers) < 3, "headers sent a byte at a time"
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        assert closed_within(sock, 5) < 3, "a connection that never sends anything"
     body = b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(body)
-        assert closed_within(sock, 5, b"username=" + b"a" * 100) < 3, "a body that never ends"
+    # All three at once, each on a connection (and a deadline) of its own.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        headers = pool.submit(hung_up_after, port, slow_headers)
+        silent = pool.submit(hung_up_after, port)
+        unending = pool.submit(hung_up_after, port, b"username=" + b"a" * 100, body)
+        assert headers.result() < 3, "headers sent a byte at a time"
+        assert silent.result() < 3, "a connection that never sends anything"
+        assert unending.result() < 3, "a body that never ends"
     # A request that arrives in time is answered as usual.
     assert httpx.get(f"{url}/healthz").status_code == 200

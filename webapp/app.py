@@ -19,6 +19,7 @@ from litestar.static_files import create_static_files_router
 from sqlalchemy import text
 from sqlmodel import Session
 
+from webapp.accounts.passwords import configured_hasher
 from webapp.accounts.preferences import theme_for
 from webapp.accounts.service import AccountService
 from webapp.accounts.users_web import UserAdminApi, UserPages
@@ -178,7 +179,10 @@ def create_app(
         db,
         failures_allowed=settings.sign_in_failures_allowed,
         failure_window=timedelta(seconds=settings.sign_in_failure_window),
+        hasher=configured_hasher(settings.password_hashing),
     )
+    if settings.password_hashing != "standard":
+        log.warning("WEBAPP_PASSWORD_HASHING=%s: fit for tests only", settings.password_hashing)
 
     liveness = Liveness(settings.database_url)
 

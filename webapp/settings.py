@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     """A client that takes none of a response's bytes for this many seconds, while the
     server has more to send, is dropped (and what was waiting for it freed)."""
 
+    password_hashing: Literal["standard", "cheapest"] = "standard"
+    """The cost of new password hashes. `standard`: Argon2id with argon2-cffi's defaults
+    (RFC 9106's low-memory profile, 64 MiB and some 0.2 s of CPU a hash). `cheapest`:
+    argon2-cffi's profile of that name, for test runs, which make hundreds of accounts;
+    its hashes protect nothing."""
+
     provider_transport: Literal["asyncio", "httpx"] = "asyncio"
     """How plain-HTTP providers (a local llama.cpp, vLLM, Ollama) are read. "asyncio":
     httpcore's HTTP on the app's own asyncio sockets, which cost a fifth less CPU per

@@ -3,8 +3,6 @@ and phone width (chat, trimmed chat, settings, the admin pages, sign-in, the emb
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -83,11 +81,8 @@ def test_an_empty_chat_and_the_embed(live_server: Server, open_page: OpenPage, s
     accessible_at_both_sizes(page, f"/embed/help ({scheme})")
 
 
-def test_setup_and_sign_in(browser: Browser, servers: Servers, tmp_path: Path) -> None:
-    database = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
-    from webapp.migrate import upgrade
-
-    upgrade(database)
+def test_setup_and_sign_in(browser: Browser, servers: Servers, sqlite_url: str) -> None:
+    database = sqlite_url  # migrated, and no account yet
     servers.tokens[database] = ""  # no account: the first visitor creates the admin
     server = servers._launch(database, "fresh", None)
     server.wait_until_ready()

@@ -5,7 +5,6 @@ password; axe checks both pages."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -28,13 +27,9 @@ def sign_in_as(browser: Browser, url: str, username: str, password: str) -> Page
 
 
 def test_an_admin_manages_users_and_a_user_changes_their_password(
-    browser: Browser, servers: Servers, open_page: OpenPage, tmp_path: Path
+    browser: Browser, servers: Servers, open_page: OpenPage, sqlite_url: str
 ) -> None:
-    from webapp.migrate import upgrade
-
-    database = f"sqlite+aiosqlite:///{tmp_path / 'users.db'}"
-    upgrade(database)
-    server = servers.start(database, name="users")
+    server = servers.start(sqlite_url, name="users")
     page = open_page(server, "/admin/users", bypass_csp=True)
     expect(page.get_by_role("heading", name="Users")).to_be_visible()
     assert_accessible(page, "/admin/users")
