@@ -186,7 +186,12 @@ def _vocabulary(name: str) -> _Vocabulary:
     if name == "cl100k":
         return _Cl100k()
     if name == "qwen":
-        return _Qwen()
+        # Loaded here, when a server is made or switched to it, not in its first request:
+        # loading takes most of a CPU-second, which on a busy machine outlasts the 2 s
+        # a client gives a tokenize probe.
+        qwen = _Qwen()
+        qwen._tokenizer()
+        return qwen
     raise ValueError(f"unknown tokenizer {name!r}; expected one of {TOKENIZERS}")
 
 
