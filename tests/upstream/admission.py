@@ -3,7 +3,6 @@ window checked, the prompt looked up in the prefix cache, the usage reported."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -96,7 +95,7 @@ class Admission(Controls):
         delay = self._take_stall(streaming, before=True)
         generation = self._generation
         if delay:
-            await asyncio.sleep(delay)
+            await self._stalled(delay)
         model = body.get("model") if isinstance(body, dict) else None
         # A request still stalled when the test that stalled it ended (and reset the
         # server) takes none of the faults the next test scripts.

@@ -3,6 +3,7 @@ engine and tokenizer to switch, requests to read back; all thread-safe."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from pathlib import Path
@@ -48,6 +49,7 @@ class Controls(ServedApp):
         self.port = port
         self._lock = threading.Lock()
         self._ids = 0
+        self._stalls_ended = 0
         self.reset()
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -136,6 +138,21 @@ class Controls(ServedApp):
         (only streaming requests take such a stall)."""
         with self._lock:
             self._stalls.append(_Stall(seconds, count, before_first_chunk))
+
+    def end_stalls(self) -> None:
+        """Requests stalled before answering go on now (a test that waits for something
+        to happen during a stall stalls long, then ends it, rather than guessing a time)."""
+        with self._lock:
+            self._stalls_ended += 1
+
+    async def _stalled(self, seconds: float) -> None:
+        """Sleep `seconds`, or until `end_stalls`."""
+        ended = self._stalls_ended
+        deadline = asyncio.get_running_loop().time() + seconds
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            if self._stalls_ended != ended:
+                return
+            await asyncio.sleep(min(left, 0.01))
 
     def frame_streams_verbosely(self) -> None:
         """Until reset, streams use the rest of what SSE allows, as some servers and proxies
