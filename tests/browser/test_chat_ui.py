@@ -369,14 +369,16 @@ def test_reload_mid_answer_reattaches(
 ) -> None:
     reply = words(80)
     upstream.set_reply(reply)
-    upstream.chunk_delay = 0.05  # about four seconds
+    upstream.chunk_delay = 0.05  # about four seconds once the stall ends
+    upstream.stall(60, before_first_chunk=False)  # held after its first word: mid-answer
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
     page.locator("#composer textarea").fill("Count for me")
     page.locator("#composer textarea").press("Enter")
-    wait_for_words(page, 8)
+    wait_for_words(page, 1)
 
     page.reload()
+    upstream.end_stalls()
     reload_mid_answer(page, reply)
     rows = stored(live_server, conversation_id)["messages"]
     assert rows[-1]["content"] == reply and rows[-1]["status"] == "complete"
@@ -392,13 +394,15 @@ def test_reload_on_another_server_reattaches(
     reply = words(80)
     upstream.set_reply(reply)
     upstream.chunk_delay = 0.05
+    upstream.stall(60, before_first_chunk=False)  # held after its first word: mid-answer
     conversation_id = create_conversation(a)
     page_a = open_page(a, f"/c/{conversation_id}")
     page_a.locator("#composer textarea").fill("Count for me")
     page_a.locator("#composer textarea").press("Enter")
-    wait_for_words(page_a, 8)
+    wait_for_words(page_a, 1)
 
     page_b = open_page(b, f"/c/{conversation_id}")
+    upstream.end_stalls()
     reload_mid_answer(page_b, reply)
     expect(messages(page_a, "assistant").last).to_have_attribute("data-status", "complete")
     assert text_of(messages(page_a, "assistant").last) == reply

@@ -200,7 +200,7 @@ class ChatEndpoint(Admission):
             if sent == 0:
                 stall = self._take_stall(streaming=True, before=False)
                 if stall:
-                    await asyncio.sleep(stall)
+                    await self._stalled(stall)
         if break_after is not None:
             raise _Abort
         last = [event({}, finish)]

@@ -140,8 +140,8 @@ class Controls(ServedApp):
             self._stalls.append(_Stall(seconds, count, before_first_chunk))
 
     def end_stalls(self) -> None:
-        """Requests stalled before answering go on now (a test that waits for something
-        to happen during a stall stalls long, then ends it, rather than guessing a time)."""
+        """Stalled requests and streams go on now: a test that needs something done while
+        a request waits stalls it long, then ends the stall, rather than guessing a time."""
         with self._lock:
             self._stalls_ended += 1
 
