@@ -125,6 +125,9 @@ async def test_another_worker_hears_every_piece_once_in_order_even_past_a_lost_n
     reply = " ".join([*words[:20], "é" * 9000, *words[20:]])
     upstream.set_reply(reply)
     upstream.chunk_delay = 0.05
+    # Nothing is written until the follower is on (its first snapshot): on a busy machine
+    # it may take a second to get there, and each word must be heard.
+    upstream.stall(60)
     token = await make_user(database, "alice")
     writer_url = serve(WEBAPP_STREAM_FLUSH_INTERVAL="1.0")
     settings = Settings(database_url=database, config=tmp_path / "catalog.toml")
@@ -147,6 +150,8 @@ async def test_another_worker_hears_every_piece_once_in_order_even_past_a_lost_n
             ) as snapshots:
                 async for snapshot in snapshots:
                     shown.append(snapshot.answer.content)
+                    if len(shown) == 1:
+                        upstream.end_stalls()
                     if not cut and len(snapshot.answer.content) > 40:
                         cut = True
                         await chat.db.write(_end_listening)
