@@ -13,7 +13,6 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -29,11 +28,13 @@ from webapp.chat.branches import parent_of
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.history import Tail, load_transcript, previous_fit, read_tail
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.naming import Titler
 from webapp.chat.notify import STOP, notice
+from webapp.chat.reading import ConversationReader
 from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded
-from webapp.errors import InvalidInput, NotFound, TooManyRequests, refuse_nul
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import TokenBuckets
 from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.manager import LLMManager, Plan
@@ -93,31 +94,18 @@ app's work before the engine even has the prompt. New connections to a far engin
 take longer; past this the send answers anyway."""
 
 
+LENGTH_CUT = "length"
+"""The finish reason of an answer that stopped at its token limit, not at its end."""
+CONTINUE_PROMPT = "Continue exactly where your last answer stopped, without repeating it."
+"""What Continue sends: a turn of its own, so the record shows what the model was asked."""
+
+
 @dataclass(slots=True)
 class Send:
     conversation: Conversation
     user: Message
     answer: Message
     running: RunningAnswer
-
-
-class RecentConfigurations:
-    """Which configuration this process last saw each conversation use: only a hint (for
-    counting a new message before its send), so a stale entry costs a re-count, never a
-    wrong fit."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._size = size
-        self._known: OrderedDict[str, str] = OrderedDict()
-
-    def get(self, conversation_id: str) -> str | None:
-        return self._known.get(conversation_id)
-
-    def remember(self, conversation_id: str, configuration: str) -> None:
-        self._known[conversation_id] = configuration
-        self._known.move_to_end(conversation_id)
-        if len(self._known) > self._size:
-            self._known.popitem(last=False)
 
 
 class Sender:
@@ -128,7 +116,8 @@ class Sender:
         settings: Settings,
         answers: AnswerRegistry,
         admission: Admission,
-        recent: RecentConfigurations,
+        reader: ConversationReader,
+        titler: Titler,
         flusher: AnswerFlusher,
     ) -> None:
         self._db = db
@@ -136,7 +125,9 @@ class Sender:
         self._settings = settings
         self._answers = answers
         self._admission = admission
-        self._recent = recent
+        self._reader = reader
+        self._recent = reader.recent
+        self._titler = titler
         self._previews = TokenBuckets(settings.preview_rate, settings.preview_burst)
         self.writer = AnswerWriter(db, manager, settings, flusher)
 
@@ -156,14 +147,24 @@ class Sender:
     async def send(
         self, owner: str, conversation_id: str, content: object, edit_of: int | None = None
     ) -> Send:
+        """Store the message, bounded for the model that will answer first, and a placeholder
+        for the answer; then start writing the answer. Once begun, a send finishes even if
+        its caller goes away: the message is stored and answered all the same.
+
+        With `edit_of` (a user message id) the message is an alternative to that turn: it
+        continues what that turn continued, on a branch of its own."""
         text = self.validate_content(content)
         if edit_of is not None:
             check_id(edit_of)
-        return await asyncio.shield(
+        send = await asyncio.shield(
             self._send(owner, conversation_id, text, edit_of, edit=edit_of is not None)
         )
+        self._titler.follow(owner, send)
+        return send
 
     async def regenerate(self, owner: str, conversation_id: str, message_id: int) -> Send:
+        """A new answer to a user turn: the same message sent again as an alternative to it,
+        so the original send, its answer and its fit facts stay on record as they were."""
         check_id(message_id)
         original = await self._db.read(_message_of, owner, conversation_id, message_id)
         if original.role != Role.USER:
@@ -171,6 +172,18 @@ class Sender:
         return await asyncio.shield(
             self._send(owner, conversation_id, original.content, message_id)
         )
+
+    async def continue_answer(self, owner: str, conversation_id: str, answer_id: int) -> Send:
+        """Go on with an answer its length limit cut off: a new turn asking the model to
+        continue, bounded like any send. Only the newest answer of the shown branch, so the
+        continuation follows the text it continues."""
+        answer = await self._reader.message(owner, conversation_id, answer_id)
+        if answer.role != Role.ASSISTANT or answer.finish_reason != LENGTH_CUT:
+            raise InvalidInput("only an answer cut off by its length limit can be continued")
+        _, rows, _ = await self._reader.page(owner, conversation_id, turns=1)
+        if not rows or rows[-1].id != answer_id:
+            raise Conflict("only the newest answer can be continued: send a message instead")
+        return await self.send(owner, conversation_id, CONTINUE_PROMPT)
 
     async def _send(
         self,
