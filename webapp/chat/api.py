@@ -21,7 +21,7 @@ from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.admission import ImportQuota
-from webapp.chat.answers import TEXT_PACE, Channel, Event
+from webapp.chat.answer import TEXT_PACE, Channel, Event
 from webapp.chat.attachments import with_file
 from webapp.chat.deps import Chat
 from webapp.chat.feedback import feedback_value

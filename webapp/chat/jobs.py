@@ -7,7 +7,7 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 - `editor`   (`conversations`)  create, import, rename, configuration, pins, branch, fork,
                                 delete, purge
 - `sender`   (`sending`)        a send's one transaction, regenerate, continue, preview, stop
-- `answers`  (`answers`)        this worker's running answers and their channels
+- `answers`  (`answer`)         this worker's running answers and their channels
 - `titler`   (`naming`)         the title the model writes after the first answer
 - `reaper`   (`reaping`)        answers whose writer died
 - `flusher`  (`flushing`)       the one writer of every answer's text so far and final rows
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webapp.chat.admission import Admission
-from webapp.chat.answers import AnswerRegistry
+from webapp.chat.answer import AnswerRegistry
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.naming import Titler

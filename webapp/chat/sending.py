@@ -4,7 +4,7 @@ start the answer task; stop it; preview the fit the next send would make.
 A send writes the user's message (and a placeholder for the answer) before anything else
 can go wrong, so a failed provider call never loses it. The bound is applied against the
 model that will actually serve; its facts go on the user row the moment they are known,
-and again if a fallback model takes over (`answering`).
+and again if a fallback model takes over (`answer`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
 from webapp.chat.admission import RECENT_COUNT, Admission, hold_budget
-from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
-from webapp.chat.answers import AnswerRegistry, RunningAnswer
+from webapp.chat.answer import COUNT_TIMEOUT, AnswerRegistry, AnswerWriter, RunningAnswer, stored
 from webapp.chat.branches import parent_of
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.history import Tail, load_transcript, previous_fit, read_tail

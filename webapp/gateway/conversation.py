@@ -24,7 +24,7 @@ from typing import Any
 from litestar import MediaType, Response
 from litestar.response import Stream
 
-from webapp.chat.answers import Event
+from webapp.chat.answer import Event
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Message, Status
 from webapp.chat.sending import Send
