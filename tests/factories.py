@@ -40,7 +40,8 @@ from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, St
 from webapp.db import Database
 from webapp.errors import AppError
 from webapp.llm.calibration import Calibrator
-from webapp.llm.manager import Finished, Fitted, LLMManager, StreamEvent, Transcript
+from webapp.llm.manager import Finished, Fitted, LLMManager, StreamEvent
+from webapp.llm.window import Transcript
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow

@@ -21,8 +21,9 @@ from webapp.chat.models import Status
 from webapp.errors import TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
-from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.manager import LLMManager
 from webapp.llm.tokenizers import Tokenizers
+from webapp.llm.window import Transcript
 
 KINDS = ("english", "russian", "chinese", "hindi", "json", "python", "emoji", "arabic")
 

@@ -33,8 +33,9 @@ from webapp.llm.calibration import (
 )
 from webapp.llm.catalog import load_catalog
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.manager import LLMManager
 from webapp.llm.tokenizers import Tokenizers
+from webapp.llm.window import Transcript
 from webapp.settings import Settings
 
 OWNER = "alice"

@@ -25,7 +25,6 @@ from typing import Any
 from sqlmodel import Session
 
 from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.history import StoredTranscript
 from webapp.chat.models import Message, Role, Status
 from webapp.chat.reaping import INTERRUPTED_ERROR
 from webapp.chat.rows import fit_columns, set_columns, store_counts, updated
@@ -226,12 +225,6 @@ class Progress:
         return self.parts[0] if self.parts else ""
 
 
-def stored(plan: Plan) -> StoredTranscript:
-    transcript = plan.transcript
-    assert isinstance(transcript, StoredTranscript), "a conversation's sends read stored history"
-    return transcript
-
-
 def failure_of(failure: BaseException, progress: Progress) -> tuple[Status, str]:
     """What the answer's row says went wrong. It is read by the user (and by an embed's
     visitors), so it names the model, never the provider's address: the details go to
@@ -335,7 +328,7 @@ class AnswerWriter:
                 # A fit made after the send's own: a fallback model's, a retry's, or one
                 # made once history was counted.
                 progress.trying = event.fit.model
-                columns = fit_columns(event.fit, stored(planned))
+                columns = fit_columns(event.fit, planned.transcript)
                 await self._db.write(_set_columns, id_of(user), columns)
                 user = updated(user, columns)
                 channel.publish(Event("fit", message_dict(user)))

@@ -22,7 +22,7 @@ from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
 from webapp.chat.admission import RECENT_COUNT, Admission, hold_budget
-from webapp.chat.answer import COUNT_TIMEOUT, AnswerRegistry, AnswerWriter, RunningAnswer, stored
+from webapp.chat.answer import COUNT_TIMEOUT, AnswerRegistry, AnswerWriter, RunningAnswer
 from webapp.chat.branches import parent_of
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.history import Tail, load_transcript, previous_fit, read_tail
@@ -386,7 +386,7 @@ class Sender:
         user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
         if isinstance(planned, Plan):
             # The new message is stored now: counts made for it later are kept on its row.
-            transcript = stored(planned)
+            transcript = planned.transcript
             with_id = dataclasses.replace(transcript, ids=[*(transcript.ids or [])[:-1], user.id])
             planned = dataclasses.replace(planned, transcript=with_id)
         changes: dict[str, object] = {}
@@ -429,7 +429,7 @@ class Sender:
         # pause: the history's counts are stored already, and the send counts it exactly.
         newest = {"role": Role.USER.value, "content": text}
 
-        def plan(session: Session) -> Plan:
+        def plan(session: Session) -> tuple[Plan, int]:
             connection = session.connection()
             conversation = owned_in(connection, owner, conversation_id)
             self._recent.remember(conversation.id, conversation.configuration)
@@ -438,7 +438,7 @@ class Sender:
                 raise InvalidInput(str(route))
             tokenizers = self._manager.exact_tokenizers(route)
             tail = read_tail(connection, conversation_id, tokenizers, conversation.active_seq)
-            return self._plan(
+            planned = self._plan(
                 connection,
                 conversation,
                 route,
@@ -448,8 +448,9 @@ class Sender:
                 {},
                 instructions=owner_instructions(connection, owner),
             )
+            return planned, tail.next_seq
 
-        planned = await self._db.read(plan)
+        planned, seq = await self._db.read(plan)
         now = utcnow()
         row = as_loaded(
             Message,
@@ -457,13 +458,13 @@ class Sender:
                 **MESSAGE_DEFAULTS,
                 "id": None,
                 "conversation_id": conversation_id,
-                "seq": stored(planned).seqs[-1],
+                "seq": seq,
                 "role": Role.USER,
                 "content": text,
                 "created_at": now,
                 "updated_at": now,
                 "token_counts": None,
-                **fit_columns(planned.fit, stored(planned)),
+                **fit_columns(planned.fit, planned.transcript),
             },
         )
         return row, planned.fit
@@ -507,7 +508,7 @@ class Sender:
 def _fit_values(planned: Plan, instructions: str) -> dict[str, object]:
     """The user row's fit columns, and how much of the head the owner's instructions took."""
     return {
-        **fit_columns(planned.fit, stored(planned)),
+        **fit_columns(planned.fit, planned.transcript),
         "fit_instructions_tokens": estimate_text(instructions) if instructions else None,
     }
 
