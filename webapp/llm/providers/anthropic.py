@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 
 from webapp.llm.providers.base import (
-    CallInfo,
+    ChatCall,
     ChatResult,
     ContextLengthExceeded,
     Message,
@@ -233,29 +233,18 @@ class AnthropicProvider(ChatOnlyProvider):
         return headers
 
     @staticmethod
-    def _body(
-        model_id: str,
-        messages: list[Message],
-        max_tokens: int | None,
-        tools: list[dict[str, Any]] | None,
-        info: CallInfo | None,
-    ) -> dict[str, Any]:
-        room = max_tokens or (info.reserve if info is not None else None) or DEFAULT_MAX_TOKENS
-        marks = info.cache_marks if info is not None else ()
+    def _body(model_id: str, messages: list[Message], call: ChatCall) -> dict[str, Any]:
+        marks = call.info.cache_marks if call.info is not None else ()
         return to_messages_request(
-            model_id, messages, max_tokens=room, tools=tools, cache_marks=marks
+            model_id,
+            messages,
+            max_tokens=call.room or DEFAULT_MAX_TOKENS,
+            tools=call.tools,
+            cache_marks=marks,
         )
 
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        body = self._body(model_id, messages, max_tokens, tools, info)
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        body = self._body(model_id, messages, call)
         data = await self._post_json(self.CHAT_PATH, body, model_id)
         content = data.get("content")
         if not isinstance(content, list):
@@ -272,20 +261,13 @@ class AnthropicProvider(ChatOnlyProvider):
             tool_calls=_tool_calls(content),
         )
 
-    async def stream_chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-        sent: Callable[[], None] | None = None,
+    async def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
     ) -> AsyncGenerator[StreamChunk, None]:
         """Text as `text_delta`s arrive, then one chunk with the finish reason and usage
         (`message_start` says the prompt, `message_delta` the output), after
         `message_stop`."""
-        body = self._body(model_id, messages, max_tokens, tools, info)
+        body = self._body(model_id, messages, call)
         body["stream"] = True
         path = self.CHAT_PATH
         yielded = False
@@ -293,7 +275,7 @@ class AnthropicProvider(ChatOnlyProvider):
         usage: Usage | None = None
         stopped = False
         try:
-            async with self._streamed(path, body, model_id, sent) as response:
+            async with self._streamed(path, body, model_id, call.sent) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for name, event in events:
                     kind = event.get("type", name)

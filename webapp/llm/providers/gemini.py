@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 
 from webapp.llm.providers.base import (
-    CallInfo,
+    ChatCall,
     ChatResult,
     ContextLengthExceeded,
     Message,
@@ -200,20 +200,8 @@ class GeminiProvider(ChatOnlyProvider):
     def _where(self, path: str, model_id: str) -> str:
         return super()._where(path.replace("{model}", model_id.removeprefix("models/")), model_id)
 
-    @staticmethod
-    def _room(max_tokens: int | None, info: CallInfo | None) -> int | None:
-        return max_tokens or (info.reserve if info is not None else None)
-
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        body = to_gemini_request(messages, max_tokens=self._room(max_tokens, info), tools=tools)
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
         path = self._path(model_id, "generateContent")
         data = await self._post_json(path, body, model_id)
         parts, reason = _parts(data)
@@ -238,26 +226,19 @@ class GeminiProvider(ChatOnlyProvider):
             tool_calls=calls,
         )
 
-    async def stream_chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-        sent: Callable[[], None] | None = None,
+    async def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
     ) -> AsyncGenerator[StreamChunk, None]:
         """Text as each event brings it, then one chunk with the finish reason and the
         usage of the last event, once the body ends."""
-        body = to_gemini_request(messages, max_tokens=self._room(max_tokens, info), tools=tools)
+        body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
         path = self._path(model_id, "streamGenerateContent")
         yielded = False
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
             async with self._streamed(
-                path, body, model_id, sent, params={"alt": "sse"}
+                path, body, model_id, call.sent, params={"alt": "sse"}
             ) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for _, data in events:

@@ -23,10 +23,8 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
 from webapp.llm.providers.base import (
-    CallInfo,
-    ChatResult,
     CompletionResult,
-    Message,
+    Provider,
     ProviderError,
     ProviderUnavailable,
     StreamBroken,
@@ -137,7 +135,7 @@ def tracing_sent(sent: Callable[[], None]) -> Callable[[str, dict[str, Any]], Aw
     return trace
 
 
-class HTTPProvider:
+class HTTPProvider(Provider):
     """A provider spoken to over HTTP through pooled `httpx.AsyncClient`s (shards).
 
     `base_url` is where the endpoint paths are appended. `timeout` is the read timeout,
@@ -403,17 +401,6 @@ class HTTPProvider:
 class ChatOnlyProvider(HTTPProvider):
     """A vendor API with no raw completion (Anthropic's, Gemini's): a prompt to complete
     is sent as one user turn."""
-
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        raise NotImplementedError
 
     async def complete(
         self, model_id: str, prompt: str, *, max_tokens: int | None = None

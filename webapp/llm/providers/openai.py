@@ -23,13 +23,13 @@ import base64
 import json
 import re
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
 
 from webapp.llm.providers.base import (
-    CallInfo,
+    ChatCall,
     ChatResult,
     CompletionResult,
     ContextLengthExceeded,
@@ -251,35 +251,20 @@ class OpenAIProvider(HTTPProvider):
 
     # ---- the four calls --------------------------------------------------------------
 
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        body = self._chat_body(model_id, messages, max_tokens=max_tokens, tools=tools)
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        body = self._chat_body(model_id, messages, call)
         path = "chat/completions"
         return self._chat_result(await self._post_json(path, body, model_id), path, model_id)
 
-    async def stream_chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-        sent: Callable[[], None] | None = None,
+    async def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
     ) -> AsyncGenerator[StreamChunk, None]:
         """Yield text chunks as they arrive, then one last chunk with finish_reason and usage.
 
         Usage usually comes after the finish_reason, in a chunk with no choices, so the
         last chunk is held back until `[DONE]` (or the end of the body).
         """
-        body = self._chat_body(model_id, messages, max_tokens=max_tokens, tools=tools)
+        body = self._chat_body(model_id, messages, call)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         path = "chat/completions"
@@ -287,7 +272,7 @@ class OpenAIProvider(HTTPProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with self._streamed(path, body, model_id, sent) as response:
+            async with self._streamed(path, body, model_id, call.sent) as response:
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # The server ignored "stream": it sent the whole answer at once.
                     await response.aread()
@@ -366,18 +351,12 @@ class OpenAIProvider(HTTPProvider):
     # ---- requests --------------------------------------------------------------------
 
     @staticmethod
-    def _chat_body(
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None,
-        tools: list[dict[str, Any]] | None,
-    ) -> dict[str, Any]:
+    def _chat_body(model_id: str, messages: list[Message], call: ChatCall) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model_id, "messages": messages}
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        if tools:
-            body["tools"] = tools
+        if call.max_tokens is not None:
+            body["max_tokens"] = call.max_tokens
+        if call.tools:
+            body["tools"] = call.tools
         return body
 
     def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
