@@ -44,14 +44,9 @@ from webapp.llm.providers.base import (
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import (
-    ChatOnlyProvider,
-    count_of,
-    read_rest,
-    retry_after,
-    tool_arguments,
-)
-from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
+from webapp.llm.providers.http import ChatOnlyProvider, count_of, read_rest, refusal, retry_after
+from webapp.llm.providers.openai import context_length_exceeded, is_context_length_message
+from webapp.llm.providers.shapes import declared_functions, tool_arguments
 
 __all__ = ["API_VERSION", "AnthropicProvider", "to_messages_request"]
 
@@ -105,19 +100,10 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    converted = []
-    for tool in tools or []:
-        function = tool.get("function")
-        if not isinstance(function, dict) or not function.get("name"):
-            continue
-        entry: dict[str, Any] = {
-            "name": function["name"],
-            "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
-        }
-        if function.get("description"):
-            entry["description"] = function["description"]
-        converted.append(entry)
-    return converted
+    return [
+        {**entry, "input_schema": parameters or {"type": "object", "properties": {}}}
+        for entry, parameters in declared_functions(tools)
+    ]
 
 
 def _mark(message: dict[str, Any]) -> None:
@@ -321,12 +307,7 @@ class AnthropicProvider(ChatOnlyProvider):
         return self._broke_off(path, model_id, error.message) if yielded else error
 
     def _error_from_payload(
-        self,
-        status: int | None,
-        payload: Any,
-        headers: httpx.Headers,
-        path: str,
-        model_id: str,
+        self, status: int | None, payload: Any, headers: httpx.Headers, path: str, model_id: str
     ) -> ProviderError:
         error = payload.get("error") if isinstance(payload, dict) else None
         kind = error.get("type") if isinstance(error, dict) else None
@@ -340,22 +321,17 @@ class AnthropicProvider(ChatOnlyProvider):
             return ContextLengthExceeded(text, status=status)
         if kind == "invalid_request_error" and is_context_length_message(message):
             both = _INPUT_AND_MAX.search(message)
-            prompt_tokens: int | None
-            limit: int | None
-            if both:
-                prompt_tokens = int(both.group(1).replace(",", ""))
-                limit = int(both.group(3).replace(",", ""))
-            else:
-                prompt_tokens, limit = parse_context_length_message(message)
+            if not both:
+                return context_length_exceeded(text, status, message)
+            prompt_tokens = int(both.group(1).replace(",", ""))
+            limit = int(both.group(3).replace(",", ""))
             return ContextLengthExceeded(
                 text, status=status, prompt_tokens=prompt_tokens, limit=limit
             )
-        if kind in ("authentication_error", "permission_error") or status in (401, 403):
-            shown_status = status or (401 if kind == "authentication_error" else 403)
-            return ProviderError(
-                text, status=status, reason=f"refused this app's credentials (HTTP {shown_status})"
-            )
-        if kind in ("api_error", "timeout_error") or status is None or status >= 500:
-            reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
-            return ProviderUnavailable(text, status=status, reason=reason)
-        return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
+        return refusal(
+            text,
+            status,
+            credentials=kind in ("authentication_error", "permission_error"),
+            unavailable=kind in ("api_error", "timeout_error"),
+            shown=status or (401 if kind == "authentication_error" else 403),
+        )

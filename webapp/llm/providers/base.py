@@ -26,6 +26,9 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ChatResult:
+    """A whole chat answer, as every provider reports it whatever its wire format: tool
+    calls OpenAI-shaped, finish reasons OpenAI's."""
+
     content: str
     finish_reason: str | None
     usage: Usage | None
@@ -43,6 +46,8 @@ class StreamChunk:
 
 @dataclass(frozen=True, slots=True)
 class CompletionResult:
+    """The answer to a raw prompt (`complete`), for the gateway's completions route."""
+
     text: str
     finish_reason: str | None
     usage: Usage | None

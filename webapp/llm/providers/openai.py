@@ -35,21 +35,16 @@ from webapp.llm.providers.base import (
     ContextLengthExceeded,
     Message,
     ProviderError,
-    ProviderUnavailable,
     RateLimited,
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import (
-    HTTPProvider,
-    content_text,
-    count_of,
-    read_rest,
-    retry_after,
-)
+from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, refusal, retry_after
+from webapp.llm.providers.shapes import content_text
 
 __all__ = [
     "OpenAIProvider",
+    "context_length_exceeded",
     "is_context_length_message",
     "parse_context_length_message",
 ]
@@ -165,6 +160,23 @@ def parse_context_length_message(message: str) -> tuple[int | None, int | None]:
             limit = _int(match.group(1))
             break
     return prompt_tokens, limit
+
+
+def context_length_exceeded(
+    text: str,
+    status: int | None,
+    message: str,
+    *,
+    prompt_tokens: int | None = None,
+    limit: int | None = None,
+) -> ContextLengthExceeded:
+    """A prompt refused as too long, with the numbers its message names (`prompt_tokens`
+    and `limit` stand in for those it does not): every kind, once it has recognised the
+    refusal, reports it so, and the bound learns the window from any of them."""
+    named_prompt, named_limit = parse_context_length_message(message)
+    return ContextLengthExceeded(
+        text, status=status, prompt_tokens=named_prompt or prompt_tokens, limit=named_limit or limit
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -409,12 +421,7 @@ class OpenAIProvider(HTTPProvider):
     # ---- errors ----------------------------------------------------------------------
 
     def _error_from_payload(
-        self,
-        status: int | None,
-        payload: Any,
-        headers: httpx.Headers,
-        path: str,
-        model_id: str,
+        self, status: int | None, payload: Any, headers: httpx.Headers, path: str, model_id: str
     ) -> ProviderError:
         message, code, kind, error = _error_parts(payload)
         if message is None:
@@ -426,21 +433,15 @@ class OpenAIProvider(HTTPProvider):
         if status not in (401, 403) and (
             is_context_length_message(message, code) or is_context_length_message("", kind)
         ):
-            prompt_tokens, limit = parse_context_length_message(message)
             # llama.cpp names the numbers as fields besides the message.
-            prompt_tokens = prompt_tokens or _as_int(error.get("n_prompt_tokens"))
-            limit = limit or _as_int(error.get("n_ctx"))
-            return ContextLengthExceeded(
-                text, status=status, prompt_tokens=prompt_tokens, limit=limit
+            return context_length_exceeded(
+                text,
+                status,
+                message,
+                prompt_tokens=_as_int(error.get("n_prompt_tokens")),
+                limit=_as_int(error.get("n_ctx")),
             )
-        if status is None or status >= 500 or status == 408:
-            reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
-            return ProviderUnavailable(text, status=status, reason=reason)
-        if status in (401, 403):
-            return ProviderError(
-                text, status=status, reason=f"refused this app's credentials (HTTP {status})"
-            )
-        return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
+        return refusal(text, status, unavailable=status == 408)
 
 
 def _as_int(value: Any) -> int | None:
