@@ -456,6 +456,24 @@ def test_charts_escape_labels_and_stay_well_formed() -> None:
     assert desc is not None and "3 turns in all" in (desc.text or "")
 
 
+def test_a_chart_with_nothing_to_draw_says_so() -> None:
+    empty = [
+        bar_chart([], ident="a", title="t", unit="turns"),
+        column_chart([Bar("a", 0)], ident="b", title="t", unit="turns"),
+    ]
+    drawn = [
+        bar_chart([Bar("a", 0)], ident="c", title="t", unit="turns"),
+        column_chart([Bar("a", 1)], ident="d", title="t", unit="turns"),
+    ]
+    for svg in empty:
+        [note] = [
+            t for t in ET.fromstring(str(svg)).iter(f"{SVG}text") if t.get("class") == "chart-empty"
+        ]
+        assert note.text == "No turns" and note.get("text-anchor") == "middle"
+    for svg in drawn:
+        assert 'class="chart-empty"' not in str(svg) and str(svg).endswith("</svg>")
+
+
 # ---- the export ----------------------------------------------------------------------------
 
 
