@@ -51,10 +51,9 @@ from webapp.accounts.models import (
     username_key,
 )
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
-from webapp.db import Database, as_loaded
+from webapp.db import Database, Row, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import SlidingWindow, advisory_lock
-from webapp.prepared import Prepared, Row
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -98,7 +97,7 @@ def check_username(username: str) -> None:
 
 
 _USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
-_TOKEN_OWNER = Prepared(
+_TOKEN_OWNER = (
     sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), col(ApiToken.scopes)])
     .join(User, col(User.id) == col(ApiToken.user_id))
     .where(
@@ -107,7 +106,7 @@ _TOKEN_OWNER = Prepared(
         col(User.active),
     )
 )
-_SESSION_OWNER = Prepared(
+_SESSION_OWNER = (
     sa_select(
         *[
             *_USER_COLUMNS,
