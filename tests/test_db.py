@@ -1,5 +1,5 @@
 """The one way into the database: rows built as the ORM builds loaded rows read like rows
-read back, SQLite's locks and snapshots, errors as SQLAlchemy's, the sign-in lookup."""
+read back, SQLite's locks and snapshots, errors as SQLAlchemy's, the sign-in's read."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User
-from webapp.accounts.service import _TOKEN_OWNER, AccountService, digest
+from webapp.accounts.service import AccountService, digest
 from webapp.chat.admission import Use, record_use
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
 from webapp.chat.sending import _TOUCH_CONVERSATION
@@ -245,12 +245,10 @@ async def signed_in_user(db: Database) -> str:
     return plain
 
 
-async def test_the_sign_in_lookup_finds_a_live_tokens_owner(db: Database) -> None:
+async def test_a_sign_in_finds_a_live_tokens_owner(db: Database) -> None:
     accounts = AccountService(db)
     plain = await signed_in_user(db)
-    (row,) = await db.lookup(_TOKEN_OWNER, {"secret": digest(plain)})
-    assert "alice" in row
-    assert await db.lookup(_TOKEN_OWNER, {"secret": digest("tk-unknown")}) == []
+    assert await accounts.user_for_token("wa_unknown") is None
     user = await accounts.user_for_token(plain)
     assert isinstance(user, User) and user.username == "alice" and user.active is True
     assert user.id is not None
@@ -260,13 +258,12 @@ async def test_the_sign_in_lookup_finds_a_live_tokens_owner(db: Database) -> Non
     assert await accounts.user_for_token(plain) is None, "a revoked token stops at once"
 
 
-async def test_a_lookup_waits_out_a_locked_file_without_holding_the_loop(
+async def test_a_sign_in_waits_out_a_locked_file_without_holding_the_loop(
     sqlite_url: str,
 ) -> None:
     """A connection in exclusive locking mode (taken while no other connection had the
-    file open) keeps even WAL readers out: the lookup meets SQLITE_BUSY at once on the
-    loop, takes a reader thread's way (which waits for the lock), and the loop goes on
-    running meanwhile."""
+    file open) keeps even WAL readers out: the sign-in's read waits for the lock on a
+    reader thread, and the loop goes on running meanwhile."""
     setup = Database(sqlite_url)
     plain = await signed_in_user(setup)
     await setup.dispose()
@@ -300,23 +297,14 @@ async def test_a_lookup_waits_out_a_locked_file_without_holding_the_loop(
 
         ticker = asyncio.create_task(tick())
         started = time.monotonic()
-        lookup = asyncio.create_task(db.lookup(_TOKEN_OWNER, {"secret": digest(plain)}))
+        sign_in = asyncio.create_task(AccountService(db).user_for_token(plain))
         await asyncio.sleep(0.3)
-        assert not lookup.done(), "the lookup waits for the lock"
-        assert ticks >= 10, "the loop went on running while the lookup waited"
+        assert not sign_in.done(), "the sign-in waits for the lock"
+        assert ticks >= 10, "the loop went on running while the sign-in waited"
         release.set()
-        rows = await lookup
+        user = await sign_in
         ticker.cancel()
         await asyncio.to_thread(holder.join)
-        assert len(rows) == 1 and time.monotonic() - started >= 0.3
+        assert user is not None and time.monotonic() - started >= 0.3
     finally:
         await db.dispose()
-
-
-async def test_a_lookup_after_dispose_is_refused(sqlite_url: str) -> None:
-    db = Database(sqlite_url)
-    plain = await signed_in_user(db)
-    assert await db.lookup(_TOKEN_OWNER, {"secret": digest(plain)})
-    await db.dispose()
-    with pytest.raises(RuntimeError, match="disposed"):
-        await db.lookup(_TOKEN_OWNER, {"secret": digest(plain)})

@@ -24,13 +24,6 @@ hop per transaction is what the async world has to pay.
 
 Keep write work short and free of waiting on anything but the database: on SQLite
 every writer of the process waits for it.
-
-One exception to "one hop per transaction": `Database.lookup`, a single Core read that
-every request runs before anything else (who is signed in). On a SQLite file it runs
-on the loop itself, on a connection of its own that only reads and never waits (WAL
-readers do not wait for the writer; if the file is busy anyway, the lookup takes the
-reader threads' way): an indexed read by key costs the driver 0.03-0.17 ms, where the
-hop to a thread and a session cost 1-2 ms on an idle server.
 """
 
 from __future__ import annotations
@@ -42,11 +35,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, cast
 
-from sqlalchemy import Connection, Engine, Executable, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlmodel import Session, SQLModel
@@ -56,8 +49,6 @@ Result = TypeVar("Result")
 Args = TypeVarTuple("Args")
 Work = Callable[[Session, *Args], Result]
 """A unit of database work: a function of a session and positional arguments."""
-Row = tuple[Any, ...]
-"""A row of `Database.lookup`, as a plain tuple."""
 
 SQLITE_PRAGMAS = (
     "PRAGMA journal_mode=WAL",
@@ -108,21 +99,6 @@ def _in_session(bind: Engine | Connection, work: Work[*Args, Result], /, *args: 
         return work(session, *args)
 
 
-def _rows(connection: Connection, statement: Executable, values: Mapping[str, Any]) -> list[Row]:
-    return [tuple(row) for row in connection.execute(statement, values)]
-
-
-def _read_rows(session: Session, statement: Executable, values: Mapping[str, Any]) -> list[Row]:
-    return _rows(session.connection(), statement, values)
-
-
-def _busy(error: Exception) -> bool:
-    """Whether SQLite refused for a lock another connection holds (raw or wrapped)."""
-    raw = getattr(error, "orig", error)
-    code = getattr(raw, "sqlite_errorcode", 0) & 0xFF
-    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
 def _as_sqlalchemy_error(dialect: Dialect, error: Exception, sql: str) -> DBAPIError:
     """A driver's exception as Core would raise it, so callers catch one family."""
     wrapped = DBAPIError.instance(sql, (), error, dialect.loaded_dbapi.Error, dialect=dialect)
@@ -143,33 +119,9 @@ def _begin_on_cursor(begin: str) -> Callable[[Connection], None]:
     return run
 
 
-def _loop_reader(url: str, path: str) -> Engine:
-    """The engine `lookup` reads on, on the loop, with one connection: each statement its
-    own snapshot (the driver begins nothing, nor does the engine), and a busy file answers
-    at once (the lookup then goes to a reader thread) instead of holding the loop for the
-    busy timeout."""
-
-    def connect() -> sqlite3.Connection:
-        connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        connection.execute("PRAGMA busy_timeout=0")
-        connection.execute("PRAGMA query_only=ON")
-        return connection
-
-    return create_sync_engine(
-        make_url(url).set(drivername="sqlite+pysqlite"),
-        creator=connect,
-        poolclass=StaticPool,
-        pool_reset_on_return=None,
-    )
-
-
 class _SQLite:
     def __init__(self, url: str) -> None:
         database = make_url(url).database
-        self.url = url
-        self._looking: Engine | None = None
-        self._disposed = False
-        self.path: str | None = None
         if not database or database == ":memory:":
             # One connection holds the whole database: every transaction takes turns on it.
             engine = _sqlite_engine(url, "BEGIN", poolclass=StaticPool)
@@ -178,7 +130,6 @@ class _SQLite:
             self.writing, self.reading = thread, thread
             return
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-        self.path = database
         self.writer = _sqlite_engine(url, "BEGIN IMMEDIATE", **_SQLITE_POOL)
         self.reader = _sqlite_engine(url, "BEGIN", **_SQLITE_POOL)
         self.writing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-write")
@@ -191,30 +142,11 @@ class _SQLite:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(thread, _in_session, engine, work, *args)
 
-    async def lookup(self, statement: Executable, values: Mapping[str, Any]) -> list[Row]:
-        if self.path is None:
-            return await self.run(False, _read_rows, statement, values)
-        if self._disposed:
-            raise RuntimeError("the database has been disposed of")
-        if self._looking is None:
-            self._looking = _loop_reader(self.url, self.path)
-        try:
-            with self._looking.connect() as connection:
-                return _rows(connection, statement, values)
-        except OperationalError as error:
-            if not _busy(error):
-                raise
-        return await self.run(False, _read_rows, statement, values)
-
     async def dispose(self) -> None:
-        self._disposed = True
         for thread in {self.writing, self.reading}:
             thread.shutdown()
         for engine in {self.writer, self.reader}:
             engine.dispose()
-        if self._looking is not None:
-            self._looking.dispose()
-            self._looking = None
 
 
 class _Async:
@@ -240,9 +172,6 @@ class _Async:
         task.add_done_callback(self._finished)
         return await asyncio.shield(task)
 
-    async def lookup(self, statement: Executable, values: Mapping[str, Any]) -> list[Row]:
-        return await self.run(False, _read_rows, statement, values)
-
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._running.discard(task)
         if not task.cancelled():
@@ -264,11 +193,6 @@ class Database:
     async def read(self, work: Work[*Args, Result], *args: *Args) -> Result:
         """Run `work(session, *args)` in a transaction that only reads."""
         return await self._backend.run(False, work, *args)
-
-    async def lookup(self, statement: Executable, values: Mapping[str, Any]) -> list[Row]:
-        """The rows of one read (see the module's docstring: on a SQLite file, read on the
-        loop; elsewhere a read unit of its own)."""
-        return await self._backend.lookup(statement, values)
 
     async def write(self, work: Work[*Args, Result], *args: *Args) -> Result:
         """Run `work(session, *args)` in a transaction that may write; on SQLite it holds
