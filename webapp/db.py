@@ -37,9 +37,8 @@ from typing import Any, TypeVar, TypeVarTuple, cast
 
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlmodel import Session, SQLModel
@@ -89,7 +88,7 @@ def _sqlite_engine(url: str, begin: str, **options: Any) -> Engine:
     )
     event.listen(engine, "connect", _set_pragmas)
     event.listen(engine, "connect", _no_implicit_begin)
-    event.listen(engine, "begin", _begin_on_cursor(begin))
+    event.listen(engine, "begin", _begin_with(begin))
     return engine
 
 
@@ -99,22 +98,12 @@ def _in_session(bind: Engine | Connection, work: Work[*Args, Result], /, *args: 
         return work(session, *args)
 
 
-def _as_sqlalchemy_error(dialect: Dialect, error: Exception, sql: str) -> DBAPIError:
-    """A driver's exception as Core would raise it, so callers catch one family."""
-    wrapped = DBAPIError.instance(sql, (), error, dialect.loaded_dbapi.Error, dialect=dialect)
-    return cast(DBAPIError, wrapped)
-
-
-def _begin_on_cursor(begin: str) -> Callable[[Connection], None]:
-    """The engine's BEGIN on the driver's cursor: through `exec_driver_sql` every
-    transaction's BEGIN cost SQLAlchemy's whole statement machinery. A refusal (the
-    write lock not had within the busy timeout) is raised as Core raises it."""
+def _begin_with(begin: str) -> Callable[[Connection], None]:
+    """The engine's own BEGIN (SQLAlchemy's recipe for pysqlite, whose driver, left to
+    itself, would begin only before the first write)."""
 
     def run(connection: Connection) -> None:
-        try:
-            connection.connection.cursor().execute(begin)
-        except sqlite3.Error as error:
-            raise _as_sqlalchemy_error(connection.dialect, error, begin) from error
+        connection.exec_driver_sql(begin)
 
     return run
 
