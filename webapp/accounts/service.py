@@ -54,7 +54,6 @@ from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_pass
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import SlidingWindow, advisory_lock
-from webapp.prepared import Prepared, Row
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -98,7 +97,7 @@ def check_username(username: str) -> None:
 
 
 _USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
-_TOKEN_OWNER = Prepared(
+_TOKEN_OWNER = (
     sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), col(ApiToken.scopes)])
     .join(User, col(User.id) == col(ApiToken.user_id))
     .where(
@@ -107,7 +106,7 @@ _TOKEN_OWNER = Prepared(
         col(User.active),
     )
 )
-_SESSION_OWNER = Prepared(
+_SESSION_OWNER = (
     sa_select(
         *[
             *_USER_COLUMNS,
@@ -123,12 +122,14 @@ _SESSION_OWNER = Prepared(
 and two ORM objects each time cost more than the query itself."""
 
 
-def _signed_in_by(rows: list[Row]) -> tuple[User, object, datetime | None, object] | None:
-    """The user, and the id, last use and expiry (a session) or scopes (a token) of the
-    row."""
-    if not rows:
+def _signed_in_by(
+    session: Session, statement: Executable, secret: str
+) -> tuple[User, object, datetime | None, object] | None:
+    """The user `secret` signs in as (`_TOKEN_OWNER` or `_SESSION_OWNER`), and the id, last
+    use and expiry (a session) or scopes (a token) of its row."""
+    row = session.connection().execute(statement, {"secret": secret}).one_or_none()
+    if row is None:
         return None
-    (row,) = rows
     width = len(_USER_COLUMNS)
     user = as_loaded(User, {c.key: v for c, v in zip(_USER_COLUMNS, row[:width], strict=True)})
     ident, last, expires = row[width:]
@@ -393,7 +394,7 @@ class AccountService:
         """The user a cookie's secret signs in, or None if unknown or expired."""
         if not secret or len(secret) > MAX_SECRET_LENGTH:
             return None
-        found = _signed_in_by(await self.db.lookup(_SESSION_OWNER, {"secret": digest(secret)}))
+        found = await self.db.read(_signed_in_by, _SESSION_OWNER, digest(secret))
         if found is None:
             return None
         user, login_id, last_seen_at, expires_at = found
@@ -465,7 +466,7 @@ class AccountService:
         """The owner of a live (not revoked) token and the token's scopes, or None."""
         if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
             return None
-        found = _signed_in_by(await self.db.lookup(_TOKEN_OWNER, {"secret": digest(token)}))
+        found = await self.db.read(_signed_in_by, _TOKEN_OWNER, digest(token))
         if found is None:
             return None
         user, token_id, last_used_at, scopes = found

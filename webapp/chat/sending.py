@@ -39,14 +39,13 @@ from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import FitResult
-from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
-_TOUCH_CONVERSATION = Prepared(
+_TOUCH_CONVERSATION = (
     update(Conversation)
     .where(
         col(Conversation.id) == bindparam("conversation_id"),
@@ -57,11 +56,13 @@ _TOUCH_CONVERSATION = Prepared(
 )
 """Takes the conversation's lock and counts the owner's recent sends and gateway calls
 (`gateway_call` rows, which deleting conversations keeps), in one round trip."""
+_CONVERSATION_KEYS = [str(column.key) for column in _TOUCH_CONVERSATION.exported_columns][:-1]
+"""The conversation's columns in the order the touch returns them, its count last."""
 _TURN_COLUMNS = sorted(
     {*MESSAGE_DEFAULTS, "conversation_id", "seq", "role", "created_at", "updated_at"}
 )
 _TURN_KEYS = set(_TURN_COLUMNS)
-_INSERT_TURN = Prepared(
+_INSERT_TURN = (
     insert(Message)
     .values(
         [
@@ -309,8 +310,8 @@ class Sender:
         limit = admission.rate_limit_for(owner)
         if limit > 0:
             hold_budget(connection, owner)
-        touched = _TOUCH_CONVERSATION.first(
-            connection,
+        touched = connection.execute(
+            _TOUCH_CONVERSATION,
             {
                 "conversation_id": conversation_id,
                 "owned_by": owner,
@@ -318,13 +319,11 @@ class Sender:
                 "since": now - timedelta(seconds=admission.window),
                 "limit": max(limit, 0),
             },
-        )
+        ).first()
         if touched is None:
             raise NotFound("no such conversation")
         *columns, recent_sends = touched
-        conversation = as_loaded(
-            Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
-        )
+        conversation = as_loaded(Conversation, dict(zip(_CONVERSATION_KEYS, columns, strict=True)))
         if limit > 0:
             if recent_sends >= limit:
                 admission.refuse_too_many(connection, owner, limit, now)
@@ -382,7 +381,8 @@ class Sender:
                 "status": Status.STREAMING,
             },
         ]
-        ids: dict[int, int] = dict(_INSERT_TURN.rows(connection, _turn_values(rows)))
+        inserted = connection.execute(_INSERT_TURN, _turn_values(rows))
+        ids: dict[int, int] = {seq: row_id for seq, row_id in inserted if row_id is not None}
         user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
         if isinstance(planned, Plan):
             # The new message is stored now: counts made for it later are kept on its row.
