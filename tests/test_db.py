@@ -21,9 +21,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.accounts.models import User
 from webapp.accounts.service import AccountService, digest
-from webapp.chat.admission import Use, record_use
+from webapp.chat.budget import Use, record_use
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
-from webapp.chat.sending import _TOUCH_CONVERSATION
+from webapp.chat.send import _TOUCH_CONVERSATION
 from webapp.chat.serialize import message_dict
 from webapp.db import Database, as_loaded, create_engine
 from webapp.timeutil import as_utc, utcnow
