@@ -1,5 +1,4 @@
-"""The one way into the database: rows built as the ORM builds loaded rows read like rows
-read back, SQLite's locks and snapshots, errors as SQLAlchemy's, the sign-in's read."""
+"""Rows built as the ORM builds loaded rows read exactly like rows read back."""
 
 from __future__ import annotations
 
@@ -9,21 +8,15 @@ import shutil
 import sqlite3
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import insert, select, text
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from webapp.accounts.models import User
-from webapp.accounts.service import AccountService, digest
-from webapp.chat.budget import Use, record_use
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
-from webapp.chat.send import _TOUCH_CONVERSATION
 from webapp.chat.serialize import message_dict
 from webapp.db import Database, as_loaded, create_engine
 from webapp.timeutil import as_utc, utcnow
@@ -195,116 +188,3 @@ async def test_a_write_whose_caller_is_cancelled_still_ends_whole(database_url: 
         assert await again.read(count) == 1
     finally:
         await again.dispose()
-
-
-async def test_a_drivers_error_comes_out_as_sqlalchemys(db: Database) -> None:
-    """Callers catch one family of errors, whatever runs the statement."""
-    now = utcnow()
-    conversation = Conversation(owner="e", configuration="c", created_at=now, updated_at=now)
-    await db.write(lambda session: session.add(conversation))
-    again = insert(Conversation).values(
-        id=conversation.id, owner="e", configuration="c", created_at=now, updated_at=now
-    )
-    with pytest.raises(IntegrityError) as raised:
-        await db.write(lambda session: session.connection().execute(again))
-    assert raised.value.orig is not None
-
-
-async def test_the_touch_of_a_send_counts_the_owners_recent_sends(db: Database) -> None:
-    now = utcnow()
-    conversation = Conversation(owner="alice", configuration="c", created_at=now, updated_at=now)
-    await db.write(lambda session: session.add(conversation))
-    later = now + timedelta(seconds=1)
-    values = {
-        "conversation_id": conversation.id,
-        "owned_by": "alice",
-        "now": later,
-        "since": now - timedelta(hours=1),
-        "limit": 100,
-    }
-
-    def touch(session: Session) -> Any:
-        connection = session.connection()
-        for second in range(3):  # the owner's three sends in the window, as recorded
-            record_use(connection, "alice", Use.SEND, now - timedelta(seconds=second))
-        record_use(connection, "bob", Use.SEND, now)
-        return connection.execute(_TOUCH_CONVERSATION, values).one()
-
-    touched = await db.write(touch)
-    assert touched[-1] == 3, "the owner's three sends in the window are counted"
-    stored = await db.read(lambda session: session.get(Conversation, conversation.id))
-    assert stored is not None
-    assert stored.updated_at.replace(tzinfo=None) == later.replace(tzinfo=None)
-
-
-async def signed_in_user(db: Database) -> str:
-    accounts = AccountService(db)
-    user = await accounts.create_user("alice", "correct horse battery")
-    assert user.id is not None
-    _, plain = await accounts.create_token(user.id, "script")
-    return plain
-
-
-async def test_a_sign_in_finds_a_live_tokens_owner(db: Database) -> None:
-    accounts = AccountService(db)
-    plain = await signed_in_user(db)
-    assert await accounts.user_for_token("wa_unknown") is None
-    user = await accounts.user_for_token(plain)
-    assert isinstance(user, User) and user.username == "alice" and user.active is True
-    assert user.id is not None
-    (token,) = await accounts.list_tokens(user.id)
-    assert token.id is not None
-    assert await accounts.revoke_token(user.id, token.id)
-    assert await accounts.user_for_token(plain) is None, "a revoked token stops at once"
-
-
-async def test_a_sign_in_waits_out_a_locked_file_without_holding_the_loop(
-    sqlite_url: str,
-) -> None:
-    """A connection in exclusive locking mode (taken while no other connection had the
-    file open) keeps even WAL readers out: the sign-in's read waits for the lock on a
-    reader thread, and the loop goes on running meanwhile."""
-    setup = Database(sqlite_url)
-    plain = await signed_in_user(setup)
-    await setup.dispose()
-    db = Database(sqlite_url)
-    try:
-        path = sqlite_url.split("///", 1)[1]
-        locked, release = threading.Event(), threading.Event()
-
-        def hold_the_file() -> None:
-            other = sqlite3.connect(path, isolation_level=None)
-            other.execute("PRAGMA locking_mode=EXCLUSIVE")
-            other.execute("BEGIN EXCLUSIVE")
-            other.execute(
-                "UPDATE api_token SET name = 'renamed' WHERE token_hash = ?", (digest(plain),)
-            )
-            locked.set()
-            release.wait(10)
-            other.execute("COMMIT")
-            other.close()
-
-        holder = threading.Thread(target=hold_the_file)
-        holder.start()
-        assert await asyncio.to_thread(locked.wait, 10)
-        ticks = 0
-
-        async def tick() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.01)
-                ticks += 1
-
-        ticker = asyncio.create_task(tick())
-        started = time.monotonic()
-        sign_in = asyncio.create_task(AccountService(db).user_for_token(plain))
-        await asyncio.sleep(0.3)
-        assert not sign_in.done(), "the sign-in waits for the lock"
-        assert ticks >= 10, "the loop went on running while the sign-in waited"
-        release.set()
-        user = await sign_in
-        ticker.cancel()
-        await asyncio.to_thread(holder.join)
-        assert user is not None and time.monotonic() - started >= 0.3
-    finally:
-        await db.dispose()

@@ -54,6 +54,7 @@ from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_pass
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import SlidingWindow, advisory_lock
+from webapp.prepared import Prepared, Row
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -97,7 +98,7 @@ def check_username(username: str) -> None:
 
 
 _USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
-_TOKEN_OWNER = (
+_TOKEN_OWNER = Prepared(
     sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), col(ApiToken.scopes)])
     .join(User, col(User.id) == col(ApiToken.user_id))
     .where(
@@ -106,7 +107,7 @@ _TOKEN_OWNER = (
         col(User.active),
     )
 )
-_SESSION_OWNER = (
+_SESSION_OWNER = Prepared(
     sa_select(
         *[
             *_USER_COLUMNS,
@@ -122,14 +123,12 @@ _SESSION_OWNER = (
 and two ORM objects each time cost more than the query itself."""
 
 
-def _signed_in_by(
-    session: Session, statement: Executable, secret: str
-) -> tuple[User, object, datetime | None, object] | None:
-    """The user `secret` signs in as (`_TOKEN_OWNER` or `_SESSION_OWNER`), and the id, last
-    use and expiry (a session) or scopes (a token) of its row."""
-    row = session.connection().execute(statement, {"secret": secret}).one_or_none()
-    if row is None:
+def _signed_in_by(rows: list[Row]) -> tuple[User, object, datetime | None, object] | None:
+    """The user, and the id, last use and expiry (a session) or scopes (a token) of the
+    row."""
+    if not rows:
         return None
+    (row,) = rows
     width = len(_USER_COLUMNS)
     user = as_loaded(User, {c.key: v for c, v in zip(_USER_COLUMNS, row[:width], strict=True)})
     ident, last, expires = row[width:]
@@ -394,7 +393,7 @@ class AccountService:
         """The user a cookie's secret signs in, or None if unknown or expired."""
         if not secret or len(secret) > MAX_SECRET_LENGTH:
             return None
-        found = await self.db.read(_signed_in_by, _SESSION_OWNER, digest(secret))
+        found = _signed_in_by(await self.db.lookup(_SESSION_OWNER, {"secret": digest(secret)}))
         if found is None:
             return None
         user, login_id, last_seen_at, expires_at = found
@@ -466,7 +465,7 @@ class AccountService:
         """The owner of a live (not revoked) token and the token's scopes, or None."""
         if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
             return None
-        found = await self.db.read(_signed_in_by, _TOKEN_OWNER, digest(token))
+        found = _signed_in_by(await self.db.lookup(_TOKEN_OWNER, {"secret": digest(token)}))
         if found is None:
             return None
         user, token_id, last_used_at, scopes = found

@@ -52,13 +52,14 @@ from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import FitResult
 from webapp.owners import EMBED_OWNER_PREFIX
+from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
-_TOUCH_CONVERSATION = (
+_TOUCH_CONVERSATION = Prepared(
     update(Conversation)
     .where(
         col(Conversation.id) == bindparam("conversation_id"),
@@ -69,13 +70,11 @@ _TOUCH_CONVERSATION = (
 )
 """Takes the conversation's lock and counts the owner's recent sends and gateway calls
 (`gateway_call` rows, which deleting conversations keeps), in one round trip."""
-_CONVERSATION_KEYS = [str(column.key) for column in _TOUCH_CONVERSATION.exported_columns][:-1]
-"""The conversation's columns in the order the touch returns them, its count last."""
 _TURN_COLUMNS = sorted(
     {*MESSAGE_DEFAULTS, "conversation_id", "seq", "role", "created_at", "updated_at"}
 )
 _TURN_KEYS = set(_TURN_COLUMNS)
-_INSERT_TURN = (
+_INSERT_TURN = Prepared(
     insert(Message)
     .values(
         [
@@ -391,8 +390,8 @@ class Sender:
         limit = admission.rate_limit_for(owner)
         if limit > 0:
             hold_budget(connection, owner)
-        touched = connection.execute(
-            _TOUCH_CONVERSATION,
+        touched = _TOUCH_CONVERSATION.first(
+            connection,
             {
                 "conversation_id": conversation_id,
                 "owned_by": owner,
@@ -400,11 +399,13 @@ class Sender:
                 "since": now - timedelta(seconds=admission.window),
                 "limit": max(limit, 0),
             },
-        ).first()
+        )
         if touched is None:
             raise NotFound("no such conversation")
         *columns, recent_sends = touched
-        conversation = as_loaded(Conversation, dict(zip(_CONVERSATION_KEYS, columns, strict=True)))
+        conversation = as_loaded(
+            Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
+        )
         if limit > 0:
             if recent_sends >= limit:
                 admission.refuse_too_many(connection, owner, limit, now)
@@ -462,8 +463,7 @@ class Sender:
                 "status": Status.STREAMING,
             },
         ]
-        inserted = connection.execute(_INSERT_TURN, _turn_values(rows))
-        ids: dict[int, int] = {seq: row_id for seq, row_id in inserted if row_id is not None}
+        ids: dict[int, int] = dict(_INSERT_TURN.rows(connection, _turn_values(rows)))
         user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
         if isinstance(planned, Plan):
             # The new message is stored now: counts made for it later are kept on its row.
