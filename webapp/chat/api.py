@@ -20,15 +20,15 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
-from webapp.chat.admission import ImportQuota
 from webapp.chat.answer import TEXT_PACE, Channel, Event
 from webapp.chat.attachments import with_file
+from webapp.chat.budget import ImportQuota
 from webapp.chat.deps import Chat
 from webapp.chat.feedback import feedback_value
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
-from webapp.chat.sending import Send
+from webapp.chat.send import Send
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown

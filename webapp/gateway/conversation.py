@@ -27,7 +27,7 @@ from litestar.response import Stream
 from webapp.chat.answer import Event
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Message, Status
-from webapp.chat.sending import Send
+from webapp.chat.send import Send
 from webapp.errors import NotFound
 from webapp.gateway.errors import GatewayError, invalid
 from webapp.gateway.report import DROPPED_TURNS_HEADER
