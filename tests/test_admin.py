@@ -42,8 +42,8 @@ from webapp.admin import queries
 from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
 from webapp.admin.listing import SORTS, Listing, parse_listing
 from webapp.admin.web import AdminController, left_out_spans
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
-from webapp.chat.service import ConversationService
 from webapp.db import is_sqlite
 from webapp.errors import InvalidInput, NotFound
 from webapp.settings import Settings
@@ -65,7 +65,7 @@ RATE_LIMITS = ("rate_limit_messages", "embed_rate_limit_messages")
 class World:
     """What the tests made, and what the upstream was sent for each send."""
 
-    chat: ConversationService
+    chat: ChatJobs
     settings: Settings
     users: dict[str, User]
     ids: dict[str, str] = field(default_factory=dict)
@@ -78,7 +78,9 @@ async def send(
     world: World, upstream: FakeUpstream, owner: str, conversation_id: str, text: str
 ) -> Message:
     before = len(upstream.requests)
-    user, _ = await world.chat.settle(await world.chat.send(owner, conversation_id, text))
+    user, _ = await world.chat.sender.settle(
+        await world.chat.sender.send(owner, conversation_id, text)
+    )
     requests = upstream.requests[before:]
     assert requests, "every send reaches the upstream"
     world.sent[(conversation_id, user.seq)] = requests[-1]["body"]["messages"]
@@ -101,7 +103,7 @@ async def talk(
     """Send at least `turns` messages, and on until `trimmed` sends were trimmed: how
     soon the bound trims depends on the estimator, which these tests do not pin down.
     `fail` scripts an upstream error (status, model) before the send of that index."""
-    conversation = await world.chat.create(owner, configuration, title=f"{name} talk")
+    conversation = await world.chat.editor.create(owner, configuration, title=f"{name} talk")
     world.ids[name] = conversation.id
     index = count = 0
     while index < turns or count < trimmed:
@@ -116,7 +118,7 @@ async def talk(
     return conversation.id
 
 
-async def set_activity(chat: ConversationService, conversation_id: str, when: datetime) -> None:
+async def set_activity(chat: ChatJobs, conversation_id: str, when: datetime) -> None:
     """Move a conversation (and its messages) to another time, as if it happened then."""
     async with session_on(chat.db, begin=True) as session:
         await session.exec(
@@ -217,7 +219,7 @@ class Expected:
     most_dropped: int
 
 
-async def everything(chat: ConversationService) -> tuple[list[Conversation], list[Message]]:
+async def everything(chat: ChatJobs) -> tuple[list[Conversation], list[Message]]:
     async with session_on(chat.db) as session:
         conversations = list((await session.exec(select(Conversation))).all())
         messages = list((await session.exec(select(Message).order_by(col(Message.seq)))).all())
@@ -454,6 +456,24 @@ def test_charts_escape_labels_and_stay_well_formed() -> None:
     assert desc is not None and "3 turns in all" in (desc.text or "")
 
 
+def test_a_chart_with_nothing_to_draw_says_so() -> None:
+    empty = [
+        bar_chart([], ident="a", title="t", unit="turns"),
+        column_chart([Bar("a", 0)], ident="b", title="t", unit="turns"),
+    ]
+    drawn = [
+        bar_chart([Bar("a", 0)], ident="c", title="t", unit="turns"),
+        column_chart([Bar("a", 1)], ident="d", title="t", unit="turns"),
+    ]
+    for svg in empty:
+        [note] = [
+            t for t in ET.fromstring(str(svg)).iter(f"{SVG}text") if t.get("class") == "chart-empty"
+        ]
+        assert note.text == "No turns" and note.get("text-anchor") == "middle"
+    for svg in drawn:
+        assert 'class="chart-empty"' not in str(svg) and str(svg).endswith("</svg>")
+
+
 # ---- the export ----------------------------------------------------------------------------
 
 
@@ -594,7 +614,8 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
         if not senders:
             assert seq not in left_out_by
             continue
-        assert left_out_by[seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
+        first, last = long.turn_numbers[senders[0]], long.turn_numbers[senders[-1]]
+        assert left_out_by[seq] == queries.LeftOutBy(len(senders), first, last)
     # As runs of turn numbers, a left-out set is broken only by the never-sent turn 4.
     numbers = long.turn_numbers
     broken = 0
@@ -630,7 +651,8 @@ def test_who_left_a_turn_out_matches_brute_force_on_overlapping_spans() -> None:
     for user in users:
         senders = [t.seq for t in review.trimmed if user.seq in review.left_out(t)]
         if senders:
-            assert by[user.seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
+            first, last = review.turn_numbers[senders[0]], review.turn_numbers[senders[-1]]
+            assert by[user.seq] == queries.LeftOutBy(len(senders), first, last)
         else:
             assert user.seq not in by
 
@@ -799,7 +821,7 @@ async def test_the_review_page_marks_trims_and_what_they_left_out(
         section = html.split(f'id="turn-{numbers[seq]}"', 1)[1].split("</h3>", 1)[0]
         assert "review-left-out" in html.split(f'id="turn-{numbers[seq]}"', 1)[0][-200:]
         assert "left out by" in section
-        assert f"#{numbers[by.first]}</a>" in section
+        assert f"#{by.first}</a>" in section
         if by.count == 1:
             assert "left out by turn <a" in section
     for number in set(numbers.values()) - {numbers[s] for s in review.left_out_by()}:
