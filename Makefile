@@ -54,10 +54,11 @@ run: $(VENV)/.installed
 	$(BIN)/webapp serve --host $(HOST) --port $(PORT)
 
 # mypy reads its files and strictness from pyproject.toml ([tool.mypy]).
-# `TEST_WORKERS=2 make test` runs the suite on two processes, each taking whole test files
-# (so a file's servers and browser start once): quicker on a busy machine, no quicker on
-# a quiet one, and the timing-sensitive tests are steadier in one process (the default).
-TEST_WORKERS ?= 0
+# The suite runs on two processes (pytest-xdist), each taking whole test files, so a
+# file's servers and browser start once: most of its time is CPU (about 720 CPU-seconds,
+# docs/development.md), which one process spends on one core. `TEST_WORKERS=0 make test`
+# runs it in this process alone, `TEST_WORKERS=auto` on every core.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench
 	$(BIN)/mypy

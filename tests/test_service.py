@@ -58,8 +58,10 @@ async def test_a_send_returns_once_its_request_is_with_the_engine_not_before(
     upstream.stall(60)  # until ended below: the engine is still reading the prompt
     send = await chat.sender.send(OWNER, conversation.id, "Hello there, model!")
     assert send.running.sent.done(), "the request was written before the send returned"
+    async with asyncio.timeout(20):  # the fake reads it in a thread of its own
+        while not upstream.requests:
+            await asyncio.sleep(0.01)
     assert [r["path"] for r in upstream.requests] == ["/v1/chat/completions"]
-    await asyncio.sleep(0.05)
     assert not send.running.task.done(), "the answer waits for the engine"
     upstream.end_stalls()
     _, answer = await asyncio.wait_for(chat.sender.settle(send), timeout=20)
