@@ -7,7 +7,7 @@ of them are reported together. When no file is configured the built-in catalog s
 the offline demo model, so a fresh checkout chats without any network or key.
 
 models.py holds the specs (pydantic models that are the file's schema too), checks.py
-the checks of single values, messages.py the error lines, load.py reading the file.
+the checks of single values, load.py reading the file and its problems' words.
 """
 
 from webapp.llm.catalog.checks import split_tokenizer

@@ -1,7 +1,11 @@
 """Reading the catalog file: one kind of failure, CatalogError, listing every problem.
 
-A missing file, bad UTF-8 and TOML syntax (with its line) are reported like the entries'
-problems, so start-up has one thing to print.
+Each section is validated entry by entry, in the order providers, models, configurations,
+embeds, so that an entry's references are checked against the valid entries before it.
+Every problem becomes one line, `<file>: <entry>: field '<field>': <message>`, here and
+nowhere else: pydantic's own errors (types, ranges, required and unknown keys) are put in
+the same words as the specs' checks. A missing file, bad UTF-8 and TOML syntax (with its
+line) are reported the same way, so start-up has one thing to print.
 """
 
 from __future__ import annotations
@@ -10,12 +14,52 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
-from webapp.llm.catalog.messages import problem_lines
-from webapp.llm.catalog.models import Catalog, CatalogFile, Reading
+from webapp.llm.catalog.checks import did_you_mean
+from webapp.llm.catalog.models import (
+    EMBED_NAME,
+    Catalog,
+    ConfigurationSpec,
+    EmbedSpec,
+    ModelSpec,
+    ProviderSpec,
+    Reading,
+)
+
+SECTIONS: dict[str, type[ProviderSpec | ModelSpec | ConfigurationSpec | EmbedSpec]] = {
+    "providers": ProviderSpec,
+    "models": ModelSpec,
+    "configurations": ConfigurationSpec,
+    "embeds": EmbedSpec,
+}
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "tuple_type": "an array of strings",  # every array inside an entry holds strings
+    "frozen_set_type": "an array of strings",
+    "model_type": "a table",
+}
+"""What a field wanted, by pydantic's error type."""
+_TEXTS = {
+    "missing": "required field is missing",
+    "too_short": "must list at least one item",
+    "finite_number": "must be a finite number, got {input}",
+    "greater_than": "must be greater than {gt:g}, got {input:g}",
+    "greater_than_equal": "must be at least {ge:g}, got {input:g}",
+    "less_than_equal": "must be at most {le:g}, got {input:g}",
+    r"\S": "must not be empty",
+    EMBED_NAME: "'{input}' is used in the URL /embed/{{name}}: use only letters, digits, "
+    "'.', '_' and '-'",
+}
+"""The message for each of pydantic's error types, and for each pattern a string must match."""
+_WORDS = {str: "a string", bool: "a boolean", int: "an integer", float: "a float"}
+_WORDS |= {list: "an array", dict: "a table"}
 
 
 class CatalogError(Exception):
@@ -65,14 +109,85 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
 
 def parse_catalog(data: object, source: str) -> Catalog:
     """Validate already-parsed TOML; raise CatalogError listing every problem found."""
-    reading = Reading(Path(source).resolve().parent, data if isinstance(data, dict) else {})
-    try:
-        file = CatalogFile.model_validate(data, context=reading)
-    except ValidationError as exc:
-        raise CatalogError(source, problem_lines(exc, data, CatalogFile, source)) from None
-    tables = {section: getattr(file, section) for section in CatalogFile.model_fields}
-    by_name = {section: {e.name: e for e in entries} for section, entries in tables.items()}
-    return Catalog.model_validate({**by_name, "source": source})
+    if not isinstance(data, dict):
+        raise CatalogError(source, [f"{source}: top level: expected a table, got {describe(data)}"])
+    tables = {section: data.get(section, []) for section in SECTIONS}
+    entries = {section: t if isinstance(t, list) else [] for section, t in tables.items()}
+    names = {section: [n for e in table if (n := _name(e))] for section, table in entries.items()}
+    reading, first = Reading(Path(source).resolve().parent, names), dict[tuple[str, str], str]()
+    known = "; expected [[providers]], [[models]], [[configurations]] or [[embeds]]"
+    lines = [
+        f"top level: field '{key}': unknown key{did_you_mean(key, SECTIONS)}{known}"
+        for key in data
+        if key not in SECTIONS
+    ]
+    for section, spec in SECTIONS.items():
+        if entries[section] is not tables[section]:
+            found = f"([[{section}]]), got {describe(tables[section])}"
+            lines.append(f"top level: field '{section}': expected an array of tables {found}")
+        for index, entry in enumerate(entries[section]):
+            name = _name(entry)
+            label = f"{section}[{index}]" + (f" '{name}'" if name else "")
+            problems = []
+            if name and (earlier := first.setdefault((section, name), label)) != label:
+                used = f"already used by {earlier}"
+                problems.append(f"{label}: field 'name': duplicate name '{name}' ({used})")
+            try:
+                valid = spec.model_validate(entry, context=reading)
+            except ValidationError as exc:
+                errors = exc.errors(include_url=False)
+                problems += [
+                    line for error in errors for line in _lines(section, label, error, spec)
+                ]
+            if problems:
+                reading.broken.add(section)
+                lines += problems
+            else:
+                reading.valid[section][valid.name] = valid
+    if tables["configurations"] == []:
+        lines.append(
+            "top level: field 'configurations': "
+            "no [[configurations]]: declare at least one (the first is the default)"
+        )
+    if lines:
+        raise CatalogError(source, [f"{source}: {line}" for line in lines])
+    return Catalog.model_validate({**{s: reading.valid[s] for s in SECTIONS}, "source": source})
+
+
+def _name(entry: object) -> str | None:
+    """The name an entry gives itself, even when the rest of it is broken."""
+    name = entry.get("name") if isinstance(entry, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
+
+
+def describe(value: Any) -> str:
+    """What was found, in TOML's words, with the value when short, so the fix is obvious."""
+    shown, kind = repr(value), _WORDS.get(type(value), "a date/time")
+    return f"{kind} ({shown})" if len(shown) <= 40 else kind
+
+
+def _lines(section: str, label: str, error: ErrorDetails, spec: type[BaseModel]) -> list[str]:
+    """`models[2] 'x': field 'capabilities[1]': expected a string, got an integer (1)`."""
+    kind, loc, found, ctx = error["type"], error["loc"], error["input"], error.get("ctx", {})
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+    where = f"{label}: field '{path[1:]}'" if loc else label
+    if kind == "value_error":
+        return [f"{where}: {text}" for text in ctx["error"].args]
+    if kind == "extra_forbidden":
+        for part in loc[:-1]:  # the keys known where the unknown one is: follow the tables
+            kinds = get_args(spec.model_fields[str(part)].annotation)
+            spec = next(k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel))
+        return [f"{where}: unknown key{did_you_mean(str(loc[-1]), spec.model_fields)}"]
+    if kind == "literal_error" and isinstance(found, str):
+        hint = did_you_mean(found, re.findall(r"'([^']*)'", ctx["expected"]))
+        what = f"unknown {section[:-1]} {loc[-1]} '{found}'{hint}"
+        return [f"{where}: {what}; expected {ctx['expected']}"]
+    if kind in _EXPECTED or kind == "literal_error":
+        wanted = _EXPECTED.get(kind, ctx.get("expected"))
+        wanted = wanted if loc else f"a table ([[{section}]])"
+        return [f"{where}: expected {wanted}, got {describe(found)}"]
+    text = _TEXTS.get(ctx.get("pattern", kind))
+    return [f"{where}: {text.format(input=found, **ctx) if text else error['msg']}"]
 
 
 def _read_toml(source: str) -> dict[str, Any]:

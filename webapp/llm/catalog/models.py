@@ -2,10 +2,9 @@
 
 Strict, because TOML has real types: "8k", 4096.0 or "yes" is a mistake to name, not a value
 to coerce; a key no entry knows is a typo that would silently do nothing. Frozen, because one
-catalog serves every request (a learned window is a copy). Checks against other entries (a
-model's provider, a configuration's models) run only while a file is read, with `Reading` as
-the validation context. Every check of an entry runs even when another fails, so a file's
-problems are all reported at once, each at its field.
+catalog serves every request (a learned window is a copy). Checks against other entries run
+only while a file is read, with `Reading` as the validation context, and each runs even when
+another fails, so that a file's problems are all reported at once, each at its field.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Self, get_args
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -28,30 +27,21 @@ from pydantic import (
 )
 
 from webapp.llm.catalog import checks
-from webapp.llm.catalog.messages import (
-    describe,
-    did_you_mean,
-    entry_name,
-    refuse,
-    where,
-    with_problems,
-)
+from webapp.llm.catalog.checks import did_you_mean
 
 DEFAULT_WINDOW = 8192
 """Window assumed for a model whose context_window is not given (docs/design.md section 3)."""
 DEMO_WINDOW = 2048
 """The demo model's window: small, so trimming becomes visible within minutes of use."""
-DEFAULT_TRIM_TO = 0.75
-"""A moved cut leaves the prompt at this share of the budget: room for several more sends
-that are pure appends (the engine's prompt cache serves all but the new turn)."""
 VENDOR_ROOTS = {
     "anthropic": "https://api.anthropic.com",
     "gemini": "https://generativelanguage.googleapis.com",
 }
 """Where a native provider is served when `base_url` is left out, as the vendor's SDK takes it."""
+EMBED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""An embed's name is part of its URL, /embed/{name}."""
 
 ProviderKind = Literal["openai", "anthropic", "gemini", "demo"]
-PROVIDER_KINDS: tuple[str, ...] = get_args(ProviderKind)
 Text = Annotated[str, Field(pattern=r"\S")]
 """A string with something in it: an empty name or URL is a mistake, not a value."""
 Count = Annotated[int, Field(gt=0)]
@@ -62,52 +52,35 @@ Capabilities = Annotated[frozenset[Text], Field(strict=False), AfterValidator(ch
 
 @dataclass
 class Reading:
-    """The validation context while a file is read; for a spec built in code, `data` is None
-    and nothing is checked against other entries. `declared` holds every name in the file,
-    broken entries' too, so one bad model yields one error, not also an "unknown model" for
-    each configuration naming it; `valid` holds the entries read without fault so far."""
+    """The validation context while a file is read. `declared` holds every name in the file,
+    broken entries' too, so that one bad model yields one error, not also an "unknown model"
+    for each configuration naming it; `valid` holds the entries read without fault so far."""
 
-    folder: Path = Path()
+    folder: Path
     """Where the file is: a relative tokenizer path is read from there."""
-    data: dict[str, Any] | None = None
-    declared: defaultdict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
-    """Per section, each name and where it is first declared."""
+    declared: dict[str, list[str]]
     valid: defaultdict[str, dict[str, Any]] = field(default_factory=lambda: defaultdict(dict))
-    seen: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-
-    def __post_init__(self) -> None:
-        for section, entries in (self.data or {}).items():
-            for index, entry in enumerate(entries if isinstance(entries, list) else []):
-                if (name := entry_name(entry)) is not None:
-                    self.declared[section].setdefault(name, where((section, index), self.data))
-
-    def complete(self, section: str) -> bool:
-        """Whether every entry of `section` is valid (False for a spec built in code)."""
-        entries = None if self.data is None else self.data.get(section, [])
-        return isinstance(entries, list) and len(entries) == len(self.valid[section])
-
-    def demo(self, provider: object) -> bool:
-        spec = self.valid["providers"].get(provider) if isinstance(provider, str) else None
-        return spec is not None and spec.kind == "demo"
+    broken: set[str] = field(default_factory=set)
+    """The sections with an entry that is not valid: a criteria check would be a guess."""
 
     def unknown(self, section: str, name: str) -> str | None:
         """Why `name` cannot be referred to, or None when `section` declares it."""
-        if self.data is None or name in self.declared[section]:
+        if name in self.declared.get(section, ()):
             return None
-        hint = did_you_mean(name, self.declared[section])
+        hint = did_you_mean(name, self.declared.get(section, ()))
         return f"unknown {section[:-1]} '{name}'{hint}; declare it in [[{section}]]"
 
 
-def _reading(info: ValidationInfo) -> Reading:
-    return info.context if isinstance(info.context, Reading) else Reading()
+def _reading(info: ValidationInfo) -> Reading | None:
+    return info.context if isinstance(info.context, Reading) else None
 
 
 def _declared_in(section: str) -> AfterValidator:
-    """A reference to an entry of `section`: checked when a file is read."""
+    """A reference to an entry of `section`, checked when a file is read."""
 
     def check(name: str, info: ValidationInfo) -> str:
-        if problem := _reading(info).unknown(section, name):
-            raise refuse(problem)
+        if (reading := _reading(info)) and (problem := reading.unknown(section, name)):
+            raise ValueError(problem)
         return name
 
     return AfterValidator(check)
@@ -117,59 +90,14 @@ class _Spec(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-class _Entry(_Spec):
-    section: ClassVar[str]
-    name: Text
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _whole(
-        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
-    ) -> Self:
-        """Checks of the entry as a whole, on its keys, so that they are reported together
-        with its fields' problems: a repeated name ahead of them, the rest after them."""
-        reading, name = _reading(info), entry_name(data)
-        first: list[tuple[str, str]] = []
-        if name in reading.seen[cls.section]:
-            already = reading.declared[cls.section][name]
-            first.append(("name", f"duplicate name '{name}' (already used by {already})"))
-        elif name is not None:
-            reading.seen[cls.section].add(name)
-        last = cls._problems(data) if isinstance(data, dict) else []
-        try:
-            entry = handler(data)
-        except ValidationError as exc:
-            raise with_problems(exc, first, last) from None
-        if first or last:
-            raise with_problems(None, first, last)
-        reading.valid[cls.section][entry.name] = entry  # what the next sections' checks read
-        return entry
-
-    @classmethod
-    def _problems(cls, data: dict[str, Any]) -> list[tuple[str, str]]:
-        """(field, message) for rules on which keys are given together."""
-        return []
-
-
-class ProviderSpec(_Entry):
+class ProviderSpec(_Spec):
     """Where a model is served. The key itself never lives here, only its variable's name."""
 
-    section: ClassVar[str] = "providers"
+    name: Text
     kind: ProviderKind
     base_url: Text | None = Field(default=None, validate_default=True)
     api_key_env: Annotated[Text, AfterValidator(checks.api_key_env)] | None = None
     timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
-
-    @field_validator("kind", mode="before")
-    @classmethod
-    def _kind(cls, kind: object) -> object:
-        if not isinstance(kind, str):
-            raise refuse(f"expected a string, got {describe(kind)}")
-        if kind not in PROVIDER_KINDS:
-            hint = did_you_mean(kind, PROVIDER_KINDS)
-            expected = " or ".join(f"'{k}'" for k in PROVIDER_KINDS)
-            raise refuse(f"unknown provider kind '{kind}'{hint}; expected {expected}")
-        return kind
 
     @field_validator("base_url")
     @classmethod
@@ -177,24 +105,24 @@ class ProviderSpec(_Entry):
         if base_url is not None:
             return checks.url(base_url)
         if info.data.get("kind") == "openai":
-            raise refuse(
+            raise ValueError(
                 "required for an 'openai' provider (e.g. https://api.openai.com/v1 "
                 "or http://127.0.0.1:11434/v1 for Ollama)"
             )
         return VENDOR_ROOTS.get(info.data.get("kind", ""))
 
 
-class ModelSpec(_Entry):
+class ModelSpec(_Spec):
     """One model as a provider serves it; `name` is ours, `model_id` is the provider's."""
 
-    section: ClassVar[str] = "models"
+    name: Text
     provider: Annotated[Text, _declared_in("providers")]
     model_id: Text = ""  # left out, the name (see _left_out)
     context_window: Count | None = None
     """Left out, the demo's window for a demo model; any other model's is discovered from
     its server after loading (webapp.llm.discovery)."""
     max_output_tokens: Count | None = None
-    capabilities: Capabilities = frozenset({"chat"})
+    capabilities: Annotated[Capabilities, Field(min_length=1)] = frozenset({"chat"})
     cost_input: Cost | None = None
     cost_output: Cost | None = None
     tokenizer: Text = "auto"
@@ -211,9 +139,8 @@ class ModelSpec(_Entry):
         """The defaults that depend on the entry's other keys."""
         if not isinstance(data, dict):
             return data
-        name = entry_name(data)
-        defaults: dict[str, Any] = {} if name is None else {"model_id": name}
-        if _reading(info).demo(data.get("provider")):
+        defaults: dict[str, Any] = {"model_id": data.get("name")} if "name" in data else {}
+        if _demo(info, data.get("provider")):
             defaults |= {"context_window": DEMO_WINDOW, "tokenizer": "estimate"}
         return defaults | data
 
@@ -223,25 +150,24 @@ class ModelSpec(_Entry):
         # An unknown window is checked against max_output_tokens once discovered.
         window = info.data.get("context_window")
         if most is not None and window is not None and most >= window:
-            raise refuse(
+            raise ValueError(
                 f"{most} must be less than context_window ({window}): "
                 "the reply would leave no room for the prompt"
             )
         return most
 
-    @field_validator("capabilities")
-    @classmethod
-    def _capabilities(cls, capabilities: frozenset[str]) -> frozenset[str]:
-        if not capabilities:
-            raise refuse('must list at least one capability (default is ["chat"])')
-        return capabilities
-
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, setting: str, info: ValidationInfo) -> str:
-        reading = _reading(info)
-        demo = reading.demo(info.data.get("provider"))
-        return checks.tokenizer(setting, demo=demo, folder=reading.folder)
+        folder = reading.folder if (reading := _reading(info)) else Path()
+        demo = _demo(info, info.data.get("provider"))
+        return checks.tokenizer(setting, demo=demo, folder=folder)
+
+
+def _demo(info: ValidationInfo, provider: object) -> bool:
+    reading = _reading(info)
+    spec = reading.valid["providers"].get(str(provider)) if reading else None
+    return spec is not None and spec.kind == "demo"
 
 
 class Criteria(_Spec):
@@ -271,48 +197,72 @@ class Criteria(_Spec):
         return ", ".join(asked) or "these criteria"
 
 
-class ConfigurationSpec(_Entry):
+class ConfigurationSpec(_Spec):
     """What a user picks: a fixed model or criteria, plus prompt, reply size and fallbacks."""
 
-    section: ClassVar[str] = "configurations"
+    name: Text
     model: Annotated[Text, _declared_in("models")] | None = None
     criteria: Criteria | None = None
     system_prompt: str | None = None
     max_tokens: Count | None = None
     fallbacks: Names = ()
-    trim_to: float = Field(default=DEFAULT_TRIM_TO, gt=0, le=1, allow_inf_nan=False)
-    """The share of the budget the prompt may use after a cut that has to move
+    trim_to: float = Field(default=0.75, gt=0, le=1, allow_inf_nan=False)
+    """The share of the budget the prompt may use after a cut that has to move: room for
+    several sends that are pure appends, which the engine's prompt cache serves
     (see `webapp.llm.window`)."""
 
     @property
     def is_fixed(self) -> bool:
         return self.model is not None
 
+    @model_validator(mode="wrap")
     @classmethod
-    def _problems(cls, data: dict[str, Any]) -> list[tuple[str, str]]:
-        given = [key for key in ("model", "criteria") if data.get(key) is not None]
-        if len(given) == 2:
-            return [("model", "set either 'model' (a fixed model) or 'criteria', not both")]
+    def _model_or_criteria(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
+    ) -> Self:
+        """Exactly one of the two, judged on the keys given, so that it is reported together
+        with the fields' own problems."""
+        given = [
+            key
+            for key in ("model", "criteria")
+            if isinstance(data, dict) and data.get(key) is not None
+        ]
         choice = "'model' (a fixed model) or 'criteria' (a model chosen per call)"
-        return [] if given else [("model", f"required: set {choice}")]
+        problem = f"required: set {choice}" if not given else None
+        if len(given) == 2:
+            problem = "set either 'model' (a fixed model) or 'criteria', not both"
+        errors: list[Any] = []
+        try:
+            entry = handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+        if problem and isinstance(data, dict):
+            error = ValueError(problem)
+            errors.append(
+                {"type": "value_error", "loc": ("model",), "input": None, "ctx": {"error": error}}
+            )
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return entry
 
     @field_validator("criteria")
     @classmethod
     def _criteria(cls, criteria: Criteria | None, info: ValidationInfo) -> Criteria | None:
         """Checked only when every model is valid: a broken one might have matched."""
         reading = _reading(info)
-        if criteria is None or not reading.complete("models"):
+        if criteria is None or reading is None or "models" in reading.broken:
             return criteria
         if not any(criteria.matches(model) for model in reading.valid["models"].values()):
-            raise refuse(f"no model in [[models]] matches {criteria.describe()}")
+            raise ValueError(f"no model in [[models]] matches {criteria.describe()}")
         return criteria
 
     @field_validator("max_tokens")
     @classmethod
     def _max_tokens(cls, most: int | None, info: ValidationInfo) -> int | None:
-        fixed = _reading(info).valid["models"].get(info.data.get("model") or "")
+        reading = _reading(info)
+        fixed = reading.valid["models"].get(info.data.get("model") or "") if reading else None
         if most and fixed and fixed.context_window is not None and most >= fixed.window:
-            raise refuse(
+            raise ValueError(
                 f"{most} must be less than the window of model '{fixed.name}' "
                 f"({fixed.window}): the reply would leave no room for the prompt"
             )
@@ -322,7 +272,9 @@ class ConfigurationSpec(_Entry):
     @classmethod
     def _fallbacks(cls, fallbacks: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         """Each a declared model, not the own one, that can hold a prompt after the reply."""
-        reading, most, problems = _reading(info), info.data.get("max_tokens"), []
+        if (reading := _reading(info)) is None:
+            return fallbacks
+        most, problems = info.data.get("max_tokens"), []
         for index, name in enumerate(fallbacks):
             spec = reading.valid["models"].get(name)
             if problem := reading.unknown("models", name):
@@ -335,15 +287,14 @@ class ConfigurationSpec(_Entry):
                 window = f"a window of {spec.window}, not more than max_tokens {most}"
                 problems.append(f"model '{name}' has {window}")
         if problems:
-            raise refuse(*problems)
+            raise ValueError(*problems)
         return fallbacks
 
 
-class EmbedSpec(_Entry):
+class EmbedSpec(_Spec):
     """An iframe widget: which configuration it chats with and which sites may frame it."""
 
-    section: ClassVar[str] = "embeds"
-    name: Annotated[Text, AfterValidator(checks.embed_name)]
+    name: Annotated[str, Field(pattern=EMBED_NAME)]
     configuration: Annotated[Text, _declared_in("configurations")]
     allowed_origins: Annotated[Names, AfterValidator(checks.origins)]
     title: Text | None = None
@@ -384,13 +335,3 @@ def _cost_order(model: ModelSpec) -> tuple[bool, float, str]:
     if model.cost_input is None or model.cost_output is None:
         return (True, 0.0, model.name)
     return (False, model.cost_input + model.cost_output, model.name)
-
-
-class CatalogFile(_Spec):
-    """The file: four arrays of tables, validated in this order so that each section's
-    references are checked against the sections before it."""
-
-    providers: list[ProviderSpec] = []
-    models: list[ModelSpec] = []
-    configurations: list[ConfigurationSpec] = Field(default=[], min_length=1, validate_default=True)
-    embeds: list[EmbedSpec] = []
