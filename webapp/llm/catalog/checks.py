@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import re
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 CAPABILITIES = ("chat", "completion", "embedding", "tools", "vision")
 """What routing can ask of a model. Anything else is a typo that would silently never match."""
@@ -28,12 +29,18 @@ def capabilities(values: frozenset[str]) -> frozenset[str]:
     return values
 
 
-def url(value: str) -> str:
+def _split(value: str) -> SplitResult | None:
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
-        raise ValueError(f"'{value}' is not a valid URL") from None
+        return None
+    return parts
+
+
+def url(value: str) -> str:
+    if (parts := _split(value)) is None:
+        raise ValueError(f"'{value}' is not a valid URL")
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"must be an http:// or https:// URL, got '{value}'")
     if not parts.hostname:
@@ -52,26 +59,13 @@ def origins(values: tuple[str, ...]) -> tuple[str, ...]:
 
 def _origin_problem(origin: str) -> str | None:
     if "*" in origin:
-        return (
-            f"'{origin}': wildcards are not allowed; list each site that may embed the chat, "
-            "such as 'https://example.com'"
-        )
-    try:
-        parts = urlsplit(origin)
-        parts.port  # noqa: B018 - raises ValueError for a bad port
-    except ValueError:
-        parts = None
-    if parts and parts.scheme not in ("http", "https"):
+        sites = "list each site that may embed the chat, such as 'https://example.com'"
+        return f"'{origin}': wildcards are not allowed; {sites}"
+    if (parts := _split(origin)) and parts.scheme not in ("http", "https"):
         return f"'{origin}' is not an origin: it must start with http:// or https://"
-    if (
-        not parts
-        or not parts.hostname
-        or parts.username is not None
-        or any(c.isspace() for c in origin)
-    ):
+    if not parts or not parts.hostname or re.search(r"[@\s]", origin):
         return f"'{origin}' is not an origin (scheme://host[:port])"
-    expected = f"{parts.scheme}://{parts.netloc}"
-    if origin.lower() != expected.lower():
+    if origin.lower() != (expected := f"{parts.scheme}://{parts.netloc}").lower():
         return f"'{origin}' is not an origin: drop the path, query or fragment and use '{expected}'"
     return None
 

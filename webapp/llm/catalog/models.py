@@ -2,14 +2,13 @@
 
 Strict, because TOML has real types: "8k", 4096.0 or "yes" is a mistake to name, not a value
 to coerce; a key no entry knows is a typo that would silently do nothing. Frozen, because one
-catalog serves every request (a learned window is a copy). Checks against other entries run
-only while a file is read, with `Reading` as the validation context, and each runs even when
-another fails, so that a file's problems are all reported at once, each at its field.
+catalog serves every request (a learned window is a copy).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -19,27 +18,25 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic import ModelWrapValidatorHandler as Handler
 
 from webapp.llm.catalog import checks
-from webapp.llm.catalog.checks import did_you_mean
 
 DEFAULT_WINDOW = 8192
 """Window assumed for a model whose context_window is not given (docs/design.md section 3)."""
 DEMO_WINDOW = 2048
 """The demo model's window: small, so trimming becomes visible within minutes of use."""
-VENDOR_ROOTS = {
-    "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com",
-}
+VENDOR_ROOTS = {"anthropic": "https://api.anthropic.com"}
+VENDOR_ROOTS["gemini"] = "https://generativelanguage.googleapis.com"
 """Where a native provider is served when `base_url` is left out, as the vendor's SDK takes it."""
 EMBED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """An embed's name is part of its URL, /embed/{name}."""
+ROOM = "the reply would leave no room for the prompt"
 
 ProviderKind = Literal["openai", "anthropic", "gemini", "demo"]
 Text = Annotated[str, Field(pattern=r"\S")]
@@ -48,46 +45,68 @@ Count = Annotated[int, Field(gt=0)]
 Cost = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Names = Annotated[tuple[Text, ...], Field(strict=False)]  # a tuple keeps the spec hashable
 Capabilities = Annotated[frozenset[Text], Field(strict=False), AfterValidator(checks.capabilities)]
+Raw = dict[str, Any]
+Problems = Iterator[tuple[str, str]]
+"""(field, message), one per problem."""
 
 
 @dataclass
 class Reading:
     """The validation context while a file is read. `declared` holds every name in the file,
     broken entries' too, so that one bad model yields one error, not also an "unknown model"
-    for each configuration naming it; `valid` holds the entries read without fault so far."""
+    for each configuration naming it; `valid` holds the entries read without fault so far,
+    `broken` the sections with an entry that is not (a criteria check would be a guess)."""
 
     folder: Path
     """Where the file is: a relative tokenizer path is read from there."""
     declared: dict[str, list[str]]
     valid: defaultdict[str, dict[str, Any]] = field(default_factory=lambda: defaultdict(dict))
     broken: set[str] = field(default_factory=set)
-    """The sections with an entry that is not valid: a criteria check would be a guess."""
 
-    def unknown(self, section: str, name: str) -> str | None:
+    def unknown(self, section: str, name: str | None) -> str | None:
         """Why `name` cannot be referred to, or None when `section` declares it."""
-        if name in self.declared.get(section, ()):
+        if name is None or name in self.declared[section]:
             return None
-        hint = did_you_mean(name, self.declared.get(section, ()))
+        hint = checks.did_you_mean(name, self.declared[section])
         return f"unknown {section[:-1]} '{name}'{hint}; declare it in [[{section}]]"
 
-
-def _reading(info: ValidationInfo) -> Reading | None:
-    return info.context if isinstance(info.context, Reading) else None
-
-
-def _declared_in(section: str) -> AfterValidator:
-    """A reference to an entry of `section`, checked when a file is read."""
-
-    def check(name: str, info: ValidationInfo) -> str:
-        if (reading := _reading(info)) and (problem := reading.unknown(section, name)):
-            raise ValueError(problem)
-        return name
-
-    return AfterValidator(check)
+    def demo(self, provider: object) -> bool:
+        spec = self.valid["providers"].get(provider) if isinstance(provider, str) else None
+        return spec is not None and spec.kind == "demo"
 
 
 class _Spec(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _whole(cls, data: Any, handler: Handler[Self], info: ValidationInfo) -> Self:
+        """What reads several keys or other entries: `_defaults`, and `_problems`, run even when
+        fields fail so that all are reported at once. They see the keys as given, and `ok`
+        those that passed (strict, so a key that passed is its value)."""
+        reading = info.context if isinstance(info.context, Reading) else None
+        data, errors = cls._defaults(data, reading) | data if isinstance(data, dict) else data, []
+        try:
+            entry = handler(data)
+        except ValidationError as exc:
+            errors = list(exc.errors())
+        if isinstance(data, dict):
+            failed = {error["loc"][0] for error in errors if error["loc"]}
+            ok = {key: value for key, value in data.items() if key not in failed}
+            for at, text in cls._problems(data, ok, reading):
+                error = {"type": "value_error", "input": None, "ctx": {"error": ValueError(text)}}
+                errors.append(error | {"loc": (at,)})  # type: ignore[arg-type]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)  # type: ignore[arg-type]
+        return entry
+
+    @classmethod
+    def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
+        return {}
+
+    @classmethod
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        return iter(())
 
 
 class ProviderSpec(_Spec):
@@ -95,29 +114,28 @@ class ProviderSpec(_Spec):
 
     name: Text
     kind: ProviderKind
-    base_url: Text | None = Field(default=None, validate_default=True)
+    base_url: Annotated[Text, AfterValidator(checks.url)] | None = None
     api_key_env: Annotated[Text, AfterValidator(checks.api_key_env)] | None = None
     timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
 
-    @field_validator("base_url")
     @classmethod
-    def _base_url(cls, base_url: str | None, info: ValidationInfo) -> str | None:
-        if base_url is not None:
-            return checks.url(base_url)
-        if info.data.get("kind") == "openai":
-            raise ValueError(
-                "required for an 'openai' provider (e.g. https://api.openai.com/v1 "
-                "or http://127.0.0.1:11434/v1 for Ollama)"
-            )
-        return VENDOR_ROOTS.get(info.data.get("kind", ""))
+    def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
+        kind = data.get("kind")
+        return {"base_url": VENDOR_ROOTS[kind]} if kind in ("anthropic", "gemini") else {}
+
+    @classmethod
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        if ok.get("kind") == "openai" and "base_url" not in data:
+            example = "https://api.openai.com/v1 or http://127.0.0.1:11434/v1 for Ollama"
+            yield "base_url", f"required for an 'openai' provider (e.g. {example})"
 
 
 class ModelSpec(_Spec):
     """One model as a provider serves it; `name` is ours, `model_id` is the provider's."""
 
     name: Text
-    provider: Annotated[Text, _declared_in("providers")]
-    model_id: Text = ""  # left out, the name (see _left_out)
+    provider: Text
+    model_id: Text = ""  # left out, the name
     context_window: Count | None = None
     """Left out, the demo's window for a demo model; any other model's is discovered from
     its server after loading (webapp.llm.discovery)."""
@@ -133,41 +151,28 @@ class ModelSpec(_Spec):
         """The window the bound uses: an unknown window is assumed, never unbounded."""
         return self.context_window if self.context_window is not None else DEFAULT_WINDOW
 
-    @model_validator(mode="before")
     @classmethod
-    def _left_out(cls, data: Any, info: ValidationInfo) -> Any:
-        """The defaults that depend on the entry's other keys."""
-        if not isinstance(data, dict):
-            return data
-        defaults: dict[str, Any] = {"model_id": data.get("name")} if "name" in data else {}
-        if _demo(info, data.get("provider")):
+    def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
+        name = data.get("name")
+        defaults: Raw = {"model_id": name} if isinstance(name, str) else {}
+        if reading and reading.demo(data.get("provider")):
             defaults |= {"context_window": DEMO_WINDOW, "tokenizer": "estimate"}
-        return defaults | data
+        return defaults
 
-    @field_validator("max_output_tokens")
     @classmethod
-    def _max_output_tokens(cls, most: int | None, info: ValidationInfo) -> int | None:
-        # An unknown window is checked against max_output_tokens once discovered.
-        window = info.data.get("context_window")
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        if reading and (problem := reading.unknown("providers", ok.get("provider"))):
+            yield "provider", problem
+        most, window = ok.get("max_output_tokens"), ok.get("context_window")
         if most is not None and window is not None and most >= window:
-            raise ValueError(
-                f"{most} must be less than context_window ({window}): "
-                "the reply would leave no room for the prompt"
-            )
-        return most
+            yield "max_output_tokens", f"{most} must be less than context_window ({window}): {ROOM}"
 
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, setting: str, info: ValidationInfo) -> str:
-        folder = reading.folder if (reading := _reading(info)) else Path()
-        demo = _demo(info, info.data.get("provider"))
-        return checks.tokenizer(setting, demo=demo, folder=folder)
-
-
-def _demo(info: ValidationInfo, provider: object) -> bool:
-    reading = _reading(info)
-    spec = reading.valid["providers"].get(str(provider)) if reading else None
-    return spec is not None and spec.kind == "demo"
+        reading = info.context if isinstance(info.context, Reading) else Reading(Path(), {})
+        demo = reading.demo(info.data.get("provider"))
+        return checks.tokenizer(setting, demo=demo, folder=reading.folder)
 
 
 class Criteria(_Spec):
@@ -180,28 +185,23 @@ class Criteria(_Spec):
 
     def matches(self, model: ModelSpec) -> bool:
         """A model with unknown cost never passes a cost ceiling: we cannot promise it."""
-        if not self.capabilities <= model.capabilities:
-            return False
-        if self.min_context_window is not None and model.window < self.min_context_window:
-            return False
-        if self.max_cost_input is None:
-            return True
-        return model.cost_input is not None and model.cost_input <= self.max_cost_input
+        cost, ceiling = model.cost_input, self.max_cost_input
+        affordable = ceiling is None or (cost is not None and cost <= ceiling)
+        large = model.window >= (self.min_context_window or 0)
+        return self.capabilities <= model.capabilities and large and affordable
 
     def describe(self) -> str:
-        asked = [f"capabilities {sorted(self.capabilities)}"] if self.capabilities else []
-        if self.min_context_window is not None:
-            asked.append(f"min_context_window {self.min_context_window}")
-        if self.max_cost_input is not None:
-            asked.append(f"max_cost_input {self.max_cost_input:g} (unknown cost never matches)")
-        return ", ".join(asked) or "these criteria"
+        asked = self.model_dump(exclude_defaults=True, exclude={"prefer_lowest_cost"})
+        asked |= {"capabilities": sorted(self.capabilities)} if self.capabilities else {}
+        unknown = " (unknown cost never matches)" if "max_cost_input" in asked else ""
+        return ", ".join(f"{key} {value}" for key, value in asked.items()) + unknown
 
 
 class ConfigurationSpec(_Spec):
     """What a user picks: a fixed model or criteria, plus prompt, reply size and fallbacks."""
 
     name: Text
-    model: Annotated[Text, _declared_in("models")] | None = None
+    model: Text | None = None
     criteria: Criteria | None = None
     system_prompt: str | None = None
     max_tokens: Count | None = None
@@ -215,93 +215,65 @@ class ConfigurationSpec(_Spec):
     def is_fixed(self) -> bool:
         return self.model is not None
 
-    @model_validator(mode="wrap")
     @classmethod
-    def _model_or_criteria(
-        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
-    ) -> Self:
-        """Exactly one of the two, judged on the keys given, so that it is reported together
-        with the fields' own problems."""
-        given = [
-            key
-            for key in ("model", "criteria")
-            if isinstance(data, dict) and data.get(key) is not None
-        ]
-        choice = "'model' (a fixed model) or 'criteria' (a model chosen per call)"
-        problem = f"required: set {choice}" if not given else None
-        if len(given) == 2:
-            problem = "set either 'model' (a fixed model) or 'criteria', not both"
-        errors: list[Any] = []
-        try:
-            entry = handler(data)
-        except ValidationError as exc:
-            errors = exc.errors()
-        if problem and isinstance(data, dict):
-            error = ValueError(problem)
-            errors.append(
-                {"type": "value_error", "loc": ("model",), "input": None, "ctx": {"error": error}}
-            )
-        if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)
-        return entry
-
-    @field_validator("criteria")
-    @classmethod
-    def _criteria(cls, criteria: Criteria | None, info: ValidationInfo) -> Criteria | None:
-        """Checked only when every model is valid: a broken one might have matched."""
-        reading = _reading(info)
-        if criteria is None or reading is None or "models" in reading.broken:
-            return criteria
-        if not any(criteria.matches(model) for model in reading.valid["models"].values()):
-            raise ValueError(f"no model in [[models]] matches {criteria.describe()}")
-        return criteria
-
-    @field_validator("max_tokens")
-    @classmethod
-    def _max_tokens(cls, most: int | None, info: ValidationInfo) -> int | None:
-        reading = _reading(info)
-        fixed = reading.valid["models"].get(info.data.get("model") or "") if reading else None
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        """Exactly one of model and criteria, judged on the keys given; criteria only when
+        every model is valid (a broken one might have matched); each fallback a declared
+        model, not the own one, that can hold a prompt after the reply."""
+        if "model" in data and "criteria" in data:
+            yield "model", "set either 'model' (a fixed model) or 'criteria', not both"
+        elif "model" not in data and "criteria" not in data:
+            chosen = "'criteria' (a model chosen per call)"
+            yield "model", f"required: set 'model' (a fixed model) or {chosen}"
+        if reading is None:
+            return
+        model, most, models = ok.get("model"), ok.get("max_tokens"), reading.valid["models"]
+        if problem := reading.unknown("models", model):
+            yield "model", problem
+        fixed = models.get(model or "")
         if most and fixed and fixed.context_window is not None and most >= fixed.window:
-            raise ValueError(
-                f"{most} must be less than the window of model '{fixed.name}' "
-                f"({fixed.window}): the reply would leave no room for the prompt"
-            )
-        return most
-
-    @field_validator("fallbacks")
-    @classmethod
-    def _fallbacks(cls, fallbacks: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        """Each a declared model, not the own one, that can hold a prompt after the reply."""
-        if (reading := _reading(info)) is None:
-            return fallbacks
-        most, problems = info.data.get("max_tokens"), []
+            window = f"the window of model '{model}' ({fixed.window})"
+            yield "max_tokens", f"{most} must be less than {window}: {ROOM}"
+        if "criteria" in ok and "models" not in reading.broken:
+            criteria = Criteria.model_validate(ok["criteria"])
+            if not any(criteria.matches(spec) for spec in models.values()):
+                yield "criteria", f"no model in [[models]] matches {criteria.describe()}"
+        fallbacks = ok.get("fallbacks", [])
         for index, name in enumerate(fallbacks):
-            spec = reading.valid["models"].get(name)
+            spec = models.get(name)
             if problem := reading.unknown("models", name):
-                problems.append(problem)
+                yield "fallbacks", problem
             elif name in fallbacks[:index]:
-                problems.append(f"model '{name}' is listed twice")
-            elif name == info.data.get("model"):
-                problems.append(f"model '{name}' is the configuration's own model")
+                yield "fallbacks", f"model '{name}' is listed twice"
+            elif name == model:
+                yield "fallbacks", f"model '{name}' is the configuration's own model"
             elif spec and spec.context_window is not None and most and most >= spec.window:
                 window = f"a window of {spec.window}, not more than max_tokens {most}"
-                problems.append(f"model '{name}' has {window}")
-        if problems:
-            raise ValueError(*problems)
-        return fallbacks
+                yield "fallbacks", f"model '{name}' has {window}"
 
 
 class EmbedSpec(_Spec):
     """An iframe widget: which configuration it chats with and which sites may frame it."""
 
     name: Annotated[str, Field(pattern=EMBED_NAME)]
-    configuration: Annotated[Text, _declared_in("configurations")]
+    configuration: Text
     allowed_origins: Annotated[Names, AfterValidator(checks.origins)]
     title: Text | None = None
     greeting: str | None = None
     show_internals: bool = False
     """Whether visitors see token counts and the model's and configuration's names (the
     meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
+
+    @classmethod
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        if reading and (problem := reading.unknown("configurations", ok.get("configuration"))):
+            yield "configuration", problem
+
+
+SECTIONS: dict[str, type[ProviderSpec | ModelSpec | ConfigurationSpec | EmbedSpec]] = {}
+SECTIONS |= {"providers": ProviderSpec, "models": ModelSpec}
+SECTIONS |= {"configurations": ConfigurationSpec, "embeds": EmbedSpec}
+"""The file's sections, in the order they are read: each refers only to those before it."""
 
 
 class Catalog(BaseModel):
@@ -326,12 +298,8 @@ class Catalog(BaseModel):
         lowest cost first when asked (unknown cost last, since it may be anything), else the
         largest window first, since a bigger window trims less. Ties break on the name."""
         matching = [model for model in self.models.values() if criteria.matches(model)]
-        if criteria.prefer_lowest_cost:
-            return sorted(matching, key=_cost_order)
-        return sorted(matching, key=lambda model: (-model.window, model.name))
-
-
-def _cost_order(model: ModelSpec) -> tuple[bool, float, str]:
-    if model.cost_input is None or model.cost_output is None:
-        return (True, 0.0, model.name)
-    return (False, model.cost_input + model.cost_output, model.name)
+        if not criteria.prefer_lowest_cost:
+            return sorted(matching, key=lambda model: (-model.window, model.name))
+        unknown = {m.name for m in matching if m.cost_input is None or m.cost_output is None}
+        cost = {m.name: (m.cost_input or 0) + (m.cost_output or 0) for m in matching}
+        return sorted(matching, key=lambda m: (m.name in unknown, cost[m.name], m.name))
