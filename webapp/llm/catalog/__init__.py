@@ -49,16 +49,22 @@ _TEXTS = {
 """The words for pydantic's other error types, and for each pattern a string must match."""
 _WORDS = {str: "a string", bool: "a boolean", int: "an integer", float: "a float"}
 _WORDS |= {list: "an array", dict: "a table"}
-_BUILTIN: dict[str, Any] = {
-    "providers": [{"name": "demo", "kind": "demo"}],
-    "models": [{"name": "demo", "provider": "demo", "max_output_tokens": 256}],
-    "configurations": [{"name": "demo", "model": "demo", "system_prompt": ""}],
-}
-_BUILTIN["models"][0]["capabilities"] = ["chat", "completion", "tools"]
-_BUILTIN["configurations"][0]["system_prompt"] = (
+_DEMO_PROMPT = (
     "You are the offline demo model of a self-hosted chat app. "
     "Be brief and friendly, and say plainly that you are a demo."
 )
+_BUILTIN = {
+    "providers": [{"name": "demo", "kind": "demo"}],
+    "models": [
+        {
+            "name": "demo",
+            "provider": "demo",
+            "max_output_tokens": 256,
+            "capabilities": ["chat", "completion", "tools"],
+        }
+    ],
+    "configurations": [{"name": "demo", "model": "demo", "system_prompt": _DEMO_PROMPT}],
+}
 """The offline demo, read like any file (its window and tokenizer are the demo's defaults)."""
 
 

@@ -52,22 +52,20 @@ def origins(values: tuple[str, ...]) -> tuple[str, ...]:
     """Each exactly scheme://host[:port]: what a browser compares for frame-ancestors."""
     if not values:
         raise ValueError("must list at least one origin, such as 'https://example.com'")
-    if problems := [problem for problem in map(_origin_problem, values) if problem]:
+    problems, sites = [], "list each site that may embed the chat, such as 'https://example.com'"
+    for origin in values:
+        parts, no = _split(origin), f"'{origin}' is not an origin"
+        if "*" in origin:
+            problems.append(f"'{origin}': wildcards are not allowed; {sites}")
+        elif parts and parts.scheme not in ("http", "https"):
+            problems.append(f"{no}: it must start with http:// or https://")
+        elif not parts or not parts.hostname or re.search(r"[@\s]", origin):
+            problems.append(f"{no} (scheme://host[:port])")
+        elif origin.lower() != (expected := f"{parts.scheme}://{parts.netloc}").lower():
+            problems.append(f"{no}: drop the path, query or fragment and use '{expected}'")
+    if problems:
         raise ValueError(*problems)
     return values
-
-
-def _origin_problem(origin: str) -> str | None:
-    if "*" in origin:
-        sites = "list each site that may embed the chat, such as 'https://example.com'"
-        return f"'{origin}': wildcards are not allowed; {sites}"
-    if (parts := _split(origin)) and parts.scheme not in ("http", "https"):
-        return f"'{origin}' is not an origin: it must start with http:// or https://"
-    if not parts or not parts.hostname or re.search(r"[@\s]", origin):
-        return f"'{origin}' is not an origin (scheme://host[:port])"
-    if origin.lower() != (expected := f"{parts.scheme}://{parts.netloc}").lower():
-        return f"'{origin}' is not an origin: drop the path, query or fragment and use '{expected}'"
-    return None
 
 
 def api_key_env(value: str) -> str:

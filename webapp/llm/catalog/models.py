@@ -220,9 +220,10 @@ class ConfigurationSpec(_Spec):
         """Exactly one of model and criteria, judged on the keys given; criteria only when
         every model is valid (a broken one might have matched); each fallback a declared
         model, not the own one, that can hold a prompt after the reply."""
-        if "model" in data and "criteria" in data:
+        given = [key for key in ("model", "criteria") if data.get(key) is not None]
+        if len(given) == 2:
             yield "model", "set either 'model' (a fixed model) or 'criteria', not both"
-        elif "model" not in data and "criteria" not in data:
+        elif not given:
             chosen = "'criteria' (a model chosen per call)"
             yield "model", f"required: set 'model' (a fixed model) or {chosen}"
         if reading is None:
