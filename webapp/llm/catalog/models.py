@@ -185,10 +185,13 @@ class Criteria(_Spec):
 
     def matches(self, model: ModelSpec) -> bool:
         """A model with unknown cost never passes a cost ceiling: we cannot promise it."""
-        cost, ceiling = model.cost_input, self.max_cost_input
-        affordable = ceiling is None or (cost is not None and cost <= ceiling)
-        large = model.window >= (self.min_context_window or 0)
-        return self.capabilities <= model.capabilities and large and affordable
+        if not self.capabilities <= model.capabilities:
+            return False
+        if self.min_context_window is not None and model.window < self.min_context_window:
+            return False
+        if self.max_cost_input is None:
+            return True
+        return model.cost_input is not None and model.cost_input <= self.max_cost_input
 
     def describe(self) -> str:
         asked = self.model_dump(exclude_defaults=True, exclude={"prefer_lowest_cost"})
@@ -299,8 +302,12 @@ class Catalog(BaseModel):
         lowest cost first when asked (unknown cost last, since it may be anything), else the
         largest window first, since a bigger window trims less. Ties break on the name."""
         matching = [model for model in self.models.values() if criteria.matches(model)]
-        if not criteria.prefer_lowest_cost:
-            return sorted(matching, key=lambda model: (-model.window, model.name))
-        unknown = {m.name for m in matching if m.cost_input is None or m.cost_output is None}
-        cost = {m.name: (m.cost_input or 0) + (m.cost_output or 0) for m in matching}
-        return sorted(matching, key=lambda m: (m.name in unknown, cost[m.name], m.name))
+        if criteria.prefer_lowest_cost:
+            return sorted(matching, key=_cost_order)
+        return sorted(matching, key=lambda model: (-model.window, model.name))
+
+
+def _cost_order(model: ModelSpec) -> tuple[bool, float, str]:
+    if model.cost_input is None or model.cost_output is None:
+        return (True, 0.0, model.name)
+    return (False, model.cost_input + model.cost_output, model.name)
