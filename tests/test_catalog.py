@@ -765,6 +765,27 @@ def test_one_entry_reports_each_place_once_in_order(tmp_path: Path) -> None:
     ]
 
 
+def test_references_and_own_problems_are_in_the_order_of_the_fields(tmp_path: Path) -> None:
+    text = BASE + (
+        "\n[[models]]\nname = 'x'\ncost_input = -1\nprovider = 'opnai'\ncolour = 'red'\n"
+        "[[configurations]]\nname = 'c'\nfallbacks = ['smal']\nmodel = 'bigg'\n"
+    )
+    path, errors = errors_for(tmp_path, text)
+    model, configuration = f"{path}: models[2] 'x': field", f"{path}: configurations[1] 'c': field"
+    assert [line.split(": ")[2] for line in errors] == [
+        "field 'provider'",
+        "field 'cost_input'",
+        "field 'colour'",
+        "field 'model'",
+        "field 'fallbacks'",
+    ]
+    assert errors[0] == (
+        f"{model} 'provider': unknown provider 'opnai' (did you mean 'openai'?); "
+        "declare it in [[providers]]"
+    )
+    assert errors[4].startswith(f"{configuration} 'fallbacks': unknown model 'smal'")
+
+
 # --------------------------------------------------------------------------- file problems
 
 

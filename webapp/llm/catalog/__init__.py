@@ -84,7 +84,10 @@ def builtin_catalog() -> Catalog:
 
 def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
     """Read and validate a catalog file; None means the built-in demo catalog."""
-    return builtin_catalog() if path is None else parse_catalog(*_read_toml(os.fspath(path)))
+    if path is None:
+        return builtin_catalog()
+    source = os.fspath(path)
+    return parse_catalog(_read_toml(source), source)
 
 
 def parse_catalog(data: object, source: str) -> Catalog:
@@ -96,11 +99,8 @@ def parse_catalog(data: object, source: str) -> Catalog:
     names = {section: [n for e in table if (n := _name(e))] for section, table in entries.items()}
     reading, first = Reading(Path(source).resolve().parent, names), dict[tuple[str, str], str]()
     known = "; expected [[providers]], [[models]], [[configurations]] or [[embeds]]"
-    unknown = [key for key in data if key not in SECTIONS]
-    lines = [
-        f"top level: field '{key}': unknown key{did_you_mean(key, SECTIONS)}{known}"
-        for key in unknown
-    ]
+    hints = {key: did_you_mean(key, SECTIONS) for key in data if key not in SECTIONS}
+    lines = [f"top level: field '{key}': unknown key{hint}{known}" for key, hint in hints.items()]
     for section, spec in SECTIONS.items():
         if entries[section] is not tables[section]:
             found = f"([[{section}]]), got {describe(tables[section])}"
@@ -164,11 +164,13 @@ def _lines(section: str, label: str, error: ErrorDetails, spec: type[BaseModel])
     return [f"{where}: {text.format(input=found, **ctx) if text else error['msg']}"]
 
 
-def _read_toml(source: str) -> tuple[dict[str, Any], str]:
+def _read_toml(source: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(Path(source).read_bytes().decode("utf-8")), source
-    except (FileNotFoundError, IsADirectoryError) as exc:
-        problem = "file not found" if isinstance(exc, FileNotFoundError) else "is a directory"
+        return tomllib.loads(Path(source).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        problem = "file not found"
+    except IsADirectoryError:
+        problem = "is a directory, not a TOML file"
     except OSError as exc:
         problem = f"cannot read file: {exc.strerror or exc}"
     except UnicodeDecodeError as exc:

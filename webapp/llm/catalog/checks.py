@@ -106,7 +106,9 @@ def tokenizer(setting: str, *, demo: bool, folder: Path) -> str:
         return kind
     tiktoken = kind == "tiktoken"
     if not argument.strip():
-        example = "'tiktoken:cl100k_base'" if tiktoken else "'huggingface:models/tokenizer.json'"
+        example = (
+            "'tiktoken:cl100k_base'" if tiktoken else "'huggingface:models/qwen/tokenizer.json'"
+        )
         needs = "an encoding" if tiktoken else "the path of a tokenizer.json"
         raise ValueError(f"'{kind}:' needs {needs}, e.g. {example}")
     package, extra = ("tiktoken", "tiktoken") if tiktoken else ("tokenizers", "huggingface")

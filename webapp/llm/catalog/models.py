@@ -82,22 +82,25 @@ class _Spec(BaseModel):
     @classmethod
     def _whole(cls, data: Any, handler: Handler[Self], info: ValidationInfo) -> Self:
         """What reads several keys or other entries: `_defaults`, and `_problems`, run even when
-        fields fail so that all are reported at once. They see the keys as given, and `ok`
-        those that passed (strict, so a key that passed is its value)."""
+        fields fail so that all are reported at once, in the order of the fields. They see the
+        keys as given, and `ok` those that passed (strict, so a key that passed is its value)."""
         reading = info.context if isinstance(info.context, Reading) else None
-        data, errors = cls._defaults(data, reading) | data if isinstance(data, dict) else data, []
+        data = cls._defaults(data, reading) | data if isinstance(data, dict) else data
+        errors: list[Any] = []
         try:
             entry = handler(data)
         except ValidationError as exc:
-            errors = list(exc.errors())
+            errors = exc.errors()
         if isinstance(data, dict):
             failed = {error["loc"][0] for error in errors if error["loc"]}
             ok = {key: value for key, value in data.items() if key not in failed}
             for at, text in cls._problems(data, ok, reading):
                 error = {"type": "value_error", "input": None, "ctx": {"error": ValueError(text)}}
-                errors.append(error | {"loc": (at,)})  # type: ignore[arg-type]
+                errors.append(error | {"loc": (at,)})
+            order = {key: index for index, key in enumerate(cls.model_fields)}
+            errors.sort(key=lambda error: order.get(error["loc"][0], len(order)))
         if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)  # type: ignore[arg-type]
+            raise ValidationError.from_exception_data(cls.__name__, errors)
         return entry
 
     @classmethod
