@@ -69,6 +69,21 @@ async def test_frames_then_the_end() -> None:
     assert client.messages[-1] == END
 
 
+async def test_each_stream_has_headers_of_its_own() -> None:
+    """The app's `before_send` hook adds headers to the start message in place (an embed's
+    stream may be framed, a page's may not): what one stream got, the next must not."""
+
+    async def nothing() -> AsyncIterator[bytes]:
+        for frame in ():
+            yield frame
+
+    first, second = Client(), Client()
+    await serve(nothing(), first)
+    first.messages[0]["headers"].append((b"x-frame-options", b"DENY"))
+    await serve(nothing(), second)
+    assert b"x-frame-options" not in dict(second.messages[0]["headers"])
+
+
 def test_a_frame_of_many_lines_is_a_data_line_each() -> None:
     assert (
         events.frame("a\r\nb\nc", "turn", "7")

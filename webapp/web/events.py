@@ -118,10 +118,12 @@ class EventStream:
     ) -> None:
         self.frames = frames
         self.status_code = status_code
-        self.headers = _RAW_HEADERS
+        # A list of its own: a `before_send` hook adds headers to it in place.
+        self.headers = [*_RAW_HEADERS]
         if headers:
-            extra = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
-            self.headers = [*_RAW_HEADERS, *extra]
+            self.headers += [
+                (name.lower().encode(), value.encode()) for name, value in headers.items()
+            ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.current_task()
