@@ -74,7 +74,8 @@ async def test_each_stream_has_headers_of_its_own() -> None:
     stream may be framed, a page's may not): what one stream got, the next must not."""
 
     async def nothing() -> AsyncIterator[bytes]:
-        for frame in ():
+        none: list[bytes] = []
+        for frame in none:
             yield frame
 
     first, second = Client(), Client()
