@@ -36,8 +36,8 @@ from typing import Any
 
 from bench.common import fresh_sqlite, git_revision, machine
 from tests.upstream import FakeUpstream
+from webapp.chat.jobs import ChatJobs, chat_jobs
 from webapp.chat.models import Status
-from webapp.chat.service import ConversationService
 from webapp.db import Database
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
@@ -141,7 +141,7 @@ async def service(database_url: str, folder: Path, toml: str) -> Any:
     calibrator = Calibrator(db)
     await calibrator.load()
     manager = LLMManager(catalog, calibrator, tokenizers=tokenizers)
-    chat = ConversationService(db, manager, settings)
+    chat = chat_jobs(db, manager, settings)
     try:
         yield chat
     finally:
@@ -163,20 +163,20 @@ async def one_round(
     scale = SCALE[window]
     url = fresh_sqlite(folder / f"{window}-{rule}.db")
     async with service(url, folder, catalog_toml(upstream)) as chat:
-        chat_: ConversationService = chat
-        conversation = await chat_.create("bench", f"{window}-{rule}")
+        chat_: ChatJobs = chat
+        conversation = await chat_.editor.create("bench", f"{window}-{rule}")
         previous: list[tuple[str, str]] | None = None
         for turn in range(turns):
             upstream.set_reply(answer_text(turn, scale * (4 + turn % 7)))
             started = time.perf_counter()
-            send = await chat_.send(
+            send = await chat_.sender.send(
                 "bench", conversation.id, user_text(turn, scale * (4 + turn % 5))
             )
             first: float | None = None
             async for event in send.running.channel.follow():
                 if event.name == "delta" and first is None:
                     first = time.perf_counter()
-            user, answer = await chat_.settle(send)
+            user, answer = await chat_.sender.settle(send)
             chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
             request = wire(chats[-1])
             if answer.status != Status.COMPLETE:

@@ -38,9 +38,9 @@ from webapp.db import Database, create_engine
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ConfigurationSpec, ModelSpec, ProviderSpec
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.manager import LLMManager
 from webapp.llm.routing import Route
-from webapp.llm.window import FitResult
+from webapp.llm.window import FitResult, Transcript
 from webapp.migrate import upgrade
 
 TURNS = 10_000

@@ -70,13 +70,13 @@ async def one_round(
     evaluated: list[int] = []
     refused = trimmed = 0
     async with service(url, folder, catalog(base_url, window)) as chat:
-        warm = await chat.create("bench", configuration)
-        await chat.settle(await chat.send("bench", warm.id, "Say hello in one word."))
-        conversation = await chat.create("bench", configuration)
+        warm = await chat.editor.create("bench", configuration)
+        await chat.sender.settle(await chat.sender.send("bench", warm.id, "Say hello in one word."))
+        conversation = await chat.editor.create("bench", configuration)
         _, offset = evaluated_since(log, 0)
         for turn in range(turns):
-            send = await chat.send("bench", conversation.id, user_text(turn, 3 + turn % 4))
-            user, answer = await chat.settle(send)
+            send = await chat.sender.send("bench", conversation.id, user_text(turn, 3 + turn % 4))
+            user, answer = await chat.sender.settle(send)
             counts, offset = evaluated_since(log, offset)
             if answer.status != Status.COMPLETE:
                 refused += 1

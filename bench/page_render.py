@@ -237,11 +237,11 @@ async def stages(app: Any, conversation_id: str, repeats: int = 10) -> None:
 
     for _ in range(repeats):
         start = time.perf_counter()
-        row, rows, has_older = await chat.page(owner, conversation_id, turns=50)
+        row, rows, has_older = await chat.reader.page(owner, conversation_id, turns=50)
         start = clock("query the page's rows", start)
         spans = await chat.left_out_spans(conversation_id, rows)
         start = clock("trim marker spans", start)
-        await chat.conversations(owner)
+        await chat.reader.conversations(owner)
         start = clock("conversation list", start)
         views = message_views(rows, spans)
         html = [str(view.html) for view in views]

@@ -28,7 +28,7 @@ import httpx
 
 from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary
 from tests.catalogs import write_upstream_catalog
-from webapp.chat.service import ConversationService
+from webapp.chat.jobs import chat_jobs
 from webapp.db import Database
 from webapp.llm.calibration import Calibrator
 from webapp.llm.manager import LLMManager
@@ -79,11 +79,11 @@ async def measure(upstream: Upstream, folder: Path) -> None:
     )
     db = Database(settings.database_url)
     manager = LLMManager(settings.catalog, Calibrator(db))
-    chat = ConversationService(db, manager, settings)
+    chat = chat_jobs(db, manager, settings)
     direct = OpenAIProvider(upstream.base_url)
 
     async def send(owner: str, conversation_id: str, content: str) -> None:
-        sent = await chat.send(owner, conversation_id, content)
+        sent = await chat.sender.send(owner, conversation_id, content)
         async for event in sent.running.channel.follow():
             if event.name in ("done", "error"):
                 assert event.name == "done", event.data
@@ -93,13 +93,13 @@ async def measure(upstream: Upstream, folder: Path) -> None:
     conversations = []
     for index in range(ROUNDS + WARMUP):
         owner = f"bench-{index}"
-        conversation = await chat.create(owner, "small")
+        conversation = await chat.editor.create(owner, "small")
         for content in EARLIER:
             await send(owner, conversation.id, content)
         conversations.append((owner, conversation.id))
     # The direct request is the one the engine sends: system prompt, the turns so far,
     # the question.
-    _, stored = await chat.history(*conversations[0])
+    _, stored = await chat.reader.history(*conversations[0])
     system = settings.catalog.configurations["small"].system_prompt
     messages = [{"role": "system", "content": system}] if system else []
     messages += [{"role": row.role, "content": row.content} for row in stored]
@@ -121,7 +121,7 @@ async def measure(upstream: Upstream, folder: Path) -> None:
             provider_ms.append((middle - start) * 1000)
             engine_ms.append((end - middle) * 1000)
     # Same request both ways: the engine left nothing out of the same stored history.
-    _, last = await chat.history(*conversations[-1])
+    _, last = await chat.reader.history(*conversations[-1])
     assert [(r.role, r.content) for r in last[:-2]] == [(r.role, r.content) for r in stored]
     assert last[-2].dropped_turns == 0 and last[-1].status == "complete"
     print(f"  provider called directly   {summary(provider_ms)}")

@@ -36,8 +36,8 @@ from bench.common import fresh_sqlite, git_revision, machine
 from tests.counting import catalog_service, corpus, counting_service
 from tests.upstream import FakeUpstream
 from tests.vendors import KEY_ENV, FakeVendors, providers_toml
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Status
-from webapp.chat.service import ConversationService
 
 KINDS = (
     "english",
@@ -105,7 +105,7 @@ tokenizer = "estimate"
 catalog would leave them; `trim_to = 1.0` keeps as many turns as fit on every send, so
 the fill measures the counts (a moved cut goes down to trim_to on purpose)."""
 
-Service = Callable[[str], AbstractAsyncContextManager[ConversationService]]
+Service = Callable[[str], AbstractAsyncContextManager[ChatJobs]]
 
 
 @dataclass
@@ -153,11 +153,11 @@ async def conversation_fills(
     fills: list[float] = []
     refusals = 0
     async with provider.service(database_url) as chat:
-        conversation = await chat.create("bench", configuration)
+        conversation = await chat.editor.create("bench", configuration)
         for number in range(TURNS):
             text = f"{number}: {samples[number % len(samples)]}"
-            send = await chat.send("bench", conversation.id, text)
-            user, answer = await chat.settle(send)
+            send = await chat.sender.send("bench", conversation.id, text)
+            user, answer = await chat.sender.settle(send)
             if answer.status != Status.COMPLETE:
                 refusals += 1
                 continue

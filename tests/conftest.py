@@ -42,7 +42,7 @@ from tests.vendors import (  # noqa: F401  (the fake Anthropic and Gemini APIs, 
 )
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
-from webapp.chat.service import ConversationService
+from webapp.chat.jobs import ChatJobs
 from webapp.db import Database
 from webapp.migrate import upgrade
 from webapp.settings import Settings
@@ -193,7 +193,7 @@ async def callers(
 
 
 @pytest.fixture
-async def chat(settings: Settings) -> AsyncIterator[ConversationService]:
+async def chat(settings: Settings) -> AsyncIterator[ChatJobs]:
     service = await build_service(settings)
     yield service
     await close_service(service)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.catalogs import engine_toml
 from tests.upstream import Engine, FakeUpstream
-from webapp.chat.service import ConversationService
+from webapp.chat.jobs import ChatJobs, chat_jobs
 from webapp.db import Database
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
@@ -43,7 +43,7 @@ async def counting_service(
     upstream: FakeUpstream,
     engine: Engine = "llamacpp",
     rate_limit: int = 0,
-) -> AsyncIterator[ConversationService]:
+) -> AsyncIterator[ChatJobs]:
     """The service as the app builds it: tokenizers probed against the engine first."""
     upstream.set_engine(engine)
     path = tmp_path / "engine.toml"
@@ -56,7 +56,7 @@ async def counting_service(
 @asynccontextmanager
 async def catalog_service(
     database_url: str, path: Path, rate_limit: int = 0, *, discover_windows: bool = True
-) -> AsyncIterator[ConversationService]:
+) -> AsyncIterator[ChatJobs]:
     """The service for a catalog file as the app starts it: windows left out of the file
     discovered (unless told not to), then the tokenizers probed."""
     settings = Settings(
@@ -73,7 +73,7 @@ async def catalog_service(
     await tokenizers.probe(catalog)
     db = Database(database_url)
     manager = LLMManager(catalog, Calibrator(db), tokenizers=tokenizers)
-    service = ConversationService(db, manager, settings)
+    service = chat_jobs(db, manager, settings)
     try:
         yield service
     finally:

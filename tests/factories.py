@@ -35,12 +35,13 @@ from webapp.accounts.service import AccountService
 from webapp.accounts.web import owner_of
 from webapp.admin.web import AdminController
 from webapp.app import app_error, http_error
+from webapp.chat.jobs import ChatJobs, chat_jobs
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
-from webapp.chat.service import ConversationService
 from webapp.db import Database
 from webapp.errors import AppError
 from webapp.llm.calibration import Calibrator
-from webapp.llm.manager import Finished, Fitted, LLMManager, StreamEvent, Transcript
+from webapp.llm.manager import Finished, Fitted, LLMManager, StreamEvent
+from webapp.llm.window import Transcript
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
@@ -87,24 +88,22 @@ OWNER = "alice"
 """Who owns the conversations of the service tests."""
 
 
-async def build_service(settings: Settings) -> ConversationService:
+async def build_service(settings: Settings) -> ChatJobs:
     db = Database(settings.database_url)
     calibrator = Calibrator(db)
     await calibrator.load()
-    return ConversationService(db, LLMManager(settings.catalog, calibrator), settings)
+    return chat_jobs(db, LLMManager(settings.catalog, calibrator), settings)
 
 
-async def close_service(service: ConversationService) -> None:
+async def close_service(service: ChatJobs) -> None:
     await service.shutdown()
     await service.manager.aclose()
     await service.db.dispose()
 
 
-async def say(
-    chat: ConversationService, conversation_id: str, text: str
-) -> tuple[Message, Message]:
-    send = await chat.send(OWNER, conversation_id, text)
-    return await chat.settle(send)
+async def say(chat: ChatJobs, conversation_id: str, text: str) -> tuple[Message, Message]:
+    send = await chat.sender.send(OWNER, conversation_id, text)
+    return await chat.sender.settle(send)
 
 
 # ---- users -----------------------------------------------------------------------------------
@@ -127,7 +126,7 @@ async def make_user(database_url: str, name: str, *, admin: bool = False) -> str
         await engine.dispose()
 
 
-async def add_user(chat: ConversationService, name: str, *, admin: bool = False) -> User:
+async def add_user(chat: ChatJobs, name: str, *, admin: bool = False) -> User:
     """A user row written straight to the service's database (no password to sign in with)."""
     user = User(username=name, username_key=name.lower(), password_hash="x", is_admin=admin)
     async with session_on(chat.db, begin=True) as session:
@@ -235,11 +234,11 @@ async def admin_client(
         app.state.chat = await build_service(settings)
 
     async def stop(app: Litestar) -> None:
-        chat: ConversationService = app.state.chat
+        chat: ChatJobs = app.state.chat
         await chat.manager.aclose()
         await chat.db.dispose()
 
-    def chat(state: State) -> ConversationService:
+    def chat(state: State) -> ChatJobs:
         return state.chat
 
     app = Litestar(

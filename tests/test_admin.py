@@ -42,8 +42,8 @@ from webapp.admin import queries
 from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_model_chart
 from webapp.admin.listing import SORTS, Listing, parse_listing
 from webapp.admin.web import AdminController, left_out_spans
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
-from webapp.chat.service import ConversationService
 from webapp.db import is_sqlite
 from webapp.errors import InvalidInput, NotFound
 from webapp.settings import Settings
@@ -65,7 +65,7 @@ RATE_LIMITS = ("rate_limit_messages", "embed_rate_limit_messages")
 class World:
     """What the tests made, and what the upstream was sent for each send."""
 
-    chat: ConversationService
+    chat: ChatJobs
     settings: Settings
     users: dict[str, User]
     ids: dict[str, str] = field(default_factory=dict)
@@ -78,7 +78,9 @@ async def send(
     world: World, upstream: FakeUpstream, owner: str, conversation_id: str, text: str
 ) -> Message:
     before = len(upstream.requests)
-    user, _ = await world.chat.settle(await world.chat.send(owner, conversation_id, text))
+    user, _ = await world.chat.sender.settle(
+        await world.chat.sender.send(owner, conversation_id, text)
+    )
     requests = upstream.requests[before:]
     assert requests, "every send reaches the upstream"
     world.sent[(conversation_id, user.seq)] = requests[-1]["body"]["messages"]
@@ -101,7 +103,7 @@ async def talk(
     """Send at least `turns` messages, and on until `trimmed` sends were trimmed: how
     soon the bound trims depends on the estimator, which these tests do not pin down.
     `fail` scripts an upstream error (status, model) before the send of that index."""
-    conversation = await world.chat.create(owner, configuration, title=f"{name} talk")
+    conversation = await world.chat.editor.create(owner, configuration, title=f"{name} talk")
     world.ids[name] = conversation.id
     index = count = 0
     while index < turns or count < trimmed:
@@ -116,7 +118,7 @@ async def talk(
     return conversation.id
 
 
-async def set_activity(chat: ConversationService, conversation_id: str, when: datetime) -> None:
+async def set_activity(chat: ChatJobs, conversation_id: str, when: datetime) -> None:
     """Move a conversation (and its messages) to another time, as if it happened then."""
     async with session_on(chat.db, begin=True) as session:
         await session.exec(
@@ -217,7 +219,7 @@ class Expected:
     most_dropped: int
 
 
-async def everything(chat: ConversationService) -> tuple[list[Conversation], list[Message]]:
+async def everything(chat: ChatJobs) -> tuple[list[Conversation], list[Message]]:
     async with session_on(chat.db) as session:
         conversations = list((await session.exec(select(Conversation))).all())
         messages = list((await session.exec(select(Message).order_by(col(Message.seq)))).all())

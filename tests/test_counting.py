@@ -16,13 +16,14 @@ from tests.catalogs import engine_toml
 from tests.counting import corpus, counting_service
 from tests.factories import OWNER, say
 from tests.upstream import FakeUpstream
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Status
-from webapp.chat.service import ConversationService
 from webapp.errors import TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog
-from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.manager import LLMManager
 from webapp.llm.tokenizers import Tokenizers
+from webapp.llm.window import Transcript
 
 KINDS = ("english", "russian", "chinese", "hindi", "json", "python", "emoji", "arabic")
 
@@ -30,7 +31,7 @@ KINDS = ("english", "russian", "chinese", "hindi", "json", "python", "emoji", "a
 @pytest.fixture
 async def counted(
     database_url: str, tmp_path: Path, engine_upstream: FakeUpstream
-) -> AsyncIterator[tuple[ConversationService, FakeUpstream]]:
+) -> AsyncIterator[tuple[ChatJobs, FakeUpstream]]:
     async with counting_service(database_url, tmp_path, engine_upstream) as service:
         yield service, engine_upstream
 
@@ -53,9 +54,9 @@ async def test_exact_counts_fill_the_window_and_are_never_refused(
         await _fill_and_check(chat, engine_upstream, kind)
 
 
-async def _fill_and_check(chat: ConversationService, upstream: FakeUpstream, kind: str) -> None:
+async def _fill_and_check(chat: ChatJobs, upstream: FakeUpstream, kind: str) -> None:
     samples = corpus()[kind]
-    conversation = await chat.create(OWNER, "gemma")
+    conversation = await chat.editor.create(OWNER, "gemma")
     trimmed = []
     for number in range(40):
         text = f"{number}: " + samples[number % len(samples)]
@@ -74,13 +75,13 @@ async def _fill_and_check(chat: ConversationService, upstream: FakeUpstream, kin
 
 
 async def test_counts_are_made_once_and_stored_per_tokenizer(
-    counted: tuple[ConversationService, FakeUpstream],
+    counted: tuple[ChatJobs, FakeUpstream],
 ) -> None:
     chat, upstream = counted
-    conversation = await chat.create(OWNER, "gemma")
+    conversation = await chat.editor.create(OWNER, "gemma")
     for number in range(6):
         await say(chat, conversation.id, f"turn {number}: " + "tell me more " * 20)
-    _, rows = await chat.history(OWNER, conversation.id)
+    _, rows = await chat.reader.history(OWNER, conversation.id)
     for row in rows:
         assert row.token_counts == {"server:gemma": upstream.count(row.content)}, row.seq
     # A send counts its new message and its answer, never the history again.
@@ -89,10 +90,10 @@ async def test_counts_are_made_once_and_stored_per_tokenizer(
     assert tokenizes(upstream) - before == 2
     # Another model (its own tokenizer id): the history it may send is counted once,
     # then, and kept beside the first model's counts.
-    await chat.set_configuration(OWNER, conversation.id, "twin")
+    await chat.editor.set_configuration(OWNER, conversation.id, "twin")
     user, _ = await say(chat, conversation.id, "turn 7: switched")
     assert user.fit_counted_by == "server:gemma-twin" and user.fit_model == "gemma-twin"
-    _, rows = await chat.history(OWNER, conversation.id)
+    _, rows = await chat.reader.history(OWNER, conversation.id)
     for row in rows[:-1]:
         assert row.token_counts is not None
         assert row.token_counts["server:gemma-twin"] == upstream.count(row.content), row.seq
@@ -105,10 +106,10 @@ async def test_counts_are_made_once_and_stored_per_tokenizer(
 
 
 async def test_a_system_prompt_is_counted_once_and_the_plan_is_sent_as_made(
-    counted: tuple[ConversationService, FakeUpstream],
+    counted: tuple[ChatJobs, FakeUpstream],
 ) -> None:
     chat, upstream = counted
-    conversation = await chat.create(OWNER, "briefed")
+    conversation = await chat.editor.create(OWNER, "briefed")
     await say(chat, conversation.id, "first: hello")
     before = tokenizes(upstream)
     user, answer = await say(chat, conversation.id, "second: and again")
@@ -118,7 +119,7 @@ async def test_a_system_prompt_is_counted_once_and_the_plan_is_sent_as_made(
     sent = chats(upstream)[-1]["body"]["messages"]
     assert sent[0]["role"] == "system"
     assert answer.prompt_tokens == upstream.count_chat(sent)
-    preview = await chat.preview(OWNER, conversation.id, "third: what would you send?")
+    preview = await chat.sender.preview(OWNER, conversation.id, "third: what would you send?")
     assert preview.fit_counted_by == "server:gemma+estimate", "the typed text is estimated"
     assert tokenizes(upstream) - before == 2, "a preview asks the engine nothing"
 
@@ -130,23 +131,23 @@ async def test_a_send_sure_to_be_refused_does_not_ask_the_engine_to_count_it(
     the engine first (an embed visitor hammering the send button costs the engine
     nothing); the send's transaction still decides, and stores nothing."""
     async with counting_service(database_url, tmp_path, engine_upstream, rate_limit=2) as chat:
-        conversation = await chat.create(OWNER, "gemma")
+        conversation = await chat.editor.create(OWNER, "gemma")
         await say(chat, conversation.id, "one")
         await say(chat, conversation.id, "two")
         before = tokenizes(engine_upstream)
         for attempt in range(3):
             with pytest.raises(TooManyRequests):
-                await chat.send(OWNER, conversation.id, f"again {attempt}")
+                await chat.sender.send(OWNER, conversation.id, f"again {attempt}")
         assert tokenizes(engine_upstream) - before == 1, "only the first refused send counted"
-        _, rows = await chat.history(OWNER, conversation.id)
+        _, rows = await chat.reader.history(OWNER, conversation.id)
         assert len(rows) == 4
 
 
 async def test_a_failing_or_slow_tokenizer_never_fails_or_stalls_a_send(
-    counted: tuple[ConversationService, FakeUpstream],
+    counted: tuple[ChatJobs, FakeUpstream],
 ) -> None:
     chat, upstream = counted
-    conversation = await chat.create(OWNER, "gemma")
+    conversation = await chat.editor.create(OWNER, "gemma")
     await say(chat, conversation.id, "first: hello there")
     upstream.fail_tokenize(500, count=100)
     user, answer = await say(chat, conversation.id, "second: the tokenizer is down")
@@ -157,7 +158,7 @@ async def test_a_failing_or_slow_tokenizer_never_fails_or_stalls_a_send(
     upstream.reset()
     upstream.set_engine("llamacpp")
     upstream.stall_tokenize(10, count=100)
-    fresh = await chat.create(OWNER, "gemma")
+    fresh = await chat.editor.create(OWNER, "gemma")
     started = time.monotonic()
     user, answer = await say(chat, fresh.id, "third: the tokenizer is slow")
     assert time.monotonic() - started < 8, "a stalled tokenizer is given up on"
@@ -173,7 +174,7 @@ async def test_llama_cpp_python_counts_by_its_extras_endpoint_without_streamed_u
     ) as chat:
         model = chat.manager.catalog.models["gemma"]
         assert "extras" in chat.manager.tokenizers.describe(model)
-        conversation = await chat.create(OWNER, "gemma")
+        conversation = await chat.editor.create(OWNER, "gemma")
         user, answer = await say(chat, conversation.id, "hello from llama-cpp-python")
         assert answer.status == Status.COMPLETE and answer.prompt_tokens is None
         assert user.fit_counted_by == "server:gemma"
@@ -181,11 +182,11 @@ async def test_llama_cpp_python_counts_by_its_extras_endpoint_without_streamed_u
 
 
 async def test_the_estimate_alone_never_undercounts_on_a_foreign_vocabulary(
-    counted: tuple[ConversationService, FakeUpstream],
+    counted: tuple[ChatJobs, FakeUpstream],
 ) -> None:
     """A model set to "estimate" on the Qwen engine: never refused, never overfilled."""
     chat, upstream = counted
-    conversation = await chat.create(OWNER, "guess")
+    conversation = await chat.editor.create(OWNER, "guess")
     samples = [text for kind in KINDS for text in corpus()[kind][:2]]
     for number, text in enumerate(samples):
         user, answer = await say(chat, conversation.id, f"{number}: {text}")

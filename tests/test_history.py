@@ -19,9 +19,9 @@ from webapp.chat.models import Conversation, Message, Status
 from webapp.db import create_engine
 from webapp.llm.calibration import Calibrator
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.manager import LLMManager
 from webapp.llm.routing import Route
-from webapp.llm.window import FitResult
+from webapp.llm.window import FitResult, Transcript
 
 Row = dict[str, Any]
 """A message row as the tests build it: its columns by name."""

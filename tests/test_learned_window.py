@@ -17,8 +17,8 @@ import pytest
 
 from tests.factories import add_user, admin_client
 from tests.upstream import FakeUpstream
+from webapp.chat.jobs import ChatJobs, chat_jobs
 from webapp.chat.models import Message, Status
-from webapp.chat.service import ConversationService
 from webapp.db import Database
 from webapp.llm.calibration import Calibrator, learned_windows
 from webapp.llm.catalog import load_catalog
@@ -32,12 +32,10 @@ ENGINE_WINDOW = 1024
 OWNER = "alice"
 
 
-async def say(
-    chat: ConversationService, conversation_id: str, text: str
-) -> tuple[Message, Message]:
+async def say(chat: ChatJobs, conversation_id: str, text: str) -> tuple[Message, Message]:
     """One send, waited for: the stored user row and its answer."""
-    send = await chat.send(OWNER, conversation_id, text)
-    return await chat.settle(send)
+    send = await chat.sender.send(OWNER, conversation_id, text)
+    return await chat.sender.settle(send)
 
 
 CARD_WINDOW = 1400
@@ -77,7 +75,7 @@ model = "card-guess"
 
 
 @asynccontextmanager
-async def service(settings: Settings) -> AsyncIterator[ConversationService]:
+async def service(settings: Settings) -> AsyncIterator[ChatJobs]:
     """The service as the app builds it: tokenizers probed, calibration loaded."""
     catalog = load_catalog(settings.config)
     tokenizers = Tokenizers()
@@ -86,7 +84,7 @@ async def service(settings: Settings) -> AsyncIterator[ConversationService]:
     calibrator = Calibrator(db)
     await calibrator.load()
     manager = LLMManager(catalog, calibrator, tokenizers=tokenizers)
-    chat = ConversationService(db, manager, settings)
+    chat = chat_jobs(db, manager, settings)
     try:
         yield chat
     finally:
@@ -118,7 +116,7 @@ async def test_the_engines_window_is_learned_and_the_turn_succeeds(
         rate_limit_messages=0,
     )
     async with service(settings) as chat:
-        conversation = await chat.create(OWNER, configuration)
+        conversation = await chat.editor.create(OWNER, configuration)
         refused_once = False
         for number in range(16):
             before = chats(upstream)
@@ -182,7 +180,7 @@ async def test_a_refusal_naming_no_smaller_window_teaches_no_window(
         database_url=sqlite_url, config=path, stream_flush_interval=0.05, rate_limit_messages=0
     )
     async with service(settings) as chat:
-        conversation = await chat.create(OWNER, "card")
+        conversation = await chat.editor.create(OWNER, "card")
         for number in range(12):
             _, answer = await say(chat, conversation.id, f"{number}: " + "rivers " * 30)
             assert answer.status == Status.COMPLETE

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from tests.upstream import FakeUpstream
+from webapp.chat.jobs import ChatJobs, chat_jobs
 from webapp.chat.models import Message
-from webapp.chat.service import ConversationService
 from webapp.db import Database
 from webapp.gateway.schemas import ChatMessage
 from webapp.llm.calibration import (
@@ -33,19 +33,18 @@ from webapp.llm.calibration import (
 )
 from webapp.llm.catalog import load_catalog
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import LLMManager, Transcript
+from webapp.llm.manager import LLMManager
 from webapp.llm.tokenizers import Tokenizers
+from webapp.llm.window import Transcript
 from webapp.settings import Settings
 
 OWNER = "alice"
 
 
-async def say(
-    chat: ConversationService, conversation_id: str, text: str
-) -> tuple[Message, Message]:
+async def say(chat: ChatJobs, conversation_id: str, text: str) -> tuple[Message, Message]:
     """One send, waited for: the stored user row and its answer."""
-    send = await chat.send(OWNER, conversation_id, text)
-    return await chat.settle(send)
+    send = await chat.sender.send(OWNER, conversation_id, text)
+    return await chat.sender.settle(send)
 
 
 OTHER = "bob"
@@ -77,7 +76,7 @@ trim_to = 1.0
 @pytest.fixture
 async def chat(
     database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> AsyncIterator[ConversationService]:
+) -> AsyncIterator[ChatJobs]:
     """The service as the app builds it, its tokenizers probed against a llama.cpp engine
     (so every stored message is counted exactly, with cl100k)."""
     upstream.set_engine("llamacpp")
@@ -97,7 +96,7 @@ async def chat(
     calibrator = Calibrator(db)
     await calibrator.load()
     manager = LLMManager(catalog, calibrator, tokenizers=tokenizers)
-    service = ConversationService(db, manager, settings)
+    service = chat_jobs(db, manager, settings)
     try:
         yield service
     finally:
@@ -107,23 +106,23 @@ async def chat(
         await db.dispose()
 
 
-async def long_conversation(chat: ConversationService) -> str:
+async def long_conversation(chat: ChatJobs) -> str:
     """The other user's conversation: far longer than the 1,024-token window."""
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     for number in range(40):
         await say(chat, conversation.id, f"turn {number}: tell me about rivers and bridges")
     return conversation.id
 
 
-async def left_out(chat: ConversationService, conversation_id: str) -> int:
+async def left_out(chat: ChatJobs, conversation_id: str) -> int:
     """How many turns the other user's next send would leave out (a preview learns nothing)."""
-    preview = await chat.preview(OWNER, conversation_id, "and the next one?")
+    preview = await chat.sender.preview(OWNER, conversation_id, "and the next one?")
     assert preview.fit_counted_by is not None and preview.fit_counted_by.startswith(TOKENIZER)
     return preview.dropped_turns or 0
 
 
 async def test_a_gateway_call_with_a_long_name_does_not_move_another_users_trim(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
     conversation_id = await long_conversation(chat)
     calibrator = chat.manager.calibrator
@@ -173,27 +172,27 @@ def forged_export(turns: int) -> dict[str, Any]:
 
 
 async def test_a_forged_import_does_not_move_another_users_trim(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
     conversation_id = await long_conversation(chat)
     calibrator = chat.manager.calibrator
     overhead, factor = calibrator.overhead("small"), calibrator.factor("small")
     before = await left_out(chat, conversation_id)
 
-    forged = await chat.import_conversation(OTHER, forged_export(10))
-    _, rows = await chat.history(OTHER, forged.id)
+    forged = await chat.editor.import_conversation(OTHER, forged_export(10))
+    _, rows = await chat.reader.history(OTHER, forged.id)
     for row in rows:  # the file's sizes were not taken
         assert row.token_counts is None
         assert row.estimated_tokens == estimate_message({"role": row.role, "content": row.content})
     sends = len([r for r in upstream.requests if r["path"] == "/v1/chat/completions"])
-    send = await chat.send(OTHER, forged.id, "what did I ask first?")
-    user, answer = await chat.settle(send)
+    send = await chat.sender.send(OTHER, forged.id, "what did I ask first?")
+    user, answer = await chat.sender.settle(send)
     assert answer.status == "complete", answer.error
     assert user.fit_counted_by == TOKENIZER, "the imported history was counted on first use"
     chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
     assert len(chats) == sends + 1, "fitted right the first time"
     assert upstream.count_chat(chats[-1]["body"]["messages"]) <= (user.fit_budget or 0)
-    _, rows = await chat.history(OTHER, forged.id)
+    _, rows = await chat.reader.history(OTHER, forged.id)
     counted = [row for row in rows[:-2] if row.token_counts is not None]
     assert len(counted) >= 4, "what the send could carry was counted, and stored"
     for row in counted:
@@ -205,13 +204,13 @@ async def test_a_forged_import_does_not_move_another_users_trim(
     assert abs(after - before) <= 1, (before, after)
 
 
-async def test_an_import_keeps_its_format_but_not_its_sizes(chat: ConversationService) -> None:
+async def test_an_import_keeps_its_format_but_not_its_sizes(chat: ChatJobs) -> None:
     """The fields may be there (an export has them); a file without them imports too."""
     export = forged_export(2)
     for message in export["messages"][:2]:
         del message["estimated_tokens"], message["token_counts"]
-    conversation = await chat.import_conversation(OTHER, export)
-    _, rows = await chat.history(OTHER, conversation.id)
+    conversation = await chat.editor.import_conversation(OTHER, export)
+    _, rows = await chat.reader.history(OTHER, conversation.id)
     assert len(rows) == 4
     assert all(row.token_counts is None and row.estimated_tokens > 1 for row in rows)
 

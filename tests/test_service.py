@@ -13,8 +13,8 @@ from sqlmodel import col
 from tests.dbutil import session_on
 from tests.factories import OWNER, SERVICE, build_service, close_service, say
 from tests.upstream import FakeUpstream, count_chat_tokens
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Message, Status
-from webapp.chat.service import ConversationService
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.settings import Settings
 from webapp.timeutil import utcnow
@@ -22,17 +22,15 @@ from webapp.timeutil import utcnow
 pytestmark = pytest.mark.settings(**SERVICE)
 
 
-async def fill(
-    chat: ConversationService, conversation_id: str, turns: int, words: int = 25
-) -> None:
+async def fill(chat: ChatJobs, conversation_id: str, turns: int, words: int = 25) -> None:
     for index in range(turns):
         await say(chat, conversation_id, f"message {index}: " + "lorem ipsum " * words)
 
 
 async def test_a_send_stores_both_rows_with_fit_and_usage(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     user, answer = await say(chat, conversation.id, "Hello there, model!")
     assert (user.seq, answer.seq) == (1, 2)
     assert user.dropped_turns == 0 and user.fit_model == "small" and user.fit_window == 1024
@@ -43,31 +41,31 @@ async def test_a_send_stores_both_rows_with_fit_and_usage(
     assert answer.prompt_tokens == count_chat_tokens(upstream.requests[-1]["body"]["messages"])
     assert answer.completion_tokens and answer.finish_reason == "stop"
     assert answer.estimated_tokens > 0
-    refreshed = await chat.get(OWNER, conversation.id)
+    refreshed = await chat.reader.get(OWNER, conversation.id)
     assert refreshed.title == "Hello there, model!"
 
 
 async def test_a_send_returns_once_its_request_is_with_the_engine_not_before(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
     """The send's own response starts after the answer's request is written, so it runs
     while the engine reads the prompt; it does not wait for the answer."""
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.stall(0.6)
     started = time.monotonic()
-    send = await chat.send(OWNER, conversation.id, "Hello there, model!")
+    send = await chat.sender.send(OWNER, conversation.id, "Hello there, model!")
     returned = time.monotonic() - started
     assert send.running.sent.done() and not send.running.task.done()
     assert returned < 0.5
-    _, answer = await chat.settle(send)
+    _, answer = await chat.sender.settle(send)
     assert answer.status == Status.COMPLETE
     assert time.monotonic() - started >= 0.6
 
 
 async def test_trimmed_sends_store_the_count_and_history_stays_whole(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     await fill(chat, conversation.id, 12)
     user, _ = await say(chat, conversation.id, "What did I say first?")
     assert user.dropped_turns and user.dropped_turns > 0
@@ -77,14 +75,14 @@ async def test_trimmed_sends_store_the_count_and_history_stays_whole(
     sent_turns = [m for m in sent if m["role"] == "user"]
     assert len(sent_turns) + user.dropped_turns == 13
     assert sent_turns[1]["content"].startswith(f"message {1 + user.dropped_turns}:")
-    _, messages = await chat.history(OWNER, conversation.id)
+    _, messages = await chat.reader.history(OWNER, conversation.id)
     assert len(messages) == 26, "stored history is never shortened"
 
 
 async def test_a_failed_call_keeps_the_message_and_its_fit(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.fail_next(503)
     user, answer = await say(chat, conversation.id, "Are you there?")
     assert user.content == "Are you there?" and user.dropped_turns == 0
@@ -96,14 +94,14 @@ async def test_a_failed_call_keeps_the_message_and_its_fit(
     assert answer2.status == Status.COMPLETE
     sent = [m["content"] for m in upstream.requests[-1]["body"]["messages"]]
     assert "Are you there?" not in sent and sent[-1] == "Second try"
-    _, messages = await chat.history(OWNER, conversation.id)
+    _, messages = await chat.reader.history(OWNER, conversation.id)
     assert [m.seq for m in messages] == [1, 2, 3, 4]
 
 
 async def test_a_fallback_refits_and_the_rows_name_the_model_that_served(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
-    conversation = await chat.create(OWNER, "small-then-medium")
+    conversation = await chat.editor.create(OWNER, "small-then-medium")
     await fill(chat, conversation.id, 12)
     upstream.fail_next(429, model="small")
     user, answer = await say(chat, conversation.id, "Now, fall back.")
@@ -111,10 +109,8 @@ async def test_a_fallback_refits_and_the_rows_name_the_model_that_served(
     assert user.fit_window == 4096 and user.dropped_turns == 0
 
 
-async def test_unknown_configuration_leaves_no_fit(
-    chat: ConversationService, settings: Settings
-) -> None:
-    conversation = await chat.create(OWNER, "small")
+async def test_unknown_configuration_leaves_no_fit(chat: ChatJobs, settings: Settings) -> None:
+    conversation = await chat.editor.create(OWNER, "small")
     async with session_on(chat.db, begin=True) as session:
         stored = await session.get(type(conversation), conversation.id)
         assert stored is not None
@@ -126,9 +122,9 @@ async def test_unknown_configuration_leaves_no_fit(
 
 
 async def test_a_broken_stream_keeps_the_partial_answer(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.set_reply("one two three four five six seven eight nine ten")
     upstream.break_stream_after(3)
     _, answer = await say(chat, conversation.id, "Tell me a story")
@@ -139,11 +135,11 @@ async def test_a_broken_stream_keeps_the_partial_answer(
 
 @pytest.mark.parametrize("status", [401, 404, 500])
 async def test_what_users_read_of_a_failure_names_the_model_not_the_address(
-    chat: ConversationService, upstream: FakeUpstream, status: int, caplog: pytest.LogCaptureFixture
+    chat: ChatJobs, upstream: FakeUpstream, status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An answer's error is shown to the user, and to an embed's visitors: the provider's
     address and its own words stay in the operator's log."""
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.fail_next(status, count=3)
     _, answer = await say(chat, conversation.id, "hello")
     assert answer.status == Status.FAILED
@@ -154,56 +150,52 @@ async def test_what_users_read_of_a_failure_names_the_model_not_the_address(
     assert upstream.base_url in logged, "the details reach the log"
 
 
-async def test_stop_keeps_what_was_written(
-    chat: ConversationService, upstream: FakeUpstream
-) -> None:
-    conversation = await chat.create(OWNER, "small")
+async def test_stop_keeps_what_was_written(chat: ChatJobs, upstream: FakeUpstream) -> None:
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.set_reply(" ".join(f"word{i}" for i in range(200)))
     upstream.chunk_delay = 0.02
-    send = await chat.send(OWNER, conversation.id, "Talk for a while")
+    send = await chat.sender.send(OWNER, conversation.id, "Talk for a while")
     async for event in send.running.channel.follow():
         if event.name == "delta" and int(event.id or 0) > 30:
             break
-    stopped = await chat.stop(OWNER, conversation.id)
+    stopped = await chat.sender.stop(OWNER, conversation.id)
     assert stopped is not None and stopped.status == Status.STOPPED
     assert stopped.content.startswith("word0 word1")
     assert len(stopped.content.split()) < 200
-    assert await chat.stop(OWNER, conversation.id) is None, "nothing left to stop"
+    assert await chat.sender.stop(OWNER, conversation.id) is None, "nothing left to stop"
 
 
 async def test_stop_from_another_worker_reaches_the_writer(
-    chat: ConversationService, settings: Settings, upstream: FakeUpstream
+    chat: ChatJobs, settings: Settings, upstream: FakeUpstream
 ) -> None:
     other_worker = await build_service(settings)
     try:
-        conversation = await chat.create(OWNER, "small")
+        conversation = await chat.editor.create(OWNER, "small")
         upstream.set_reply(" ".join(f"w{i}" for i in range(300)))
         upstream.chunk_delay = 0.02
-        send = await chat.send(OWNER, conversation.id, "Go on")
+        send = await chat.sender.send(OWNER, conversation.id, "Go on")
         await asyncio.sleep(0.3)
-        await other_worker.stop(OWNER, conversation.id)
-        _, answer = await asyncio.wait_for(chat.settle(send), timeout=5)
+        await other_worker.sender.stop(OWNER, conversation.id)
+        _, answer = await asyncio.wait_for(chat.sender.settle(send), timeout=5)
         assert answer.status == Status.STOPPED
         assert 0 < len(answer.content.split()) < 300
     finally:
         await close_service(other_worker)
 
 
-async def test_concurrent_sends_never_interleave(
-    chat: ConversationService, upstream: FakeUpstream
-) -> None:
-    conversation = await chat.create(OWNER, "small")
+async def test_concurrent_sends_never_interleave(chat: ChatJobs, upstream: FakeUpstream) -> None:
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.chunk_delay = 0.01
     outcomes = await asyncio.gather(
-        *(chat.send(OWNER, conversation.id, f"parallel {i}") for i in range(4)),
+        *(chat.sender.send(OWNER, conversation.id, f"parallel {i}") for i in range(4)),
         return_exceptions=True,
     )
     sends = [o for o in outcomes if not isinstance(o, BaseException)]
     refused = [o for o in outcomes if isinstance(o, BaseException)]
     assert len(sends) == 1 and all(isinstance(o, Conflict) for o in refused)
-    await chat.settle(sends[0])
+    await chat.sender.settle(sends[0])
     await say(chat, conversation.id, "after")
-    _, messages = await chat.history(OWNER, conversation.id)
+    _, messages = await chat.reader.history(OWNER, conversation.id)
     assert [(m.seq, m.role) for m in messages] == [
         (1, "user"),
         (2, "assistant"),
@@ -213,32 +205,32 @@ async def test_concurrent_sends_never_interleave(
 
 
 async def test_an_answer_survives_its_watcher_going_away(
-    chat: ConversationService, upstream: FakeUpstream
+    chat: ChatJobs, upstream: FakeUpstream
 ) -> None:
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.chunk_delay = 0.02
-    send = await chat.send(OWNER, conversation.id, "Keep going after I leave")
+    send = await chat.sender.send(OWNER, conversation.id, "Keep going after I leave")
     watcher = asyncio.ensure_future(anext(send.running.channel.follow()))
     await watcher
     watcher.cancel()
-    _, answer = await chat.settle(send)
+    _, answer = await chat.sender.settle(send)
     assert answer.status == Status.COMPLETE and answer.content.startswith("Echo from small")
 
 
 async def test_restart_marks_in_flight_answers_interrupted(
-    chat: ConversationService, settings: Settings, upstream: FakeUpstream
+    chat: ChatJobs, settings: Settings, upstream: FakeUpstream
 ) -> None:
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     upstream.set_reply(" ".join(f"w{i}" for i in range(300)))
     upstream.chunk_delay = 0.02
-    send = await chat.send(OWNER, conversation.id, "Long answer please")
+    send = await chat.sender.send(OWNER, conversation.id, "Long answer please")
     async with asyncio.timeout(10):  # stopped once part of the answer is in
         async for event in send.running.channel.follow():
             if event.name == "delta":
                 break
     await chat.shutdown()  # what a graceful server stop does
     assert send.running.task.done()
-    _, messages = await chat.history(OWNER, conversation.id)
+    _, messages = await chat.reader.history(OWNER, conversation.id)
     assert messages[1].status == Status.INTERRUPTED and messages[1].content.startswith("w0")
     # A worker that died without a word leaves a row nobody writes: it is reaped.
     async with session_on(chat.db, begin=True) as session:
@@ -249,8 +241,8 @@ async def test_restart_marks_in_flight_answers_interrupted(
         )
     restarted = await build_service(settings)
     try:
-        assert await restarted.reap_stale() == 1
-        _, messages = await restarted.history(OWNER, conversation.id)
+        assert await restarted.reaper.reap_stale() == 1
+        _, messages = await restarted.reader.history(OWNER, conversation.id)
         assert messages[1].status == Status.INTERRUPTED
         _, answer = await say(restarted, conversation.id, "again")
         assert answer.status == Status.COMPLETE
@@ -263,47 +255,47 @@ async def test_restart_marks_in_flight_answers_interrupted(
     [("", "empty"), ("   \n\t ", "empty"), ("x" * 5001, "limit"), (42, "string")],
 )
 async def test_bad_messages_are_refused_and_nothing_is_stored(
-    chat: ConversationService, content: object, message: str
+    chat: ChatJobs, content: object, message: str
 ) -> None:
-    conversation = await chat.create(OWNER, "small")
+    conversation = await chat.editor.create(OWNER, "small")
     with pytest.raises(InvalidInput, match=message):
-        await chat.send(OWNER, conversation.id, content)
-    _, messages = await chat.history(OWNER, conversation.id)
+        await chat.sender.send(OWNER, conversation.id, content)
+    _, messages = await chat.reader.history(OWNER, conversation.id)
     assert messages == []
 
 
-async def test_other_owners_see_nothing(chat: ConversationService) -> None:
-    conversation = await chat.create(OWNER, "small")
+async def test_other_owners_see_nothing(chat: ChatJobs) -> None:
+    conversation = await chat.editor.create(OWNER, "small")
     await say(chat, conversation.id, "private")
     for call in (
-        chat.get("mallory", conversation.id),
-        chat.history("mallory", conversation.id),
-        chat.send("mallory", conversation.id, "hi"),
-        chat.stop("mallory", conversation.id),
-        chat.rename("mallory", conversation.id, "mine"),
-        chat.delete("mallory", conversation.id),
+        chat.reader.get("mallory", conversation.id),
+        chat.reader.history("mallory", conversation.id),
+        chat.sender.send("mallory", conversation.id, "hi"),
+        chat.sender.stop("mallory", conversation.id),
+        chat.editor.rename("mallory", conversation.id, "mine"),
+        chat.editor.delete("mallory", conversation.id),
     ):
         with pytest.raises(NotFound):
             await call
-    assert await chat.conversations("mallory") == []
-    assert [c.id for c in await chat.conversations(OWNER)] == [conversation.id]
+    assert await chat.reader.conversations("mallory") == []
+    assert [c.id for c in await chat.reader.conversations(OWNER)] == [conversation.id]
 
 
-async def test_create_rename_delete(chat: ConversationService) -> None:
+async def test_create_rename_delete(chat: ChatJobs) -> None:
     with pytest.raises(InvalidInput, match="unknown configuration"):
-        await chat.create(OWNER, "nope")
-    first = await chat.create(OWNER, "small", "First")
-    second = await chat.create(OWNER)
+        await chat.editor.create(OWNER, "nope")
+    first = await chat.editor.create(OWNER, "small", "First")
+    second = await chat.editor.create(OWNER)
     assert second.configuration == "small" and second.title == "New conversation"
-    await chat.rename(OWNER, first.id, "  Renamed   title ")
-    assert (await chat.get(OWNER, first.id)).title == "Renamed title"
-    assert (await chat.conversations(OWNER))[0].id == first.id
+    await chat.editor.rename(OWNER, first.id, "  Renamed   title ")
+    assert (await chat.reader.get(OWNER, first.id)).title == "Renamed title"
+    assert (await chat.reader.conversations(OWNER))[0].id == first.id
     with pytest.raises(InvalidInput):
-        await chat.rename(OWNER, first.id, "   ")
+        await chat.editor.rename(OWNER, first.id, "   ")
     await say(chat, first.id, "hello")
-    await chat.delete(OWNER, first.id)
+    await chat.editor.delete(OWNER, first.id)
     with pytest.raises(NotFound):
-        await chat.get(OWNER, first.id)
+        await chat.reader.get(OWNER, first.id)
 
 
 async def test_sends_are_rate_limited_per_owner_and_nothing_is_lost(
@@ -312,39 +304,39 @@ async def test_sends_are_rate_limited_per_owner_and_nothing_is_lost(
     limited = settings.model_copy(update={"rate_limit_messages": 3, "embed_rate_limit_messages": 1})
     chat = await build_service(limited)
     try:
-        conversation = await chat.create(OWNER, "small")
-        elsewhere = await chat.create(OWNER, "small")
+        conversation = await chat.editor.create(OWNER, "small")
+        elsewhere = await chat.editor.create(OWNER, "small")
         await say(chat, elsewhere.id, "message 0")  # the limit is the owner's, not a chat's
         for index in range(1, 3):
             await say(chat, conversation.id, f"message {index}")
         with pytest.raises(TooManyRequests) as refused:
-            await chat.send(OWNER, conversation.id, "one too many")
+            await chat.sender.send(OWNER, conversation.id, "one too many")
         assert 0 < refused.value.retry_after <= 60
         assert "try again in" in refused.value.message
-        _, messages = await chat.history(OWNER, conversation.id)
+        _, messages = await chat.reader.history(OWNER, conversation.id)
         assert len(messages) == 4, "the refused message was not stored; nothing else changed"
         # Another owner has their own budget; an embed visitor has the embed limit.
-        other = await chat.create("bob", "small")
-        await chat.settle(await chat.send("bob", other.id, "hello"))
-        visitor = await chat.create("embed:support:abc", "small")
-        await chat.settle(await chat.send("embed:support:abc", visitor.id, "hi"))
+        other = await chat.editor.create("bob", "small")
+        await chat.sender.settle(await chat.sender.send("bob", other.id, "hello"))
+        visitor = await chat.editor.create("embed:support:abc", "small")
+        await chat.sender.settle(await chat.sender.send("embed:support:abc", visitor.id, "hi"))
         with pytest.raises(TooManyRequests):
-            await chat.send("embed:support:abc", visitor.id, "again")
+            await chat.sender.send("embed:support:abc", visitor.id, "again")
     finally:
         await close_service(chat)
 
 
 async def test_watchers_hear_the_end_even_when_it_cannot_be_stored(
-    chat: ConversationService, monkeypatch: pytest.MonkeyPatch
+    chat: ChatJobs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The database failing at the very end must not leave a watcher waiting forever."""
 
     async def fails(*_args: object) -> None:
         raise RuntimeError("disk I/O error (simulated)")
 
-    conversation = await chat.create(OWNER, "small")
-    monkeypatch.setattr(chat._sender.writer, "finish", fails)
-    send = await chat.send(OWNER, conversation.id, "hello")
+    conversation = await chat.editor.create(OWNER, "small")
+    monkeypatch.setattr(chat.sender.writer, "finish", fails)
+    send = await chat.sender.send(OWNER, conversation.id, "hello")
     events = [event async for event in send.running.channel.follow()]
     assert events[0].name == "fit" and events[-1].name == "error"
     assert events[-1].data["message"] == "The answer could not be stored."

@@ -28,10 +28,10 @@ from webapp.admin.web import AdminController
 from webapp.chat.api import ConversationController, search
 from webapp.chat.attachments import PAPERCLIP
 from webapp.chat.deps import Chat
+from webapp.chat.jobs import chat_jobs
 from webapp.chat.notify import answer_notices
 from webapp.chat.pages import ConversationAdmin, ConversationPages
 from webapp.chat.reaping import Liveness, reap_at_start
-from webapp.chat.service import ConversationService
 from webapp.chat.titles import split_mark
 from webapp.db import Database
 from webapp.embed.pages import EmbedPages, frame_ancestors
@@ -170,10 +170,10 @@ def create_app(
     calibrator = Calibrator(db)
     tokenizers = Tokenizers()
     manager = LLMManager(catalog, calibrator, providers, tokenizers)
-    chat = ConversationService(db, manager, settings)
+    chat = chat_jobs(db, manager, settings)
     # How this process hears of answers other workers write (and of stops for its own).
     notices = answer_notices(
-        settings.database_url, db, settings.stream_flush_interval, on_stop=chat.request_stop
+        settings.database_url, db, settings.stream_flush_interval, on_stop=chat.answers.request_stop
     )
     accounts = AccountService(
         db,

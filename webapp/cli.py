@@ -139,8 +139,8 @@ def _learned_windows() -> dict[str, int]:
 def cmd_purge(args: argparse.Namespace) -> int:
     import asyncio
 
+    from webapp.chat.jobs import chat_jobs
     from webapp.chat.models import Conversation
-    from webapp.chat.service import ConversationService
     from webapp.db import Database
     from webapp.llm.calibration import Calibrator
     from webapp.llm.manager import LLMManager
@@ -154,8 +154,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
         db = Database(settings.database_url)
         manager = LLMManager(settings.catalog, Calibrator())
         try:
-            chat = ConversationService(db, manager, settings)
-            return await chat.purge_idle(args.days, dry_run=args.dry_run)
+            chat = chat_jobs(db, manager, settings)
+            return await chat.editor.purge_idle(args.days, dry_run=args.dry_run)
         finally:
             await db.dispose()
 

@@ -20,16 +20,16 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
-from webapp.chat.admission import ImportQuota
-from webapp.chat.answers import TEXT_PACE, Channel, Event
+from webapp.chat.answer import TEXT_PACE, Channel, Event
 from webapp.chat.attachments import with_file
+from webapp.chat.budget import ImportQuota
 from webapp.chat.deps import Chat
 from webapp.chat.feedback import feedback_value
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
-from webapp.chat.sending import Send
+from webapp.chat.send import Send
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
-from webapp.chat.service import ConversationService
 from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
@@ -102,13 +102,11 @@ async def sse_events(channel: Channel) -> AsyncIterator[bytes]:
         yield b"".join(map(sse_frame, batch))
 
 
-async def _answer(
-    request: Request[Any, Any, Any], chat: ConversationService, send: Send
-) -> ASGIApp:
+async def _answer(request: Request[Any, Any, Any], chat: ChatJobs, send: Send) -> ASGIApp:
     """A send's answer: streamed when the client asks for events, else waited for."""
     if wants_event_stream(request):
         return EventStream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
-    user, answer = await chat.settle(send)
+    user, answer = await chat.sender.settle(send)
     return ASGIResponse(
         body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),
         status_code=HTTP_201_CREATED,
@@ -116,12 +114,10 @@ async def _answer(
     )
 
 
-async def _with_branch(
-    chat: ConversationService, owner: str, conversation_id: str
-) -> dict[str, Any]:
+async def _with_branch(chat: ChatJobs, owner: str, conversation_id: str) -> dict[str, Any]:
     """A conversation with its active branch and that branch's alternatives."""
-    conversation, messages = await chat.history(owner, conversation_id)
-    alternatives = await chat.alternatives_of(conversation_id, messages)
+    conversation, messages = await chat.reader.history(owner, conversation_id)
+    alternatives = await chat.reader.alternatives_of(conversation_id, messages)
     return conversation_dict(conversation, messages, alternatives)
 
 
@@ -129,7 +125,7 @@ async def _with_branch(
 async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> dict[str, Any]:
     """The caller's own finished messages containing every word of `q` (each word a
     prefix), best first; `snippet` is HTML: escaped text, matches in `<mark>`."""
-    hits = await chat.search(owner, q)
+    hits = await chat.reader.search(owner, q)
     return {"results": [dataclasses.asdict(hit) for hit in hits]}
 
 
@@ -154,9 +150,7 @@ def _batches(sizes: list[tuple[int, int]]) -> list[int]:
     return ends
 
 
-async def _json_export(
-    chat: ConversationService, owner: str, conversation_id: str
-) -> AsyncIterator[bytes]:
+async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> AsyncIterator[bytes]:
     """`export_json`'s document, as bytes, in pieces: its head, then the messages a batch
     at a time, up to the newest there was when the export began (so `active_seq` names a
     leaf of what is exported, whatever is sent meanwhile)."""
@@ -209,7 +203,7 @@ class ConversationController(Controller):
 
     @get("/")
     async def list_conversations(self, chat: Chat, owner: Owner) -> list[dict[str, Any]]:
-        return [conversation_dict(c) for c in await chat.conversations(owner)]
+        return [conversation_dict(c) for c in await chat.reader.conversations(owner)]
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_conversation(
@@ -224,7 +218,7 @@ class ConversationController(Controller):
         configuration = data.configuration or preferred_configuration(
             request.user, chat.catalog.configurations
         )
-        conversation = await chat.create(owner, configuration, data.title)
+        conversation = await chat.editor.create(owner, configuration, data.title)
         return conversation_dict(conversation, [])
 
     @get("/{conversation_id:str}")
@@ -244,9 +238,9 @@ class ConversationController(Controller):
         """The whole conversation: `json` (every message of every branch with its fit facts,
         for import) or `markdown` (the branch shown, to read). Served as a download named
         after the title."""
-        name = download_name((await chat.get(owner, conversation_id)).title)
+        name = download_name((await chat.reader.get(owner, conversation_id)).title)
         if export_format == "markdown":
-            conversation, rows = await chat.history(owner, conversation_id)  # the one shown
+            conversation, rows = await chat.reader.history(owner, conversation_id)  # the one shown
             return Response(
                 export_markdown(conversation, rows),
                 media_type="text/markdown; charset=utf-8",
@@ -270,8 +264,8 @@ class ConversationController(Controller):
         the caller's import quota (`WEBAPP_IMPORT_*`)."""
         settings: Settings = request.app.state.settings
         await ImportQuota(chat.db, settings).take(owner, len(await request.body()))
-        conversation = await chat.import_conversation(owner, data)
-        _, rows = await chat.history(owner, conversation.id)
+        conversation = await chat.editor.import_conversation(owner, data)
+        _, rows = await chat.reader.history(owner, conversation.id)
         return conversation_dict(conversation, rows)
 
     @patch("/{conversation_id:str}")
@@ -287,17 +281,17 @@ class ConversationController(Controller):
         # Both are checked before either is applied: a bad half changes nothing.
         title = clean_title(data.title) if data.title is not None else None
         if data.configuration is not None:
-            chat.check_configuration(data.configuration)
-            await chat.set_configuration(owner, conversation_id, data.configuration)
+            chat.editor.check_configuration(data.configuration)
+            await chat.editor.set_configuration(owner, conversation_id, data.configuration)
         if title is not None:
-            await chat.rename(owner, conversation_id, title)
-        return conversation_dict(await chat.get(owner, conversation_id))
+            await chat.editor.rename(owner, conversation_id, title)
+        return conversation_dict(await chat.reader.get(owner, conversation_id))
 
     @delete("/{conversation_id:str}", status_code=204)
     async def delete_conversation(
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> None:
-        await chat.delete(owner, conversation_id)
+        await chat.editor.delete(owner, conversation_id)
 
     @post("/{conversation_id:str}/messages", status_code=HTTP_201_CREATED)
     async def send_message(
@@ -310,8 +304,8 @@ class ConversationController(Controller):
     ) -> ASGIApp:
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
-        content = with_file(data.content, data.attachment, chat.max_message_chars)
-        send = await chat.send(owner, conversation_id, content, data.edit_of)
+        content = with_file(data.content, data.attachment, chat.settings.max_message_chars)
+        send = await chat.sender.send(owner, conversation_id, content, data.edit_of)
         return await _answer(request, chat, send)
 
     @post(
@@ -328,7 +322,7 @@ class ConversationController(Controller):
     ) -> ASGIApp:
         """A new answer to a user turn, as an alternative turn: 201 {user, assistant}, or
         streamed like a send. The earlier answer stays on record."""
-        send = await chat.regenerate(owner, conversation_id, message_id)
+        send = await chat.sender.regenerate(owner, conversation_id, message_id)
         return await _answer(request, chat, send)
 
     @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)
@@ -337,7 +331,7 @@ class ConversationController(Controller):
     ) -> dict[str, Any]:
         """Make the branch through a message active (down to its newest leaf): the next
         send continues it. Answers the conversation with that branch."""
-        await chat.branch(owner, conversation_id, data.message_id)
+        await chat.editor.branch(owner, conversation_id, data.message_id)
         return await _with_branch(chat, owner, conversation_id)
 
     @post("/{conversation_id:str}/fork", status_code=HTTP_201_CREATED)
@@ -345,7 +339,7 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[MessageRef]
     ) -> dict[str, Any]:
         """A new conversation holding the branch up to and including a message's turn."""
-        fork = await chat.fork(owner, conversation_id, data.message_id)
+        fork = await chat.editor.fork(owner, conversation_id, data.message_id)
         return await _with_branch(chat, owner, fork.id)
 
     @post("/{conversation_id:str}/preview", status_code=HTTP_200_OK)
@@ -353,7 +347,7 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
-        row, fit = await chat.preview_fit(owner, conversation_id, data.content)
+        row, fit = await chat.sender.preview_fit(owner, conversation_id, data.content)
         return {**preview_dict(row), "turns_left": fit.turns_left}
 
     @post("/{conversation_id:str}/messages/{message_id:int}/pin", status_code=HTTP_200_OK)
@@ -361,7 +355,7 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
     ) -> dict[str, Any]:
         """Pin a user turn: it is sent on every later send, after the head."""
-        return message_dict(await chat.pin(owner, conversation_id, message_id, True))
+        return message_dict(await chat.editor.pin(owner, conversation_id, message_id, True))
 
     @delete(
         "/{conversation_id:str}/messages/{message_id:int}/pin",
@@ -370,7 +364,7 @@ class ConversationController(Controller):
     async def unpin_turn(
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
     ) -> dict[str, Any]:
-        return message_dict(await chat.pin(owner, conversation_id, message_id, False))
+        return message_dict(await chat.editor.pin(owner, conversation_id, message_id, False))
 
     @post(
         "/{conversation_id:str}/messages/{message_id:int}/continue",
@@ -387,7 +381,7 @@ class ConversationController(Controller):
         """Continue an answer cut off by its length limit (`finish_reason` "length"): a new
         turn asking the model to go on, bounded like any send; 201 {user, assistant}, or
         streamed with `Accept: text/event-stream`."""
-        send = await chat.continue_answer(owner, conversation_id, message_id)
+        send = await chat.sender.continue_answer(owner, conversation_id, message_id)
         return await _answer(request, chat, send)
 
     @put("/{conversation_id:str}/messages/{message_id:int}/feedback", status_code=HTTP_200_OK)
@@ -402,13 +396,13 @@ class ConversationController(Controller):
         """Thumbs up or down on an answer (null takes it back); the answer's JSON says it
         as `feedback`, and the admin review filters by it."""
         value = feedback_value(data.feedback)
-        return message_dict(await chat.feedback(owner, conversation_id, message_id, value))
+        return message_dict(await chat.editor.feedback(owner, conversation_id, message_id, value))
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
     async def stop_answer(
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> dict[str, Any]:
-        answer = await chat.stop(owner, conversation_id)
+        answer = await chat.sender.stop(owner, conversation_id)
         return {
             "stopped": answer is not None,
             "assistant": message_dict(answer) if answer else None,

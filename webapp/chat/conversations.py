@@ -1,5 +1,5 @@
 """Changing conversations: create, import, rename, switch configuration, pin a turn, show
-another branch, fork, delete, purge. Sending a message is `sending`'s job."""
+another branch, fork, delete, purge. Sending a message is `send`'s job."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from webapp.chat.history import is_replayable, read_branch
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.reading import ConversationReader
 from webapp.chat.rows import check_id, owned_in, row_in
-from webapp.chat.sending import RecentConfigurations
+from webapp.chat.send import Sender
 from webapp.chat.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.transfer import parse_export
 from webapp.db import Database, as_loaded
@@ -35,12 +35,13 @@ class ConversationEditor:
         db: Database,
         manager: LLMManager,
         reader: ConversationReader,
-        recent: RecentConfigurations,
+        sender: Sender,
     ) -> None:
         self._db = db
         self._manager = manager
         self._reader = reader
-        self._recent = recent
+        self._recent = reader.recent
+        self._sender = sender
 
     def check_configuration(self, configuration: str) -> None:
         configurations = self._manager.catalog.configurations
@@ -226,7 +227,9 @@ class ConversationEditor:
         return await self._db.write(change)
 
     async def delete(self, owner: str, conversation_id: str) -> None:
-        """Delete the conversation with its messages (stop its answer first: see the service)."""
+        """Delete the conversation with its messages, once this worker's answer in it (if
+        any) has stopped: its task must not write rows that are gone."""
+        await self._sender.halt(owner, conversation_id)
 
         def remove(session: Session) -> None:
             session.delete(self._reader.owned(session, owner, conversation_id))

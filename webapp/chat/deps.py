@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from litestar.di import NamedDependency
 
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.notify import AnswerNotices
-from webapp.chat.service import ConversationService
 
-Chat = NamedDependency[ConversationService]
-"""The conversation service (`chat`)."""
+Chat = NamedDependency[ChatJobs]
+"""This process's chat jobs (`chat`): a handler calls the one it needs by name."""
 
 Notices = NamedDependency[AnswerNotices]
 """This process's answer notices (`notices`): how a watcher hears an answer move."""

@@ -44,7 +44,7 @@ NULL means the conversation's newest row, which is what every send leaves behind
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 from typing import Any
@@ -53,9 +53,8 @@ from sqlalchemy import ColumnElement, Connection, Integer, Select, bindparam, se
 from sqlmodel import col
 
 from webapp.chat.models import REPLAYABLE, Message, Role, Status
-from webapp.llm.manager import Transcript
 from webapp.llm.providers.base import Message as WireMessage
-from webapp.llm.window import FitResult, kept_from
+from webapp.llm.window import Positions, Transcript, kept_from
 from webapp.prepared import Prepared
 
 FIRST_BATCH = 64
@@ -195,14 +194,6 @@ class Branch:
 
     def __contains__(self, seq: object) -> bool:
         return isinstance(seq, int) and any(first <= seq <= last for first, last in self.runs)
-
-    def clip(self, first: int, last: int) -> list[list[int]]:
-        """The branch's rows with seqs in [first, last], as inclusive spans, oldest first."""
-        return [
-            [max(first, start), min(last, end)]
-            for start, end in reversed(self.runs)
-            if start <= last and end >= first
-        ]
 
     def newest_first(self, below: int) -> Iterator[tuple[int, int]]:
         """The parts of the runs under `below`, newest first."""
@@ -544,21 +535,6 @@ def previous_fit(connection: Connection, conversation_id: str, tail: Tail) -> Pr
     return PreviousFit(user[SEQ], model, list(left_out or []))
 
 
-@dataclass(frozen=True, slots=True)
-class StoredTranscript(Transcript):
-    """A transcript read from a conversation, knowing where each message is stored, so a
-    fit's left-out messages can be said as stored seqs."""
-
-    seqs: tuple[int | None, ...] = ()
-    """Each message's seq (None for the system prompt)."""
-    prior_turns: dict[int, int] = field(default_factory=dict)
-    """User seq -> replayable turns before it, for every user message sent or not."""
-    head_seq: int | None = None
-    """The head turn's user seq, when there is a head."""
-    branch: Branch = Branch()
-    """The branch the send goes down (up to the row the new message continues)."""
-
-
 def load_transcript(
     connection: Connection,
     conversation_id: str,
@@ -573,7 +549,7 @@ def load_transcript(
     newest_counts: Mapping[str, int] | None = None,
     system_counts: Mapping[str, int] | None = None,
     cut: int = 0,
-) -> StoredTranscript:
+) -> Transcript:
     """The transcript for sending `newest` (to be stored right after `tail`), with only
     the history that `budget` (the largest budget of the route) could hold: the head,
     every pinned turn, and the newest turns. Sizes are what the route's models would
@@ -626,43 +602,18 @@ def load_transcript(
         keep_from = next(
             i for i, seq in enumerate(seqs) if seq is not None and seq >= cut and seq > head.seq + 1
         )
-    return StoredTranscript(
+    return Transcript(
         messages=messages,
         estimates=estimates,
         omitted_turns=omitted,
         counts=counts,
         pinned=pinned,
         ids=ids,
-        seqs=tuple(seqs),
-        prior_turns=prior_turns,
-        head_seq=head.seq if head is not None else None,
-        branch=tail.branch,
         keep_from=keep_from,
+        positions=Positions(
+            tuple(seqs),
+            prior_turns,
+            head.seq if head is not None else None,
+            tail.branch.runs,
+        ),
     )
-
-
-def left_out_seqs(transcript: StoredTranscript, fit: FitResult) -> list[list[int]]:
-    """What a send left out, as inclusive [first_seq, last_seq] spans of stored messages.
-
-    A span is a run of stored messages between the head and the newest turn that the
-    send did not include and that holds at least one turn left out to fit (a failed
-    turn lying among them was not sent either; one alone is not a left-out turn). The
-    runs come from the sent turns' seqs; whether a run holds left-out turns comes from
-    `prior_turns`, so turns never read (far back in a long conversation) count too. On
-    a branch, the rows between two sent turns are clipped to the branch's runs, so the
-    spans never name a row of another branch.
-    """
-    if transcript.head_seq is None:
-        return []
-    unsent = {i for first, last in fit.left_out for i in range(first, last + 1)}
-    sent = sorted(
-        seq
-        for index, seq in enumerate(transcript.seqs)
-        if seq is not None and index not in unsent and seq in transcript.prior_turns
-    )
-    spans = []
-    for before, after in pairwise(sent):
-        between = transcript.prior_turns[after] - transcript.prior_turns[before] - 1
-        if between > 0:
-            spans += transcript.branch.clip(before + 2, after - 1)
-    return spans

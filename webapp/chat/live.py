@@ -23,10 +23,10 @@ from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Message, Role, Status
 from webapp.chat.notify import AnswerNotices, PollingNotices
 from webapp.chat.pieces import FollowedText
-from webapp.chat.service import ConversationService
 from webapp.errors import NotFound, TooManyRequests
 from webapp.stored import id_of
 
@@ -94,17 +94,17 @@ WATCHERS = Watchers()
 
 
 async def answer_to_follow(
-    chat: ConversationService, owner: str, conversation_id: str, answer_id: int
+    chat: ChatJobs, owner: str, conversation_id: str, answer_id: int
 ) -> Message:
     """The answer's row, if `owner` may follow it (NotFound otherwise)."""
-    answer = await chat.message(owner, conversation_id, answer_id)
+    answer = await chat.reader.message(owner, conversation_id, answer_id)
     if answer.role != Role.ASSISTANT:
         raise NotFound("no such answer: that id is a user's message")
     return answer
 
 
 async def follow_answer(
-    chat: ConversationService,
+    chat: ChatJobs,
     owner: str,
     conversation_id: str,
     answer_id: int,
@@ -125,7 +125,7 @@ async def follow_answer(
 
 
 async def snapshots_of(
-    chat: ConversationService,
+    chat: ChatJobs,
     owner: str,
     conversation_id: str,
     answer: Message,
@@ -134,8 +134,8 @@ async def snapshots_of(
     """Every change of `answer` (each piece of its text) until its final snapshot, with
     no cap: what a caller that spaces them for many pages follows."""
     answer_id = id_of(answer)
-    user = await chat.user_row_of(answer)
-    running = chat.running(answer_id)
+    user = await chat.reader.user_row_of(answer)
+    running = chat.answers.get(answer_id)
     if answer.status != Status.STREAMING or running is None:
         stored = _follow_stored(
             chat, notices or _unshared(chat), owner, conversation_id, answer, user
@@ -153,24 +153,25 @@ async def snapshots_of(
     async for batch in running.channel.batches():
         pieces = [event.data["text"] for event in batch if event.name == "delta"]
         if any(event.name == "fit" for event in batch):
-            user = await chat.message(owner, conversation_id, id_of(user))
+            user = await chat.reader.message(owner, conversation_id, id_of(user))
         elif not pieces:
             continue
         text += "".join(pieces)
         if len(text) >= floor:
             yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
-    final = await chat.message(owner, conversation_id, answer_id)
-    user = await chat.message(owner, conversation_id, id_of(user))
+    final = await chat.reader.message(owner, conversation_id, answer_id)
+    user = await chat.reader.message(owner, conversation_id, id_of(user))
     yield Snapshot(final, user, final=True)
 
 
-def _unshared(chat: ConversationService) -> AnswerNotices:
+def _unshared(chat: ChatJobs) -> AnswerNotices:
     """For a caller that has no process-wide notices (a script, a test): its own poll."""
-    return PollingNotices(chat.db, chat.poll_interval)
+    # Nothing changes between two flushes of the writer, so looking more often is waste.
+    return PollingNotices(chat.db, chat.settings.stream_flush_interval)
 
 
 async def _follow_stored(
-    chat: ConversationService,
+    chat: ChatJobs,
     notices: AnswerNotices,
     owner: str,
     conversation_id: str,
@@ -186,7 +187,7 @@ async def _follow_stored(
     with notices.watch(id_of(answer)) as watch:
         if answer.status == Status.STREAMING:
             # Read again now the watch is on, so a notice sent in between is not missed.
-            answer = await chat.message(owner, conversation_id, id_of(answer))
+            answer = await chat.reader.message(owner, conversation_id, id_of(answer))
         followed = FollowedText(answer.content)
         while True:
             final = answer.status != Status.STREAMING
@@ -197,13 +198,15 @@ async def _follow_stored(
                 yield Snapshot(shown, user, final=final)
             if final:
                 return
-            heard = await watch.wait(chat.recheck_interval)
+            # A writer that died sends no notice; its answer is reaped once it has been
+            # quiet for `stale_stream_after`.
+            heard = await watch.wait(chat.settings.stale_stream_after / 3)
             if not heard:
-                await chat.reap_stale(conversation_id)
+                await chat.reaper.reap_stale(conversation_id)
             pieces, moved = watch.take()
             for start, piece in pieces:
                 followed.add(start, piece)
             if moved or not heard:
-                answer = await chat.message(owner, conversation_id, id_of(answer))
-                user = await chat.message(owner, conversation_id, id_of(user))
+                answer = await chat.reader.message(owner, conversation_id, id_of(answer))
+                user = await chat.reader.message(owner, conversation_id, id_of(user))
                 followed.add(0, answer.content)  # a prefix of the text: fills what was missed

@@ -15,17 +15,21 @@ import asyncio
 import logging
 import re
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from sqlalchemy import update
 from sqlmodel import Session, col
 
 from webapp.chat.models import Conversation, Message, Status
-from webapp.chat.sending import Send
+from webapp.chat.reading import ConversationReader
 from webapp.chat.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
 from webapp.db import Database
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import RoutingError
 from webapp.owners import USER_OWNER_PREFIX
+
+if TYPE_CHECKING:
+    from webapp.chat.send import Send
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,11 @@ EXCERPT_CHARS = 1200
 """How much of the first message and of the answer the model reads, at most (less for a
 small window: the call must fit whatever the conversation's model is)."""
 FINISHED_KEPT = 1000
+TITLE_WAIT = 45.0
+"""How long the page's request for the model's title is held, at most: a first answer and
+the title call after it, on a slow model; past this the title shows on the next load."""
+TITLE_POLL = 1.0
+"""How often that request looks again when another worker makes the title call."""
 ASK = (
     "Write a title for the conversation below, as its owner would name it in a list: "
     "at most six words, in the conversation's language, with no quotes and nothing else."
@@ -58,9 +67,17 @@ class Titler:
     """Starts the title call of a conversation's first turn, and ends those still running
     when the server stops."""
 
-    def __init__(self, db: Database, manager: LLMManager, *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        db: Database,
+        manager: LLMManager,
+        reader: ConversationReader,
+        *,
+        enabled: bool = True,
+    ) -> None:
         self._db = db
         self._manager = manager
+        self._reader = reader
         self._enabled = enabled
         self._pending: dict[str, asyncio.Task[None]] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
@@ -96,6 +113,22 @@ class Titler:
             return False
         await asyncio.wait({task}, timeout=limit)
         return task.done()
+
+    async def title_after(
+        self, owner: str, conversation_id: str, was: str, timeout: float = TITLE_WAIT
+    ) -> Conversation:
+        """The conversation once its title is no longer `was` (the model named it, or its
+        owner did), or as it is when the model's call ends without a title or `timeout`
+        passes: what the page asks for after its first answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            conversation = await self._reader.get(owner, conversation_id)
+            left = deadline - loop.time()
+            if conversation.title != was or left <= 0:
+                return conversation
+            if await self.wait(conversation_id, min(left, TITLE_POLL)):
+                return await self._reader.get(owner, conversation_id)
 
     async def _name(self, send: Send) -> None:
         await asyncio.gather(send.running.task, return_exceptions=True)

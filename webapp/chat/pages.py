@@ -21,15 +21,15 @@ from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
-from webapp.chat.admission import ImportQuota
 from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
+from webapp.chat.budget import ImportQuota
 from webapp.chat.deps import Chat, Notices
 from webapp.chat.feedback import feedback_value
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.page_stream import LIVE_PAGES, PageCursor
-from webapp.chat.sending import Send
-from webapp.chat.service import ConversationService
+from webapp.chat.send import Send
 from webapp.chat.views import (
     Alternative,
     Meter,
@@ -73,11 +73,11 @@ class ConversationRef:
         """Whether the page shows token counts and model and configuration names."""
         return self.embed is None or self.embed.show_internals
 
-    async def stored_id(self, chat: ConversationService) -> str:
+    async def stored_id(self, chat: ChatJobs) -> str:
         """The conversation's id, storing the draft first if this is its first send."""
         if self.draft is None:
             return self.id
-        created = await chat.create(self.owner, self.draft.configuration, self.draft.title)
+        created = await chat.editor.create(self.owner, self.draft.configuration, self.draft.title)
         return created.id
 
 
@@ -146,10 +146,10 @@ class ConversationPages(Controller):
         if conversation.draft is not None:
             row, rows, has_older = conversation.draft, [], False
         else:
-            row, rows, has_older = await chat.page(
+            row, rows, has_older = await chat.reader.page(
                 conversation.owner, conversation.id, turns=PAGE_TURNS, through_message=at
             )
-        alternatives = await chat.alternatives_of(conversation.id, rows) if rows else {}
+        alternatives = await chat.reader.alternatives_of(conversation.id, rows) if rows else {}
         context: dict[str, Any] = {
             "conversation": row,
             "base": conversation.base,
@@ -181,14 +181,16 @@ class ConversationPages(Controller):
     ) -> Template:
         content = await message_field(request)
         conversation_id = await conversation.stored_id(chat)
-        return _turn(await chat.send(conversation.owner, conversation_id, content), conversation)
+        return _turn(
+            await chat.sender.send(conversation.owner, conversation_id, content), conversation
+        )
 
     @post("/continue/{answer_id:int}")
     async def continue_answer(
         self, chat: Chat, conversation: FoundConversation, answer_id: RowId
     ) -> Template:
         """Continue on an answer cut off by its length limit: a new turn, streamed."""
-        send = await chat.continue_answer(conversation.owner, conversation.id, answer_id)
+        send = await chat.sender.continue_answer(conversation.owner, conversation.id, answer_id)
         return _turn(send, conversation)
 
     @post("/retry/{answer_id:int}")
@@ -197,7 +199,7 @@ class ConversationPages(Controller):
     ) -> Template:
         """A failed answer's Retry: a regenerate of its turn, shown in its place (the failed
         answer stays on record as an alternative), so no duplicate turn, no stale Retry."""
-        answer = await chat.message(conversation.owner, conversation.id, answer_id)
+        answer = await chat.reader.message(conversation.owner, conversation.id, answer_id)
         if answer.role != Role.ASSISTANT:
             raise InvalidInput("retry names the answer that failed")
         if answer.status not in RETRYABLE:
@@ -222,7 +224,7 @@ class ConversationPages(Controller):
     ) -> Template:
         """Send an edited user message as an alternative to its turn."""
         content = await form_field(request, "content")
-        await chat.send(conversation.owner, conversation.id, content, edit_of=message_id)
+        await chat.sender.send(conversation.owner, conversation.id, content, edit_of=message_id)
         return await _branch_page(chat, conversation)
 
     @post("/branch/{message_id:int}")
@@ -230,7 +232,7 @@ class ConversationPages(Controller):
         self, chat: Chat, conversation: FoundConversation, message_id: RowId
     ) -> Template:
         """Show another alternative of a turn: the branch through that message."""
-        await chat.branch(conversation.owner, conversation.id, message_id)
+        await chat.editor.branch(conversation.owner, conversation.id, message_id)
         return await _branch_page(chat, conversation)
 
     @post("/fork/{message_id:int}")
@@ -245,7 +247,7 @@ class ConversationPages(Controller):
         (not for embeds: a visitor has one conversation)."""
         if conversation.embed is not None:
             raise InvalidInput("an embedded chat has one conversation")
-        fork = await chat.fork(conversation.owner, conversation.id, message_id)
+        fork = await chat.editor.fork(conversation.owner, conversation.id, message_id)
         return go_to(request, f"/c/{fork.id}")
 
     @post("/preview")
@@ -259,7 +261,7 @@ class ConversationPages(Controller):
         a remedy when one exists. An empty box shows the last send's meter again."""
         content = await message_field(request)
         if not content.strip():
-            _, rows, _ = await chat.page(conversation.owner, conversation.id, turns=1)
+            _, rows, _ = await chat.reader.page(conversation.owner, conversation.id, turns=1)
             meter = last_fit(rows)
         else:
             meter = await next_send_meter(chat, conversation, content)
@@ -274,14 +276,14 @@ class ConversationPages(Controller):
 
     @post("/pin/{message_id:int}")
     async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
-        row = await chat.pin(conversation.owner, conversation.id, message_id, True)
+        row = await chat.editor.pin(conversation.owner, conversation.id, message_id, True)
         return await _message(chat, row, conversation)
 
     @post("/unpin/{message_id:int}")
     async def unpin(
         self, chat: Chat, conversation: FoundConversation, message_id: RowId
     ) -> Template:
-        row = await chat.pin(conversation.owner, conversation.id, message_id, False)
+        row = await chat.editor.pin(conversation.owner, conversation.id, message_id, False)
         return await _message(chat, row, conversation)
 
     @post("/feedback/{answer_id:int}")
@@ -294,11 +296,11 @@ class ConversationPages(Controller):
     ) -> Template:
         """A thumb pressed on an answer: given, replaced, or (pressed again) taken back."""
         pressed = feedback_value(await form_field(request, "value"))
-        row = await chat.feedback(
+        row = await chat.editor.feedback(
             conversation.owner, conversation.id, answer_id, pressed, toggle=True
         )
         # The answer's view names its thumbs after its turn, as the page did.
-        message = answer_view(row, await chat.user_row_of(row))
+        message = answer_view(row, await chat.reader.user_row_of(row))
         return Template(
             "chat/_feedback.html",
             context={"row": row, "message": message, "base": conversation.base},
@@ -316,7 +318,7 @@ class ConversationPages(Controller):
         if conversation.embed is not None:
             raise InvalidInput("an embedded chat keeps its site's configuration")
         configuration = await form_field(request, "configuration")
-        await chat.set_configuration(conversation.owner, conversation.id, configuration)
+        await chat.editor.set_configuration(conversation.owner, conversation.id, configuration)
         if not is_htmx(request):
             return go_to(request, conversation.base)
         # The page stays (the draft with it): the meter and the cut line show what the next
@@ -329,14 +331,14 @@ class ConversationPages(Controller):
             context={
                 "meter": meter,
                 "base": conversation.base,
-                "conversation": await chat.get(conversation.owner, conversation.id),
+                "conversation": await chat.reader.get(conversation.owner, conversation.id),
                 "configurations": configuration_dicts(chat.catalog),
             },
         )
 
     @post("/stop", status_code=204)
     async def stop(self, chat: Chat, conversation: FoundConversation) -> None:
-        await chat.stop(conversation.owner, conversation.id)
+        await chat.sender.stop(conversation.owner, conversation.id)
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
@@ -363,9 +365,9 @@ class ConversationPages(Controller):
             )
         )
         try:
-            user = await chat.user_row_of(answer)
+            user = await chat.reader.user_row_of(answer)
             # The user row is re-rendered with the turn: it keeps its "‹ i/n ›".
-            alternatives = await chat.alternatives_of(conversation.id, [user])
+            alternatives = await chat.reader.alternatives_of(conversation.id, [user])
         except BaseException:
             place.close()
             raise
@@ -399,11 +401,11 @@ class ConversationAdmin(Controller):
 
     @get("/")
     async def home(self, request: Request[Any, Any, Any], chat: Chat, owner: Owner) -> Redirect:
-        conversations = await chat.conversations(owner, limit=1)
+        conversations = await chat.reader.conversations(owner, limit=1)
         conversation = (
             conversations[0]
             if conversations
-            else await chat.fresh(owner, default_configuration(request, chat))
+            else await chat.editor.fresh(owner, default_configuration(request, chat))
         )
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
@@ -418,14 +420,16 @@ class ConversationAdmin(Controller):
         """The sidebar's next page of conversations: a day group that began on the page
         before goes on under the heading already shown, not a second one."""
         context = await sidebar(chat, owner, offset, current)
-        before = await chat.conversations(owner, limit=1, offset=offset - 1) if offset else []
+        before = (
+            await chat.reader.conversations(owner, limit=1, offset=offset - 1) if offset else []
+        )
         context["continues"] = day_label(before[0].updated_at, utcnow()) if before else None
         return Template("chat/_conversation_list.html", context=context)
 
     @get("/search")
     async def search(self, chat: Chat, owner: Owner, q: FromQuery[str] = "") -> Template:
         """The sidebar's results as the user types; an empty box shows none."""
-        hits = await chat.search(owner, q) if q.strip() else None
+        hits = await chat.reader.search(owner, q) if q.strip() else None
         return Template("chat/_search_results.html", context={"hits": hits, "query": q})
 
     @post("/c/import")
@@ -446,7 +450,7 @@ class ConversationAdmin(Controller):
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             raise InvalidInput("that file is not JSON: import a conversation's export") from None
-        conversation = await chat.import_conversation(owner, data)
+        conversation = await chat.editor.import_conversation(owner, data)
         return go_to(request, f"/c/{conversation.id}")
 
     @post("/c/new")
@@ -455,7 +459,7 @@ class ConversationAdmin(Controller):
     ) -> Response[Any]:
         form = await request.form()
         configuration = form.get("configuration")
-        conversation = await chat.fresh(
+        conversation = await chat.editor.fresh(
             owner,
             configuration
             if isinstance(configuration, str) and configuration
@@ -472,7 +476,7 @@ class ConversationAdmin(Controller):
         conversation_id: FromPath[str],
     ) -> Template:
         title = await form_field(request, "title")
-        conversation = await chat.rename(owner, conversation_id, title)
+        conversation = await chat.editor.rename(owner, conversation_id, title)
         # The header's form and the sidebar's link, in one answer: both say the new name.
         return Template(
             "chat/_renamed.html",
@@ -485,7 +489,7 @@ class ConversationAdmin(Controller):
     ) -> Template:
         """Held until the title is no longer `was`: the page asks once its first answer is
         done, and the model's title (`webapp.chat.naming`) shows in the header and sidebar."""
-        conversation = await chat.title_after(owner, conversation_id, was)
+        conversation = await chat.titler.title_after(owner, conversation_id, was)
         return Template(
             "chat/_renamed.html",
             context={"conversation": conversation, "current_id": conversation.id},
@@ -499,22 +503,20 @@ class ConversationAdmin(Controller):
         owner: Owner,
         conversation_id: FromPath[str],
     ) -> Response[Any]:
-        await chat.delete(owner, conversation_id)
+        await chat.editor.delete(owner, conversation_id)
         return go_to(request, "/")
 
 
-def default_configuration(request: Request[Any, Any, Any], chat: ConversationService) -> str:
+def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> str:
     """The configuration new conversations of the signed-in user start with."""
     catalog = chat.catalog
     user = request.scope.get("user")
     return preferred_configuration(user, catalog.configurations) or catalog.default_configuration
 
 
-async def sidebar(
-    chat: ConversationService, owner: str, offset: int, current_id: str
-) -> dict[str, Any]:
+async def sidebar(chat: ChatJobs, owner: str, offset: int, current_id: str) -> dict[str, Any]:
     """One page of the sidebar: conversations grouped by day, and where the next starts."""
-    rows = await chat.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+    rows = await chat.reader.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
     return {
         "conversations": rows[:SIDEBAR_PAGE],
         "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),
@@ -528,11 +530,9 @@ SWITCH_PROBE = "?"
 one-character message, so the meter can say at once how the new model takes the history."""
 
 
-async def next_send_meter(
-    chat: ConversationService, conversation: ConversationRef, content: str
-) -> Meter:
+async def next_send_meter(chat: ChatJobs, conversation: ConversationRef, content: str) -> Meter:
     """The meter for the next send of `content` (the history alone when it is empty)."""
-    row, fit = await chat.preview_fit(
+    row, fit = await chat.sender.preview_fit(
         conversation.owner, conversation.id, content if content.strip() else SWITCH_PROBE
     )
     alternatives = () if conversation.embed else larger_windows(chat, row.fit_window or 0)
@@ -545,7 +545,7 @@ async def next_send_meter(
     )
 
 
-def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative, ...]:
+def larger_windows(chat: ChatJobs, window: int) -> tuple[Alternative, ...]:
     """Configurations whose serving model has a larger window than `window`, largest
     first: switching to one is the meter's remedy for a trimmed send."""
     found = [
@@ -556,24 +556,22 @@ def larger_windows(chat: ConversationService, window: int) -> tuple[Alternative,
     return tuple(sorted(found, key=lambda alt: -alt.window)[:2])
 
 
-async def _regenerate(
-    chat: ConversationService, conversation: ConversationRef, message_id: int
-) -> Template:
-    row = await chat.message(conversation.owner, conversation.id, message_id)
-    user = row if row.role == "user" else await chat.user_row_of(row)
-    await chat.regenerate(conversation.owner, conversation.id, id_of(user))
+async def _regenerate(chat: ChatJobs, conversation: ConversationRef, message_id: int) -> Template:
+    row = await chat.reader.message(conversation.owner, conversation.id, message_id)
+    user = row if row.role == "user" else await chat.reader.user_row_of(row)
+    await chat.sender.regenerate(conversation.owner, conversation.id, id_of(user))
     return await _branch_page(chat, conversation)
 
 
 async def _branch_page(
-    chat: ConversationService, conversation: ConversationRef, before: int | None = None
+    chat: ChatJobs, conversation: ConversationRef, before: int | None = None
 ) -> Template:
     """The active branch's newest page (or the page before seq `before`), as the messages
     pane shows it: what regenerate, edit and switching branches swap in."""
-    row, rows, has_older = await chat.page(
+    row, rows, has_older = await chat.reader.page(
         conversation.owner, conversation.id, before_seq=before, turns=PAGE_TURNS
     )
-    alternatives = await chat.alternatives_of(conversation.id, rows)
+    alternatives = await chat.reader.alternatives_of(conversation.id, rows)
     return Template(
         "chat/_messages.html",
         context={
@@ -586,10 +584,8 @@ async def _branch_page(
     )
 
 
-async def _message(
-    chat: ConversationService, row: Message, conversation: ConversationRef
-) -> Template:
-    alternatives = await chat.alternatives_of(conversation.id, [row])
+async def _message(chat: ChatJobs, row: Message, conversation: ConversationRef) -> Template:
+    alternatives = await chat.reader.alternatives_of(conversation.id, [row])
     return Template(
         "chat/_message.html",
         context={

@@ -4,6 +4,8 @@ writer died is reaped first, so a page never shows it as still streaming."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from sqlmodel import Session, col, select
 
 from webapp.chat.branches import Alternatives, alternatives, newest_on_branch, whole_branch
@@ -12,16 +14,35 @@ from webapp.chat.models import Conversation, Message, Role
 from webapp.chat.reaping import Reaper
 from webapp.chat.rows import check_id
 from webapp.chat.search import Hit, search_messages, search_words
-from webapp.chat.sending import RecentConfigurations
 from webapp.db import Database
 from webapp.errors import NotFound
+
+
+class RecentConfigurations:
+    """Which configuration this process last saw each conversation use: only a hint (for
+    counting a new message before its send), so a stale entry costs a re-count, never a
+    wrong fit."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._known: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, conversation_id: str) -> str | None:
+        return self._known.get(conversation_id)
+
+    def remember(self, conversation_id: str, configuration: str) -> None:
+        self._known[conversation_id] = configuration
+        self._known.move_to_end(conversation_id)
+        if len(self._known) > self._size:
+            self._known.popitem(last=False)
 
 
 class ConversationReader:
     def __init__(self, db: Database, reaper: Reaper, recent: RecentConfigurations) -> None:
         self._db = db
         self._reaper = reaper
-        self._recent = recent
+        self.recent = recent
+        """What the reads saw of each conversation's configuration, for the send path."""
 
     def owned(self, session: Session, owner: str, conversation_id: str) -> Conversation:
         """The owner's conversation (anyone else's is not found). Seeing it tells the send
@@ -29,7 +50,7 @@ class ConversationReader:
         conversation = session.get(Conversation, conversation_id)
         if conversation is None or conversation.owner != owner:
             raise NotFound("no such conversation")
-        self._recent.remember(conversation.id, conversation.configuration)
+        self.recent.remember(conversation.id, conversation.configuration)
         return conversation
 
     async def get(self, owner: str, conversation_id: str) -> Conversation:

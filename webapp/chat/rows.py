@@ -6,11 +6,10 @@ from __future__ import annotations
 from sqlalchemy import Connection, bindparam, inspect, update
 from sqlmodel import col, select
 
-from webapp.chat.history import StoredTranscript, left_out_seqs
 from webapp.chat.models import Conversation, Message
 from webapp.db import as_loaded
 from webapp.errors import NotFound
-from webapp.llm.window import FitResult
+from webapp.llm.window import FitResult, Transcript
 
 _CONVERSATION_COLUMNS = tuple(inspect(Conversation).columns)
 _MESSAGE_COLUMNS = tuple(inspect(Message).columns)
@@ -71,7 +70,7 @@ def updated(row: Message, values: dict[str, object]) -> Message:
     return as_loaded(Message, {**row.model_dump(), **values})
 
 
-def fit_columns(fit: FitResult, transcript: StoredTranscript) -> dict[str, object]:
+def fit_columns(fit: FitResult, transcript: Transcript) -> dict[str, object]:
     """The facts of a bound, as the user row stores them: what was left out is written
     as seq spans, so no reader has to rebuild it."""
     return {
@@ -83,7 +82,7 @@ def fit_columns(fit: FitResult, transcript: StoredTranscript) -> dict[str, objec
         "fit_estimated_tokens": fit.estimated_tokens,
         "fit_overflow_at_floor": fit.overflow_at_floor,
         "fit_counted_by": fit.counted_by,
-        "fit_left_out": left_out_seqs(transcript, fit),
+        "fit_left_out": transcript.positions.left_out(fit) if transcript.positions else [],
         "fit_pins_dropped": fit.pins_dropped,
         "fit_trim_to": fit.trim_to,
         "fit_cut_moved": fit.cut_moved,

@@ -58,7 +58,7 @@ async def visitor_conversation(
         raise NotFound("no such embed")
     owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
     base = f"{EMBED_PATH}{spec.name}"
-    existing = await chat.conversations(owner, limit=1)
+    existing = await chat.reader.conversations(owner, limit=1)
     if existing:
         return ConversationRef(owner, existing[0].id, base, spec)
     draft = Conversation(

@@ -31,10 +31,9 @@ from webapp.llm.manager import (
     LLMManager,
     Plan,
     StreamEvent,
-    Transcript,
 )
 from webapp.llm.providers.base import ProviderError
-from webapp.llm.window import FitResult
+from webapp.llm.window import FitResult, Transcript
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream
 

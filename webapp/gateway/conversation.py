@@ -23,10 +23,10 @@ from typing import Any
 
 from litestar.types import ASGIApp
 
-from webapp.chat.answers import Event
+from webapp.chat.answer import Event
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Message, Status
-from webapp.chat.sending import Send
-from webapp.chat.service import ConversationService
+from webapp.chat.send import Send
 from webapp.errors import NotFound
 from webapp.gateway.deps import json_response
 from webapp.gateway.errors import GatewayError, invalid
@@ -110,11 +110,11 @@ def _failure(answer: Message, report: dict[str, Any]) -> GatewayError:
 
 
 async def _start(
-    chat: ConversationService, owner: str, conversation_id: str, body: ChatCompletionRequest
+    chat: ChatJobs, owner: str, conversation_id: str, body: ChatCompletionRequest
 ) -> Send:
     content = _new_content(body)
     try:
-        conversation = await chat.get(owner, conversation_id)
+        conversation = await chat.reader.get(owner, conversation_id)
     except NotFound:
         raise GatewayError(
             404,
@@ -128,16 +128,16 @@ async def _start(
             f"{conversation.configuration!r}; send that as the model",
             param="model",
         )
-    return await chat.send(owner, conversation_id, content)
+    return await chat.sender.send(owner, conversation_id, content)
 
 
 async def answer_in_conversation(
-    chat: ConversationService, owner: str, conversation_id: str, body: ChatCompletionRequest
+    chat: ChatJobs, owner: str, conversation_id: str, body: ChatCompletionRequest
 ) -> ASGIApp:
     send = await _start(chat, owner, conversation_id, body)
     if body.stream:
         return await _stream(chat, owner, send, body)
-    user, answer = await chat.settle(send)
+    user, answer = await chat.sender.settle(send)
     report = _report(conversation_id, body.model, user)
     if answer.status in FAILED:
         raise _failure(answer, report)
@@ -165,7 +165,7 @@ async def answer_in_conversation(
 
 
 async def _stream(
-    chat: ConversationService, owner: str, send: Send, body: ChatCompletionRequest
+    chat: ChatJobs, owner: str, send: Send, body: ChatCompletionRequest
 ) -> EventStream:
     """As the direct stream: opened at the first piece of the answer, once any fallback's
     re-fit is stored, so the headers and the first chunk carry the fit that was sent."""
@@ -175,10 +175,10 @@ async def _stream(
         if event.name != "fit":
             first = event
             break
-    user = await chat.message(owner, send.conversation.id, id_of(send.user))
+    user = await chat.reader.message(owner, send.conversation.id, id_of(send.user))
     report = _report(send.conversation.id, body.model, user)
     if first is not None and first.name == "error":
-        answer = await chat.message(owner, send.conversation.id, id_of(send.answer))
+        answer = await chat.reader.message(owner, send.conversation.id, id_of(send.answer))
         raise _failure(answer, report)
     report["assistant_message_id"] = send.answer.id
     chunks = Chunks(user.fit_model or body.model, report, body.include_usage)

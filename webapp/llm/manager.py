@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
-from webapp.llm.estimator import REPLY_PRIMING, estimate_message, estimate_texts
+from webapp.llm.estimator import REPLY_PRIMING, estimate_texts
 from webapp.llm.providers import build_provider
 from webapp.llm.providers.base import (
     CallInfo,
@@ -32,7 +32,14 @@ from webapp.llm.providers.base import (
 )
 from webapp.llm.routing import Route, resolve
 from webapp.llm.tokenizers import Tokenizer, Tokenizers
-from webapp.llm.window import FitResult, budget_for, default_reserve, fit, split_turns
+from webapp.llm.window import (
+    FitResult,
+    Transcript,
+    budget_for,
+    default_reserve,
+    fit,
+    split_turns,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,37 +50,6 @@ COUNT_AT_MOST = 512
 """Messages counted during one send at most (newest first); later sends count the rest."""
 SYSTEM_COUNTS_KEPT = 256
 """System prompts whose counts are kept in memory, per tokenizer."""
-
-
-@dataclass(frozen=True, slots=True)
-class Transcript:
-    """What a send asks to have sent, as loaded: possibly already without some old turns.
-
-    `omitted_turns` counts turns right after the head that the loader did not read
-    because even the largest budget in the route could not hold them; they count
-    as dropped, exactly as if fit() had dropped them.
-    """
-
-    messages: list[Message]
-    estimates: list[int] | None = None
-    omitted_turns: int = 0
-    counts: Mapping[str, Sequence[int | None]] = field(default_factory=dict)
-    """Exact content counts per tokenizer id, one per message (None: not counted yet)."""
-    pinned: tuple[int, ...] = ()
-    """Indices of the user messages whose turns are pinned."""
-    ids: Sequence[int | None] | None = None
-    """The stored row of each message, when it has one: where new counts are kept."""
-    keep_from: int = 0
-    """Where the previous send's cut left this history, for the route's first model: the
-    index of the first message after what it left out (0: no cut to keep; see
-    `webapp.llm.window.fit`)."""
-
-    def sizes(self) -> list[int]:
-        return (
-            self.estimates
-            if self.estimates is not None
-            else [estimate_message(m) for m in self.messages]
-        )
 
 
 def countable_text(message: Message) -> str | None:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_left
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from webapp.llm.catalog import ModelSpec
@@ -72,6 +73,83 @@ class FitResult:
     cut_moved: bool = False
     """This send left out turns that a pure append of the previous send would have kept:
     it moved the cut, or started it afresh and had to leave something out."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What a send asks to have sent, as loaded: possibly already without some old turns.
+
+    `omitted_turns` counts turns right after the head that the loader did not read
+    because even the largest budget in the route could not hold them; they count
+    as dropped, exactly as if fit() had dropped them.
+    """
+
+    messages: list[Message]
+    estimates: list[int] | None = None
+    omitted_turns: int = 0
+    counts: Mapping[str, Sequence[int | None]] = field(default_factory=dict)
+    """Exact content counts per tokenizer id, one per message (None: not counted yet)."""
+    pinned: tuple[int, ...] = ()
+    """Indices of the user messages whose turns are pinned."""
+    ids: Sequence[int | None] | None = None
+    """The stored row of each message, when it has one: where new counts are kept."""
+    keep_from: int = 0
+    """Where the previous send's cut left this history, for the route's first model: the
+    index of the first message after what it left out (0: no cut to keep; see `fit`)."""
+    positions: Positions | None = None
+    """Where each message is stored, when the transcript was read from a conversation."""
+
+    def sizes(self) -> list[int]:
+        return (
+            self.estimates
+            if self.estimates is not None
+            else [estimate_message(m) for m in self.messages]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Positions:
+    """Where the messages of a transcript read from a conversation are stored, so what a
+    fit left out can be said as stored rows (the spans a user row keeps)."""
+
+    seqs: tuple[int | None, ...]
+    """Each message's seq (None for the system prompt)."""
+    prior_turns: Mapping[int, int]
+    """User seq -> replayable turns before it, for every user message sent or not."""
+    head_seq: int | None
+    """The head turn's user seq, when there is a head."""
+    runs: tuple[Span, ...] = ()
+    """The branch the send goes down, as its runs: inclusive seq ranges, newest first."""
+
+    def left_out(self, fit: FitResult) -> list[list[int]]:
+        """What a send left out, as inclusive [first_seq, last_seq] spans of stored rows.
+
+        A span is a run of stored messages between the head and the newest turn that the
+        send did not include and that holds at least one turn left out to fit (a failed
+        turn lying among them was not sent either; one alone is not a left-out turn).
+        The runs come from the sent turns' seqs; whether a run holds left-out turns comes
+        from `prior_turns`, so turns never read (far back in a long conversation) count
+        too. The rows between two sent turns are clipped to the branch's runs, so the
+        spans never name a row of another branch.
+        """
+        if self.head_seq is None:
+            return []
+        unsent = {i for first, last in fit.left_out for i in range(first, last + 1)}
+        sent = sorted(
+            seq
+            for index, seq in enumerate(self.seqs)
+            if seq is not None and index not in unsent and seq in self.prior_turns
+        )
+        spans = []
+        for before, after in pairwise(sent):
+            if self.prior_turns[after] - self.prior_turns[before] - 1 > 0:
+                first, last = before + 2, after - 1
+                spans += [
+                    [max(first, start), min(last, end)]
+                    for start, end in reversed(self.runs)
+                    if start <= last and end >= first
+                ]
+        return spans
 
 
 def default_reserve(model: ModelSpec) -> int:

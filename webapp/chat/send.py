@@ -1,10 +1,11 @@
-"""Sending a message: store the turn, bounded for the model that will answer first, and
-start the answer task; stop it; preview the fit the next send would make.
+"""Sending a message: whether it may go (`Admission`), store the turn, bounded for the
+model that will answer first, and start the answer task; stop it; preview the fit the
+next send would make.
 
 A send writes the user's message (and a placeholder for the answer) before anything else
 can go wrong, so a failed provider call never loses it. The bound is applied against the
 model that will actually serve; its facts go on the user row the moment they are known,
-and again if a fallback model takes over (`answering`).
+and again if a fallback model takes over (`answer`).
 """
 
 from __future__ import annotations
@@ -13,36 +14,48 @@ import asyncio
 import dataclasses
 import logging
 import math
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
-from webapp.chat.admission import RECENT_COUNT, Admission, hold_budget
-from webapp.chat.answering import COUNT_TIMEOUT, AnswerWriter, stored
-from webapp.chat.answers import AnswerRegistry, RunningAnswer
+from webapp.chat.answer import COUNT_TIMEOUT, AnswerRegistry, AnswerWriter, RunningAnswer
 from webapp.chat.branches import parent_of
+from webapp.chat.budget import (
+    MESSAGE_USES,
+    RECENT_COUNT,
+    Use,
+    hold_budget,
+    message_budget_wait,
+    prune_uses,
+    record_use,
+)
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.history import Tail, load_transcript, previous_fit, read_tail
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.naming import Titler
 from webapp.chat.notify import STOP, notice
+from webapp.chat.reading import ConversationReader
+from webapp.chat.reaping import reap
 from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded
-from webapp.errors import InvalidInput, NotFound, TooManyRequests, refuse_nul
-from webapp.limits import TokenBuckets
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
+from webapp.limits import OWNERS_KEPT, TokenBuckets
 from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import FitResult
+from webapp.owners import EMBED_OWNER_PREFIX
 from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.stored import id_of
-from webapp.timeutil import utcnow
+from webapp.timeutil import as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +106,12 @@ app's work before the engine even has the prompt. New connections to a far engin
 take longer; past this the send answers anyway."""
 
 
+LENGTH_CUT = "length"
+"""The finish reason of an answer that stopped at its token limit, not at its end."""
+CONTINUE_PROMPT = "Continue exactly where your last answer stopped, without repeating it."
+"""What Continue sends: a turn of its own, so the record shows what the model was asked."""
+
+
 @dataclass(slots=True)
 class Send:
     conversation: Conversation
@@ -101,23 +120,72 @@ class Send:
     running: RunningAnswer
 
 
-class RecentConfigurations:
-    """Which configuration this process last saw each conversation use: only a hint (for
-    counting a new message before its send), so a stale entry costs a re-count, never a
-    wrong fit."""
+class Admission:
+    """Whether a send may go: the owner's rate limit, and one answer at a time per
+    conversation."""
 
-    def __init__(self, size: int = 10_000) -> None:
-        self._size = size
-        self._known: OrderedDict[str, str] = OrderedDict()
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._refused_until: OrderedDict[str, float] = OrderedDict()
 
-    def get(self, conversation_id: str) -> str | None:
-        return self._known.get(conversation_id)
+    def refused_lately(self, owner: str) -> bool:
+        """Whether this process refused the owner a send whose wait is not over: only a
+        hint (the send's transaction decides), so that a send sure to be refused does not
+        first ask the engine to count its message."""
+        until = self._refused_until.get(owner)
+        return until is not None and time.monotonic() < until
 
-    def remember(self, conversation_id: str, configuration: str) -> None:
-        self._known[conversation_id] = configuration
-        self._known.move_to_end(conversation_id)
-        if len(self._known) > self._size:
-            self._known.popitem(last=False)
+    def remember_refusal(self, owner: str, refused: TooManyRequests) -> None:
+        self._refused_until[owner] = time.monotonic() + refused.retry_after
+        self._refused_until.move_to_end(owner)
+        if len(self._refused_until) > OWNERS_KEPT:
+            self._refused_until.popitem(last=False)
+
+    def rate_limit_for(self, owner: str) -> int:
+        if owner.startswith(EMBED_OWNER_PREFIX):
+            return self._settings.embed_rate_limit_messages
+        return self._settings.rate_limit_messages
+
+    @property
+    def window(self) -> float:
+        return self._settings.rate_limit_window
+
+    def refuse_too_many(
+        self, connection: Connection, owner: str, limit: int, now: datetime
+    ) -> None:
+        """The owner has sent `limit` messages (or gateway calls) within the window: say
+        when enough of them leave it."""
+        window = self.window
+        wait = message_budget_wait(connection, owner, limit, window, now) or 1
+        raise TooManyRequests(
+            f"You have sent {limit} messages in the last {window:g} seconds; "
+            f"try again in {wait} seconds.",
+            retry_after=wait,
+        )
+
+    def refuse_if_busy(self, connection: Connection, conversation_id: str) -> None:
+        """One answer at a time per conversation; an answer whose writer died is reaped."""
+        streaming = connection.execute(
+            select(Message.updated_at).where(
+                Message.conversation_id == conversation_id,
+                Message.status == Status.STREAMING,
+            )
+        )
+        heartbeats = [as_utc(updated) for updated in streaming.scalars()]
+        after = self._settings.stale_stream_after
+        cutoff = utcnow() - timedelta(seconds=after)
+        if any(beat >= cutoff for beat in heartbeats):
+            raise Conflict(
+                "an answer is still being written in this conversation; "
+                "wait for it or stop it first"
+            )
+        if heartbeats:
+            reap(connection, conversation_id, after)
+
+    def spend(self, connection: Connection, owner: str, now: datetime) -> None:
+        """Count an admitted send (its transaction has checked the limit)."""
+        record_use(connection, owner, Use.SEND, now)
+        prune_uses(connection, MESSAGE_USES, self.window, now)
 
 
 class Sender:
@@ -128,7 +196,8 @@ class Sender:
         settings: Settings,
         answers: AnswerRegistry,
         admission: Admission,
-        recent: RecentConfigurations,
+        reader: ConversationReader,
+        titler: Titler,
         flusher: AnswerFlusher,
     ) -> None:
         self._db = db
@@ -136,7 +205,9 @@ class Sender:
         self._settings = settings
         self._answers = answers
         self._admission = admission
-        self._recent = recent
+        self._reader = reader
+        self._recent = reader.recent
+        self._titler = titler
         self._previews = TokenBuckets(settings.preview_rate, settings.preview_burst)
         self.writer = AnswerWriter(db, manager, settings, flusher)
 
@@ -156,14 +227,24 @@ class Sender:
     async def send(
         self, owner: str, conversation_id: str, content: object, edit_of: int | None = None
     ) -> Send:
+        """Store the message, bounded for the model that will answer first, and a placeholder
+        for the answer; then start writing the answer. Once begun, a send finishes even if
+        its caller goes away: the message is stored and answered all the same.
+
+        With `edit_of` (a user message id) the message is an alternative to that turn: it
+        continues what that turn continued, on a branch of its own."""
         text = self.validate_content(content)
         if edit_of is not None:
             check_id(edit_of)
-        return await asyncio.shield(
+        send = await asyncio.shield(
             self._send(owner, conversation_id, text, edit_of, edit=edit_of is not None)
         )
+        self._titler.follow(owner, send)
+        return send
 
     async def regenerate(self, owner: str, conversation_id: str, message_id: int) -> Send:
+        """A new answer to a user turn: the same message sent again as an alternative to it,
+        so the original send, its answer and its fit facts stay on record as they were."""
         check_id(message_id)
         original = await self._db.read(_message_of, owner, conversation_id, message_id)
         if original.role != Role.USER:
@@ -171,6 +252,18 @@ class Sender:
         return await asyncio.shield(
             self._send(owner, conversation_id, original.content, message_id)
         )
+
+    async def continue_answer(self, owner: str, conversation_id: str, answer_id: int) -> Send:
+        """Go on with an answer its length limit cut off: a new turn asking the model to
+        continue, bounded like any send. Only the newest answer of the shown branch, so the
+        continuation follows the text it continues."""
+        answer = await self._reader.message(owner, conversation_id, answer_id)
+        if answer.role != Role.ASSISTANT or answer.finish_reason != LENGTH_CUT:
+            raise InvalidInput("only an answer cut off by its length limit can be continued")
+        _, rows, _ = await self._reader.page(owner, conversation_id, turns=1)
+        if not rows or rows[-1].id != answer_id:
+            raise Conflict("only the newest answer can be continued: send a message instead")
+        return await self.send(owner, conversation_id, CONTINUE_PROMPT)
 
     async def _send(
         self,
@@ -374,7 +467,7 @@ class Sender:
         user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
         if isinstance(planned, Plan):
             # The new message is stored now: counts made for it later are kept on its row.
-            transcript = stored(planned)
+            transcript = planned.transcript
             with_id = dataclasses.replace(transcript, ids=[*(transcript.ids or [])[:-1], user.id])
             planned = dataclasses.replace(planned, transcript=with_id)
         changes: dict[str, object] = {}
@@ -417,7 +510,7 @@ class Sender:
         # pause: the history's counts are stored already, and the send counts it exactly.
         newest = {"role": Role.USER.value, "content": text}
 
-        def plan(session: Session) -> Plan:
+        def plan(session: Session) -> tuple[Plan, int]:
             connection = session.connection()
             conversation = owned_in(connection, owner, conversation_id)
             self._recent.remember(conversation.id, conversation.configuration)
@@ -426,7 +519,7 @@ class Sender:
                 raise InvalidInput(str(route))
             tokenizers = self._manager.exact_tokenizers(route)
             tail = read_tail(connection, conversation_id, tokenizers, conversation.active_seq)
-            return self._plan(
+            planned = self._plan(
                 connection,
                 conversation,
                 route,
@@ -436,8 +529,9 @@ class Sender:
                 {},
                 instructions=owner_instructions(connection, owner),
             )
+            return planned, tail.next_seq
 
-        planned = await self._db.read(plan)
+        planned, seq = await self._db.read(plan)
         now = utcnow()
         row = as_loaded(
             Message,
@@ -445,13 +539,13 @@ class Sender:
                 **MESSAGE_DEFAULTS,
                 "id": None,
                 "conversation_id": conversation_id,
-                "seq": stored(planned).seqs[-1],
+                "seq": seq,
                 "role": Role.USER,
                 "content": text,
                 "created_at": now,
                 "updated_at": now,
                 "token_counts": None,
-                **fit_columns(planned.fit, stored(planned)),
+                **fit_columns(planned.fit, planned.transcript),
             },
         )
         return row, planned.fit
@@ -495,7 +589,7 @@ class Sender:
 def _fit_values(planned: Plan, instructions: str) -> dict[str, object]:
     """The user row's fit columns, and how much of the head the owner's instructions took."""
     return {
-        **fit_columns(planned.fit, stored(planned)),
+        **fit_columns(planned.fit, planned.transcript),
         "fit_instructions_tokens": estimate_text(instructions) if instructions else None,
     }
 

@@ -1,0 +1,78 @@
+"""The chat's jobs, built once per process: what the `chat` dependency gives a handler.
+
+Each job lives in a module named for it, and a handler calls the one it needs by name
+(`chat.sender.send(...)`, `chat.reader.page(...)`); nothing here stands between them:
+
+- `reader`   (`reading`)        a conversation, lists, pages of a branch, the record, search
+- `editor`   (`conversations`)  create, import, rename, configuration, pins, branch, fork,
+                                delete, purge
+- `sender`   (`send`)           a send's one transaction, regenerate, continue, preview, stop
+- `answers`  (`answer`)         this worker's running answers and their channels
+- `titler`   (`naming`)         the title the model writes after the first answer
+- `reaper`   (`reaping`)        answers whose writer died
+- `flusher`  (`flushing`)       the one writer of every answer's text so far and final rows
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webapp.chat.answer import AnswerRegistry
+from webapp.chat.conversations import ConversationEditor
+from webapp.chat.flushing import AnswerFlusher
+from webapp.chat.naming import Titler
+from webapp.chat.reading import ConversationReader, RecentConfigurations
+from webapp.chat.reaping import Reaper
+from webapp.chat.send import Admission, Sender
+from webapp.db import Database
+from webapp.llm.catalog import Catalog
+from webapp.llm.manager import LLMManager
+from webapp.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ChatJobs:
+    db: Database
+    manager: LLMManager
+    settings: Settings
+    answers: AnswerRegistry
+    reader: ConversationReader
+    editor: ConversationEditor
+    sender: Sender
+    titler: Titler
+    reaper: Reaper
+    flusher: AnswerFlusher
+
+    @property
+    def catalog(self) -> Catalog:
+        """The manager's: discovery at start replaces it, so it is never kept elsewhere."""
+        return self.manager.catalog
+
+    async def shutdown(self) -> None:
+        """End this worker's answers (marked interrupted): a graceful server stop."""
+        await self.answers.shutdown()
+        await self.titler.shutdown()
+        await self.flusher.close()
+
+
+def chat_jobs(
+    db: Database,
+    manager: LLMManager,
+    settings: Settings,
+    answers: AnswerRegistry | None = None,
+) -> ChatJobs:
+    answers = answers or AnswerRegistry()
+    recent = RecentConfigurations()
+    reaper = Reaper(db, settings.stale_stream_after)
+    reader = ConversationReader(db, reaper, recent)
+    titler = Titler(db, manager, reader, enabled=settings.model_titles)
+    # One writer for every answer this process writes (flushes, heartbeats, finals).
+    flusher = AnswerFlusher(
+        db,
+        interval=min(settings.stream_flush_interval, settings.stale_stream_after / 3),
+        heartbeat=settings.stale_stream_after / 3,
+        announce=db.dialect == "postgresql",
+    )
+    sender = Sender(db, manager, settings, answers, Admission(settings), reader, titler, flusher)
+    editor = ConversationEditor(db, manager, reader, sender)
+    return ChatJobs(db, manager, settings, answers, reader, editor, sender, titler, reaper, flusher)
