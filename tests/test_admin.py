@@ -456,6 +456,24 @@ def test_charts_escape_labels_and_stay_well_formed() -> None:
     assert desc is not None and "3 turns in all" in (desc.text or "")
 
 
+def test_a_chart_with_nothing_to_draw_says_so() -> None:
+    empty = [
+        bar_chart([], ident="a", title="t", unit="turns"),
+        column_chart([Bar("a", 0)], ident="b", title="t", unit="turns"),
+    ]
+    drawn = [
+        bar_chart([Bar("a", 0)], ident="c", title="t", unit="turns"),
+        column_chart([Bar("a", 1)], ident="d", title="t", unit="turns"),
+    ]
+    for svg in empty:
+        [note] = [
+            t for t in ET.fromstring(str(svg)).iter(f"{SVG}text") if t.get("class") == "chart-empty"
+        ]
+        assert note.text == "No turns" and note.get("text-anchor") == "middle"
+    for svg in drawn:
+        assert 'class="chart-empty"' not in str(svg) and str(svg).endswith("</svg>")
+
+
 # ---- the export ----------------------------------------------------------------------------
 
 
@@ -596,7 +614,8 @@ async def test_the_review_rebuilds_exactly_what_each_send_left_out(world: World)
         if not senders:
             assert seq not in left_out_by
             continue
-        assert left_out_by[seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
+        first, last = long.turn_numbers[senders[0]], long.turn_numbers[senders[-1]]
+        assert left_out_by[seq] == queries.LeftOutBy(len(senders), first, last)
     # As runs of turn numbers, a left-out set is broken only by the never-sent turn 4.
     numbers = long.turn_numbers
     broken = 0
@@ -632,7 +651,8 @@ def test_who_left_a_turn_out_matches_brute_force_on_overlapping_spans() -> None:
     for user in users:
         senders = [t.seq for t in review.trimmed if user.seq in review.left_out(t)]
         if senders:
-            assert by[user.seq] == queries.LeftOutBy(len(senders), senders[0], senders[-1])
+            first, last = review.turn_numbers[senders[0]], review.turn_numbers[senders[-1]]
+            assert by[user.seq] == queries.LeftOutBy(len(senders), first, last)
         else:
             assert user.seq not in by
 
@@ -801,7 +821,7 @@ async def test_the_review_page_marks_trims_and_what_they_left_out(
         section = html.split(f'id="turn-{numbers[seq]}"', 1)[1].split("</h3>", 1)[0]
         assert "review-left-out" in html.split(f'id="turn-{numbers[seq]}"', 1)[0][-200:]
         assert "left out by" in section
-        assert f"#{numbers[by.first]}</a>" in section
+        assert f"#{by.first}</a>" in section
         if by.count == 1:
             assert "left out by turn <a" in section
     for number in set(numbers.values()) - {numbers[s] for s in review.left_out_by()}:

@@ -9,7 +9,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.factories import make_user, new_conversation
 from tests.upstream import FakeUpstream
-from webapp.chat.sending import CONTINUE_PROMPT
+from webapp.chat.send import CONTINUE_PROMPT
 
 SHORT = '\n[[configurations]]\nname = "short"\nmodel = "small"\nmax_tokens = 20\n'
 

@@ -22,8 +22,8 @@ from tests.factories import make_user, new_conversation
 from tests.served import Gateway
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat import admission
-from webapp.chat.admission import RECENT_USES
+from webapp.chat import budget
+from webapp.chat.budget import RECENT_USES
 from webapp.chat.models import GatewayCall
 from webapp.db import create_engine
 from webapp.migrate import upgrade
@@ -161,7 +161,7 @@ async def test_rows_past_their_window_are_pruned(
 ) -> None:
     """The record holds about a window's worth of sends: visitors who never come back
     leave nothing for ever. Imports, counted over a longer window, stay."""
-    monkeypatch.setattr(admission, "_PRUNED", {})
+    monkeypatch.setattr(budget, "_PRUNED", {})
     old = utcnow() - timedelta(seconds=200)
     engine = create_engine(database_url)
     try:

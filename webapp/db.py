@@ -52,7 +52,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlmodel import Session, SQLModel
 
-from webapp.prepared import Prepared, Row, as_sqlalchemy_error
+from webapp.prepared import Prepared, Row
 
 Model = TypeVar("Model", bound=SQLModel)
 Result = TypeVar("Result")
@@ -99,7 +99,7 @@ def _sqlite_engine(url: str, begin: str, **options: Any) -> Engine:
     )
     event.listen(engine, "connect", _set_pragmas)
     event.listen(engine, "connect", _no_implicit_begin)
-    event.listen(engine, "begin", _begin_on_cursor(begin))
+    event.listen(engine, "begin", _begin_with(begin))
     return engine
 
 
@@ -120,17 +120,12 @@ def _busy(error: Exception) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _begin_on_cursor(begin: str) -> Callable[[Connection], None]:
-    """The engine's BEGIN on the driver's cursor: through `exec_driver_sql` every
-    transaction's BEGIN cost SQLAlchemy's whole statement machinery (see
-    `webapp.prepared`). A refusal (the write lock not had within the busy timeout) is
-    raised as Core raises it."""
+def _begin_with(begin: str) -> Callable[[Connection], None]:
+    """The engine's own BEGIN (SQLAlchemy's recipe for pysqlite, whose driver, left to
+    itself, would begin only before the first write)."""
 
     def run(connection: Connection) -> None:
-        try:
-            connection.connection.cursor().execute(begin)
-        except sqlite3.Error as error:
-            raise as_sqlalchemy_error(connection.dialect, error, begin, ()) from error
+        connection.exec_driver_sql(begin)
 
     return run
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.factories import run
 from tests.vendors import KEY_ENV, FakeVendors, providers_toml
 from webapp.llm.catalog import load_catalog
-from webapp.llm.tokenizers import Tokenizers
+from webapp.llm.tokenizers import EndpointTokenizer, Tokenizers, TokenizerUnavailable
 
 MODELS = """
 [[models]]
@@ -97,3 +99,19 @@ async def test_auto_counts_each_message_with_the_vendors_count_tokens(
             tokenizer = tokenizers.for_model(catalog.models[name])
             assert tokenizer.exact and tokenizer.id == f"server:{name}"
             assert await tokenizer.count(texts) == [vendors.count(text) for text in texts]
+
+
+async def test_a_text_the_vendor_cannot_be_sent_does_not_rest_its_count_tokens(
+    vendors: FakeVendors, vendor_keys: None, tmp_path: Path
+) -> None:
+    """A lone surrogate is no UTF-8: its request is never made, which says nothing of the
+    vendor's endpoint, so it goes on counting (as an engine's tokenize endpoint does)."""
+    catalog = load_catalog(native_catalog(vendors, tmp_path))
+    async with Tokenizers() as tokenizers:
+        await tokenizers.probe(catalog)
+        tokenizer = tokenizers.for_model(catalog.models["claude-configured"])
+        assert isinstance(tokenizer, EndpointTokenizer)
+        with pytest.raises(TokenizerUnavailable, match="cannot send the text"):
+            await tokenizer.count(["fine", "a\ud800b"])
+        assert not tokenizer.is_down
+        assert await tokenizer.count(["hello"]) == [vendors.count("hello")]

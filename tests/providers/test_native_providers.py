@@ -15,6 +15,7 @@ from webapp.llm.providers.anthropic import AnthropicProvider, to_messages_reques
 from webapp.llm.providers.base import (
     CallInfo,
     ContextLengthExceeded,
+    Message,
     ProviderError,
     ProviderUnavailable,
     RateLimited,
@@ -62,7 +63,7 @@ async def test_an_answer_with_its_usage_and_the_vendors_headers(
     kind: str, vendors: FakeVendors
 ) -> None:
     async with provider(kind, vendors) as llm:
-        answer = await llm.chat(model(kind), HELLO, max_tokens=100)  # type: ignore[attr-defined]
+        answer = await llm.chat(model(kind), HELLO, max_tokens=100)
     assert answer.content.startswith(f"Echo from {model(kind)}: I saw 1 messages")
     assert answer.finish_reason == "stop" and answer.tool_calls == []
     assert answer.usage is not None
@@ -82,8 +83,8 @@ async def test_an_answer_with_its_usage_and_the_vendors_headers(
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_stream_then_its_finish_and_usage(kind: str, vendors: FakeVendors) -> None:
     async with provider(kind, vendors) as llm:
-        whole = await llm.chat(model(kind), HELLO, max_tokens=100)  # type: ignore[attr-defined]
-        chunks = await collect(llm.stream_chat(model(kind), HELLO, max_tokens=100))  # type: ignore[attr-defined]
+        whole = await llm.chat(model(kind), HELLO, max_tokens=100)
+        chunks = await collect(llm.stream_chat(model(kind), HELLO, max_tokens=100))
     texts = [chunk.text for chunk in chunks if chunk.text]
     assert len(texts) >= 3 and "".join(texts) == whole.content
     last = chunks[-1]
@@ -95,18 +96,18 @@ async def test_a_stream_then_its_finish_and_usage(kind: str, vendors: FakeVendor
 async def test_tool_calls_both_ways(kind: str, vendors: FakeVendors) -> None:
     question = [{"role": "user", "content": "Weather in Oslo?"}]
     async with provider(kind, vendors) as llm:
-        call = await llm.chat(model(kind), question, max_tokens=100, tools=[WEATHER])  # type: ignore[attr-defined]
+        call = await llm.chat(model(kind), question, max_tokens=100, tools=[WEATHER])
         assert call.finish_reason == "tool_calls"
         [tool_call] = call.tool_calls
         assert tool_call["type"] == "function"
         assert tool_call["function"]["name"] == "get_weather"
         assert tool_call["function"]["arguments"] == '{"city": "echo"}'
-        transcript = [
+        transcript: list[Message] = [
             *question,
             {"role": "assistant", "content": None, "tool_calls": call.tool_calls},
             {"role": "tool", "tool_call_id": tool_call["id"], "content": "Sunny, 21 C"},
         ]
-        answer = await llm.chat(model(kind), transcript, max_tokens=100, tools=[WEATHER])  # type: ignore[attr-defined]
+        answer = await llm.chat(model(kind), transcript, max_tokens=100, tools=[WEATHER])
     assert answer.finish_reason == "stop" and answer.content.startswith("Echo from")
     body = vendors.requests[-1]["body"]
     if kind == "anthropic":
@@ -123,9 +124,9 @@ async def test_a_prompt_over_the_window_names_its_numbers(kind: str, vendors: Fa
     long = [{"role": "user", "content": "word " * 5000}]
     async with provider(kind, vendors) as llm:
         with pytest.raises(ContextLengthExceeded) as refused:
-            await llm.chat(model(kind), long, max_tokens=100)  # type: ignore[attr-defined]
+            await llm.chat(model(kind), long, max_tokens=100)
         with pytest.raises(ContextLengthExceeded) as streamed:
-            await collect(llm.stream_chat(model(kind), long, max_tokens=100))  # type: ignore[attr-defined]
+            await collect(llm.stream_chat(model(kind), long, max_tokens=100))
     assert refused.value.limit == 4096 == streamed.value.limit
     assert refused.value.prompt_tokens is not None and refused.value.prompt_tokens > 4096
     assert not refused.value.retryable
@@ -140,10 +141,10 @@ async def test_overload_and_server_errors_let_a_fallback_try(
     async with provider(kind, vendors) as llm:
         vendors.fail_next(status)
         with pytest.raises(ProviderUnavailable) as failed:
-            await llm.chat(model(kind), HELLO, max_tokens=50)  # type: ignore[attr-defined]
+            await llm.chat(model(kind), HELLO, max_tokens=50)
         vendors.fail_next(status)
         with pytest.raises(ProviderUnavailable):
-            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))  # type: ignore[attr-defined]
+            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))
     assert failed.value.retryable and failed.value.status == status
 
 
@@ -152,7 +153,7 @@ async def test_a_rate_limit_says_when_to_come_back(kind: str, vendors: FakeVendo
     async with provider(kind, vendors) as llm:
         vendors.fail_next(429, retry_after=7)
         with pytest.raises(RateLimited) as limited:
-            await llm.chat(model(kind), HELLO, max_tokens=50)  # type: ignore[attr-defined]
+            await llm.chat(model(kind), HELLO, max_tokens=50)
     assert limited.value.retryable and limited.value.retry_after == 7
 
 
@@ -163,13 +164,13 @@ async def test_an_error_in_the_stream_before_and_after_text(
     async with provider(kind, vendors) as llm:
         vendors.break_stream_after(0)
         with pytest.raises(ProviderUnavailable):
-            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))  # type: ignore[attr-defined]
+            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))
         vendors.break_stream_after(2)
         with pytest.raises(StreamBroken):
-            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))  # type: ignore[attr-defined]
+            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))
         vendors.break_stream_after(2, error=False)
         with pytest.raises(StreamBroken):
-            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))  # type: ignore[attr-defined]
+            await collect(llm.stream_chat(model(kind), HELLO, max_tokens=50))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -179,7 +180,7 @@ async def test_a_refused_key_is_not_retried_and_never_quoted(
     secret = "sk-wrong-VERY-SECRET-42"
     async with provider(kind, vendors, key=secret) as llm:
         with pytest.raises(ProviderError) as refused:
-            await llm.chat(model(kind), HELLO, max_tokens=50)  # type: ignore[attr-defined]
+            await llm.chat(model(kind), HELLO, max_tokens=50)
     assert not refused.value.retryable
     assert "credentials" in refused.value.reason
     assert secret not in refused.value.message
@@ -188,7 +189,7 @@ async def test_a_refused_key_is_not_retried_and_never_quoted(
 async def test_gemini_unknown_model_is_a_plain_error(vendors: FakeVendors) -> None:
     async with provider("gemini", vendors) as llm:
         with pytest.raises(ProviderError) as missing:
-            await llm.chat("gemini-nope", HELLO)  # type: ignore[attr-defined]
+            await llm.chat("gemini-nope", HELLO)
     assert missing.value.status == 404 and not missing.value.retryable
 
 
@@ -197,10 +198,10 @@ async def test_gemini_embeds_a_batch_in_order_and_anthropic_serves_none(
 ) -> None:
     texts = ["Hello, world!", "नमस्ते दुनिया", "Hello, world!"]
     async with provider("gemini", vendors) as llm:
-        vectors = await llm.embed("gemini-embedding", texts)  # type: ignore[attr-defined]
-        assert await llm.embed("gemini-embedding", []) == []  # type: ignore[attr-defined]
+        vectors = await llm.embed("gemini-embedding", texts)
+        assert await llm.embed("gemini-embedding", []) == []
         with pytest.raises(ProviderError) as refused:
-            await llm.embed("gemini-small", texts)  # type: ignore[attr-defined]
+            await llm.embed("gemini-small", texts)
     assert len(vectors) == 3 and vectors[0] == vectors[2] != vectors[1]
     assert refused.value.status == 404 and not refused.value.retryable
     request = next(r for r in vendors.requests if r["path"].endswith(":batchEmbedContents"))
@@ -210,13 +211,13 @@ async def test_gemini_embeds_a_batch_in_order_and_anthropic_serves_none(
     ]
     async with provider("anthropic", vendors) as llm:
         with pytest.raises(ProviderError, match="serves no embeddings"):
-            await llm.embed("claude-small", texts)  # type: ignore[attr-defined]
+            await llm.embed("claude-small", texts)
 
 
 async def test_anthropic_max_tokens_falls_back_to_the_bounds_reserve(vendors: FakeVendors) -> None:
     info = CallInfo("claude-small", 4096, 3000, 20, 0, reserve=321)
     async with provider("anthropic", vendors) as llm:
-        await llm.chat("claude-small", HELLO, info=info)  # type: ignore[attr-defined]
+        await llm.chat("claude-small", HELLO, info=info)
     assert vendors.requests[-1]["body"]["max_tokens"] == 321
 
 
@@ -263,12 +264,12 @@ async def test_a_pure_append_reads_the_previous_prompt_and_a_moved_cut_the_head(
             [*history, {"role": "user", "content": "More?"}],
         ):
             info = CallInfo("claude-small", 100_000, 90_000, 0, 0, cache_marks=cache_marks(sent))
-            answer = await llm.chat("claude-small", sent, max_tokens=50, info=info)  # type: ignore[attr-defined]
+            answer = await llm.chat("claude-small", sent, max_tokens=50, info=info)
             usages.append(answer.usage)
         # The cut moves: turns after the head are left out, the head is still read.
         moved = [*history[:3], {"role": "user", "content": "Moved on"}]
         info = CallInfo("claude-small", 100_000, 90_000, 0, 0, cache_marks=cache_marks(moved))
-        after_cut = (await llm.chat("claude-small", moved, max_tokens=50, info=info)).usage  # type: ignore[attr-defined]
+        after_cut = (await llm.chat("claude-small", moved, max_tokens=50, info=info)).usage
     first, append = usages
     assert first is not None and append is not None and after_cut is not None
     assert first.cached_tokens == 0

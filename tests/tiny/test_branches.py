@@ -18,7 +18,7 @@ from tests.upstream import FakeUpstream
 from webapp.admin.queries import review
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import REPLAYABLE, Message, Role
-from webapp.chat.sending import Send
+from webapp.chat.send import Send
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.stored import id_of
 

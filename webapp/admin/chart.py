@@ -66,6 +66,19 @@ def _open(ident: str, title: str, desc: str, width: int, height: int) -> list[st
     ]
 
 
+def _close(out: list[str], unit: str, *, empty_at: tuple[float, float] | None) -> Markup:
+    """The chart's last lines, `_open`'s counterpart: a chart with nothing to draw says
+    so (centred on `empty_at`) instead of showing a bare frame."""
+    if empty_at is not None:
+        x, y = empty_at
+        out.append(
+            f'<text class="chart-empty" x="{_n(x)}" y="{_n(y)}" '
+            f'text-anchor="middle">No {_text(unit)}</text>'
+        )
+    out.append("</svg>")
+    return Markup("\n".join(out))
+
+
 def _describe(bars: Sequence[Bar], unit: str) -> str:
     shown = [b for b in bars if b.value]
     if not shown:
@@ -110,13 +123,7 @@ def column_chart(
                 f'<text class="chart-label" x="{middle}" y="{height - 6}" '
                 f'text-anchor="middle">{_text(bar.label)}</text>'
             )
-    if not peak:
-        out.append(
-            f'<text class="chart-empty" x="{_n(width / 2)}" y="{_n(top + plot / 2)}" '
-            f'text-anchor="middle">No {_text(unit)}</text>'
-        )
-    out.append("</svg>")
-    return Markup("\n".join(out))
+    return _close(out, unit, empty_at=(width / 2, top + plot / 2) if not peak else None)
 
 
 def bar_chart(bars: Sequence[Bar], *, ident: str, title: str, unit: str) -> Markup:
@@ -145,13 +152,7 @@ def bar_chart(bars: Sequence[Bar], *, ident: str, title: str, unit: str) -> Mark
         out.append(
             f'<text class="chart-value" x="{x0 + size + 4}" y="{middle}">{bar.value:,}</text>'
         )
-    if not bars:
-        out.append(
-            f'<text class="chart-empty" x="{_n(width / 2)}" y="{_n(height / 2 + FONT / 3)}" '
-            f'text-anchor="middle">No {_text(unit)}</text>'
-        )
-    out.append("</svg>")
-    return Markup("\n".join(out))
+    return _close(out, unit, empty_at=(width / 2, height / 2 + FONT / 3) if not bars else None)
 
 
 def per_day_chart(days: Sequence[DayCount]) -> Markup:

@@ -181,7 +181,8 @@ class LeftOutBy:
     count: int
     first: int
     last: int
-    """User seqs of the first and the last send that left the turn out."""
+    """Turn numbers (as people count turns) of the first and the last send that left the
+    turn out: the review shows them as they are."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +209,8 @@ class Review:
         ]
 
     def left_out_by(self) -> dict[int, LeftOutBy]:
-        """User seq of each left-out turn -> the sends that left it out.
+        """User seq of each left-out turn -> the sends that left it out, named by their
+        turn numbers.
 
         Each send's spans are intervals over the turns. Counts come from one running sum
         over interval ends; the first (and last) sender of each turn from painting the
@@ -231,8 +233,9 @@ class Review:
             counts.append(running)
         first = _paint(len(users), intervals)
         last = _paint(len(users), reversed(intervals))
+        numbers = self.turn_numbers
         return {
-            seq: LeftOutBy(count, by_first, by_last)
+            seq: LeftOutBy(count, numbers[by_first], numbers[by_last])
             for seq, count, by_first, by_last in zip(users, counts, first, last, strict=True)
             if count and by_first is not None and by_last is not None
         }

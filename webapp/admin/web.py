@@ -20,7 +20,7 @@ from webapp.accounts.guards import admin_only
 from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
 from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
-from webapp.admin.queries import CacheDay, Page, Review, TrimmedRow, TrimmedTurn
+from webapp.admin.queries import CacheDay, LeftOutBy, Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.deps import Chat
 from webapp.chat.models import Message, Role
 from webapp.chat.views import MessageView
@@ -62,15 +62,6 @@ def cache_dict(row: CacheDay) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class LeftOutNote:
-    """ "Left out by …" on a turn, in turn numbers."""
-
-    count: int
-    first: int
-    last: int
-
-
-@dataclass(frozen=True, slots=True)
 class ReviewTurn:
     """One turn as the review shows it: a user message and what answered it."""
 
@@ -81,7 +72,7 @@ class ReviewTurn:
     """When this turn's send left earlier turns out."""
     left_out_spans: list[tuple[int, int]]
     """The turns this send left out, as runs of turn numbers."""
-    left_out_by: LeftOutNote | None
+    left_out_by: LeftOutBy | None
     """When later sends left this turn out."""
 
 
@@ -103,16 +94,13 @@ def review_turns(review: Review) -> list[ReviewTurn]:
     turns = []
     for seq, rows in groups:
         trimmed = by_seq.get(seq)
-        by = left_out_by.get(seq)
         turns.append(
             ReviewTurn(
                 number=numbers.get(seq, 0),
                 messages=[MessageView(row) for row in rows],
                 trimmed=trimmed,
                 left_out_spans=left_out_spans(review, trimmed) if trimmed else [],
-                left_out_by=LeftOutNote(by.count, numbers[by.first], numbers[by.last])
-                if by
-                else None,
+                left_out_by=left_out_by.get(seq),
             )
         )
     return turns

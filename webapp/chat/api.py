@@ -20,22 +20,22 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
-from webapp.chat.admission import ImportQuota
 from webapp.chat.answer import TEXT_PACE, Channel, Event
 from webapp.chat.attachments import with_file
+from webapp.chat.budget import ImportQuota
 from webapp.chat.deps import Chat
 from webapp.chat.feedback import feedback_value
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Conversation, Message
 from webapp.chat.rows import owned_in
-from webapp.chat.sending import Send
+from webapp.chat.send import Send
 from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.titles import clean_title
 from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.settings import Settings
 from webapp.web.deps import Owner
-from webapp.web.events import frame, frame_stream
+from webapp.web.events import EventStream, frame
 from webapp.web.params import RowId
 
 
@@ -105,7 +105,7 @@ async def sse_events(channel: Channel) -> AsyncIterator[bytes]:
 async def _answer(request: Request[Any, Any, Any], chat: ChatJobs, send: Send) -> ASGIApp:
     """A send's answer: streamed when the client asks for events, else waited for."""
     if wants_event_stream(request):
-        return frame_stream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
+        return EventStream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
     user, answer = await chat.sender.settle(send)
     return ASGIResponse(
         body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),

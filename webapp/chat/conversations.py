@@ -1,5 +1,5 @@
 """Changing conversations: create, import, rename, switch configuration, pin a turn, show
-another branch, fork, delete, purge. Sending a message is `sending`'s job."""
+another branch, fork, delete, purge. Sending a message is `send`'s job."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from webapp.chat.history import is_replayable, read_branch
 from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.reading import ConversationReader
 from webapp.chat.rows import check_id, owned_in, row_in
-from webapp.chat.sending import Sender
+from webapp.chat.send import Sender
 from webapp.chat.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.transfer import parse_export
 from webapp.db import Database, as_loaded

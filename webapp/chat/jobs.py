@@ -6,7 +6,7 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 - `reader`   (`reading`)        a conversation, lists, pages of a branch, the record, search
 - `editor`   (`conversations`)  create, import, rename, configuration, pins, branch, fork,
                                 delete, purge
-- `sender`   (`sending`)        a send's one transaction, regenerate, continue, preview, stop
+- `sender`   (`send`)           a send's one transaction, regenerate, continue, preview, stop
 - `answers`  (`answer`)         this worker's running answers and their channels
 - `titler`   (`naming`)         the title the model writes after the first answer
 - `reaper`   (`reaping`)        answers whose writer died
@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webapp.chat.admission import Admission
 from webapp.chat.answer import AnswerRegistry
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader, RecentConfigurations
 from webapp.chat.reaping import Reaper
-from webapp.chat.sending import Sender
+from webapp.chat.send import Admission, Sender
 from webapp.db import Database
 from webapp.llm.catalog import Catalog
 from webapp.llm.manager import LLMManager

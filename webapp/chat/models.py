@@ -212,7 +212,7 @@ row built from it (plus the required columns) stores."""
 
 class GatewayCall(SQLModel, table=True):
     """One spending of an owner's budget: a chat send, a gateway call that stored no
-    message, an import (see `webapp.chat.admission`). Owner, time, kind and size, nothing
+    message, an import (see `webapp.chat.budget`). Owner, time, kind and size, nothing
     of the content: the limits count these rows, which deleting conversations does not
     touch. (The table kept its first name, from when it held gateway calls only.)
     """
@@ -231,6 +231,6 @@ class GatewayCall(SQLModel, table=True):
     kind: str = Field(
         default="call", sa_column=Column(String(16), nullable=False, server_default="call")
     )
-    """`send`, `call` or `import` (`admission.Use`)."""
+    """`send`, `call` or `import` (`budget.Use`)."""
     size: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     """An import's size in bytes (0 for the others)."""

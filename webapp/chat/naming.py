@@ -29,7 +29,7 @@ from webapp.llm.routing import RoutingError
 from webapp.owners import USER_OWNER_PREFIX
 
 if TYPE_CHECKING:
-    from webapp.chat.sending import Send
+    from webapp.chat.send import Send
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,15 @@ from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
-from webapp.chat.admission import ImportQuota
 from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
+from webapp.chat.budget import ImportQuota
 from webapp.chat.deps import Chat, Notices
 from webapp.chat.feedback import feedback_value
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.page_stream import LIVE_PAGES, PageCursor
-from webapp.chat.sending import Send
+from webapp.chat.send import Send
 from webapp.chat.views import (
     Alternative,
     Meter,
@@ -46,7 +46,7 @@ from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
 from webapp.web.deps import Owner
-from webapp.web.events import event_stream
+from webapp.web.events import EventStream
 from webapp.web.markdown import prerendered, prerendered_view
 from webapp.web.params import OptionalRowIdQuery, RowId, Seq
 from webapp.web.templates import render_fragment
@@ -391,7 +391,7 @@ class ConversationPages(Controller):
                 async for frame in live.frames_for(cursor, kind, turn_frame):
                     yield frame
 
-        return event_stream(events())
+        return EventStream(events())
 
 
 class ConversationAdmin(Controller):

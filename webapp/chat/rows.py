@@ -3,7 +3,9 @@ rebuilt after an UPDATE without reading them back."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, bindparam, inspect, update
+from typing import TypeVar
+
+from sqlalchemy import ColumnElement, Connection, bindparam, inspect, update
 from sqlmodel import col, select
 
 from webapp.chat.models import Conversation, Message
@@ -11,8 +13,8 @@ from webapp.db import as_loaded
 from webapp.errors import NotFound
 from webapp.llm.window import FitResult, Transcript
 
-_CONVERSATION_COLUMNS = tuple(inspect(Conversation).columns)
-_MESSAGE_COLUMNS = tuple(inspect(Message).columns)
+Stored = TypeVar("Stored", Conversation, Message)
+_COLUMNS = {table: tuple(inspect(table).columns) for table in (Conversation, Message)}
 _UPDATE_MESSAGE = update(Message).where(col(Message.id) == bindparam("message_id"))
 """Sets the columns named by the parameters it is executed with."""
 
@@ -24,26 +26,26 @@ def check_id(message_id: int) -> None:
 
 
 def owned_in(connection: Connection, owner: str, conversation_id: str) -> Conversation:
-    row = connection.execute(
-        select(*_CONVERSATION_COLUMNS).where(
-            col(Conversation.id) == conversation_id, col(Conversation.owner) == owner
-        )
-    ).first()
-    if row is None:
-        raise NotFound("no such conversation")
-    return as_loaded(Conversation, dict(row._mapping))
+    """The conversation, if it is `owner`'s (another owner's is not found either)."""
+    keys = col(Conversation.id) == conversation_id, col(Conversation.owner) == owner
+    return _found(connection, Conversation, keys, "no such conversation")
 
 
 def row_in(connection: Connection, conversation_id: str, message_id: int) -> Message:
     """A message of this conversation (a message of another one is not found either)."""
-    row = connection.execute(
-        select(*_MESSAGE_COLUMNS).where(
-            col(Message.id) == message_id, col(Message.conversation_id) == conversation_id
-        )
-    ).first()
+    keys = col(Message.id) == message_id, col(Message.conversation_id) == conversation_id
+    return _found(connection, Message, keys, "no such message")
+
+
+def _found(
+    connection: Connection, table: type[Stored], keys: tuple[ColumnElement[bool], ...], missing: str
+) -> Stored:
+    """The one row of `table` its keys find, read as plain columns and loaded without the
+    ORM (`as_loaded`): a lookup by keys wants no session. NotFound says `missing`."""
+    row = connection.execute(select(*_COLUMNS[table]).where(*keys)).first()
     if row is None:
-        raise NotFound("no such message")
-    return as_loaded(Message, dict(row._mapping))
+        raise NotFound(missing)
+    return as_loaded(table, dict(row._mapping))
 
 
 def set_columns(connection: Connection, message_id: int, values: dict[str, object]) -> None:

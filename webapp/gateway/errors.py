@@ -87,12 +87,14 @@ def model_not_found(name: str) -> GatewayError:
     )
 
 
-def too_many(message: str, retry_after: int) -> GatewayError:
+def too_many(message: str, retry_after: int, code: str = "rate_limit_exceeded") -> GatewayError:
+    """A 429 in OpenAI's shape, `Retry-After` in whole seconds: the gateway's own limits,
+    or (`code="upstream_rate_limited"`) an upstream's passed on."""
     return GatewayError(
         429,
         message,
         type="rate_limit_error",
-        code="rate_limit_exceeded",
+        code=code,
         headers={"Retry-After": str(retry_after)},
     )
 
@@ -111,13 +113,7 @@ def from_provider(error: ProviderError, model: str, param: str = "messages") -> 
         isinstance(error, AllModelsFailed) and error.status == 429
     ):
         wait = max(1, math.ceil(retry_after)) if retry_after else 1
-        return GatewayError(
-            429,
-            public,
-            type="rate_limit_error",
-            code="upstream_rate_limited",
-            headers={"Retry-After": str(wait)},
-        )
+        return too_many(public, wait, code="upstream_rate_limited")
     if error.retryable or isinstance(error, AllModelsFailed):
         return GatewayError(503, public, type="server_error", code="upstream_unavailable")
     return GatewayError(502, public, type="server_error", code="upstream_error")

@@ -209,39 +209,39 @@ def _token_count(data: Any) -> int:
     return len(tokens)
 
 
-class ServerTokenizer:
-    """The engine's own tokenize endpoint, in the shape the start-up probe found.
+@dataclass(frozen=True, slots=True)
+class EndpointLimits:
+    """How long an HTTP tokenizer may take, how long it rests after a failure, and how
+    many of its requests may be in flight: the same for every endpoint of a process."""
 
-    Every `count` is bounded by `timeout` as a whole; a failure raises
-    TokenizerUnavailable and rests the endpoint for `down_for` seconds, during which
-    `count` raises at once.
+    timeout: float = PROBE_TIMEOUT
+    down_for: float = DOWN_FOR
+    concurrency: int = CONCURRENCY
+    clock: Callable[[], float] = time.monotonic
+
+
+class EndpointTokenizer:
+    """A tokenizer that asks an HTTP endpoint, one request per text (`_one`).
+
+    Every `count` is bounded by `limits.timeout` as a whole; a failure raises
+    TokenizerUnavailable and rests the endpoint for `limits.down_for` seconds, during
+    which `count` raises at once. A text that cannot be sent (a lone surrogate is no
+    UTF-8) fails its count but says nothing of the endpoint. An engine's endpoint and a
+    vendor's differ only in their request and in `where`, how errors name them.
     """
 
     exact = True
 
     def __init__(
-        self,
-        model: ModelSpec,
-        provider: ProviderSpec,
-        shape: TokenizeShape,
-        client: httpx.AsyncClient,
-        *,
-        timeout: float = PROBE_TIMEOUT,
-        down_for: float = DOWN_FOR,
-        concurrency: int = CONCURRENCY,
-        clock: Callable[[], float] = time.monotonic,
+        self, id: str, where: str, client: httpx.AsyncClient, limits: EndpointLimits
     ) -> None:
-        assert provider.base_url is not None, "only openai providers have a server"
-        self.id = f"server:{model.name}"
-        self.shape = shape
-        self.url = server_root(provider.base_url) + shape.path
-        self._model_id = model.model_id
-        self._headers = auth_headers(provider)
+        self.id = id
+        self.where = where
         self._client = client
-        self.timeout = timeout
-        self.down_for = down_for
-        self._limit = asyncio.Semaphore(concurrency)
-        self._clock = clock
+        self.timeout = limits.timeout
+        self.down_for = limits.down_for
+        self._limit = asyncio.Semaphore(limits.concurrency)
+        self._clock = limits.clock
         self._down_until = 0.0
         self.last_error: str | None = None
 
@@ -252,7 +252,7 @@ class ServerTokenizer:
     async def count(self, texts: Sequence[str]) -> list[int]:
         if self.is_down:
             raise TokenizerUnavailable(
-                f"{self.shape} at {self.url} is resting after a failure: {self.last_error}"
+                f"{self.where} is resting after a failure: {self.last_error}"
             )
         try:
             # A task group, not gather: the first failure cancels the requests still
@@ -271,6 +271,40 @@ class ServerTokenizer:
         return [task.result() for task in tasks]
 
     async def _one(self, text: str) -> int:
+        raise NotImplementedError
+
+    def _failed(self, reason: str) -> TokenizerUnavailable:
+        self.last_error = reason
+        self._down_until = self._clock() + self.down_for
+        named = self.id if self.where == self.id else f"{self.id} ({self.where})"
+        log.warning(
+            "tokenizer %s failed: %s; counting with the estimate for %g s",
+            named,
+            reason,
+            self.down_for,
+        )
+        return TokenizerUnavailable(f"{self.where}: {reason}")
+
+
+class ServerTokenizer(EndpointTokenizer):
+    """The engine's own tokenize endpoint, in the shape the start-up probe found."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        provider: ProviderSpec,
+        shape: TokenizeShape,
+        client: httpx.AsyncClient,
+        limits: EndpointLimits,
+    ) -> None:
+        assert provider.base_url is not None, "only openai providers have a server"
+        self.shape = shape
+        self.url = server_root(provider.base_url) + shape.path
+        super().__init__(f"server:{model.name}", f"{shape} at {self.url}", client, limits)
+        self._model_id = model.model_id
+        self._headers = auth_headers(provider)
+
+    async def _one(self, text: str) -> int:
         async with self._limit:
             response = await self._client.post(
                 self.url,
@@ -281,19 +315,6 @@ class ServerTokenizer:
         if response.status_code != 200:
             raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
         return _token_count(response.json())
-
-    def _failed(self, reason: str) -> TokenizerUnavailable:
-        self.last_error = reason
-        self._down_until = self._clock() + self.down_for
-        log.warning(
-            "tokenizer %s (%s at %s) failed: %s; counting with the estimate for %g s",
-            self.id,
-            self.shape,
-            self.url,
-            reason,
-            self.down_for,
-        )
-        return TokenizerUnavailable(f"{self.shape} at {self.url}: {reason}")
 
 
 async def probe_shape(
@@ -373,14 +394,12 @@ BASE_TEXT = "."
 """A one-token message: what a count-tokens call costs beyond its text is its count less one."""
 
 
-class VendorTokenizer:
+class VendorTokenizer(EndpointTokenizer):
     """A native vendor's count-tokens endpoint (Anthropic `POST /v1/messages/count_tokens`,
     Gemini `:countTokens`). Each text is counted as a message of its own and the
     request's own cost (`base`, measured once by the probe) is taken off, so what is stored
     is the text's share; the template's cost per message is learned from usage as for
-    every tokenizer. Failures rest it like a `ServerTokenizer`."""
-
-    exact = True
+    every tokenizer."""
 
     def __init__(
         self,
@@ -388,39 +407,14 @@ class VendorTokenizer:
         provider: ProviderSpec,
         client: httpx.AsyncClient,
         base: int,
-        *,
-        timeout: float = PROBE_TIMEOUT,
-        down_for: float = DOWN_FOR,
-        concurrency: int = CONCURRENCY,
-        clock: Callable[[], float] = time.monotonic,
+        limits: EndpointLimits,
     ) -> None:
-        self.id = f"server:{model.name}"
+        name = f"server:{model.name}"
+        super().__init__(name, name, client, limits)
         self._model = model
         self._provider = provider
         self._headers = auth_headers(provider)
-        self._client = client
         self.base = base
-        self.timeout = timeout
-        self.down_for = down_for
-        self._limit = asyncio.Semaphore(concurrency)
-        self._clock = clock
-        self._down_until = 0.0
-        self.last_error: str | None = None
-
-    async def count(self, texts: Sequence[str]) -> list[int]:
-        if self._clock() < self._down_until:
-            raise TokenizerUnavailable(f"{self.id} is resting after a failure: {self.last_error}")
-        try:
-            async with asyncio.timeout(self.timeout), asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._one(text)) for text in texts]
-        except TimeoutError:
-            raise self._failed(f"no answer within {self.timeout:g} s") from None
-        except ExceptionGroup as failures:
-            first = failures.exceptions[0]
-            if not isinstance(first, httpx.HTTPError | ValueError):
-                raise
-            raise self._failed(str(first) or type(first).__name__) from first
-        return [task.result() for task in tasks]
 
     async def _one(self, text: str) -> int:
         if not text.strip():
@@ -430,12 +424,6 @@ class VendorTokenizer:
             await vendor_count(self._client, self._model, self._provider, text, self.timeout)
             - self.base,
         )
-
-    def _failed(self, reason: str) -> TokenizerUnavailable:
-        self.last_error = reason
-        self._down_until = self._clock() + self.down_for
-        log.warning("tokenizer %s failed: %s; estimating for %g s", self.id, reason, self.down_for)
-        return TokenizerUnavailable(f"{self.id}: {reason}")
 
 
 async def vendor_count(
@@ -483,6 +471,7 @@ class Tokenizers:
         self.timeout = timeout
         self.down_for = down_for
         self.concurrency = concurrency
+        self._limits = EndpointLimits(timeout, down_for, concurrency)
         self._own_client = client is None
         self._client = client if client is not None else engine_client(timeout)
         self._resolved: dict[str, _Resolved] = {}
@@ -548,15 +537,7 @@ class Tokenizers:
             return model.name, _Resolved(estimate, f"estimate ({provider.kind} provider)")
         shape, found = await probe_shape(self._client, model, provider, self.timeout)
         if shape is not None:
-            tokenizer = ServerTokenizer(
-                model,
-                provider,
-                shape,
-                self._client,
-                timeout=self.timeout,
-                down_for=self.down_for,
-                concurrency=self.concurrency,
-            )
+            tokenizer = ServerTokenizer(model, provider, shape, self._client, self._limits)
             return model.name, _Resolved(tokenizer, f"server ({shape})")
         if kind == "server":
             error = f"'server' but no tokenize endpoint answered: {found}"
@@ -578,13 +559,5 @@ class Tokenizers:
                 error = f"'server' but {found}"
                 return _Resolved(self._estimate, f"estimate (ERROR: {error})", error)
             return _Resolved(self._estimate, f"estimate ({found})")
-        tokenizer = VendorTokenizer(
-            model,
-            provider,
-            self._client,
-            max(0, base),
-            timeout=self.timeout,
-            down_for=self.down_for,
-            concurrency=self.concurrency,
-        )
+        tokenizer = VendorTokenizer(model, provider, self._client, max(0, base), self._limits)
         return _Resolved(tokenizer, f"server ({provider.kind} {where})")

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 
 from webapp.llm.providers.base import (
-    CallInfo,
+    ChatCall,
     ChatResult,
     ContextLengthExceeded,
     Message,
@@ -44,14 +44,9 @@ from webapp.llm.providers.base import (
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import (
-    ChatOnlyProvider,
-    count_of,
-    read_rest,
-    retry_after,
-    tool_arguments,
-)
-from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
+from webapp.llm.providers.http import ChatOnlyProvider, count_of, read_rest, refusal, retry_after
+from webapp.llm.providers.openai import context_length_exceeded, is_context_length_message
+from webapp.llm.providers.shapes import declared_functions, tool_arguments
 
 __all__ = ["API_VERSION", "AnthropicProvider", "to_messages_request"]
 
@@ -105,19 +100,10 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    converted = []
-    for tool in tools or []:
-        function = tool.get("function")
-        if not isinstance(function, dict) or not function.get("name"):
-            continue
-        entry: dict[str, Any] = {
-            "name": function["name"],
-            "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
-        }
-        if function.get("description"):
-            entry["description"] = function["description"]
-        converted.append(entry)
-    return converted
+    return [
+        {**entry, "input_schema": parameters or {"type": "object", "properties": {}}}
+        for entry, parameters in declared_functions(tools)
+    ]
 
 
 def _mark(message: dict[str, Any]) -> None:
@@ -233,29 +219,18 @@ class AnthropicProvider(ChatOnlyProvider):
         return headers
 
     @staticmethod
-    def _body(
-        model_id: str,
-        messages: list[Message],
-        max_tokens: int | None,
-        tools: list[dict[str, Any]] | None,
-        info: CallInfo | None,
-    ) -> dict[str, Any]:
-        room = max_tokens or (info.reserve if info is not None else None) or DEFAULT_MAX_TOKENS
-        marks = info.cache_marks if info is not None else ()
+    def _body(model_id: str, messages: list[Message], call: ChatCall) -> dict[str, Any]:
+        marks = call.info.cache_marks if call.info is not None else ()
         return to_messages_request(
-            model_id, messages, max_tokens=room, tools=tools, cache_marks=marks
+            model_id,
+            messages,
+            max_tokens=call.room or DEFAULT_MAX_TOKENS,
+            tools=call.tools,
+            cache_marks=marks,
         )
 
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        body = self._body(model_id, messages, max_tokens, tools, info)
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        body = self._body(model_id, messages, call)
         data = await self._post_json(self.CHAT_PATH, body, model_id)
         content = data.get("content")
         if not isinstance(content, list):
@@ -272,20 +247,13 @@ class AnthropicProvider(ChatOnlyProvider):
             tool_calls=_tool_calls(content),
         )
 
-    async def stream_chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-        sent: Callable[[], None] | None = None,
+    async def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
     ) -> AsyncGenerator[StreamChunk, None]:
         """Text as `text_delta`s arrive, then one chunk with the finish reason and usage
         (`message_start` says the prompt, `message_delta` the output), after
         `message_stop`."""
-        body = self._body(model_id, messages, max_tokens, tools, info)
+        body = self._body(model_id, messages, call)
         body["stream"] = True
         path = self.CHAT_PATH
         yielded = False
@@ -293,7 +261,7 @@ class AnthropicProvider(ChatOnlyProvider):
         usage: Usage | None = None
         stopped = False
         try:
-            async with self._streamed(path, body, model_id, sent) as response:
+            async with self._streamed(path, body, model_id, call.sent) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for name, event in events:
                     kind = event.get("type", name)
@@ -339,12 +307,7 @@ class AnthropicProvider(ChatOnlyProvider):
         return self._broke_off(path, model_id, error.message) if yielded else error
 
     def _error_from_payload(
-        self,
-        status: int | None,
-        payload: Any,
-        headers: httpx.Headers,
-        path: str,
-        model_id: str,
+        self, status: int | None, payload: Any, headers: httpx.Headers, path: str, model_id: str
     ) -> ProviderError:
         error = payload.get("error") if isinstance(payload, dict) else None
         kind = error.get("type") if isinstance(error, dict) else None
@@ -358,22 +321,17 @@ class AnthropicProvider(ChatOnlyProvider):
             return ContextLengthExceeded(text, status=status)
         if kind == "invalid_request_error" and is_context_length_message(message):
             both = _INPUT_AND_MAX.search(message)
-            prompt_tokens: int | None
-            limit: int | None
-            if both:
-                prompt_tokens = int(both.group(1).replace(",", ""))
-                limit = int(both.group(3).replace(",", ""))
-            else:
-                prompt_tokens, limit = parse_context_length_message(message)
+            if not both:
+                return context_length_exceeded(text, status, message)
+            prompt_tokens = int(both.group(1).replace(",", ""))
+            limit = int(both.group(3).replace(",", ""))
             return ContextLengthExceeded(
                 text, status=status, prompt_tokens=prompt_tokens, limit=limit
             )
-        if kind in ("authentication_error", "permission_error") or status in (401, 403):
-            shown_status = status or (401 if kind == "authentication_error" else 403)
-            return ProviderError(
-                text, status=status, reason=f"refused this app's credentials (HTTP {shown_status})"
-            )
-        if kind in ("api_error", "timeout_error") or status is None or status >= 500:
-            reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
-            return ProviderUnavailable(text, status=status, reason=reason)
-        return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
+        return refusal(
+            text,
+            status,
+            credentials=kind in ("authentication_error", "permission_error"),
+            unavailable=kind in ("api_error", "timeout_error"),
+            shown=status or (401 if kind == "authentication_error" else 403),
+        )

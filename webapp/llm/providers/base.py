@@ -7,9 +7,10 @@ anything else fails the call.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 Message = dict[str, Any]
 """A chat message as OpenAI's wire format spells it (role, content, tool_calls, tool_call_id)."""
@@ -25,6 +26,9 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ChatResult:
+    """A whole chat answer, as every provider reports it whatever its wire format: tool
+    calls OpenAI-shaped, finish reasons OpenAI's."""
+
     content: str
     finish_reason: str | None
     usage: Usage | None
@@ -42,6 +46,8 @@ class StreamChunk:
 
 @dataclass(frozen=True, slots=True)
 class CompletionResult:
+    """The answer to a raw prompt (`complete`), for the gateway's completions route."""
+
     text: str
     finish_reason: str | None
     usage: Usage | None
@@ -62,6 +68,23 @@ class CallInfo:
     """Indices of the sent messages after which the prompt is a prefix later sends keep:
     the end of the head, and the end of the prompt (the next send of the branch appends
     to it while the cut holds). A provider with explicit prompt caching marks them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """What a chat call asks beside its model and messages, as `Provider` hands it on."""
+
+    max_tokens: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    info: CallInfo | None = None
+    sent: Callable[[], None] | None = None
+    """Called once the request is written to the engine's connection (streams only)."""
+
+    @property
+    def room(self) -> int | None:
+        """The answer's room: the call's `max_tokens`, else what the bound left for it
+        (a vendor API that must name a maximum names this one)."""
+        return self.max_tokens or (self.info.reserve if self.info is not None else None)
 
 
 class ProviderError(Exception):
@@ -139,8 +162,14 @@ class StreamBroken(ProviderError):
     retryable = False
 
 
-class Provider(Protocol):
-    """What the send pipeline needs from a provider. `model_id` is the provider's own name."""
+class Provider(abc.ABC):
+    """What the send pipeline needs from a provider. `model_id` is the provider's own name.
+
+    The chat calls' keywords are spelled here once: `chat` and `stream_chat` gather them
+    into a `ChatCall` and hand it to the provider's `_chat` / `_stream_chat`, so a new
+    option reaches every provider without each restating the signature. `stream_chat`
+    returns the provider's own generator: no layer stands between it and each chunk.
+    """
 
     async def chat(
         self,
@@ -150,7 +179,8 @@ class Provider(Protocol):
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
-    ) -> ChatResult: ...
+    ) -> ChatResult:
+        return await self._chat(model_id, messages, ChatCall(max_tokens, tools, info))
 
     def stream_chat(
         self,
@@ -165,12 +195,25 @@ class Provider(Protocol):
         """`sent` is called once the request is on its way to the engine (written to its
         connection): what comes before the first token from then on overlaps the
         engine's own work."""
-        ...
+        return self._stream_chat(model_id, messages, ChatCall(max_tokens, tools, info, sent))
 
+    @abc.abstractmethod
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        """The whole answer to `messages`."""
+
+    @abc.abstractmethod
+    def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Text chunks as they arrive, then one last chunk with the finish reason and usage."""
+
+    @abc.abstractmethod
     async def complete(
         self, model_id: str, prompt: str, *, max_tokens: int | None = None
     ) -> CompletionResult: ...
 
+    @abc.abstractmethod
     async def embed(self, model_id: str, inputs: list[str]) -> list[list[float]]: ...
 
+    @abc.abstractmethod
     async def aclose(self) -> None: ...

@@ -9,15 +9,16 @@ a few minutes of chatting.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator
 
 from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.providers.base import (
     CallInfo,
+    ChatCall,
     ChatResult,
     CompletionResult,
     Message,
+    Provider,
     StreamChunk,
     Usage,
 )
@@ -56,7 +57,7 @@ def describe(messages: list[Message], info: CallInfo | None) -> str:
     return "\n\n".join(lines)
 
 
-class DemoProvider:
+class DemoProvider(Provider):
     """Streams its report word by word so the UI's streaming can be seen offline."""
 
     def __init__(self, word_delay: float = 0.02) -> None:
@@ -66,31 +67,16 @@ class DemoProvider:
         prompt = sum(estimate_message(m) for m in messages)
         return Usage(prompt_tokens=prompt, completion_tokens=estimate_text(reply))
 
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        reply = describe(messages, info)
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        reply = describe(messages, call.info)
         return ChatResult(reply, "stop", self._usage(messages, reply))
 
-    async def stream_chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-        sent: Callable[[], None] | None = None,
+    async def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
     ) -> AsyncGenerator[StreamChunk, None]:
-        if sent is not None:
-            sent()
-        reply = describe(messages, info)
+        if call.sent is not None:
+            call.sent()
+        reply = describe(messages, call.info)
         words = reply.split(" ")
         for index, word in enumerate(words):
             if self.word_delay:

@@ -25,31 +25,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 
 from webapp.llm.providers.base import (
-    CallInfo,
+    ChatCall,
     ChatResult,
-    ContextLengthExceeded,
     Message,
     ProviderError,
-    ProviderUnavailable,
     RateLimited,
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import (
-    ChatOnlyProvider,
-    content_text,
-    count_of,
-    read_rest,
-    retry_after,
-    tool_arguments,
-)
-from webapp.llm.providers.openai import is_context_length_message, parse_context_length_message
+from webapp.llm.providers.http import ChatOnlyProvider, count_of, read_rest, refusal, retry_after
+from webapp.llm.providers.openai import context_length_exceeded, is_context_length_message
+from webapp.llm.providers.shapes import content_text, declared_functions, tool_arguments
 
 __all__ = ["API_VERSION", "GeminiProvider", "to_gemini_request"]
 
@@ -72,18 +64,10 @@ _DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
 def _declarations(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    declarations = []
-    for tool in tools or []:
-        function = tool.get("function")
-        if not isinstance(function, dict) or not function.get("name"):
-            continue
-        entry: dict[str, Any] = {"name": function["name"]}
-        if function.get("description"):
-            entry["description"] = function["description"]
-        if function.get("parameters"):
-            entry["parametersJsonSchema"] = function["parameters"]
-        declarations.append(entry)
-    return declarations
+    return [
+        {**entry, "parametersJsonSchema": parameters} if parameters else entry
+        for entry, parameters in declared_functions(tools)
+    ]
 
 
 def to_gemini_request(
@@ -200,20 +184,8 @@ class GeminiProvider(ChatOnlyProvider):
     def _where(self, path: str, model_id: str) -> str:
         return super()._where(path.replace("{model}", model_id.removeprefix("models/")), model_id)
 
-    @staticmethod
-    def _room(max_tokens: int | None, info: CallInfo | None) -> int | None:
-        return max_tokens or (info.reserve if info is not None else None)
-
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        body = to_gemini_request(messages, max_tokens=self._room(max_tokens, info), tools=tools)
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
         path = self._path(model_id, "generateContent")
         data = await self._post_json(path, body, model_id)
         parts, reason = _parts(data)
@@ -238,26 +210,19 @@ class GeminiProvider(ChatOnlyProvider):
             tool_calls=calls,
         )
 
-    async def stream_chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-        sent: Callable[[], None] | None = None,
+    async def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
     ) -> AsyncGenerator[StreamChunk, None]:
         """Text as each event brings it, then one chunk with the finish reason and the
         usage of the last event, once the body ends."""
-        body = to_gemini_request(messages, max_tokens=self._room(max_tokens, info), tools=tools)
+        body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
         path = self._path(model_id, "streamGenerateContent")
         yielded = False
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
             async with self._streamed(
-                path, body, model_id, sent, params={"alt": "sse"}
+                path, body, model_id, call.sent, params={"alt": "sse"}
             ) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for _, data in events:
@@ -322,12 +287,7 @@ class GeminiProvider(ChatOnlyProvider):
         )
 
     def _error_from_payload(
-        self,
-        status: int | None,
-        payload: Any,
-        headers: httpx.Headers,
-        path: str,
-        model_id: str,
+        self, status: int | None, payload: Any, headers: httpx.Headers, path: str, model_id: str
     ) -> ProviderError:
         if isinstance(payload, list) and payload:  # a stream without alt=sse: a JSON array
             payload = payload[0]
@@ -347,19 +307,11 @@ class GeminiProvider(ChatOnlyProvider):
                     wait = float(match.group(1))
             return RateLimited(text, status=code, retry_after=wait)
         if is_context_length_message(message) and code not in (401, 403):
-            prompt_tokens, limit = parse_context_length_message(message)
-            return ContextLengthExceeded(
-                text, status=code, prompt_tokens=prompt_tokens, limit=limit
-            )
-        if (
-            kind in ("UNAUTHENTICATED", "PERMISSION_DENIED")
-            or code in (401, 403)
-            or ("API key not valid" in message)
-        ):
-            return ProviderError(
-                text, status=code, reason=f"refused this app's credentials (HTTP {code})"
-            )
-        if kind in _UNAVAILABLE or code is None or code >= 500:
-            reason = f"is unavailable (HTTP {code})" if code else "is unavailable"
-            return ProviderUnavailable(text, status=code, reason=reason)
-        return ProviderError(text, status=code, reason=f"refused the request (HTTP {code})")
+            return context_length_exceeded(text, code, message)
+        return refusal(
+            text,
+            code,
+            credentials=kind in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+            or "API key not valid" in message,
+            unavailable=kind in _UNAVAILABLE,
+        )

@@ -10,6 +10,7 @@ once for every kind.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import email.utils
@@ -23,10 +24,8 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
 from webapp.llm.providers.base import (
-    CallInfo,
-    ChatResult,
     CompletionResult,
-    Message,
+    Provider,
     ProviderError,
     ProviderUnavailable,
     StreamBroken,
@@ -46,31 +45,6 @@ _MAX_ERROR_TEXT = 500
 def count_of(value: Any) -> int | None:
     """A token count as the wire should carry it (an int, not negative), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def content_text(content: Any) -> str:
-    """OpenAI message content as text: a string, or the text of a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text") or "") if isinstance(part, dict) else str(part) for part in content
-        )
-    return str(content)
-
-
-def tool_arguments(raw: Any) -> dict[str, Any]:
-    """An OpenAI tool call's `arguments` (a JSON string) as the object the native APIs
-    want (`tool_use.input`, `functionCall.args`): what is not an object is wrapped."""
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
-    except ValueError:
-        return {"arguments": raw}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def retry_after(headers: httpx.Headers, message: str) -> float | None:
@@ -121,6 +95,33 @@ async def read_rest(events: AsyncIterator[Any]) -> None:
 # --------------------------------------------------------------------------------------
 
 
+def refusal(
+    text: str,
+    status: int | None,
+    *,
+    credentials: bool = False,
+    unavailable: bool = False,
+    shown: int | None = None,
+) -> ProviderError:
+    """A vendor's error once its own kinds (rate limits, context length) are read: every
+    vendor's remaining failures fall in the same three outcomes, said the same way.
+
+    Refused credentials (401/403, or `credentials`: the vendor's kind for them) fail the
+    call; an outage (no status, a 5xx, or `unavailable`: the vendor's kind for one) lets
+    a fallback try; anything else is a refused request. `shown` is the status the
+    credentials' reason names when the vendor sent none.
+    """
+    if credentials or status in (401, 403):
+        shown = shown if shown is not None else status
+        return ProviderError(
+            text, status=status, reason=f"refused this app's credentials (HTTP {shown})"
+        )
+    if unavailable or status is None or status >= 500:
+        reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
+        return ProviderUnavailable(text, status=status, reason=reason)
+    return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
+
+
 def tracing_sent(sent: Callable[[], None]) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
     """httpcore's trace hook (a request extension), reduced to the one event wanted: the
     request's body is written. Behind an https proxy the same hook also sees the CONNECT
@@ -137,7 +138,7 @@ def tracing_sent(sent: Callable[[], None]) -> Callable[[str, dict[str, Any]], Aw
     return trace
 
 
-class HTTPProvider:
+class HTTPProvider(Provider):
     """A provider spoken to over HTTP through pooled `httpx.AsyncClient`s (shards).
 
     `base_url` is where the endpoint paths are appended. `timeout` is the read timeout,
@@ -258,17 +259,12 @@ class HTTPProvider:
             response.status_code, payload, response.headers, path, model_id
         )
 
+    @abc.abstractmethod
     def _error_from_payload(
-        self,
-        status: int | None,
-        payload: Any,
-        headers: httpx.Headers,
-        path: str,
-        model_id: str,
+        self, status: int | None, payload: Any, headers: httpx.Headers, path: str, model_id: str
     ) -> ProviderError:
         """The vendor's error body (of an error status, or inside a stream), read in its
         own shape as one of the error types of `base`."""
-        raise NotImplementedError
 
     def _answered(
         self, status: int | None, message: Any, path: str, model_id: str
@@ -403,17 +399,6 @@ class HTTPProvider:
 class ChatOnlyProvider(HTTPProvider):
     """A vendor API with no raw completion (Anthropic's, Gemini's): a prompt to complete
     is sent as one user turn."""
-
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        raise NotImplementedError
 
     async def complete(
         self, model_id: str, prompt: str, *, max_tokens: int | None = None

@@ -23,33 +23,28 @@ import base64
 import json
 import re
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
 
 from webapp.llm.providers.base import (
-    CallInfo,
+    ChatCall,
     ChatResult,
     CompletionResult,
     ContextLengthExceeded,
     Message,
     ProviderError,
-    ProviderUnavailable,
     RateLimited,
     StreamChunk,
     Usage,
 )
-from webapp.llm.providers.http import (
-    HTTPProvider,
-    content_text,
-    count_of,
-    read_rest,
-    retry_after,
-)
+from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, refusal, retry_after
+from webapp.llm.providers.shapes import content_text
 
 __all__ = [
     "OpenAIProvider",
+    "context_length_exceeded",
     "is_context_length_message",
     "parse_context_length_message",
 ]
@@ -167,6 +162,23 @@ def parse_context_length_message(message: str) -> tuple[int | None, int | None]:
     return prompt_tokens, limit
 
 
+def context_length_exceeded(
+    text: str,
+    status: int | None,
+    message: str,
+    *,
+    prompt_tokens: int | None = None,
+    limit: int | None = None,
+) -> ContextLengthExceeded:
+    """A prompt refused as too long, with the numbers its message names (`prompt_tokens`
+    and `limit` stand in for those it does not): every kind, once it has recognised the
+    refusal, reports it so, and the bound learns the window from any of them."""
+    named_prompt, named_limit = parse_context_length_message(message)
+    return ContextLengthExceeded(
+        text, status=status, prompt_tokens=named_prompt or prompt_tokens, limit=named_limit or limit
+    )
+
+
 # --------------------------------------------------------------------------------------
 # Reading the wire format.
 # --------------------------------------------------------------------------------------
@@ -251,35 +263,20 @@ class OpenAIProvider(HTTPProvider):
 
     # ---- the four calls --------------------------------------------------------------
 
-    async def chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-    ) -> ChatResult:
-        body = self._chat_body(model_id, messages, max_tokens=max_tokens, tools=tools)
+    async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
+        body = self._chat_body(model_id, messages, call)
         path = "chat/completions"
         return self._chat_result(await self._post_json(path, body, model_id), path, model_id)
 
-    async def stream_chat(
-        self,
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        info: CallInfo | None = None,
-        sent: Callable[[], None] | None = None,
+    async def _stream_chat(
+        self, model_id: str, messages: list[Message], call: ChatCall
     ) -> AsyncGenerator[StreamChunk, None]:
         """Yield text chunks as they arrive, then one last chunk with finish_reason and usage.
 
         Usage usually comes after the finish_reason, in a chunk with no choices, so the
         last chunk is held back until `[DONE]` (or the end of the body).
         """
-        body = self._chat_body(model_id, messages, max_tokens=max_tokens, tools=tools)
+        body = self._chat_body(model_id, messages, call)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         path = "chat/completions"
@@ -287,7 +284,7 @@ class OpenAIProvider(HTTPProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with self._streamed(path, body, model_id, sent) as response:
+            async with self._streamed(path, body, model_id, call.sent) as response:
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # The server ignored "stream": it sent the whole answer at once.
                     await response.aread()
@@ -366,18 +363,12 @@ class OpenAIProvider(HTTPProvider):
     # ---- requests --------------------------------------------------------------------
 
     @staticmethod
-    def _chat_body(
-        model_id: str,
-        messages: list[Message],
-        *,
-        max_tokens: int | None,
-        tools: list[dict[str, Any]] | None,
-    ) -> dict[str, Any]:
+    def _chat_body(model_id: str, messages: list[Message], call: ChatCall) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model_id, "messages": messages}
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        if tools:
-            body["tools"] = tools
+        if call.max_tokens is not None:
+            body["max_tokens"] = call.max_tokens
+        if call.tools:
+            body["tools"] = call.tools
         return body
 
     def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
@@ -430,12 +421,7 @@ class OpenAIProvider(HTTPProvider):
     # ---- errors ----------------------------------------------------------------------
 
     def _error_from_payload(
-        self,
-        status: int | None,
-        payload: Any,
-        headers: httpx.Headers,
-        path: str,
-        model_id: str,
+        self, status: int | None, payload: Any, headers: httpx.Headers, path: str, model_id: str
     ) -> ProviderError:
         message, code, kind, error = _error_parts(payload)
         if message is None:
@@ -447,21 +433,15 @@ class OpenAIProvider(HTTPProvider):
         if status not in (401, 403) and (
             is_context_length_message(message, code) or is_context_length_message("", kind)
         ):
-            prompt_tokens, limit = parse_context_length_message(message)
             # llama.cpp names the numbers as fields besides the message.
-            prompt_tokens = prompt_tokens or _as_int(error.get("n_prompt_tokens"))
-            limit = limit or _as_int(error.get("n_ctx"))
-            return ContextLengthExceeded(
-                text, status=status, prompt_tokens=prompt_tokens, limit=limit
+            return context_length_exceeded(
+                text,
+                status,
+                message,
+                prompt_tokens=_as_int(error.get("n_prompt_tokens")),
+                limit=_as_int(error.get("n_ctx")),
             )
-        if status is None or status >= 500 or status == 408:
-            reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
-            return ProviderUnavailable(text, status=status, reason=reason)
-        if status in (401, 403):
-            return ProviderError(
-                text, status=status, reason=f"refused this app's credentials (HTTP {status})"
-            )
-        return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
+        return refusal(text, status, unavailable=status == 408)
 
 
 def _as_int(value: Any) -> int | None:

@@ -1,5 +1,6 @@
-"""Sending a message: store the turn, bounded for the model that will answer first, and
-start the answer task; stop it; preview the fit the next send would make.
+"""Sending a message: whether it may go (`Admission`), store the turn, bounded for the
+model that will answer first, and start the answer task; stop it; preview the fit the
+next send would make.
 
 A send writes the user's message (and a placeholder for the answer) before anything else
 can go wrong, so a failed provider call never loses it. The bound is applied against the
@@ -13,36 +14,48 @@ import asyncio
 import dataclasses
 import logging
 import math
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
-from webapp.chat.admission import RECENT_COUNT, Admission, hold_budget
 from webapp.chat.answer import COUNT_TIMEOUT, AnswerRegistry, AnswerWriter, RunningAnswer
 from webapp.chat.branches import parent_of
+from webapp.chat.budget import (
+    MESSAGE_USES,
+    RECENT_COUNT,
+    Use,
+    hold_budget,
+    message_budget_wait,
+    prune_uses,
+    record_use,
+)
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.history import Tail, load_transcript, previous_fit, read_tail
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.naming import Titler
 from webapp.chat.notify import STOP, notice
 from webapp.chat.reading import ConversationReader
+from webapp.chat.reaping import reap
 from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
-from webapp.limits import TokenBuckets
+from webapp.limits import OWNERS_KEPT, TokenBuckets
 from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import FitResult
+from webapp.owners import EMBED_OWNER_PREFIX
 from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.stored import id_of
-from webapp.timeutil import utcnow
+from webapp.timeutil import as_utc, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +118,74 @@ class Send:
     user: Message
     answer: Message
     running: RunningAnswer
+
+
+class Admission:
+    """Whether a send may go: the owner's rate limit, and one answer at a time per
+    conversation."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._refused_until: OrderedDict[str, float] = OrderedDict()
+
+    def refused_lately(self, owner: str) -> bool:
+        """Whether this process refused the owner a send whose wait is not over: only a
+        hint (the send's transaction decides), so that a send sure to be refused does not
+        first ask the engine to count its message."""
+        until = self._refused_until.get(owner)
+        return until is not None and time.monotonic() < until
+
+    def remember_refusal(self, owner: str, refused: TooManyRequests) -> None:
+        self._refused_until[owner] = time.monotonic() + refused.retry_after
+        self._refused_until.move_to_end(owner)
+        if len(self._refused_until) > OWNERS_KEPT:
+            self._refused_until.popitem(last=False)
+
+    def rate_limit_for(self, owner: str) -> int:
+        if owner.startswith(EMBED_OWNER_PREFIX):
+            return self._settings.embed_rate_limit_messages
+        return self._settings.rate_limit_messages
+
+    @property
+    def window(self) -> float:
+        return self._settings.rate_limit_window
+
+    def refuse_too_many(
+        self, connection: Connection, owner: str, limit: int, now: datetime
+    ) -> None:
+        """The owner has sent `limit` messages (or gateway calls) within the window: say
+        when enough of them leave it."""
+        window = self.window
+        wait = message_budget_wait(connection, owner, limit, window, now) or 1
+        raise TooManyRequests(
+            f"You have sent {limit} messages in the last {window:g} seconds; "
+            f"try again in {wait} seconds.",
+            retry_after=wait,
+        )
+
+    def refuse_if_busy(self, connection: Connection, conversation_id: str) -> None:
+        """One answer at a time per conversation; an answer whose writer died is reaped."""
+        streaming = connection.execute(
+            select(Message.updated_at).where(
+                Message.conversation_id == conversation_id,
+                Message.status == Status.STREAMING,
+            )
+        )
+        heartbeats = [as_utc(updated) for updated in streaming.scalars()]
+        after = self._settings.stale_stream_after
+        cutoff = utcnow() - timedelta(seconds=after)
+        if any(beat >= cutoff for beat in heartbeats):
+            raise Conflict(
+                "an answer is still being written in this conversation; "
+                "wait for it or stop it first"
+            )
+        if heartbeats:
+            reap(connection, conversation_id, after)
+
+    def spend(self, connection: Connection, owner: str, now: datetime) -> None:
+        """Count an admitted send (its transaction has checked the limit)."""
+        record_use(connection, owner, Use.SEND, now)
+        prune_uses(connection, MESSAGE_USES, self.window, now)
 
 
 class Sender:

@@ -1,6 +1,6 @@
-"""Whether a send may go: the owner's rate limit and one answer at a time per conversation;
-and the other budget an owner spends from the same record: imports (per window, by count
-and bytes). How a window's rows become a wait, and the lock, are `webapp.limits`'s.
+"""What an owner spends: messages (chat sends and gateway calls, against the rate limit)
+and imports (per window, by count and bytes). How a window's rows become a wait, and the
+lock, are `webapp.limits`'s; whether one send may go is `webapp.chat.send`'s.
 
 Every spending of the message budget (a chat send, a gateway call) and every import
 leaves a row in `gateway_call` (owner, time, kind, size): the limits count those rows,
@@ -12,7 +12,6 @@ than their window are deleted now and then, by whichever worker comes first.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -20,15 +19,13 @@ from enum import StrEnum
 from sqlalchemy import ColumnElement, Connection, bindparam, delete, func, insert, literal_column
 from sqlmodel import Session, col, select
 
-from webapp.chat.models import GatewayCall, Message, Status
-from webapp.chat.reaping import reap
+from webapp.chat.models import GatewayCall
 from webapp.db import Database
-from webapp.errors import Conflict, InvalidInput, TooManyRequests
-from webapp.limits import OWNERS_KEPT, SlidingWindow, advisory_lock, try_advisory_lock
-from webapp.owners import EMBED_OWNER_PREFIX
+from webapp.errors import InvalidInput, TooManyRequests
+from webapp.limits import SlidingWindow, advisory_lock, try_advisory_lock
 from webapp.prepared import Prepared
 from webapp.settings import Settings
-from webapp.timeutil import as_utc, utcnow
+from webapp.timeutil import utcnow
 
 
 class Use(StrEnum):
@@ -122,71 +119,6 @@ def hold_budget(connection: Connection, owner: str) -> None:
     COMMITTED, two sends in two conversations (each holding its own conversation's lock)
     would each count without the other and both go past the limit."""
     advisory_lock(connection, f"rate {owner}")
-
-
-class Admission:
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._refused_until: OrderedDict[str, float] = OrderedDict()
-
-    def refused_lately(self, owner: str) -> bool:
-        """Whether this process refused the owner a send whose wait is not over: only a
-        hint (the send's transaction decides), so that a send sure to be refused does not
-        first ask the engine to count its message."""
-        until = self._refused_until.get(owner)
-        return until is not None and time.monotonic() < until
-
-    def remember_refusal(self, owner: str, refused: TooManyRequests) -> None:
-        self._refused_until[owner] = time.monotonic() + refused.retry_after
-        self._refused_until.move_to_end(owner)
-        if len(self._refused_until) > OWNERS_KEPT:
-            self._refused_until.popitem(last=False)
-
-    def rate_limit_for(self, owner: str) -> int:
-        if owner.startswith(EMBED_OWNER_PREFIX):
-            return self._settings.embed_rate_limit_messages
-        return self._settings.rate_limit_messages
-
-    @property
-    def window(self) -> float:
-        return self._settings.rate_limit_window
-
-    def refuse_too_many(
-        self, connection: Connection, owner: str, limit: int, now: datetime
-    ) -> None:
-        """The owner has sent `limit` messages (or gateway calls) within the window: say
-        when enough of them leave it."""
-        window = self.window
-        wait = message_budget_wait(connection, owner, limit, window, now) or 1
-        raise TooManyRequests(
-            f"You have sent {limit} messages in the last {window:g} seconds; "
-            f"try again in {wait} seconds.",
-            retry_after=wait,
-        )
-
-    def refuse_if_busy(self, connection: Connection, conversation_id: str) -> None:
-        """One answer at a time per conversation; an answer whose writer died is reaped."""
-        streaming = connection.execute(
-            select(Message.updated_at).where(
-                Message.conversation_id == conversation_id,
-                Message.status == Status.STREAMING,
-            )
-        )
-        heartbeats = [as_utc(updated) for updated in streaming.scalars()]
-        after = self._settings.stale_stream_after
-        cutoff = utcnow() - timedelta(seconds=after)
-        if any(beat >= cutoff for beat in heartbeats):
-            raise Conflict(
-                "an answer is still being written in this conversation; "
-                "wait for it or stop it first"
-            )
-        if heartbeats:
-            reap(connection, conversation_id, after)
-
-    def spend(self, connection: Connection, owner: str, now: datetime) -> None:
-        """Count an admitted send (its transaction has checked the limit)."""
-        record_use(connection, owner, Use.SEND, now)
-        prune_uses(connection, MESSAGE_USES, self.window, now)
 
 
 class ImportQuota:
