@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from webapp.llm.catalog import (
     DEFAULT_WINDOW,
@@ -550,6 +551,25 @@ ERROR_CASES = [
      "expected a string, got an integer (7)"),
     ("system-prompt-not-a-string", C + "model = 'small'\nsystem_prompt = ['hi']",
      "configurations[1] 'c'", "system_prompt", "expected a string, got an array"),
+    ("unknown-kind-hint", P + "kind = 'antrophic'", "providers[1] 'p'", "kind",
+     "(did you mean 'anthropic'?); expected 'openai', 'anthropic', 'gemini' or 'demo'"),
+    ("kind-not-a-string", P + "kind = 1", "providers[1] 'p'", "kind",
+     "expected 'openai', 'anthropic', 'gemini' or 'demo', got an integer (1)"),
+    ("base-url-bad-port", P + "kind = 'openai'\nbase_url = 'http://x.test:99999/v1'",
+     "providers[1] 'p'", "base_url", "'http://x.test:99999/v1' is not a valid URL"),
+    ("base-url-no-host", P + "kind = 'openai'\nbase_url = 'http:///v1'", "providers[1] 'p'",
+     "base_url", "'http:///v1' has no host"),
+    ("trim-to-over-one", C + "model = 'small'\ntrim_to = 1.5", "configurations[1] 'c'",
+     "trim_to", "must be at most 1, got 1.5"),
+    ("trim-to-zero", C + "model = 'small'\ntrim_to = 0.0", "configurations[1] 'c'", "trim_to",
+     "must be greater than 0, got 0"),
+    ("max-output-with-demo-window", "[[providers]]\nname = 'd'\nkind = 'demo'\n[[models]]\n"
+     "name = 'x'\nprovider = 'd'\nmax_output_tokens = 4096", "models[2] 'x'",
+     "max_output_tokens", "less than context_window (2048)"),
+    ("embed-name-empty", "[[embeds]]\nname = ''\nconfiguration = 'default'\n"
+     "allowed_origins = ['https://a.test']", "embeds[0]", "name", "/embed/{name}"),
+    ("origin-with-user", E + "allowed_origins = ['https://me@example.com']", "embeds[0] 'w'",
+     "allowed_origins", "is not an origin (scheme://host[:port])"),
 ]  # fmt: skip
 
 
@@ -576,6 +596,42 @@ def test_api_key_in_api_key_env_is_refused_without_echoing_it(tmp_path: Path) ->
     with pytest.raises(CatalogError) as info:
         load_catalog(path)
     assert "sk-proj" not in str(info.value)
+
+
+def test_several_problems_of_one_value_are_one_line_each(tmp_path: Path) -> None:
+    text = BASE + "\n" + E + "allowed_origins = ['*', 'ftp://a.test']\n"
+    text = text.replace('"chat", "tools"]', '"chat", "vison", "tols"]')
+    path, errors = errors_for(tmp_path, text)
+    known = "known: chat, completion, embedding, tools, vision"
+    assert errors == [
+        f"{path}: models[0] 'small': field 'capabilities': unknown capability 'tols' "
+        f"(did you mean 'tools'?); {known}",
+        f"{path}: models[0] 'small': field 'capabilities': unknown capability 'vison' "
+        f"(did you mean 'vision'?); {known}",
+        f"{path}: embeds[0] 'w': field 'allowed_origins': '*': wildcards are not allowed; "
+        "list each site that may embed the chat, such as 'https://example.com'",
+        f"{path}: embeds[0] 'w': field 'allowed_origins': 'ftp://a.test' is not an origin: "
+        "it must start with http:// or https://",
+    ]
+
+
+def test_specs_built_in_code_get_the_defaults_and_own_checks_but_no_references() -> None:
+    """Only a file's entries are checked against each other; the rest holds for any spec."""
+    assert ProviderSpec(name="a", kind="anthropic").base_url == "https://api.anthropic.com"
+    assert ModelSpec(name="m", provider="nowhere").model_id == "m"
+    assert ConfigurationSpec(name="c", model="nowhere", criteria=None).model == "nowhere"
+    with pytest.raises(ValidationError, match="required: set 'model'"):
+        ConfigurationSpec(name="c")
+    with pytest.raises(ValidationError, match="not both"):
+        ConfigurationSpec(name="c", model="m", criteria=Criteria())
+    with pytest.raises(ValidationError, match="less than context_window"):
+        ModelSpec(name="m", provider="p", context_window=100, max_output_tokens=100)
+
+
+def test_data_that_is_not_a_table() -> None:
+    with pytest.raises(CatalogError) as info:
+        parse_catalog([1], "inline.toml")
+    assert info.value.errors == ["inline.toml: top level: expected a table, got an array ([1])"]
 
 
 def test_file_without_configurations_is_an_error(tmp_path: Path) -> None:
@@ -707,6 +763,27 @@ def test_one_entry_reports_each_place_once_in_order(tmp_path: Path) -> None:
         f"{where} 'criteria.max_cots_input': unknown key (did you mean 'max_cost_input'?)",
         f"{where} 'max_tokens': must be greater than 0, got 0",
     ]
+
+
+def test_references_and_own_problems_are_in_the_order_of_the_fields(tmp_path: Path) -> None:
+    text = BASE + (
+        "\n[[models]]\nname = 'x'\ncost_input = -1\nprovider = 'opnai'\ncolour = 'red'\n"
+        "[[configurations]]\nname = 'c'\nfallbacks = ['smal']\nmodel = 'bigg'\n"
+    )
+    path, errors = errors_for(tmp_path, text)
+    model, configuration = f"{path}: models[2] 'x': field", f"{path}: configurations[1] 'c': field"
+    assert [line.split(": ")[2] for line in errors] == [
+        "field 'provider'",
+        "field 'cost_input'",
+        "field 'colour'",
+        "field 'model'",
+        "field 'fallbacks'",
+    ]
+    assert errors[0] == (
+        f"{model} 'provider': unknown provider 'opnai' (did you mean 'openai'?); "
+        "declare it in [[providers]]"
+    )
+    assert errors[4].startswith(f"{configuration} 'fallbacks': unknown model 'smal'")
 
 
 # --------------------------------------------------------------------------- file problems

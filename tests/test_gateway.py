@@ -24,6 +24,7 @@ from tests.factories import csrf_from
 from tests.served import Gateway, webapp_of
 from tests.upstream import FakeUpstream, _embedding, count_chat_tokens, count_tokens
 from webapp.llm.estimator import REPLY_PRIMING, estimate_text
+from webapp.web import events
 
 
 @pytest.fixture
@@ -160,6 +161,28 @@ def test_streaming_without_usage_sends_no_usage_chunk(gateway: Gateway) -> None:
     chunks = list(stream)
     assert chunks[-1].choices[0].finish_reason == "stop"
     assert all(chunk.usage is None for chunk in chunks)
+
+
+def test_pings_in_a_quiet_stream_are_skipped_by_the_openai_client(
+    gateway: Gateway, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's streams are pinged as the pages' are (`webapp.web.events`): the
+    comment lines are on the wire between the chunks, and the official client, reading
+    the same stream, gets every chunk and nothing else."""
+    monkeypatch.setattr(events, "PING_SECONDS", 0.02)
+    upstream.set_reply("one two three four five")
+    upstream.chunk_delay = 0.1
+    hello: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say five words"}]
+    request = {"model": "small", "messages": hello, "stream": True}
+    with gateway.http() as http, http.stream("POST", "/v1/chat/completions", json=request) as raw:
+        wire = b"".join(raw.iter_bytes())
+    assert wire.count(b"\n: ping - ") >= 5 and wire.endswith(b"data: [DONE]\n\n")
+    stream = gateway.client().chat.completions.create(model="small", messages=hello, stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "one two three four five"
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert len(chunks) == wire.count(b"data: {")
 
 
 def test_stream_failures_before_and_after_the_first_chunk(

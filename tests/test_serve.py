@@ -6,8 +6,10 @@ proxy; a request must arrive whole in time, or its connection is closed.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import signal
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.catalogs import write_upstream_catalog
 from tests.factories import make_user
-from tests.live_server import h11_serve, serving, webapp_serve
+from tests.live_server import ServerProcess, h11_serve, serving, webapp_serve
+from tests.upstream import FakeUpstream
 
 PASSWORD = "correct horse battery"
 
@@ -121,3 +125,76 @@ def test_slow_and_idle_connections_are_closed(serve: Serve, parser: str) -> None
         assert unending.result() < 3, "a body that never ends"
     # A request that arrives in time is answered as usual.
     assert httpx.get(f"{url}/healthz").status_code == 200
+
+
+async def read_until_closed(response: httpx.Response, opened: asyncio.Event) -> bytes:
+    """The stream's bytes until it ends; `opened` is set at the first of its answer's text.
+    A stream cut without the body's end raises (httpx: an incomplete chunked read)."""
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if b'"content"' in body or b"event: delta" in body:
+            opened.set()
+    return body
+
+
+async def test_a_graceful_stop_ends_open_streams_at_once(
+    sqlite_url: str, tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """SIGTERM with an API stream and a gateway stream open, each mid-answer (ten seconds
+    of it left): both end cleanly, with the body's end and without their last event, and
+    the process is gone well before uvicorn's graceful timeout (5 s) would have cut them."""
+    upstream.set_reply(" ".join(f"w{n}" for n in range(200)))
+    upstream.chunk_delay = 0.05
+    token = await make_user(sqlite_url, "alice")
+    env = {
+        **os.environ,
+        "WEBAPP_DATABASE_URL": sqlite_url,
+        "WEBAPP_CONFIG": str(write_upstream_catalog(tmp_path / "catalog.toml", upstream)),
+        "WEBAPP_SECRET_KEY": "serve-tests-secret-key-0123456789",
+    }
+    server = ServerProcess(name="webapp serve", env=env, log=tmp_path / "serve.log")
+    server.start()
+    try:
+        auth = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=auth, timeout=30) as client:
+            conversation = (await client.post("/api/conversations", json={})).json()["id"]
+            send = client.stream(
+                "POST",
+                f"/api/conversations/{conversation}/messages",
+                json={"content": "Go on"},
+                headers={"Accept": "text/event-stream"},
+            )
+            call = client.stream(
+                "POST",
+                "/v1/chat/completions",
+                json={
+                    "model": "small",
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "stream": True,
+                },
+            )
+            async with send as api_stream, call as gateway_stream:
+                assert api_stream.status_code == 201 and gateway_stream.status_code == 200
+                opened = [asyncio.Event(), asyncio.Event()]
+                reading = [
+                    asyncio.create_task(read_until_closed(api_stream, opened[0])),
+                    asyncio.create_task(read_until_closed(gateway_stream, opened[1])),
+                ]
+                await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), 10)
+                assert server.process is not None
+                stopping = time.monotonic()
+                server.process.terminate()
+                api_body, gateway_body = await asyncio.wait_for(asyncio.gather(*reading), 10)
+                ended = time.monotonic() - stopping
+        exit_code = await asyncio.to_thread(server.process.wait, 10)
+        gone = time.monotonic() - stopping
+    finally:
+        server.kill()
+    assert b"event: delta" in api_body and b"event: done" not in api_body
+    assert b"data: {" in gateway_body and b"[DONE]" not in gateway_body
+    assert ended < 2, f"the streams ended {ended:.1f} s after SIGTERM"
+    # uvicorn raises the signal it caught again once it has shut down.
+    assert exit_code == -signal.SIGTERM and gone < 4, f"exit {exit_code} {gone:.1f} s after"
+    log = server.output()
+    assert "graceful shutdown exceeded" not in log and "without completing" not in log, log

@@ -35,7 +35,7 @@ from webapp.chat.transfer import export_json, export_markdown
 from webapp.errors import InvalidInput
 from webapp.settings import Settings
 from webapp.web.deps import Owner
-from webapp.web.events import frame, frame_stream
+from webapp.web.events import EventStream, frame
 from webapp.web.params import RowId
 
 
@@ -105,7 +105,7 @@ async def sse_events(channel: Channel) -> AsyncIterator[bytes]:
 async def _answer(request: Request[Any, Any, Any], chat: ChatJobs, send: Send) -> ASGIApp:
     """A send's answer: streamed when the client asks for events, else waited for."""
     if wants_event_stream(request):
-        return frame_stream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
+        return EventStream(sse_events(send.running.channel), status_code=HTTP_201_CREATED)
     user, answer = await chat.sender.settle(send)
     return ASGIResponse(
         body=encode_json({"user": message_dict(user), "assistant": message_dict(answer)}),

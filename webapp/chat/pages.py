@@ -46,7 +46,7 @@ from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
 from webapp.web.deps import Owner
-from webapp.web.events import event_stream
+from webapp.web.events import EventStream
 from webapp.web.markdown import prerendered, prerendered_view
 from webapp.web.params import OptionalRowIdQuery, RowId, Seq
 from webapp.web.templates import render_fragment
@@ -391,7 +391,7 @@ class ConversationPages(Controller):
                 async for frame in live.frames_for(cursor, kind, turn_frame):
                     yield frame
 
-        return event_stream(events())
+        return EventStream(events())
 
 
 class ConversationAdmin(Controller):

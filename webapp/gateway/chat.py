@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from litestar import Request, Response, post
-from litestar.response import Stream
+from litestar import Request, post
+from litestar.types import ASGIApp
 
 from webapp.chat.deps import Chat
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
@@ -35,13 +35,13 @@ from webapp.llm.manager import (
 from webapp.llm.providers.base import ProviderError
 from webapp.llm.window import FitResult, Transcript
 from webapp.web.deps import Owner
-from webapp.web.events import STREAM_HEADERS
+from webapp.web.events import EventStream
 
 
 @post("/chat/completions", status_code=200)
 async def chat_completions(
     request: Request[Any, Any, Any], chat: Chat, intake: Intakes, cuts: Cuts, owner: Owner
-) -> Response[Any]:
+) -> ASGIApp:
     """A chat call, fitted to the model that serves it; with `x-conversation-id`, a send
     in one of the caller's conversations (see `webapp.gateway.conversation`). Admitted
     before its body is read (`webapp.gateway.intake`)."""
@@ -76,17 +76,13 @@ async def chat_completions(
     report = fit_report(body.model, fit, answer.usage)
     if body.stream:
         chunks = Chunks(model, report, body.include_usage)
-        return Stream(
-            replay(chunks, answer),
-            media_type="text/event-stream",
-            headers={**STREAM_HEADERS, **fit_headers(fit)},
-        )
+        return EventStream(replay(chunks, answer), headers=fit_headers(fit))
     return json_response(completion_body(model, answer, report), fit_headers(fit))
 
 
 async def _stream(
     manager: LLMManager, plan: Plan, body: ChatCompletionRequest
-) -> tuple[Stream, FitResult]:
+) -> tuple[EventStream, FitResult]:
     """Wait for the first piece of the answer before opening the stream: until then a
     failure is still an HTTP error, and a fallback's re-fit is still news the headers
     can carry."""
@@ -105,11 +101,7 @@ async def _stream(
         await events.aclose()
         raise
     chunks = Chunks(fit.model, fit_report(body.model, fit), body.include_usage)
-    stream = Stream(
-        _relay(chunks, first, events),
-        media_type="text/event-stream",
-        headers={**STREAM_HEADERS, **fit_headers(fit)},
-    )
+    stream = EventStream(_relay(chunks, first, events), headers=fit_headers(fit))
     return stream, fit
 
 

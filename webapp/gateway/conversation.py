@@ -21,21 +21,21 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from litestar import MediaType, Response
-from litestar.response import Stream
+from litestar.types import ASGIApp
 
 from webapp.chat.answer import Event
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.models import Message, Status
 from webapp.chat.send import Send
 from webapp.errors import NotFound
+from webapp.gateway.deps import json_response
 from webapp.gateway.errors import GatewayError, invalid
 from webapp.gateway.report import DROPPED_TURNS_HEADER
 from webapp.gateway.schemas import ChatCompletionRequest
 from webapp.gateway.streaming import Chunks, new_id, sse, usage_dict
 from webapp.llm.providers.base import Usage
 from webapp.stored import id_of
-from webapp.web.events import STREAM_HEADERS
+from webapp.web.events import EventStream
 
 CONVERSATION_HEADER = "x-conversation-id"
 FAILED = frozenset({Status.FAILED, Status.INTERRUPTED})
@@ -133,7 +133,7 @@ async def _start(
 
 async def answer_in_conversation(
     chat: ChatJobs, owner: str, conversation_id: str, body: ChatCompletionRequest
-) -> Response[Any]:
+) -> ASGIApp:
     send = await _start(chat, owner, conversation_id, body)
     if body.stream:
         return await _stream(chat, owner, send, body)
@@ -143,7 +143,7 @@ async def answer_in_conversation(
         raise _failure(answer, report)
     usage = usage_dict(_usage_of(answer))
     report["cached_tokens"] = answer.cached_tokens
-    return Response(
+    return json_response(
         {
             "id": new_id("chatcmpl"),
             "object": "chat.completion",
@@ -160,12 +160,13 @@ async def answer_in_conversation(
             "usage": usage,
             "webapp": {**report, "assistant_message_id": answer.id},
         },
-        media_type=MediaType.JSON,
-        headers=_headers(user),
+        _headers(user),
     )
 
 
-async def _stream(chat: ChatJobs, owner: str, send: Send, body: ChatCompletionRequest) -> Stream:
+async def _stream(
+    chat: ChatJobs, owner: str, send: Send, body: ChatCompletionRequest
+) -> EventStream:
     """As the direct stream: opened at the first piece of the answer, once any fallback's
     re-fit is stored, so the headers and the first chunk carry the fit that was sent."""
     events = aiter(send.running.channel.follow())
@@ -181,11 +182,7 @@ async def _stream(chat: ChatJobs, owner: str, send: Send, body: ChatCompletionRe
         raise _failure(answer, report)
     report["assistant_message_id"] = send.answer.id
     chunks = Chunks(user.fit_model or body.model, report, body.include_usage)
-    return Stream(
-        _relay(chunks, first, events),
-        media_type="text/event-stream",
-        headers={**STREAM_HEADERS, **_headers(user)},
-    )
+    return EventStream(_relay(chunks, first, events), headers=_headers(user))
 
 
 async def _relay(

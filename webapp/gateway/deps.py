@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import MediaType, Response
+from litestar import MediaType
 from litestar.di import NamedDependency
+from litestar.response.base import ASGIResponse
+from litestar.serialization import encode_json
 
 from webapp.gateway.cuts import StatelessCuts
 from webapp.gateway.errors import GatewayError, model_not_found
@@ -37,5 +39,7 @@ def resolve_route(manager: LLMManager, name: str) -> Route:
         ) from None
 
 
-def json_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[Any]:
-    return Response(body, media_type=MediaType.JSON, headers=headers or {})
+def json_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> ASGIResponse:
+    """A JSON answer, as an ASGI app like the event streams (`webapp.web.events`): a
+    handler that may answer either way returns `ASGIApp`."""
+    return ASGIResponse(body=encode_json(body), media_type=MediaType.JSON, headers=headers)

@@ -14,7 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from litestar import Request, Response, post
+from litestar import Request, post
+from litestar.types import ASGIApp
 
 from webapp.chat.deps import Chat
 from webapp.gateway.deps import Intakes, json_response, resolve_route
@@ -51,7 +52,7 @@ async def _each_model(
 @post("/completions", status_code=200)
 async def completions(
     request: Request[Any, Any, Any], chat: Chat, intake: Intakes, owner: Owner
-) -> Response[Any]:
+) -> ASGIApp:
     """A raw completion is the caller's exact text: never pruned; an overflow is reported
     (`webapp.overflow`, header `x-completion-overflow`) and the prompt sent all the same."""
     body, _ = await intake.read(request, owner, CompletionRequest)
@@ -95,7 +96,7 @@ def _encode(vector: list[float], encoding: str) -> list[float] | str:
 @post("/embeddings", status_code=200)
 async def embeddings(
     request: Request[Any, Any, Any], chat: Chat, intake: Intakes, owner: Owner
-) -> Response[Any]:
+) -> ASGIApp:
     """Embeddings are not bounded: each input is the caller's to size. `usage` is this
     app's estimate, the pipeline does not carry the provider's count for embeddings."""
     body, _ = await intake.read(request, owner, EmbeddingRequest)

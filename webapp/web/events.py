@@ -1,31 +1,38 @@
-"""Server-Sent Events: the one framing (`frame`) and the responses that stream it: the
-chat's answers as JSON (API) or HTML (pages), and the gateway's OpenAI-style chunks.
+"""Server-Sent Events: the one framing (`frame`) and the one response (`EventStream`) that
+every stream here goes out as: a chat page's answer (HTML), a send's answer through the
+JSON API, and the gateway's OpenAI-style chunks.
 
-`event_stream` is sse-starlette's response, not Litestar's own stream: it pings idle
-connections and does not hold up a server shutting down. (Litestar does not apply layer
-headers or cookies to it; the app's `before_send` hook still runs.)
+`EventStream` takes frames made already and writes each as it comes, in its request's own
+task. One more task waits for the client to go and pings meanwhile: an SSE comment every
+`PING_SECONDS`, which clients skip (the official openai client too) and which tells a
+proxy the connection is alive. A stream ends
 
-`frame_stream` is the lean one a send's answer streams through (`POST .../messages`):
-frames made already, written as they come, with the same pings, and the end of the
-stream as soon as the client goes. sse-starlette runs every stream as an anyio task
-group of four tasks (the body, pings, a shutdown watch, a disconnect watch) and takes a
-cancel scope and a lock for every write; with hundreds of sends at once that set-up was
-a tenth of what admitting a send cost. Here a stream is its own request's task plus one
-that waits for the client to go and pings meanwhile. A server shutting down cancels it
-after uvicorn's graceful timeout (`webapp serve` gives 5 s); an answer ends before that
-in all but the longest cases.
+- when its frames do: the body's end;
+- when the client goes: the writer is stopped, its frames' generator closed, nothing more
+  written;
+- when the server shuts down: `end_streams`, which `webapp.web.server`'s protocols call
+  the moment uvicorn begins a graceful shutdown, ends each open stream of that server's
+  loop with the body's end, so the connection closes cleanly and uvicorn has nothing to
+  wait for. A page's stream reconnects (to a worker still up); an API or gateway client
+  sees the stream end without its `done` (or [DONE]).
+
+No task group, no cancel scope or lock per write (sse-starlette's response ran four tasks
+a stream and took a lock for every write: with hundreds of sends at once, a tenth of what
+admitting one cost), and one response class for all three, so every stream gets the same
+pings and the same ends.
+
+Handlers return it annotated `ASGIApp`: Litestar then applies no layer headers or cookies
+to it (it sets none on these routes); the app's `before_send` hook still runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, cast
 
-from litestar.types import ASGIApp, Receive, Scope, Send
-from sse_starlette import EventSourceResponse
+from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 
 PING_SECONDS = 15
 STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -34,20 +41,7 @@ _RAW_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     *((name.lower().encode(), value.encode()) for name, value in STREAM_HEADERS.items()),
 ]
-
-
-def event_stream(
-    events: AsyncIterator[dict[str, Any]] | AsyncIterator[bytes], *, status_code: int = 200
-) -> ASGIApp:
-    """Each item of `events` (`data`, and `event` / `id` when set) as one SSE message;
-    bytes are frames already made, written as they are."""
-    response = EventSourceResponse(
-        events, status_code=status_code, ping=PING_SECONDS, headers=STREAM_HEADERS
-    )
-    # The same ASGI callable: sse-starlette types scope and messages as Starlette does
-    # (MutableMapping), Litestar's ASGIApp as TypedDicts.
-    return cast("ASGIApp", response)
-
+_END: HTTPResponseBodyEvent = {"type": "http.response.body", "body": b"", "more_body": False}
 
 _LINES = re.compile(r"\r\n|\r|\n")
 
@@ -66,61 +60,113 @@ def frame(data: str, event: str | None = None, event_id: str | None = None) -> b
 
 def ping_frame() -> bytes:
     """An SSE comment: clients ignore it, proxies see the connection is alive."""
-    return f": ping - {datetime.now(UTC)}\r\n\r\n".encode()
+    return f": ping - {datetime.now(UTC)}\n\n".encode()
 
 
-class _Writing:
-    """What the stream's two tasks share."""
+_GONE = "gone"
+"""The client disconnected: nothing more is written."""
+_STOPPING = "stopping"
+"""The server is shutting down: the body's end is written now."""
+_DONE = "done"
+"""The frames ended (or failed): nothing is left to stop."""
 
-    __slots__ = ("busy", "gone")
 
-    def __init__(self) -> None:
+class _Open:
+    """One stream being written: its writer task, and what its two tasks share."""
+
+    __slots__ = ("busy", "ending", "writer")
+
+    def __init__(self, writer: asyncio.Task[object]) -> None:
+        self.writer = writer
         self.busy = False
         """A frame is being written (a ping waits for the next quiet moment)."""
-        self.gone = False
-        """The client disconnected: the writer was cancelled for that, not by the server."""
+        self.ending: str | None = None
+        """Why the writer was stopped, if it was (`_GONE`, `_STOPPING`), or `_DONE`."""
+
+    def end(self, why: str) -> None:
+        """Stop the writer, once: a second cancel would stay pending on its task."""
+        if self.ending is None:
+            self.ending = why
+            self.writer.cancel()
 
 
-def frame_stream(frames: AsyncIterator[bytes], *, status_code: int = 200) -> ASGIApp:
-    """`frames` (SSE frames made already) as an event stream, each written as it comes."""
+_OPEN: set[_Open] = set()
+"""The streams being written in this process (on whichever loop each runs)."""
 
-    async def respond(scope: Scope, receive: Receive, send: Send) -> None:
+
+def end_streams() -> None:
+    """End every stream open on the running loop with the body's end: its server is
+    shutting down (called from the loop, by `webapp.web.server`'s protocols)."""
+    loop = asyncio.get_running_loop()
+    for stream in list(_OPEN):
+        if stream.writer.get_loop() is loop:
+            stream.end(_STOPPING)
+
+
+class EventStream:
+    """`frames` (SSE frames made already: `frame`, `ping_frame`) as an event stream, each
+    written as it comes, with `headers` beside the stream's own."""
+
+    __slots__ = ("frames", "headers", "status_code")
+
+    def __init__(
+        self,
+        frames: AsyncIterator[bytes],
+        *,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.frames = frames
+        self.status_code = status_code
+        # A list of its own: a `before_send` hook adds headers to it in place.
+        self.headers = [*_RAW_HEADERS]
+        if headers:
+            self.headers += [
+                (name.lower().encode(), value.encode()) for name, value in headers.items()
+            ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.current_task()
         assert writer is not None, "an ASGI app runs in a task"
-        writing = _Writing()
-        await send({"type": "http.response.start", "status": status_code, "headers": _RAW_HEADERS})
-        watch = asyncio.create_task(_watch(receive, send, writer, writing))
+        start: HTTPResponseStartEvent = {
+            "type": "http.response.start",
+            "status": self.status_code,
+            "headers": self.headers,
+        }
+        await send(start)
+        stream = _Open(writer)
+        _OPEN.add(stream)
+        watch = asyncio.create_task(_watch(receive, send, stream))
         try:
-            async for frame in frames:
-                writing.busy = True
+            async for frame in self.frames:
+                stream.busy = True
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
-                writing.busy = False
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                stream.busy = False
         except asyncio.CancelledError:
-            if not writing.gone:
-                raise
+            if stream.ending is None:
+                raise  # the server's own cancel (its graceful timeout): not ours to swallow
             writer.uncancel()
         finally:
+            _OPEN.discard(stream)
+            if stream.ending is None:
+                stream.ending = _DONE
             watch.cancel()
-            aclose = getattr(frames, "aclose", None)
+            aclose = getattr(self.frames, "aclose", None)
             if aclose is not None:
                 await aclose()
+        if stream.ending != _GONE:
+            await send(_END)
 
-    return respond
 
-
-async def _watch(
-    receive: Receive, send: Send, writer: asyncio.Task[Any], writing: _Writing
-) -> None:
+async def _watch(receive: Receive, send: Send, stream: _Open) -> None:
     """Ping while the client stays; when it goes, end the stream."""
     while True:
         try:
             message = await asyncio.wait_for(receive(), PING_SECONDS)
         except TimeoutError:
-            if not writing.busy:
+            if not stream.busy and stream.ending is None:
                 await send({"type": "http.response.body", "body": ping_frame(), "more_body": True})
             continue
         if message["type"] == "http.disconnect":
-            writing.gone = True
-            writer.cancel()
+            stream.end(_GONE)
             return

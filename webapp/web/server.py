@@ -18,6 +18,10 @@ kept the connection open.
 `webapp serve` runs on httptools (C parsing, one `write` per chunk) when it is
 installed, and falls back to h11, which is pure Python: with hundreds of answers
 streaming, h11's per-chunk bookkeeping was a good part of the server's CPU.
+
+When uvicorn begins a graceful shutdown it tells each connection (`shutdown`); here that
+also ends the event streams still open (`webapp.web.events.end_streams`), which would
+otherwise hold the shutdown until its timeout.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from webapp.settings import Settings
+from webapp.web.events import end_streams
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
@@ -83,6 +88,12 @@ class _Deadline(asyncio.Protocol):
         self._disarm()
         self._disarm_write()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """uvicorn begins a graceful shutdown: the event streams still open end now (with
+        the body's end, see webapp.web.events), so it has no stream to wait for."""
+        super().shutdown()  # type: ignore[misc]
+        end_streams()
 
     def pause_writing(self) -> None:
         super().pause_writing()

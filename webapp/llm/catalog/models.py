@@ -2,199 +2,148 @@
 
 Strict, because TOML has real types: "8k", 4096.0 or "yes" is a mistake to name, not a value
 to coerce; a key no entry knows is a typo that would silently do nothing. Frozen, because one
-catalog serves every request (a learned window is a copy). Checks against other entries (a
-model's provider, a configuration's models) run only while a file is read, with `Reading` as
-the validation context. Every check of an entry runs even when another fails, so a file's
-problems are all reported at once, each at its field.
+catalog serves every request (a learned window is a copy).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Self, get_args
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic import ModelWrapValidatorHandler as Handler
 
 from webapp.llm.catalog import checks
-from webapp.llm.catalog.messages import (
-    describe,
-    did_you_mean,
-    entry_name,
-    refuse,
-    where,
-    with_problems,
-)
 
 DEFAULT_WINDOW = 8192
 """Window assumed for a model whose context_window is not given (docs/design.md section 3)."""
 DEMO_WINDOW = 2048
 """The demo model's window: small, so trimming becomes visible within minutes of use."""
-DEFAULT_TRIM_TO = 0.75
-"""A moved cut leaves the prompt at this share of the budget: room for several more sends
-that are pure appends (the engine's prompt cache serves all but the new turn)."""
-VENDOR_ROOTS = {
-    "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com",
-}
+VENDOR_ROOTS = {"anthropic": "https://api.anthropic.com"}
+VENDOR_ROOTS["gemini"] = "https://generativelanguage.googleapis.com"
 """Where a native provider is served when `base_url` is left out, as the vendor's SDK takes it."""
+EMBED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""An embed's name is part of its URL, /embed/{name}."""
+ROOM = "the reply would leave no room for the prompt"
 
 ProviderKind = Literal["openai", "anthropic", "gemini", "demo"]
-PROVIDER_KINDS: tuple[str, ...] = get_args(ProviderKind)
 Text = Annotated[str, Field(pattern=r"\S")]
 """A string with something in it: an empty name or URL is a mistake, not a value."""
 Count = Annotated[int, Field(gt=0)]
 Cost = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Names = Annotated[tuple[Text, ...], Field(strict=False)]  # a tuple keeps the spec hashable
 Capabilities = Annotated[frozenset[Text], Field(strict=False), AfterValidator(checks.capabilities)]
+Raw = dict[str, Any]
+Problems = Iterator[tuple[str, str]]
+"""(field, message), one per problem."""
 
 
 @dataclass
 class Reading:
-    """The validation context while a file is read; for a spec built in code, `data` is None
-    and nothing is checked against other entries. `declared` holds every name in the file,
-    broken entries' too, so one bad model yields one error, not also an "unknown model" for
-    each configuration naming it; `valid` holds the entries read without fault so far."""
+    """The validation context while a file is read. `declared` holds every name in the file,
+    broken entries' too, so that one bad model yields one error, not also an "unknown model"
+    for each configuration naming it; `valid` holds the entries read without fault so far,
+    `broken` the sections with an entry that is not (a criteria check would be a guess)."""
 
-    folder: Path = Path()
+    folder: Path
     """Where the file is: a relative tokenizer path is read from there."""
-    data: dict[str, Any] | None = None
-    declared: defaultdict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
-    """Per section, each name and where it is first declared."""
+    declared: dict[str, list[str]]
     valid: defaultdict[str, dict[str, Any]] = field(default_factory=lambda: defaultdict(dict))
-    seen: defaultdict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    broken: set[str] = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        for section, entries in (self.data or {}).items():
-            for index, entry in enumerate(entries if isinstance(entries, list) else []):
-                if (name := entry_name(entry)) is not None:
-                    self.declared[section].setdefault(name, where((section, index), self.data))
-
-    def complete(self, section: str) -> bool:
-        """Whether every entry of `section` is valid (False for a spec built in code)."""
-        entries = None if self.data is None else self.data.get(section, [])
-        return isinstance(entries, list) and len(entries) == len(self.valid[section])
+    def unknown(self, section: str, name: str | None) -> str | None:
+        """Why `name` cannot be referred to, or None when `section` declares it."""
+        if name is None or name in self.declared[section]:
+            return None
+        hint = checks.did_you_mean(name, self.declared[section])
+        return f"unknown {section[:-1]} '{name}'{hint}; declare it in [[{section}]]"
 
     def demo(self, provider: object) -> bool:
         spec = self.valid["providers"].get(provider) if isinstance(provider, str) else None
         return spec is not None and spec.kind == "demo"
 
-    def unknown(self, section: str, name: str) -> str | None:
-        """Why `name` cannot be referred to, or None when `section` declares it."""
-        if self.data is None or name in self.declared[section]:
-            return None
-        hint = did_you_mean(name, self.declared[section])
-        return f"unknown {section[:-1]} '{name}'{hint}; declare it in [[{section}]]"
-
-
-def _reading(info: ValidationInfo) -> Reading:
-    return info.context if isinstance(info.context, Reading) else Reading()
-
-
-def _declared_in(section: str) -> AfterValidator:
-    """A reference to an entry of `section`: checked when a file is read."""
-
-    def check(name: str, info: ValidationInfo) -> str:
-        if problem := _reading(info).unknown(section, name):
-            raise refuse(problem)
-        return name
-
-    return AfterValidator(check)
-
 
 class _Spec(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-
-class _Entry(_Spec):
-    section: ClassVar[str]
-    name: Text
-
     @model_validator(mode="wrap")
     @classmethod
-    def _whole(
-        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
-    ) -> Self:
-        """Checks of the entry as a whole, on its keys, so that they are reported together
-        with its fields' problems: a repeated name ahead of them, the rest after them."""
-        reading, name = _reading(info), entry_name(data)
-        first: list[tuple[str, str]] = []
-        if name in reading.seen[cls.section]:
-            already = reading.declared[cls.section][name]
-            first.append(("name", f"duplicate name '{name}' (already used by {already})"))
-        elif name is not None:
-            reading.seen[cls.section].add(name)
-        last = cls._problems(data) if isinstance(data, dict) else []
+    def _whole(cls, data: Any, handler: Handler[Self], info: ValidationInfo) -> Self:
+        """What reads several keys or other entries: `_defaults`, and `_problems`, run even when
+        fields fail so that all are reported at once, in the order of the fields. They see the
+        keys as given, and `ok` those that passed (strict, so a key that passed is its value)."""
+        reading = info.context if isinstance(info.context, Reading) else None
+        data = cls._defaults(data, reading) | data if isinstance(data, dict) else data
+        errors: list[Any] = []
         try:
             entry = handler(data)
         except ValidationError as exc:
-            raise with_problems(exc, first, last) from None
-        if first or last:
-            raise with_problems(None, first, last)
-        reading.valid[cls.section][entry.name] = entry  # what the next sections' checks read
+            errors = exc.errors()
+        if isinstance(data, dict):
+            failed = {error["loc"][0] for error in errors if error["loc"]}
+            ok = {key: value for key, value in data.items() if key not in failed}
+            for at, text in cls._problems(data, ok, reading):
+                error = {"type": "value_error", "input": None, "ctx": {"error": ValueError(text)}}
+                errors.append(error | {"loc": (at,)})
+            order = {key: index for index, key in enumerate(cls.model_fields)}
+            errors.sort(key=lambda error: order.get(error["loc"][0], len(order)))
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
         return entry
 
     @classmethod
-    def _problems(cls, data: dict[str, Any]) -> list[tuple[str, str]]:
-        """(field, message) for rules on which keys are given together."""
-        return []
+    def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
+        return {}
+
+    @classmethod
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        return iter(())
 
 
-class ProviderSpec(_Entry):
+class ProviderSpec(_Spec):
     """Where a model is served. The key itself never lives here, only its variable's name."""
 
-    section: ClassVar[str] = "providers"
+    name: Text
     kind: ProviderKind
-    base_url: Text | None = Field(default=None, validate_default=True)
+    base_url: Annotated[Text, AfterValidator(checks.url)] | None = None
     api_key_env: Annotated[Text, AfterValidator(checks.api_key_env)] | None = None
     timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
 
-    @field_validator("kind", mode="before")
     @classmethod
-    def _kind(cls, kind: object) -> object:
-        if not isinstance(kind, str):
-            raise refuse(f"expected a string, got {describe(kind)}")
-        if kind not in PROVIDER_KINDS:
-            hint = did_you_mean(kind, PROVIDER_KINDS)
-            expected = " or ".join(f"'{k}'" for k in PROVIDER_KINDS)
-            raise refuse(f"unknown provider kind '{kind}'{hint}; expected {expected}")
-        return kind
+    def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
+        kind = data.get("kind")
+        return {"base_url": VENDOR_ROOTS[kind]} if kind in ("anthropic", "gemini") else {}
 
-    @field_validator("base_url")
     @classmethod
-    def _base_url(cls, base_url: str | None, info: ValidationInfo) -> str | None:
-        if base_url is not None:
-            return checks.url(base_url)
-        if info.data.get("kind") == "openai":
-            raise refuse(
-                "required for an 'openai' provider (e.g. https://api.openai.com/v1 "
-                "or http://127.0.0.1:11434/v1 for Ollama)"
-            )
-        return VENDOR_ROOTS.get(info.data.get("kind", ""))
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        if ok.get("kind") == "openai" and "base_url" not in data:
+            example = "https://api.openai.com/v1 or http://127.0.0.1:11434/v1 for Ollama"
+            yield "base_url", f"required for an 'openai' provider (e.g. {example})"
 
 
-class ModelSpec(_Entry):
+class ModelSpec(_Spec):
     """One model as a provider serves it; `name` is ours, `model_id` is the provider's."""
 
-    section: ClassVar[str] = "models"
-    provider: Annotated[Text, _declared_in("providers")]
-    model_id: Text = ""  # left out, the name (see _left_out)
+    name: Text
+    provider: Text
+    model_id: Text = ""  # left out, the name
     context_window: Count | None = None
     """Left out, the demo's window for a demo model; any other model's is discovered from
     its server after loading (webapp.llm.discovery)."""
     max_output_tokens: Count | None = None
-    capabilities: Capabilities = frozenset({"chat"})
+    capabilities: Annotated[Capabilities, Field(min_length=1)] = frozenset({"chat"})
     cost_input: Cost | None = None
     cost_output: Cost | None = None
     tokenizer: Text = "auto"
@@ -205,41 +154,26 @@ class ModelSpec(_Entry):
         """The window the bound uses: an unknown window is assumed, never unbounded."""
         return self.context_window if self.context_window is not None else DEFAULT_WINDOW
 
-    @model_validator(mode="before")
     @classmethod
-    def _left_out(cls, data: Any, info: ValidationInfo) -> Any:
-        """The defaults that depend on the entry's other keys."""
-        if not isinstance(data, dict):
-            return data
-        name = entry_name(data)
-        defaults: dict[str, Any] = {} if name is None else {"model_id": name}
-        if _reading(info).demo(data.get("provider")):
+    def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
+        name = data.get("name")
+        defaults: Raw = {"model_id": name} if isinstance(name, str) else {}
+        if reading and reading.demo(data.get("provider")):
             defaults |= {"context_window": DEMO_WINDOW, "tokenizer": "estimate"}
-        return defaults | data
+        return defaults
 
-    @field_validator("max_output_tokens")
     @classmethod
-    def _max_output_tokens(cls, most: int | None, info: ValidationInfo) -> int | None:
-        # An unknown window is checked against max_output_tokens once discovered.
-        window = info.data.get("context_window")
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        if reading and (problem := reading.unknown("providers", ok.get("provider"))):
+            yield "provider", problem
+        most, window = ok.get("max_output_tokens"), ok.get("context_window")
         if most is not None and window is not None and most >= window:
-            raise refuse(
-                f"{most} must be less than context_window ({window}): "
-                "the reply would leave no room for the prompt"
-            )
-        return most
-
-    @field_validator("capabilities")
-    @classmethod
-    def _capabilities(cls, capabilities: frozenset[str]) -> frozenset[str]:
-        if not capabilities:
-            raise refuse('must list at least one capability (default is ["chat"])')
-        return capabilities
+            yield "max_output_tokens", f"{most} must be less than context_window ({window}): {ROOM}"
 
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, setting: str, info: ValidationInfo) -> str:
-        reading = _reading(info)
+        reading = info.context if isinstance(info.context, Reading) else Reading(Path(), {})
         demo = reading.demo(info.data.get("provider"))
         return checks.tokenizer(setting, demo=demo, folder=reading.folder)
 
@@ -263,25 +197,24 @@ class Criteria(_Spec):
         return model.cost_input is not None and model.cost_input <= self.max_cost_input
 
     def describe(self) -> str:
-        asked = [f"capabilities {sorted(self.capabilities)}"] if self.capabilities else []
-        if self.min_context_window is not None:
-            asked.append(f"min_context_window {self.min_context_window}")
-        if self.max_cost_input is not None:
-            asked.append(f"max_cost_input {self.max_cost_input:g} (unknown cost never matches)")
-        return ", ".join(asked) or "these criteria"
+        asked = self.model_dump(exclude_defaults=True, exclude={"prefer_lowest_cost"})
+        asked |= {"capabilities": sorted(self.capabilities)} if self.capabilities else {}
+        unknown = " (unknown cost never matches)" if "max_cost_input" in asked else ""
+        return ", ".join(f"{key} {value}" for key, value in asked.items()) + unknown
 
 
-class ConfigurationSpec(_Entry):
+class ConfigurationSpec(_Spec):
     """What a user picks: a fixed model or criteria, plus prompt, reply size and fallbacks."""
 
-    section: ClassVar[str] = "configurations"
-    model: Annotated[Text, _declared_in("models")] | None = None
+    name: Text
+    model: Text | None = None
     criteria: Criteria | None = None
     system_prompt: str | None = None
     max_tokens: Count | None = None
     fallbacks: Names = ()
-    trim_to: float = Field(default=DEFAULT_TRIM_TO, gt=0, le=1, allow_inf_nan=False)
-    """The share of the budget the prompt may use after a cut that has to move
+    trim_to: float = Field(default=0.75, gt=0, le=1, allow_inf_nan=False)
+    """The share of the budget the prompt may use after a cut that has to move: room for
+    several sends that are pure appends, which the engine's prompt cache serves
     (see `webapp.llm.window`)."""
 
     @property
@@ -289,68 +222,65 @@ class ConfigurationSpec(_Entry):
         return self.model is not None
 
     @classmethod
-    def _problems(cls, data: dict[str, Any]) -> list[tuple[str, str]]:
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        """Exactly one of model and criteria, judged on the keys given; criteria only when
+        every model is valid (a broken one might have matched); each fallback a declared
+        model, not the own one, that can hold a prompt after the reply."""
         given = [key for key in ("model", "criteria") if data.get(key) is not None]
         if len(given) == 2:
-            return [("model", "set either 'model' (a fixed model) or 'criteria', not both")]
-        choice = "'model' (a fixed model) or 'criteria' (a model chosen per call)"
-        return [] if given else [("model", f"required: set {choice}")]
-
-    @field_validator("criteria")
-    @classmethod
-    def _criteria(cls, criteria: Criteria | None, info: ValidationInfo) -> Criteria | None:
-        """Checked only when every model is valid: a broken one might have matched."""
-        reading = _reading(info)
-        if criteria is None or not reading.complete("models"):
-            return criteria
-        if not any(criteria.matches(model) for model in reading.valid["models"].values()):
-            raise refuse(f"no model in [[models]] matches {criteria.describe()}")
-        return criteria
-
-    @field_validator("max_tokens")
-    @classmethod
-    def _max_tokens(cls, most: int | None, info: ValidationInfo) -> int | None:
-        fixed = _reading(info).valid["models"].get(info.data.get("model") or "")
+            yield "model", "set either 'model' (a fixed model) or 'criteria', not both"
+        elif not given:
+            chosen = "'criteria' (a model chosen per call)"
+            yield "model", f"required: set 'model' (a fixed model) or {chosen}"
+        if reading is None:
+            return
+        model, most, models = ok.get("model"), ok.get("max_tokens"), reading.valid["models"]
+        if problem := reading.unknown("models", model):
+            yield "model", problem
+        fixed = models.get(model or "")
         if most and fixed and fixed.context_window is not None and most >= fixed.window:
-            raise refuse(
-                f"{most} must be less than the window of model '{fixed.name}' "
-                f"({fixed.window}): the reply would leave no room for the prompt"
-            )
-        return most
-
-    @field_validator("fallbacks")
-    @classmethod
-    def _fallbacks(cls, fallbacks: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        """Each a declared model, not the own one, that can hold a prompt after the reply."""
-        reading, most, problems = _reading(info), info.data.get("max_tokens"), []
+            window = f"the window of model '{model}' ({fixed.window})"
+            yield "max_tokens", f"{most} must be less than {window}: {ROOM}"
+        if "criteria" in ok and "models" not in reading.broken:
+            criteria = Criteria.model_validate(ok["criteria"])
+            if not any(criteria.matches(spec) for spec in models.values()):
+                yield "criteria", f"no model in [[models]] matches {criteria.describe()}"
+        fallbacks = ok.get("fallbacks", [])
         for index, name in enumerate(fallbacks):
-            spec = reading.valid["models"].get(name)
+            spec = models.get(name)
             if problem := reading.unknown("models", name):
-                problems.append(problem)
+                yield "fallbacks", problem
             elif name in fallbacks[:index]:
-                problems.append(f"model '{name}' is listed twice")
-            elif name == info.data.get("model"):
-                problems.append(f"model '{name}' is the configuration's own model")
+                yield "fallbacks", f"model '{name}' is listed twice"
+            elif name == model:
+                yield "fallbacks", f"model '{name}' is the configuration's own model"
             elif spec and spec.context_window is not None and most and most >= spec.window:
                 window = f"a window of {spec.window}, not more than max_tokens {most}"
-                problems.append(f"model '{name}' has {window}")
-        if problems:
-            raise refuse(*problems)
-        return fallbacks
+                yield "fallbacks", f"model '{name}' has {window}"
 
 
-class EmbedSpec(_Entry):
+class EmbedSpec(_Spec):
     """An iframe widget: which configuration it chats with and which sites may frame it."""
 
-    section: ClassVar[str] = "embeds"
-    name: Annotated[Text, AfterValidator(checks.embed_name)]
-    configuration: Annotated[Text, _declared_in("configurations")]
+    name: Annotated[str, Field(pattern=EMBED_NAME)]
+    configuration: Text
     allowed_origins: Annotated[Names, AfterValidator(checks.origins)]
     title: Text | None = None
     greeting: str | None = None
     show_internals: bool = False
     """Whether visitors see token counts and the model's and configuration's names (the
     meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
+
+    @classmethod
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        if reading and (problem := reading.unknown("configurations", ok.get("configuration"))):
+            yield "configuration", problem
+
+
+SECTIONS: dict[str, type[ProviderSpec | ModelSpec | ConfigurationSpec | EmbedSpec]] = {}
+SECTIONS |= {"providers": ProviderSpec, "models": ModelSpec}
+SECTIONS |= {"configurations": ConfigurationSpec, "embeds": EmbedSpec}
+"""The file's sections, in the order they are read: each refers only to those before it."""
 
 
 class Catalog(BaseModel):
@@ -384,13 +314,3 @@ def _cost_order(model: ModelSpec) -> tuple[bool, float, str]:
     if model.cost_input is None or model.cost_output is None:
         return (True, 0.0, model.name)
     return (False, model.cost_input + model.cost_output, model.name)
-
-
-class CatalogFile(_Spec):
-    """The file: four arrays of tables, validated in this order so that each section's
-    references are checked against the sections before it."""
-
-    providers: list[ProviderSpec] = []
-    models: list[ModelSpec] = []
-    configurations: list[ConfigurationSpec] = Field(default=[], min_length=1, validate_default=True)
-    embeds: list[EmbedSpec] = []
