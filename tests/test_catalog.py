@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from pydantic import ValidationError
@@ -325,7 +326,7 @@ def _model(
     name: str,
     window: int | None,
     cost: tuple[float | None, float | None] | None,
-    capabilities: tuple[str, ...] = ("chat",),
+    capabilities: tuple[Literal["chat", "vision", "embedding"], ...] = ("chat",),
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
@@ -426,7 +427,7 @@ ERROR_CASES = [
     ("capabilities-not-list", M + "capabilities = 'chat'", "models[2] 'x'", "capabilities",
      "expected an array of strings"),
     ("unknown-capability", M + "capabilities = ['chat', 'vison']", "models[2] 'x'",
-     "capabilities", "unknown capability 'vison' (did you mean 'vision'?)"),
+     "capabilities[1]", "unknown capability 'vison' (did you mean 'vision'?)"),
     ("empty-capabilities", M + "capabilities = []", "models[2] 'x'", "capabilities",
      "at least one"),
     ("prefer-not-bool", C + "criteria = { prefer_lowest_cost = 'yes' }", "configurations[1] 'c'",
@@ -524,7 +525,7 @@ ERROR_CASES = [
      "must not be empty"),
     # Where pydantic finds the problem: an item of an array, a key of an inline table.
     ("capability-not-a-string", M + "capabilities = ['chat', 1]", "models[2] 'x'",
-     "capabilities[1]", "expected a string, got an integer (1)"),
+     "capabilities[1]", "or 'vision', got an integer (1)"),
     ("fallback-blank", C + "model = 'small'\nfallbacks = ['big', ' ']", "configurations[1] 'c'",
      "fallbacks[1]", "must not be empty"),
     ("origin-not-a-string", E + "allowed_origins = [true]", "embeds[0] 'w'",
@@ -533,9 +534,9 @@ ERROR_CASES = [
      "configurations[1] 'c'", "criteria.min_context_window",
      "expected an integer, got a string ('8k')"),
     ("criteria-capability-item", C + "criteria = { capabilities = [1] }",
-     "configurations[1] 'c'", "criteria.capabilities[0]", "expected a string"),
+     "configurations[1] 'c'", "criteria.capabilities[0]", "expected 'chat', 'completion'"),
     ("criteria-unknown-capability", C + "criteria = { capabilities = ['chatt'] }",
-     "configurations[1] 'c'", "criteria.capabilities", "unknown capability 'chatt'"),
+     "configurations[1] 'c'", "criteria.capabilities[0]", "unknown capability 'chatt'"),
     ("provider-unknown-key", P + "kind = 'demo'\nbase_ur = 'http://x.test'", "providers[1] 'p'",
      "base_ur", "unknown key (did you mean 'base_url'?)"),
     ("embed-unknown-key", E + "allowed_origins = ['https://a.test']\ncolour = 'red'",
@@ -602,12 +603,12 @@ def test_several_problems_of_one_value_are_one_line_each(tmp_path: Path) -> None
     text = BASE + "\n" + E + "allowed_origins = ['*', 'ftp://a.test']\n"
     text = text.replace('"chat", "tools"]', '"chat", "vison", "tols"]')
     path, errors = errors_for(tmp_path, text)
-    known = "known: chat, completion, embedding, tools, vision"
+    known = "expected 'chat', 'completion', 'embedding', 'tools' or 'vision'"
     assert errors == [
-        f"{path}: models[0] 'small': field 'capabilities': unknown capability 'tols' "
-        f"(did you mean 'tools'?); {known}",
-        f"{path}: models[0] 'small': field 'capabilities': unknown capability 'vison' "
+        f"{path}: models[0] 'small': field 'capabilities[1]': unknown capability 'vison' "
         f"(did you mean 'vision'?); {known}",
+        f"{path}: models[0] 'small': field 'capabilities[2]': unknown capability 'tols' "
+        f"(did you mean 'tools'?); {known}",
         f"{path}: embeds[0] 'w': field 'allowed_origins': '*': wildcards are not allowed; "
         "list each site that may embed the chat, such as 'https://example.com'",
         f"{path}: embeds[0] 'w': field 'allowed_origins': 'ftp://a.test' is not an origin: "
@@ -758,7 +759,8 @@ def test_one_entry_reports_each_place_once_in_order(tmp_path: Path) -> None:
     path, errors = errors_for(tmp_path, text)
     where = f"{path}: configurations[1] 'c': field"
     assert errors == [
-        f"{where} 'criteria.capabilities[1]': expected a string, got an integer (2)",
+        f"{where} 'criteria.capabilities[1]': expected 'chat', 'completion', 'embedding', "
+        "'tools' or 'vision', got an integer (2)",
         f"{where} 'criteria.min_context_window': expected an integer, got a string ('big')",
         f"{where} 'criteria.max_cots_input': unknown key (did you mean 'max_cost_input'?)",
         f"{where} 'max_tokens': must be greater than 0, got 0",

@@ -157,7 +157,8 @@ def _lines(section: str, label: str, error: ErrorDetails, spec: type[BaseModel])
         return [f"{where}: unknown key{did_you_mean(str(loc[-1]), spec.model_fields)}"]
     if kind == "literal_error" and isinstance(found, str):
         hint = did_you_mean(found, re.findall(r"'([^']*)'", ctx["expected"]))
-        what = f"unknown {section[:-1]} {loc[-1]} '{found}'{hint}"
+        noun = "capability" if "capabilities" in loc else f"{section[:-1]} {loc[-1]}"
+        what = f"unknown {noun} '{found}'{hint}"
         return [f"{where}: {what}; expected {ctx['expected']}"]
     if kind in _EXPECTED or kind == "literal_error":
         wanted = _EXPECTED.get(kind, ctx.get("expected")) if loc else f"a table ([[{section}]])"

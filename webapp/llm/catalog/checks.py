@@ -10,8 +10,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
-CAPABILITIES = ("chat", "completion", "embedding", "tools", "vision")
-"""What routing can ask of a model. Anything else is a typo that would silently never match."""
 TOKENIZERS = ("auto", "server", "estimate", "tiktoken", "huggingface")
 """How a model's tokens are counted: the last two take an argument after a colon."""
 
@@ -19,14 +17,6 @@ TOKENIZERS = ("auto", "server", "estimate", "tiktoken", "huggingface")
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def capabilities(values: frozenset[str]) -> frozenset[str]:
-    if unknown := sorted(values.difference(CAPABILITIES)):
-        known = ", ".join(CAPABILITIES)
-        hints = (f"'{value}'{did_you_mean(value, CAPABILITIES)}" for value in unknown)
-        raise ValueError(*(f"unknown capability {hint}; known: {known}" for hint in hints))
-    return values
 
 
 def _split(value: str) -> SplitResult | None:

@@ -45,7 +45,9 @@ Text = Annotated[str, Field(pattern=r"\S")]
 Count = Annotated[int, Field(gt=0)]
 Cost = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Names = Annotated[tuple[Text, ...], Field(strict=False)]  # a tuple keeps the spec hashable
-Capabilities = Annotated[frozenset[Text], Field(strict=False), AfterValidator(checks.capabilities)]
+Capability = Literal["chat", "completion", "embedding", "tools", "vision"]
+"""What routing can ask of a model. Anything else is a typo that would silently never match."""
+Capabilities = Annotated[frozenset[Capability], Field(strict=False)]
 Raw = dict[str, Any]
 Problems = Iterator[tuple[str, str]]
 """(field, message), one per problem."""
