@@ -517,7 +517,7 @@ ERROR_CASES = [
     ("origin-bad-port", E + "allowed_origins = ['https://example.com:99999']", "embeds[0] 'w'",
      "allowed_origins", "is not an origin"),
     ("origins-empty", E + "allowed_origins = []", "embeds[0] 'w'", "allowed_origins",
-     "at least one origin"),
+     "must list at least one"),
     ("api-key-env-not-a-name", P + "kind = 'demo'\napi_key_env = 'my key'", "providers[1] 'p'",
      "api_key_env", "not an environment variable name"),
     ("empty-name", "[[models]]\nname = ''\nprovider = 'openai'", "models[2]", "name",

@@ -114,7 +114,7 @@ async def test_a_starting_server_leaves_another_live_servers_answer_alone(
     server: Server, database_url: str, upstream: FakeUpstream
 ) -> None:
     upstream.set_reply(REPLY)
-    upstream.chunk_delay = 0.05  # ten seconds: longer than the newcomer takes to start
+    upstream.stall(120, before_first_chunk=False)  # held after its first word until ended
     token = await make_user(database_url, "alice")
     writer, newcomer = server("writer"), server("newcomer")
     writer.start()
@@ -125,7 +125,7 @@ async def test_a_starting_server_leaves_another_live_servers_answer_alone(
         newcomer.start()
         async with api(newcomer.url, token) as other:
             assert (await answer(other, conversation))["status"] == "streaming"
-        upstream.chunk_delay = 0  # the newcomer has started and reaped: the rest at once
+        upstream.end_stalls()  # the newcomer has started and reaped: the rest at once
         await asyncio.wait_for(sending, 60)
         finished = await answer(client, conversation)
     assert finished["status"] == "complete", finished

@@ -223,6 +223,9 @@ class FakeVendors(ServedApp):
             self._cache_log: list[CacheEvent] = []
             self.min_cacheable = MIN_CACHEABLE
             self.chunk_delay = 0.0
+            self.count_delay = 0.0
+            self._counting = 0
+            self.counts_in_flight_peak = 0
 
     def fail_next(self, status: int, count: int = 1, retry_after: int | None = None) -> None:
         """Answer the next `count` generation requests with `status`, in the vendor's own
@@ -261,6 +264,18 @@ class FakeVendors(ServedApp):
 
     def count(self, text: str) -> int:
         return len(self._vocabulary.encode(text))
+
+    async def _count_slowly(self) -> None:
+        """A count-tokens request takes `count_delay` seconds; the most that were ever
+        in flight at once is kept in `counts_in_flight_peak`."""
+        with self._lock:
+            self._counting += 1
+            self.counts_in_flight_peak = max(self.counts_in_flight_peak, self._counting)
+        try:
+            await asyncio.sleep(self.count_delay)
+        finally:
+            with self._lock:
+                self._counting -= 1
 
     def prompt_tokens(self, request: dict[str, Any]) -> int:
         """What the vendor bills as the prompt of a recorded generation request (one of
@@ -555,6 +570,7 @@ class FakeVendors(ServedApp):
         if isinstance(accepted, JSONResponse):
             return accepted
         body, _ = accepted
+        await self._count_slowly()
         try:
             blocks = self._anthropic_blocks(body)
         except _Invalid as exc:
@@ -934,6 +950,7 @@ class FakeVendors(ServedApp):
             except _Invalid as exc:
                 return self._gemini_error(400, "INVALID_ARGUMENT", str(exc))
         if method == "countTokens":
+            await self._count_slowly()
             inner = (
                 body.get("generateContentRequest") or body.get("generate_content_request") or body
             )

@@ -115,3 +115,20 @@ async def test_a_text_the_vendor_cannot_be_sent_does_not_rest_its_count_tokens(
             await tokenizer.count(["fine", "a\ud800b"])
         assert not tokenizer.is_down
         assert await tokenizer.count(["hello"]) == [vendors.count("hello")]
+
+
+@pytest.mark.parametrize("model", ["claude-configured", "gemini-small"])
+async def test_a_vendors_count_tokens_gets_a_bounded_number_of_requests_at_once(
+    model: str, vendors: FakeVendors, vendor_keys: None, tmp_path: Path
+) -> None:
+    """A long conversation's first count is one request a message: they go out
+    concurrently, but never more than the tokenizers' concurrency at once (a vendor
+    rate-limits a burst)."""
+    catalog = load_catalog(native_catalog(vendors, tmp_path))
+    async with Tokenizers(concurrency=4) as tokenizers:
+        await tokenizers.probe(catalog)
+        vendors.count_delay = 0.05
+        texts = [f"message number {n}" for n in range(24)]
+        counted = await tokenizers.for_model(catalog.models[model]).count(texts)
+    assert counted == [vendors.count(text) for text in texts]
+    assert vendors.counts_in_flight_peak == 4

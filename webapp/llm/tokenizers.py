@@ -221,7 +221,8 @@ class EndpointLimits:
 
 
 class EndpointTokenizer:
-    """A tokenizer that asks an HTTP endpoint, one request per text (`_one`).
+    """A tokenizer that asks an HTTP endpoint, one request per text (`_one`), at most
+    `limits.concurrency` of them in flight per endpoint, whoever asks.
 
     Every `count` is bounded by `limits.timeout` as a whole; a failure raises
     TokenizerUnavailable and rests the endpoint for `limits.down_for` seconds, during
@@ -258,7 +259,7 @@ class EndpointTokenizer:
             # A task group, not gather: the first failure cancels the requests still
             # in flight instead of leaving them to load a server that is failing.
             async with asyncio.timeout(self.timeout), asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._one(text)) for text in texts]
+                tasks = [group.create_task(self._limited(text)) for text in texts]
         except TimeoutError:
             raise self._failed(f"no answer within {self.timeout:g} s") from None
         except ExceptionGroup as failures:
@@ -269,6 +270,10 @@ class EndpointTokenizer:
                 raise
             raise self._failed(str(first) or type(first).__name__) from first
         return [task.result() for task in tasks]
+
+    async def _limited(self, text: str) -> int:
+        async with self._limit:
+            return await self._one(text)
 
     async def _one(self, text: str) -> int:
         raise NotImplementedError
@@ -305,13 +310,12 @@ class ServerTokenizer(EndpointTokenizer):
         self._headers = auth_headers(provider)
 
     async def _one(self, text: str) -> int:
-        async with self._limit:
-            response = await self._client.post(
-                self.url,
-                json=self.shape.body(text, self._model_id),
-                headers=self._headers,
-                timeout=self.timeout,
-            )
+        response = await self._client.post(
+            self.url,
+            json=self.shape.body(text, self._model_id),
+            headers=self._headers,
+            timeout=self.timeout,
+        )
         if response.status_code != 200:
             raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
         return _token_count(response.json())

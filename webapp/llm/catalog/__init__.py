@@ -22,7 +22,7 @@ from webapp.llm.catalog.checks import did_you_mean
 from webapp.llm.catalog.checks import split_tokenizer as split_tokenizer
 from webapp.llm.catalog.models import DEFAULT_WINDOW as DEFAULT_WINDOW
 from webapp.llm.catalog.models import DEMO_WINDOW as DEMO_WINDOW
-from webapp.llm.catalog.models import EMBED_NAME, SECTIONS, Reading
+from webapp.llm.catalog.models import EMBED_NAME, ENV_NAME, SECTIONS, Reading
 from webapp.llm.catalog.models import Catalog as Catalog
 from webapp.llm.catalog.models import ConfigurationSpec as ConfigurationSpec
 from webapp.llm.catalog.models import Criteria as Criteria
@@ -37,7 +37,7 @@ _EXPECTED |= dict.fromkeys(("tuple_type", "frozen_set_type"), "an array of strin
 """What a field wanted, by pydantic's error type (every array inside an entry holds strings)."""
 _TEXTS = {
     "missing": "required field is missing",
-    "too_short": "must list at least one item",
+    "too_short": "must list at least one",
     "finite_number": "must be a finite number, got {input}",
     "greater_than": "must be greater than {gt:g}, got {input:g}",
     "greater_than_equal": "must be at least {ge:g}, got {input:g}",
@@ -45,6 +45,8 @@ _TEXTS = {
     r"\S": "must not be empty",
     EMBED_NAME: "'{input}' is used in the URL /embed/{{name}}: use only letters, digits, "
     "'.', '_' and '-'",
+    ENV_NAME: "is not an environment variable name: put the NAME of the environment variable here "
+    '(e.g. api_key_env = "OPENAI_API_KEY") and the key itself in that variable',
 }
 """The words for pydantic's other error types, and for each pattern a string must match."""
 _WORDS = {str: "a string", bool: "a boolean", int: "an integer", float: "a float"}

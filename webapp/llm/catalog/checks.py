@@ -50,8 +50,6 @@ def url(value: str) -> str:
 
 def origins(values: tuple[str, ...]) -> tuple[str, ...]:
     """Each exactly scheme://host[:port]: what a browser compares for frame-ancestors."""
-    if not values:
-        raise ValueError("must list at least one origin, such as 'https://example.com'")
     problems, sites = [], "list each site that may embed the chat, such as 'https://example.com'"
     for origin in values:
         parts, no = _split(origin), f"'{origin}' is not an origin"
@@ -66,20 +64,6 @@ def origins(values: tuple[str, ...]) -> tuple[str, ...]:
     if problems:
         raise ValueError(*problems)
     return values
-
-
-def api_key_env(value: str) -> str:
-    """The file names the variable; the key stays in the environment, out of files and logs.
-    The value is never echoed: if it is a secret, the error message must not leak it."""
-    hint = 'put the NAME of the environment variable there (e.g. api_key_env = "OPENAI_API_KEY")'
-    if value.startswith("sk-"):
-        raise ValueError(
-            f"looks like an API key itself, not a variable name; {hint} "
-            "and set that variable to the key"
-        )
-    if not value.isidentifier() or not value.isascii():
-        raise ValueError(f"is not an environment variable name; {hint}")
-    return value
 
 
 def split_tokenizer(setting: str) -> tuple[str, str]:

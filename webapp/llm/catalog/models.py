@@ -35,6 +35,7 @@ VENDOR_ROOTS = {"anthropic": "https://api.anthropic.com"}
 VENDOR_ROOTS["gemini"] = "https://generativelanguage.googleapis.com"
 """Where a native provider is served when `base_url` is left out, as the vendor's SDK takes it."""
 EMBED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """An embed's name is part of its URL, /embed/{name}."""
 ROOM = "the reply would leave no room for the prompt"
 
@@ -118,7 +119,7 @@ class ProviderSpec(_Spec):
     name: Text
     kind: ProviderKind
     base_url: Annotated[Text, AfterValidator(checks.url)] | None = None
-    api_key_env: Annotated[Text, AfterValidator(checks.api_key_env)] | None = None
+    api_key_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
     timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
 
     @classmethod
@@ -153,6 +154,13 @@ class ModelSpec(_Spec):
     def window(self) -> int:
         """The window the bound uses: an unknown window is assumed, never unbounded."""
         return self.context_window if self.context_window is not None else DEFAULT_WINDOW
+
+    @property
+    def cost(self) -> float | None:
+        """Input and output price together; None when either is unknown."""
+        if self.cost_input is None or self.cost_output is None:
+            return None
+        return self.cost_input + self.cost_output
 
     @classmethod
     def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
@@ -264,7 +272,7 @@ class EmbedSpec(_Spec):
 
     name: Annotated[str, Field(pattern=EMBED_NAME)]
     configuration: Text
-    allowed_origins: Annotated[Names, AfterValidator(checks.origins)]
+    allowed_origins: Annotated[Names, Field(min_length=1), AfterValidator(checks.origins)]
     title: Text | None = None
     greeting: str | None = None
     show_internals: bool = False
@@ -306,11 +314,5 @@ class Catalog(BaseModel):
         largest window first, since a bigger window trims less. Ties break on the name."""
         matching = [model for model in self.models.values() if criteria.matches(model)]
         if criteria.prefer_lowest_cost:
-            return sorted(matching, key=_cost_order)
+            return sorted(matching, key=lambda m: (m.cost is None, m.cost or 0.0, m.name))
         return sorted(matching, key=lambda model: (-model.window, model.name))
-
-
-def _cost_order(model: ModelSpec) -> tuple[bool, float, str]:
-    if model.cost_input is None or model.cost_output is None:
-        return (True, 0.0, model.name)
-    return (False, model.cost_input + model.cost_output, model.name)
