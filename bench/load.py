@@ -33,6 +33,7 @@ send but never reached: this measures streaming, not the limiter.
     make bench-load                      # everything, two to five minutes
     python -m bench.load --loads 200 --no-postgres --profile /tmp/serve.txt  # py-spy
     BENCH_PROFILE_RATE=1000 python -m bench.load --loads "" --pairs 300 --profile ...
+    python -m bench.load --single-only --pairs 60   # only the single sends, a minute
 """
 
 from __future__ import annotations
@@ -649,12 +650,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=30, help="paired single sends")
     parser.add_argument("--no-postgres", action="store_true", help="skip the --workers 2 run")
     parser.add_argument("--no-floor", action="store_true", help="skip the bench.relay floor")
+    parser.add_argument(
+        "--single-only",
+        action="store_true",
+        help="only the paired single sends (no loads, pages or PostgreSQL): the quick check",
+    )
     parser.add_argument("--postgres-loads", default="200")
     parser.add_argument(
         "--profile", type=Path, help="py-spy (pip install py-spy) the SQLite server into this file"
     )
     args = parser.parse_args(argv)
-    loads = [int(n) for n in args.loads.split(",") if n]
+    loads = [] if args.single_only else [int(n) for n in args.loads.split(",") if n]
     available = cores()
     # The app gets a core of its own where there are two; the upstream and the clients
     # share the rest. (The targets are stated for one core.)
@@ -693,6 +699,8 @@ def main(argv: list[str] | None = None) -> None:
                 with_floor=not args.no_floor,
                 profile_to=args.profile,
             )
+            if args.single_only:
+                return
             print(f"SQLite, one worker, pages following a long answer ({args.rounds} rounds):")
             page_watchers.measure(folder, args.rounds, app_cores, other_cores)
             if not args.no_postgres:
