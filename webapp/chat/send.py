@@ -403,11 +403,12 @@ class Sender:
         alternative_to: int | None = None,
         edit: bool = False,
     ) -> tuple[Conversation, Message, Message, Plan | RoutingError, float]:
-        """The send's one transaction, and the seconds its work took. It starts by taking the conversation's lock (a row
-        lock on PostgreSQL, the write lock on SQLite), so two sends can never interleave
-        their rows, and the history the bound reads is exactly the history the new row
-        follows: the active branch, or, for an alternative to a user turn, the branch up
-        to the row that turn continued. The new turn becomes the active branch's leaf."""
+        """The send's one transaction (and the seconds its work took). It starts by taking
+        the conversation's lock (a row lock on PostgreSQL, the write lock on SQLite), so
+        two sends can never interleave their rows, and the history the bound reads is
+        exactly the history the new row follows: the active branch, or, for an
+        alternative to a user turn, the branch up to the row that turn continued. The new
+        turn becomes the active branch's leaf."""
         started = time.perf_counter()
         connection = session.connection()
         now = utcnow()
