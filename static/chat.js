@@ -1,6 +1,7 @@
 // The few behaviours htmx does not cover: Enter to send, the composer's busy state while an
 // answer streams, keeping the newest message in view, highlighting left-out turns, editing a
-// message in place (Enter sends, Escape cancels) and copying a message or a code block.
+// message in place (Enter sends, Escape cancels), copying a message or a code block, and
+// sending a message's own controls (the page names them, chat.js says where they go).
 (() => {
   "use strict";
 
@@ -212,14 +213,30 @@
     return element.closest(".message").dataset.messageId;
   }
 
-  // Regenerate, Fork and "‹ i/n ›" ask the server through htmx; #message-actions carries
-  // where their errors go, and the messages pane is what comes back (Fork redirects).
-  function act(path) {
+  // A message's controls ask the server through htmx; #message-actions carries the
+  // conversation's address and where errors go. Regenerate, Fork and "‹ i/n ›" get the
+  // messages pane back (Fork redirects); Pin and Unpin the message, a thumb its pair.
+  function act(path, options = {}) {
     const actions = document.getElementById("message-actions");
     return htmx.ajax("POST", actions.dataset.base + path, {
       source: actions,
       target: "#messages",
       swap: "innerHTML",
+      ...options,
+    });
+  }
+
+  function pin(button) {
+    const message = button.closest(".message");
+    act(`/${button.dataset.action}/${message.dataset.messageId}`, { target: message, swap: "outerHTML" });
+  }
+
+  // Morphed, the pair keeps the pressed thumb (and the focus on it).
+  function rate(button, value) {
+    act(`/feedback/${messageId(button)}`, {
+      target: button.closest(".feedback"),
+      swap: "outerMorph",
+      values: { value },
     });
   }
 
@@ -284,6 +301,9 @@
     else if (action === "regenerate") act(`/regenerate/${messageId(button)}`);
     else if (action === "fork") act(`/fork/${messageId(button)}`);
     else if (action === "branch" && button.dataset.to) act(`/branch/${button.dataset.to}`);
+    else if (action === "pin" || action === "unpin") pin(button);
+    else if (action === "feedback-up") rate(button, "up");
+    else if (action === "feedback-down") rate(button, "down");
   });
 
 
