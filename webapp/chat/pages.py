@@ -82,12 +82,16 @@ class ConversationRef:
         return created.id
 
 
-async def form_field(request: Request[Any, Any, Any], name: str) -> str:
+async def form_field(request: Request[Any, Any, Any], name: str, *, required: bool = True) -> str:
+    """A form field's text; one left out (or sent as a file) is refused, or is "" where
+    it is optional."""
     form = await request.form()
     value = form.get(name)
-    if not isinstance(value, str):
+    if isinstance(value, str):
+        return value
+    if required:
         raise InvalidInput(f"the form field {name!r} is missing")
-    return value
+    return ""
 
 
 async def message_field(request: Request[Any, Any, Any]) -> str:
@@ -311,9 +315,8 @@ class ConversationPages(Controller):
             return go_to(request, conversation.base)
         # The page stays (the draft with it): the meter and the cut line show what the next
         # send would do against the new configuration's model, at once.
-        form = await request.form()
-        draft = form.get("content")
-        meter = await next_send_meter(chat, conversation, draft if isinstance(draft, str) else "")
+        draft = await form_field(request, "content", required=False)
+        meter = await next_send_meter(chat, conversation, draft)
         return Template(
             "chat/_switched.html",
             context={
@@ -446,13 +449,9 @@ class ConversationAdmin(Controller):
     async def new_conversation(
         self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
-        form = await request.form()
-        configuration = form.get("configuration")
+        configuration = await form_field(request, "configuration", required=False)
         conversation = await chat.editor.fresh(
-            owner,
-            configuration
-            if isinstance(configuration, str) and configuration
-            else default_configuration(request, chat),
+            owner, configuration or default_configuration(request, chat)
         )
         return go_to(request, f"/c/{conversation.id}")
 
