@@ -203,6 +203,7 @@ async def test_a_flush_is_announced_when_it_commits(
             sent = await send(api, conversation_id)
             answer_id = sent[-1][1]["id"]
             upstream.stall(1.0)  # an answer that says nothing for a second: heartbeats only
+            upstream.set_reply("Quiet.")  # and then little: its flushes are not counted
             quiet = asyncio.create_task(send(api, conversation_id))
             await asyncio.sleep(0.8)
             quiet_answer = await streaming_answer(api, conversation_id)
