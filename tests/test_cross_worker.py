@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
 from tests.catalogs import write_upstream_catalog
-from tests.conftest import truncate_tables
+from tests.conftest import empty_tables
 from tests.factories import build_service, close_service, make_user
 from tests.live_server import serving
 from tests.served import bearer, send, streaming_answer
@@ -39,7 +39,7 @@ Serve = Callable[..., str]
 
 @pytest.fixture
 def database(postgres_url: str) -> str:
-    asyncio.run(truncate_tables(postgres_url))
+    asyncio.run(empty_tables(postgres_url))
     return postgres_url
 
 
