@@ -1,6 +1,7 @@
 // The few behaviours htmx does not cover: Enter to send, the composer's busy state while an
 // answer streams, keeping the newest message in view, highlighting left-out turns, editing a
-// message in place (Enter sends, Escape cancels) and copying a message or a code block.
+// message in place (Enter sends, Escape cancels), copying a message or a code block, and
+// drawing and sending a message's own controls.
 (() => {
   "use strict";
 
@@ -212,14 +213,72 @@
     return element.closest(".message").dataset.messageId;
   }
 
-  // Regenerate, Fork and "‹ i/n ›" ask the server through htmx; #message-actions carries
-  // where their errors go, and the messages pane is what comes back (Fork redirects).
-  function act(path) {
+  // A message's controls ask the server through htmx; #message-actions carries the
+  // conversation's address and where errors go. Regenerate, Fork and "‹ i/n ›" get the
+  // messages pane back (Fork redirects); Pin and Unpin the message, a thumb its pair.
+  function act(path, options = {}) {
     const actions = document.getElementById("message-actions");
     return htmx.ajax("POST", actions.dataset.base + path, {
       source: actions,
       target: "#messages",
       swap: "innerHTML",
+      ...options,
+    });
+  }
+
+  function pin(button) {
+    const message = button.closest(".message");
+    act(`/${button.dataset.action}/${message.dataset.messageId}`, { target: message, swap: "outerHTML" });
+  }
+
+  // Morphed, the pair keeps the pressed thumb (and the focus on it).
+  function rate(button, value) {
+    act(`/feedback/${messageId(button)}`, {
+      target: button.closest(".feedback"),
+      swap: "outerMorph",
+      values: { value },
+    });
+  }
+
+  // A message's Copy and Fork, Pin (Unpin) and Edit on a turn, and Regenerate on an answer
+  // that did not fail act only through this script: it draws them into the empty `.tools`
+  // the server leaves on each message (chat/_message_tools.html), on the page and on what a
+  // swap brings, named after the message ("Copy answer 3"). A pinned turn's article says so
+  // (class "pinned"). Fork opens a new conversation: not in an embed.
+  function tool(action, text, label, more = {}) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link";
+    button.dataset.action = action;
+    button.setAttribute("aria-label", label);
+    for (const [name, value] of Object.entries(more)) button.setAttribute(name, value);
+    button.textContent = text;
+    return button;
+  }
+
+  function pinTool(message, name) {
+    return message.classList.contains("pinned")
+      ? tool("unpin", "Unpin", `Unpin ${name}`, { "aria-pressed": "true", title: "Stop sending this turn every time" })
+      : tool("pin", "Pin", `Pin ${name}`, {
+        "aria-pressed": "false",
+        title: "Send this turn on every later send, even when older turns are left out",
+      });
+  }
+
+  function drawTools() {
+    const box = document.getElementById("messages");
+    const actions = document.getElementById("message-actions");
+    if (!box || !actions) return;
+    const forks = actions.dataset.base.startsWith("/c/");
+    box.querySelectorAll(".message .tools:empty").forEach((tools) => {
+      const message = tools.closest(".message");
+      const name = message.dataset.turnName;
+      if (message.dataset.role === "user") tools.append(pinTool(message, name), tool("edit", "Edit", `Edit ${name}`));
+      else if (!["failed", "interrupted"].includes(message.dataset.status)) {
+        tools.append(tool("regenerate", "Regenerate", `Regenerate ${name}`));
+      }
+      tools.append(tool("copy", "Copy", `Copy ${name}`));
+      if (forks) tools.append(tool("fork", "Fork", `Fork at ${name}`));
     });
   }
 
@@ -284,6 +343,9 @@
     else if (action === "regenerate") act(`/regenerate/${messageId(button)}`);
     else if (action === "fork") act(`/fork/${messageId(button)}`);
     else if (action === "branch" && button.dataset.to) act(`/branch/${button.dataset.to}`);
+    else if (action === "pin" || action === "unpin") pin(button);
+    else if (action === "feedback-up") rate(button, "up");
+    else if (action === "feedback-down") rate(button, "down");
   });
 
 
@@ -464,6 +526,7 @@
       document.getElementById("composer-error").replaceChildren();
       if (document.querySelectorAll("#messages article.message").length === 2) awaitModelTitle();
     }
+    drawTools();
     placeCutLine();
     dropStaleContinue();
     const title = document.getElementById("title-form");
@@ -509,6 +572,7 @@
   });
 
   document.addEventListener("htmx:sse:after:message", () => {
+    drawTools();
     placeCutLine();
     if (stickToBottom) scrollToBottom();
     syncComposer();
@@ -543,6 +607,7 @@
   // Deferred and loaded before htmx (base.html), this runs once the page is parsed and before
   // htmx observes anything: scrolled to the newest message (or to a search hit's) first, the
   // "load older" row at the top is never revealed by the initial position.
+  drawTools();
   placeCutLine();
   dropStaleContinue();
   if (!showLinkedMessage()) scrollToBottom();

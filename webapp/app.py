@@ -25,7 +25,7 @@ from webapp.accounts.service import AccountService
 from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
-from webapp.chat.api import ConversationController, search
+from webapp.chat.api import ConversationController, TurnController, search
 from webapp.chat.attachments import PAPERCLIP
 from webapp.chat.deps import Chat
 from webapp.chat.jobs import chat_jobs
@@ -214,6 +214,7 @@ def create_app(
             favicon,
             list_configurations,
             ConversationController,
+            TurnController,
             search,
             ConversationAdmin,
             ConversationPages,

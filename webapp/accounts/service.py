@@ -16,7 +16,8 @@ import hashlib
 import math
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -191,10 +192,8 @@ class AccountService:
             password_hash=await self.passwords.hash(password),
             is_admin=is_admin,
         )
-        try:
+        with _refused_as(InvalidInput(f"the username {username!r} is already taken")):
             await self.db.write(lambda session: session.add(user))
-        except IntegrityError:
-            raise InvalidInput(f"the username {username!r} is already taken") from None
         return user
 
     async def create_first_admin(self, username: str, password: str) -> User:
@@ -383,24 +382,20 @@ class AccountService:
             expires_at=now + lifetime,
             last_seen_at=now,
         )
-        try:
+        with _refused_as(NotFound(f"no user with id {user_id}")):
             await self.db.write(lambda session: session.add(login))
-        except IntegrityError:
-            raise NotFound(f"no user with id {user_id}") from None
         return secret
 
     async def user_for_session(self, secret: str) -> User | None:
         """The user a cookie's secret signs in, or None if unknown or expired."""
-        if not secret or len(secret) > MAX_SECRET_LENGTH:
-            return None
-        found = _signed_in_by(await self.db.lookup(_SESSION_OWNER, {"secret": digest(secret)}))
+        found = await self._signed_in(_SESSION_OWNER, secret) if secret else None
         if found is None:
             return None
         user, login_id, last_seen_at, expires_at = found
         now = utcnow()
         if not isinstance(expires_at, datetime) or as_utc(expires_at) <= now:
             return None
-        if last_seen_at is None or _due(last_seen_at, now):
+        if _due(last_seen_at, now):
             await self.db.write(
                 _execute,
                 update(LoginSession)
@@ -450,10 +445,8 @@ class AccountService:
                 )
             session.add(token)
 
-        try:
+        with _refused_as(NotFound(f"no user with id {user_id}")):
             await self.db.write(issue)
-        except IntegrityError:
-            raise NotFound(f"no user with id {user_id}") from None
         return token, plain
 
     async def user_for_token(self, token: str) -> User | None:
@@ -463,19 +456,28 @@ class AccountService:
 
     async def token_sign_in(self, token: str) -> TokenSignIn | None:
         """The owner of a live (not revoked) token and the token's scopes, or None."""
-        if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_SECRET_LENGTH:
-            return None
-        found = _signed_in_by(await self.db.lookup(_TOKEN_OWNER, {"secret": digest(token)}))
+        found = (
+            await self._signed_in(_TOKEN_OWNER, token) if token.startswith(TOKEN_PREFIX) else None
+        )
         if found is None:
             return None
         user, token_id, last_used_at, scopes = found
         now = utcnow()
-        if last_used_at is None or _due(last_used_at, now):
+        if _due(last_used_at, now):
             await self.db.write(
                 _execute,
                 update(ApiToken).where(col(ApiToken.id) == token_id).values(last_used_at=now),
             )
         return TokenSignIn(user, frozenset(str(scopes or "").split()))
+
+    async def _signed_in(
+        self, owner: Prepared, secret: str
+    ) -> tuple[User, object, datetime | None, object] | None:
+        """Who a cookie's secret or a token signs in as (`_signed_in_by`), or None; a
+        secret longer than any issued is refused before it is hashed or queried."""
+        if len(secret) > MAX_SECRET_LENGTH:
+            return None
+        return _signed_in_by(await self.db.lookup(owner, {"secret": digest(secret)}))
 
     async def list_tokens(self, user_id: int) -> list[ApiToken]:
         """The user's tokens, newest first; revoked ones included (`revoked_at` set)."""
@@ -519,5 +521,16 @@ def _execute(session: Session, statement: Executable) -> int:
     return session.connection().execute(statement).rowcount
 
 
-def _due(last: datetime, now: datetime) -> bool:
-    return now - as_utc(last) >= TOUCH_INTERVAL
+def _due(last: datetime | None, now: datetime) -> bool:
+    """Whether a session's or token's last use is to be written now (`TOUCH_INTERVAL`)."""
+    return last is None or now - as_utc(last) >= TOUCH_INTERVAL
+
+
+@contextmanager
+def _refused_as(error: Exception) -> Iterator[None]:
+    """A write that breaks a constraint (a taken username, a user deleted meanwhile)
+    raises `error`, the caller's 4xx, in place of the database's error."""
+    try:
+        yield
+    except IntegrityError:
+        raise error from None

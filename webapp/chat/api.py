@@ -7,9 +7,10 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from litestar import Controller, MediaType, Request, Response, delete, get, patch, post, put
+from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import Stream
 from litestar.response.base import ASGIResponse
@@ -192,6 +193,23 @@ async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> Asyn
     yield b"]" + end
 
 
+class TurnRef(NamedTuple):
+    """A message the path names (`/{conversation_id}/messages/{message_id}`), and whose
+    conversation it is in: in the order the chat jobs take them."""
+
+    owner: str
+    conversation_id: str
+    message_id: int
+
+
+Turn = NamedDependency[TurnRef]
+"""`TurnController`'s `turn` dependency: the path's message, the caller's to act on."""
+
+
+async def path_turn(owner: Owner, conversation_id: FromPath[str], message_id: RowId) -> TurnRef:
+    return TurnRef(owner, conversation_id, message_id)
+
+
 def download_name(title: str) -> str:
     """A file name from a title: letters, digits, dashes; never empty, never a path."""
     return re.sub(r"[^\w-]+", "-", title, flags=re.ASCII).strip("-")[:80] or "conversation"
@@ -308,23 +326,6 @@ class ConversationController(Controller):
         send = await chat.sender.send(owner, conversation_id, content, data.edit_of)
         return await _answer(request, chat, send)
 
-    @post(
-        "/{conversation_id:str}/messages/{message_id:int}/regenerate",
-        status_code=HTTP_201_CREATED,
-    )
-    async def regenerate(
-        self,
-        request: Request[Any, Any, Any],
-        chat: Chat,
-        owner: Owner,
-        conversation_id: FromPath[str],
-        message_id: RowId,
-    ) -> ASGIApp:
-        """A new answer to a user turn, as an alternative turn: 201 {user, assistant}, or
-        streamed like a send. The earlier answer stays on record."""
-        send = await chat.sender.regenerate(owner, conversation_id, message_id)
-        return await _answer(request, chat, send)
-
     @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)
     async def switch_branch(
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[MessageRef]
@@ -350,54 +351,6 @@ class ConversationController(Controller):
         row, fit = await chat.sender.preview_fit(owner, conversation_id, data.content)
         return {**preview_dict(row), "turns_left": fit.turns_left}
 
-    @post("/{conversation_id:str}/messages/{message_id:int}/pin", status_code=HTTP_200_OK)
-    async def pin_turn(
-        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
-    ) -> dict[str, Any]:
-        """Pin a user turn: it is sent on every later send, after the head."""
-        return message_dict(await chat.editor.pin(owner, conversation_id, message_id, True))
-
-    @delete(
-        "/{conversation_id:str}/messages/{message_id:int}/pin",
-        status_code=HTTP_200_OK,
-    )
-    async def unpin_turn(
-        self, chat: Chat, owner: Owner, conversation_id: FromPath[str], message_id: RowId
-    ) -> dict[str, Any]:
-        return message_dict(await chat.editor.pin(owner, conversation_id, message_id, False))
-
-    @post(
-        "/{conversation_id:str}/messages/{message_id:int}/continue",
-        status_code=HTTP_201_CREATED,
-    )
-    async def continue_answer(
-        self,
-        request: Request[Any, Any, Any],
-        chat: Chat,
-        owner: Owner,
-        conversation_id: FromPath[str],
-        message_id: RowId,
-    ) -> ASGIApp:
-        """Continue an answer cut off by its length limit (`finish_reason` "length"): a new
-        turn asking the model to go on, bounded like any send; 201 {user, assistant}, or
-        streamed with `Accept: text/event-stream`."""
-        send = await chat.sender.continue_answer(owner, conversation_id, message_id)
-        return await _answer(request, chat, send)
-
-    @put("/{conversation_id:str}/messages/{message_id:int}/feedback", status_code=HTTP_200_OK)
-    async def rate_answer(
-        self,
-        chat: Chat,
-        owner: Owner,
-        conversation_id: FromPath[str],
-        message_id: RowId,
-        data: JSONBody[Feedback],
-    ) -> dict[str, Any]:
-        """Thumbs up or down on an answer (null takes it back); the answer's JSON says it
-        as `feedback`, and the admin review filters by it."""
-        value = feedback_value(data.feedback)
-        return message_dict(await chat.editor.feedback(owner, conversation_id, message_id, value))
-
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
     async def stop_answer(
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
@@ -407,3 +360,42 @@ class ConversationController(Controller):
             "stopped": answer is not None,
             "assistant": message_dict(answer) if answer else None,
         }
+
+
+class TurnController(Controller):
+    """What is done to one message of a conversation: answer its turn again or go on,
+    pin it, rate it."""
+
+    path = "/api/conversations/{conversation_id:str}/messages/{message_id:int}"
+    tags = ("conversations",)
+    dependencies = {"turn": Provide(path_turn)}  # noqa: RUF012
+
+    @post("/regenerate", status_code=HTTP_201_CREATED)
+    async def regenerate(self, request: Request[Any, Any, Any], chat: Chat, turn: Turn) -> ASGIApp:
+        """A new answer to a user turn, as an alternative turn: 201 {user, assistant}, or
+        streamed like a send. The earlier answer stays on record."""
+        return await _answer(request, chat, await chat.sender.regenerate(*turn))
+
+    @post("/pin", status_code=HTTP_200_OK)
+    async def pin_turn(self, chat: Chat, turn: Turn) -> dict[str, Any]:
+        """Pin a user turn: it is sent on every later send, after the head."""
+        return message_dict(await chat.editor.pin(*turn, True))
+
+    @delete("/pin", status_code=HTTP_200_OK)
+    async def unpin_turn(self, chat: Chat, turn: Turn) -> dict[str, Any]:
+        return message_dict(await chat.editor.pin(*turn, False))
+
+    @post("/continue", status_code=HTTP_201_CREATED)
+    async def continue_answer(
+        self, request: Request[Any, Any, Any], chat: Chat, turn: Turn
+    ) -> ASGIApp:
+        """Continue an answer cut off by its length limit (`finish_reason` "length"): a new
+        turn asking the model to go on, bounded like any send; 201 {user, assistant}, or
+        streamed with `Accept: text/event-stream`."""
+        return await _answer(request, chat, await chat.sender.continue_answer(*turn))
+
+    @put("/feedback", status_code=HTTP_200_OK)
+    async def rate_answer(self, chat: Chat, turn: Turn, data: JSONBody[Feedback]) -> dict[str, Any]:
+        """Thumbs up or down on an answer (null takes it back); the answer's JSON says it
+        as `feedback`, and the admin review filters by it."""
+        return message_dict(await chat.editor.feedback(*turn, feedback_value(data.feedback)))

@@ -22,6 +22,7 @@ from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
+from webapp.chat.branches import Alternatives
 from webapp.chat.budget import ImportQuota
 from webapp.chat.deps import Chat, Notices
 from webapp.chat.feedback import feedback_value
@@ -81,12 +82,16 @@ class ConversationRef:
         return created.id
 
 
-async def form_field(request: Request[Any, Any, Any], name: str) -> str:
+async def form_field(request: Request[Any, Any, Any], name: str, *, required: bool = True) -> str:
+    """A form field's text; one left out (or sent as a file) is refused, or is "" where
+    it is optional."""
     form = await request.form()
     value = form.get(name)
-    if not isinstance(value, str):
+    if isinstance(value, str):
+        return value
+    if required:
         raise InvalidInput(f"the form field {name!r} is missing")
-    return value
+    return ""
 
 
 async def message_field(request: Request[Any, Any, Any]) -> str:
@@ -150,16 +155,10 @@ class ConversationPages(Controller):
                 conversation.owner, conversation.id, turns=PAGE_TURNS, through_message=at
             )
         alternatives = await chat.reader.alternatives_of(conversation.id, rows) if rows else {}
-        context: dict[str, Any] = {
-            "conversation": row,
-            "base": conversation.base,
-            "embed": conversation.embed,
-            "internals": conversation.internals,
-            "messages": await prerendered(message_views(rows, alternatives)),
-            "has_older": has_older,
-            "meter": last_fit(rows),
-            "streaming": any(r.status == "streaming" for r in rows),
-        }
+        context = await _pane(conversation, row, rows, alternatives, has_older)
+        context["embed"] = conversation.embed
+        context["meter"] = last_fit(rows)
+        context["streaming"] = any(r.status == "streaming" for r in rows)
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
             context["configurations"] = configuration_dicts(chat.catalog)
@@ -265,14 +264,7 @@ class ConversationPages(Controller):
             meter = last_fit(rows)
         else:
             meter = await next_send_meter(chat, conversation, content)
-        return Template(
-            "chat/_meter.html",
-            context={
-                "meter": meter,
-                "base": conversation.base,
-                "internals": conversation.internals,
-            },
-        )
+        return Template("chat/_meter.html", context=_context(conversation, meter=meter))
 
     @post("/pin/{message_id:int}")
     async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
@@ -323,9 +315,8 @@ class ConversationPages(Controller):
             return go_to(request, conversation.base)
         # The page stays (the draft with it): the meter and the cut line show what the next
         # send would do against the new configuration's model, at once.
-        form = await request.form()
-        draft = form.get("content")
-        meter = await next_send_meter(chat, conversation, draft if isinstance(draft, str) else "")
+        draft = await form_field(request, "content", required=False)
+        meter = await next_send_meter(chat, conversation, draft)
         return Template(
             "chat/_switched.html",
             context={
@@ -376,10 +367,11 @@ class ConversationPages(Controller):
         def turn_frame(snapshot: Snapshot) -> str:
             return render_fragment(
                 "chat/_stream_update.html",
-                answer=answer_view(snapshot.answer, snapshot.user),
-                user=message_views([snapshot.user], alternatives)[0],
-                base=conversation.base,
-                internals=conversation.internals,
+                **_context(
+                    conversation,
+                    answer=answer_view(snapshot.answer, snapshot.user),
+                    user=message_views([snapshot.user], alternatives)[0],
+                ),
             )
 
         def snapshots() -> AsyncIterator[Snapshot]:
@@ -457,13 +449,9 @@ class ConversationAdmin(Controller):
     async def new_conversation(
         self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
-        form = await request.form()
-        configuration = form.get("configuration")
+        configuration = await form_field(request, "configuration", required=False)
         conversation = await chat.editor.fresh(
-            owner,
-            configuration
-            if isinstance(configuration, str) and configuration
-            else default_configuration(request, chat),
+            owner, configuration or default_configuration(request, chat)
         )
         return go_to(request, f"/c/{conversation.id}")
 
@@ -573,37 +561,41 @@ async def _branch_page(
     )
     alternatives = await chat.reader.alternatives_of(conversation.id, rows)
     return Template(
-        "chat/_messages.html",
-        context={
-            "conversation": row,
-            "base": conversation.base,
-            "internals": conversation.internals,
-            "messages": await prerendered(message_views(rows, alternatives)),
-            "has_older": has_older,
-        },
+        "chat/_messages.html", context=await _pane(conversation, row, rows, alternatives, has_older)
     )
+
+
+def _context(ref: ConversationRef, /, **context: Any) -> dict[str, Any]:
+    """A page's or a partial's context: each links under the conversation's `base`, and
+    shows token counts and names, or not, as its `internals` says."""
+    return {"base": ref.base, "internals": ref.internals, **context}
+
+
+async def _pane(
+    conversation: ConversationRef,
+    row: Conversation,
+    rows: list[Message],
+    alternatives: dict[int, Alternatives],
+    has_older: bool,
+) -> dict[str, Any]:
+    """The messages pane's context: the page shows it first, `_branch_page` swaps it in."""
+    messages = await prerendered(message_views(rows, alternatives))
+    return _context(conversation, conversation=row, messages=messages, has_older=has_older)
 
 
 async def _message(chat: ChatJobs, row: Message, conversation: ConversationRef) -> Template:
     alternatives = await chat.reader.alternatives_of(conversation.id, [row])
-    return Template(
-        "chat/_message.html",
-        context={
-            "message": await prerendered_view(message_views([row], alternatives)[0]),
-            "base": conversation.base,
-            "internals": conversation.internals,
-        },
-    )
+    message = await prerendered_view(message_views([row], alternatives)[0])
+    return Template("chat/_message.html", context=_context(conversation, message=message))
 
 
 def _turn(send: Send, conversation: ConversationRef) -> Template:
     return Template(
         "chat/_turn.html",
-        context={
-            "conversation": send.conversation,
-            "base": conversation.base,
-            "embed": conversation.embed,
-            "internals": conversation.internals,
-            "messages": message_views([send.user, send.answer]),
-        },
+        context=_context(
+            conversation,
+            conversation=send.conversation,
+            embed=conversation.embed,
+            messages=message_views([send.user, send.answer]),
+        ),
     )

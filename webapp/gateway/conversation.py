@@ -17,7 +17,6 @@ configuration.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,8 +31,8 @@ from webapp.gateway.deps import json_response
 from webapp.gateway.errors import GatewayError, invalid
 from webapp.gateway.report import DROPPED_TURNS_HEADER
 from webapp.gateway.schemas import ChatCompletionRequest
-from webapp.gateway.streaming import Chunks, new_id, sse, usage_dict
-from webapp.llm.providers.base import Usage
+from webapp.gateway.streaming import Chunks, completion_body, sse
+from webapp.llm.providers.base import ChatResult, Usage
 from webapp.stored import id_of
 from webapp.web.events import EventStream
 
@@ -141,27 +140,10 @@ async def answer_in_conversation(
     report = _report(conversation_id, body.model, user)
     if answer.status in FAILED:
         raise _failure(answer, report)
-    usage = usage_dict(_usage_of(answer))
     report["cached_tokens"] = answer.cached_tokens
-    return json_response(
-        {
-            "id": new_id("chatcmpl"),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": answer.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": answer.content},
-                    "logprobs": None,
-                    "finish_reason": answer.finish_reason,
-                }
-            ],
-            "usage": usage,
-            "webapp": {**report, "assistant_message_id": answer.id},
-        },
-        _headers(user),
-    )
+    result = ChatResult(answer.content, answer.finish_reason, _usage_of(answer))
+    webapp = {**report, "assistant_message_id": answer.id}
+    return json_response(completion_body(answer.model, result, webapp), _headers(user))
 
 
 async def _stream(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import struct
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -22,7 +21,7 @@ from webapp.gateway.deps import Intakes, json_response, resolve_route
 from webapp.gateway.errors import from_provider
 from webapp.gateway.report import COMPLETION_OVERFLOW_HEADER, completion_report
 from webapp.gateway.schemas import CompletionRequest, EmbeddingRequest
-from webapp.gateway.streaming import new_id, usage_dict
+from webapp.gateway.streaming import whole_answer
 from webapp.llm.catalog import ModelSpec
 from webapp.llm.estimator import estimate_texts
 from webapp.llm.manager import AllModelsFailed
@@ -66,23 +65,14 @@ async def completions(
         "prompt",
     )
     webapp = completion_report(body.model, model, report)
+    choice = {
+        "text": result.text,
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": result.finish_reason,
+    }
     return json_response(
-        {
-            "id": new_id("cmpl"),
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": model.name,
-            "choices": [
-                {
-                    "text": result.text,
-                    "index": 0,
-                    "logprobs": None,
-                    "finish_reason": result.finish_reason,
-                }
-            ],
-            "usage": usage_dict(result.usage),
-            "webapp": webapp,
-        },
+        whole_answer("text_completion", model.name, choice, result.usage, webapp),
         {COMPLETION_OVERFLOW_HEADER: "true" if report is not None else "false"},
     )
 

@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from webapp.llm.providers.base import ChatResult, Usage
 from webapp.web.events import frame
@@ -56,23 +56,39 @@ def answer_message(answer: ChatResult) -> dict[str, Any]:
     return message
 
 
-def completion_body(model: str, answer: ChatResult, webapp: dict[str, Any]) -> dict[str, Any]:
+_ID_PREFIXES = {"chat.completion": "chatcmpl", "text_completion": "cmpl"}
+
+
+def whole_answer(
+    kind: Literal["chat.completion", "text_completion"],
+    model: str | None,
+    choice: dict[str, Any],
+    usage: Usage | None,
+    webapp: dict[str, Any],
+) -> dict[str, Any]:
+    """A whole answer (not streamed) in OpenAI's shape, of a chat or of a raw prompt
+    (`kind`, its `object`): its one choice, its usage, and the `webapp` report."""
     return {
-        "id": new_id("chatcmpl"),
-        "object": "chat.completion",
+        "id": new_id(_ID_PREFIXES[kind]),
+        "object": kind,
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": answer_message(answer),
-                "logprobs": None,
-                "finish_reason": answer.finish_reason,
-            }
-        ],
-        "usage": usage_dict(answer.usage),
+        "choices": [choice],
+        "usage": usage_dict(usage),
         "webapp": webapp,
     }
+
+
+def completion_body(
+    model: str | None, answer: ChatResult, webapp: dict[str, Any]
+) -> dict[str, Any]:
+    choice = {
+        "index": 0,
+        "message": answer_message(answer),
+        "logprobs": None,
+        "finish_reason": answer.finish_reason,
+    }
+    return whole_answer("chat.completion", model, choice, answer.usage, webapp)
 
 
 @dataclass

@@ -1,12 +1,10 @@
 """Providers, models, configurations and embeds, loaded from one TOML file.
 
 The catalog is read once at start. A bad file must stop the app with a message a person
-can act on, so validation never stops at the first problem: each section is validated
-entry by entry (providers, models, configurations, embeds, so that references are checked
-against the valid entries before them) and every problem becomes one line,
-`<file>: <entry>: field '<field>': <message>`, worded here and nowhere else. When no file
-is configured the built-in catalog serves the offline demo model, so a fresh checkout
-chats without any network or key. models.py holds the specs, checks.py single values.
+can act on, so validation never stops at the first problem: each entry is validated on its
+own (references against the valid entries of the sections before it) and every problem
+becomes one line, `<file>: <entry>: field '<field>': <message>`, worded here and nowhere
+else. Without a file, the built-in demo lets a fresh checkout chat with no network or key.
 """
 
 import os
@@ -28,7 +26,6 @@ from webapp.llm.catalog.models import ConfigurationSpec as ConfigurationSpec
 from webapp.llm.catalog.models import Criteria as Criteria
 from webapp.llm.catalog.models import EmbedSpec as EmbedSpec
 from webapp.llm.catalog.models import ModelSpec as ModelSpec
-from webapp.llm.catalog.models import ProviderKind as ProviderKind
 from webapp.llm.catalog.models import ProviderSpec as ProviderSpec
 
 _EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number"}

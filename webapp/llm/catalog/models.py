@@ -35,8 +35,8 @@ VENDOR_ROOTS = {"anthropic": "https://api.anthropic.com"}
 VENDOR_ROOTS["gemini"] = "https://generativelanguage.googleapis.com"
 """Where a native provider is served when `base_url` is left out, as the vendor's SDK takes it."""
 EMBED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 """An embed's name is part of its URL, /embed/{name}."""
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ROOM = "the reply would leave no room for the prompt"
 
 ProviderKind = Literal["openai", "anthropic", "gemini", "demo"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 Message = dict[str, Any]
 """A chat message as OpenAI's wire format spells it (role, content, tool_calls, tool_call_id)."""
@@ -96,6 +96,8 @@ class ProviderError(Exception):
     """
 
     retryable: bool = False
+    default_reason: str | None = None
+    """The kind's own `reason` where the raiser names none; else it is said by the status."""
 
     def __init__(
         self, message: str, *, status: int | None = None, reason: str | None = None
@@ -103,11 +105,22 @@ class ProviderError(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
-        self.reason = reason or (f"failed (HTTP {status})" if status is not None else "failed")
+        self.reason = (
+            reason
+            or self.default_reason
+            or (f"failed (HTTP {status})" if status is not None else "failed")
+        )
 
     def public(self, model: str) -> str:
         """The failure as a user may read it, naming the model by its catalog name."""
         return f"{model} {self.reason}."
+
+
+class _Said(TypedDict, total=False):
+    """`ProviderError`'s own keywords, which a kind with facts of its own passes on."""
+
+    status: int | None
+    reason: str | None
 
 
 class ProviderUnavailable(ProviderError):
@@ -120,16 +133,12 @@ class RateLimited(ProviderError):
     """HTTP 429. `retry_after` is in seconds when the provider said so."""
 
     retryable = True
+    default_reason = "is rate-limited by its provider"
 
     def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = 429,
-        retry_after: float | None = None,
-        reason: str | None = None,
+        self, message: str, *, retry_after: float | None = None, **said: Unpack[_Said]
     ) -> None:
-        super().__init__(message, status=status, reason=reason or "is rate-limited by its provider")
+        super().__init__(message, **said)
         self.retry_after = retry_after
 
 
@@ -140,18 +149,17 @@ class ContextLengthExceeded(ProviderError):
     so the calibration can learn the real ratio instead of guessing.
     """
 
+    default_reason = "refused the conversation as too long"
+
     def __init__(
         self,
         message: str,
         *,
-        status: int | None = 400,
         prompt_tokens: int | None = None,
         limit: int | None = None,
-        reason: str | None = None,
+        **said: Unpack[_Said],
     ) -> None:
-        super().__init__(
-            message, status=status, reason=reason or "refused the conversation as too long"
-        )
+        super().__init__(message, **said)
         self.prompt_tokens = prompt_tokens
         self.limit = limit
 
