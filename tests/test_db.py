@@ -188,3 +188,96 @@ async def test_a_write_whose_caller_is_cancelled_still_ends_whole(database_url: 
         assert await again.read(count) == 1
     finally:
         await again.dispose()
+
+
+def _add_conversation(session: Session, owner: str) -> str:
+    now = utcnow()
+    session.add(Conversation(owner=owner, configuration="c", created_at=now, updated_at=now))
+    session.flush()
+    return threading.current_thread().name
+
+
+def _owners(session: Session) -> list[str]:
+    return list(session.connection().execute(select(col(Conversation.owner))).scalars())
+
+
+async def test_a_quick_write_runs_on_the_loop_when_the_writer_thread_is_idle(
+    database_url: str,
+) -> None:
+    """`write_now` commits like `write`; on a SQLite file with nothing queued on its
+    writer thread it runs on the loop's own thread (no hop)."""
+    db = Database(database_url)
+    try:
+        ran_on = await db.write_now(_add_conversation, "quick")
+        assert await db.read(_owners) == ["quick"]
+        if db.dialect == "sqlite":
+            assert ran_on == threading.current_thread().name
+    finally:
+        await db.dispose()
+
+
+async def test_a_quick_write_that_fails_on_the_loop_leaves_nothing(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+
+    def add_then_fail(session: Session) -> None:
+        _add_conversation(session, "lost")
+        raise ValueError("refused")
+
+    try:
+        with pytest.raises(ValueError, match="refused"):
+            await db.write_now(add_then_fail)
+        assert await db.read(_owners) == []
+        await db.write_now(_add_conversation, "after")
+        assert await db.read(_owners) == ["after"]
+    finally:
+        await db.dispose()
+
+
+async def test_a_quick_write_keeps_its_turn_behind_a_write_on_the_thread(sqlite_url: str) -> None:
+    """A write already queued or running on the writer thread goes first: `write_now`
+    then queues behind it, as `write` would."""
+    db = Database(sqlite_url)
+    holding, release = threading.Event(), threading.Event()
+
+    def slow_write(session: Session) -> str:
+        name = _add_conversation(session, "first")
+        holding.set()
+        assert release.wait(10)
+        return name
+
+    try:
+        writing = asyncio.create_task(db.write(slow_write))
+        await asyncio.get_running_loop().run_in_executor(None, holding.wait, 10)
+        quick = asyncio.create_task(db.write_now(_add_conversation, "second"))
+        await asyncio.sleep(0.05)
+        assert not quick.done()
+        release.set()
+        assert (await writing).startswith("sqlite-write")
+        assert (await quick).startswith("sqlite-write")
+        assert await db.read(_owners) == ["first", "second"]
+    finally:
+        release.set()
+        await db.dispose()
+
+
+async def test_a_quick_write_waits_on_the_thread_while_another_process_writes(
+    sqlite_url: str,
+) -> None:
+    """The loop never waits for SQLite's lock: held elsewhere, the unit goes to the writer
+    thread, which waits for it (the busy timeout) and then commits."""
+    db = Database(sqlite_url)
+    path = sqlite_url.removeprefix("sqlite+aiosqlite:///")
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        quick = asyncio.create_task(db.write_now(_add_conversation, "waited"))
+        await asyncio.sleep(0.2)
+        assert not quick.done()
+        assert time.monotonic() - started < 1, "the loop was held while the lock was busy"
+        other.execute("COMMIT")
+        assert (await quick).startswith("sqlite-write")
+        assert await db.read(_owners) == ["waited"]
+    finally:
+        other.close()
+        await db.dispose()

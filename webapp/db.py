@@ -32,6 +32,14 @@ that only reads and never waits (WAL readers do not wait for the writer; if the 
 busy anyway, the lookup takes the reader threads' way): an indexed read by key costs
 the driver 0.03-0.17 ms, where the hop to a thread and a session cost 1-2 ms on an idle
 server.
+
+A second one: `Database.write_now`, for a short write on a request's critical path (a
+send's transaction, when the same conversation's last one was quick). On a SQLite file
+whose writer thread has nothing queued or running, it runs on the loop, on a write
+connection of its own that never waits for the lock (another process holding it sends
+the unit to the writer thread after all) and leaves checkpoints to the writer thread.
+With nothing queued, running it at once is the order the thread would have run it in;
+the two hops it saves cost an idle server 0.3-0.6 ms.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, cast
 
@@ -130,6 +138,16 @@ def _begin_with(begin: str) -> Callable[[Connection], None]:
     return run
 
 
+def _loop_writing(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    """The loop's own write connection never waits for the write lock (a busy file sends
+    the unit to the writer thread) and leaves checkpoints to the writer thread's commits
+    (a checkpoint writes the database file: not on the loop)."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.execute("PRAGMA wal_autocheckpoint=0")
+    cursor.close()
+
+
 def _loop_reader(path: str) -> sqlite3.Connection:
     """The connection `lookup` reads on, on the loop: each statement its own snapshot, and
     a busy file answers at once (the lookup then goes to a reader thread) instead of
@@ -144,6 +162,8 @@ class _SQLite:
     def __init__(self, url: str) -> None:
         database = make_url(url).database
         self._looking: sqlite3.Connection | None = None
+        self.loop_writer: Engine | None = None
+        self._queued: set[Future[Any]] = set()
         self._disposed = False
         self.path: str | None = None
         if not database or database == ":memory:":
@@ -158,14 +178,38 @@ class _SQLite:
         self.writer = _sqlite_engine(url, "BEGIN IMMEDIATE", **_SQLITE_POOL)
         self.reader = _sqlite_engine(url, "BEGIN", **_SQLITE_POOL)
         self.writing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-write")
+        self.loop_writer = _sqlite_engine(url, "BEGIN IMMEDIATE", **_SQLITE_POOL)
+        event.listen(self.loop_writer, "connect", _loop_writing)
         self.reading = ThreadPoolExecutor(
             max_workers=READER_THREADS, thread_name_prefix="sqlite-read"
         )
 
     async def run(self, write: bool, work: Work[*Args, Result], *args: *Args) -> Result:
-        engine, thread = (self.writer, self.writing) if write else (self.reader, self.reading)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(thread, _in_session, engine, work, *args)
+        if not write:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.reading, _in_session, self.reader, work, *args)
+        engine = self.writer
+
+        def unit() -> Result:
+            return _in_session(engine, work, *args)
+
+        queued = self.writing.submit(unit)
+        self._queued.add(queued)
+        queued.add_done_callback(self._queued.discard)
+        return await asyncio.wrap_future(queued)
+
+    async def write_now(self, work: Work[*Args, Result], *args: *Args) -> Result:
+        # Nothing awaits between the check and the unit: no other write can start first.
+        engine = self.loop_writer
+        if engine is not None and not self._queued and not self._disposed:
+            try:
+                return _in_session(engine, work, *args)
+            except OperationalError as error:
+                if not _busy(error):
+                    raise
+                # Another process holds the lock: rolled back whole, the unit waits on
+                # the writer thread for its turn.
+        return await self.run(True, work, *args)
 
     async def lookup(self, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
         if self.path is None:
@@ -189,7 +233,9 @@ class _SQLite:
         self._disposed = True
         for thread in {self.writing, self.reading}:
             thread.shutdown()
-        for engine in {self.writer, self.reader}:
+        for engine in {self.writer, self.reader, self.loop_writer}:
+            if engine is None:
+                continue
             engine.dispose()
         if self._looking is not None:
             self._looking.close()
@@ -222,6 +268,9 @@ class _Async:
     async def lookup(self, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
         return await self.run(False, _prepared_rows, statement, values)
 
+    async def write_now(self, work: Work[*Args, Result], *args: *Args) -> Result:
+        return await self.run(True, work, *args)
+
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._running.discard(task)
         if not task.cancelled():
@@ -253,6 +302,13 @@ class Database:
         """Run `work(session, *args)` in a transaction that may write; on SQLite it holds
         the write lock from its first statement."""
         return await self._backend.run(True, work, *args)
+
+    async def write_now(self, work: Work[*Args, Result], *args: *Args) -> Result:
+        """`write`, for a short unit on a request's critical path: on a SQLite file whose
+        writer thread has nothing to do, it runs on the loop itself (see the module's
+        docstring). It holds the loop for as long as it runs: only for units known to
+        be quick."""
+        return await self._backend.write_now(work, *args)
 
     async def dispose(self) -> None:
         await self._backend.dispose()

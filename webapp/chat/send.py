@@ -106,6 +106,16 @@ app's work before the engine even has the prompt. New connections to a far engin
 take longer; past this the send answers anyway."""
 
 
+QUICK_UNIT = 0.003
+"""A send's transaction that took less than this may run on the event loop itself the next
+time the same conversation sends (`Database.write_now`): that saves a single send the two
+hops to SQLite's writer thread and back, 0.3-0.6 ms of an idle server's 2. A long
+history's read and fit take longer: those stay on the thread, where the loop keeps its
+turns while they run."""
+CONVERSATIONS_KEPT = 10_000
+"""Conversations whose speed a process remembers (the oldest go)."""
+
+
 LENGTH_CUT = "length"
 """The finish reason of an answer that stopped at its token limit, not at its end."""
 CONTINUE_PROMPT = "Continue exactly where your last answer stopped, without repeating it."
@@ -209,6 +219,8 @@ class Sender:
         self._recent = reader.recent
         self._titler = titler
         self._previews = TokenBuckets(settings.preview_rate, settings.preview_burst)
+        self._quick: OrderedDict[str, None] = OrderedDict()
+        """Conversations whose last send's transaction took under `QUICK_UNIT`."""
         self.writer = AnswerWriter(db, manager, settings, flusher)
 
     def validate_content(self, content: object) -> str:
@@ -280,13 +292,15 @@ class Sender:
             if admission.refused_lately(owner)
             else await self._count_newest(conversation_id, text)
         )
+        write = self._db.write_now if conversation_id in self._quick else self._db.write
         try:
-            conversation, user, answer, planned = await self._db.write(
+            conversation, user, answer, planned, took = await write(
                 self._store_turn, owner, conversation_id, text, counts, alternative_to, edit
             )
         except TooManyRequests as refused:
             admission.remember_refusal(owner, refused)
             raise
+        self._remember_speed(conversation.id, took)
         self._recent.remember(conversation.id, conversation.configuration)
         running = self._answers.start(
             id_of(answer),
@@ -296,6 +310,16 @@ class Sender:
         )
         await running.on_its_way(REQUEST_HEAD_START)
         return Send(conversation, user, answer, running)
+
+    def _remember_speed(self, conversation_id: str, took: float) -> None:
+        quick = self._quick
+        if took >= QUICK_UNIT:
+            quick.pop(conversation_id, None)
+            return
+        quick[conversation_id] = None
+        quick.move_to_end(conversation_id)
+        if len(quick) > CONVERSATIONS_KEPT:
+            quick.popitem(last=False)
 
     async def _count_newest(self, conversation_id: str, text: str) -> dict[str, int]:
         """Count a new message with the tokenizer of the model that will be asked first,
@@ -378,12 +402,14 @@ class Sender:
         counts: dict[str, int] | None = None,
         alternative_to: int | None = None,
         edit: bool = False,
-    ) -> tuple[Conversation, Message, Message, Plan | RoutingError]:
-        """The send's one transaction. It starts by taking the conversation's lock (a row
-        lock on PostgreSQL, the write lock on SQLite), so two sends can never interleave
-        their rows, and the history the bound reads is exactly the history the new row
-        follows: the active branch, or, for an alternative to a user turn, the branch up
-        to the row that turn continued. The new turn becomes the active branch's leaf."""
+    ) -> tuple[Conversation, Message, Message, Plan | RoutingError, float]:
+        """The send's one transaction (and the seconds its work took). It starts by taking
+        the conversation's lock (a row lock on PostgreSQL, the write lock on SQLite), so
+        two sends can never interleave their rows, and the history the bound reads is
+        exactly the history the new row follows: the active branch, or, for an
+        alternative to a user turn, the branch up to the row that turn continued. The new
+        turn becomes the active branch's leaf."""
+        started = time.perf_counter()
         connection = session.connection()
         now = utcnow()
         admission = self._admission
@@ -484,7 +510,7 @@ class Sender:
                 .values(**changes)
             )
             conversation = as_loaded(Conversation, {**conversation.model_dump(), **changes})
-        return conversation, user, answer, planned
+        return conversation, user, answer, planned, time.perf_counter() - started
 
     async def preview(self, owner: str, conversation_id: str, content: object) -> Message:
         """The user row the next send of `content` would write, with its fit, stored
