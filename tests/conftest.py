@@ -86,11 +86,21 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
-async def truncate_tables(url: str) -> None:
-    """Empty every table of the app (the schema stays), for a test that needs a clean slate."""
+async def empty_tables(url: str) -> None:
+    """Empty every table of the app and restart its ids (the schema stays), for a test that
+    needs a clean slate. A DELETE, not a TRUNCATE: a TRUNCATE gives every table, index and
+    TOAST table a new file and syncs them, some 0.2 s a test, where deleting the few rows a
+    test leaves takes milliseconds."""
     engine = create_async_engine(url)
     async with engine.begin() as connection:
-        await connection.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        for table in TABLES:  # children before their parents
+            await connection.execute(text(f"DELETE FROM {table}"))
+        await connection.execute(
+            text(
+                "SELECT setval(format('%I', sequencename)::regclass, 1, false) "
+                "FROM pg_sequences WHERE schemaname = current_schema()"
+            )
+        )
     await engine.dispose()
 
 
@@ -105,7 +115,7 @@ def database_url(
         yield f"sqlite+aiosqlite:///{path}"
         return
     url = request.getfixturevalue("postgres_url")
-    asyncio.run(truncate_tables(url))
+    asyncio.run(empty_tables(url))
     yield url
 
 

@@ -32,7 +32,7 @@ from sqlmodel import Session, col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from tests.catalogs import write_upstream_catalog
-from tests.conftest import truncate_tables
+from tests.conftest import empty_tables
 from tests.dbutil import session_on
 from tests.factories import add_user, admin_client, build_service
 from tests.upstream import FakeUpstream
@@ -151,7 +151,7 @@ def admin_database_url(
         shutil.copy(sqlite_template, path)
         return f"sqlite+aiosqlite:///{path}"
     url: str = request.getfixturevalue("postgres_url")
-    asyncio.run(truncate_tables(url))
+    asyncio.run(empty_tables(url))
     return url
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
 from tests.catalogs import write_upstream_catalog
-from tests.conftest import truncate_tables
+from tests.conftest import empty_tables
 from tests.factories import build_service, close_service, make_user
 from tests.live_server import serving
 from tests.served import bearer, send, streaming_answer
@@ -39,7 +39,7 @@ Serve = Callable[..., str]
 
 @pytest.fixture
 def database(postgres_url: str) -> str:
-    asyncio.run(truncate_tables(postgres_url))
+    asyncio.run(empty_tables(postgres_url))
     return postgres_url
 
 
@@ -203,6 +203,7 @@ async def test_a_flush_is_announced_when_it_commits(
             sent = await send(api, conversation_id)
             answer_id = sent[-1][1]["id"]
             upstream.stall(1.0)  # an answer that says nothing for a second: heartbeats only
+            upstream.set_reply("Quiet.")  # and then little: its flushes are not counted
             quiet = asyncio.create_task(send(api, conversation_id))
             await asyncio.sleep(0.8)
             quiet_answer = await streaming_answer(api, conversation_id)

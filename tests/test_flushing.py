@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import make_url
 from sqlmodel import Session, col
 
-from tests.conftest import truncate_tables
+from tests.conftest import empty_tables
 from tests.factories import writing_answers
 from webapp.chat.flushing import AnswerFlusher
 from webapp.chat.models import Message, Status
@@ -100,7 +100,7 @@ async def test_answers_that_end_together_are_stored_whole(db: Database) -> None:
 
 @pytest.mark.postgres
 async def test_each_move_is_announced_on_postgresql(postgres_url: str) -> None:
-    await truncate_tables(postgres_url)
+    await empty_tables(postgres_url)
     db = Database(postgres_url)
     database_url = postgres_url
     ids = await db.write(writing_answers, 2)

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text, update
 from sqlmodel import Session, col
 
-from tests.conftest import truncate_tables
+from tests.conftest import empty_tables
 from tests.factories import writing_answers
 from webapp.chat.flushing import send_text
 from webapp.chat.models import Message
@@ -48,7 +48,7 @@ def _send(session: Session, answer_id: int) -> None:
 
 @pytest.mark.postgres
 async def test_a_listener_that_loses_its_connection_listens_again(postgres_url: str) -> None:
-    await truncate_tables(postgres_url)
+    await empty_tables(postgres_url)
     db = Database(postgres_url)
     stopped: list[int] = []
     notices = PostgresNotices(postgres_url, on_stop=stopped.append)
@@ -85,7 +85,7 @@ async def test_a_listener_that_loses_its_connection_listens_again(postgres_url: 
 async def test_text_notices_carry_a_long_append_in_pieces_that_fit(postgres_url: str) -> None:
     """An append far past one NOTIFY payload (escaped, 9,000 "é" are 54 KB) goes out in
     pieces PostgreSQL accepts, and the watcher puts them back together exactly once."""
-    await truncate_tables(postgres_url)
+    await empty_tables(postgres_url)
     db = Database(postgres_url)
     notices = PostgresNotices(postgres_url)
     await notices.start()

@@ -250,6 +250,8 @@ async def test_restart_marks_in_flight_answers_interrupted(
         assert await restarted.reaper.reap_stale() == 1
         _, messages = await restarted.reader.history(OWNER, conversation.id)
         assert messages[1].status == Status.INTERRUPTED
+        upstream.set_reply("Back again.")  # not three hundred words at 20 ms each
+        upstream.chunk_delay = 0
         _, answer = await say(restarted, conversation.id, "again")
         assert answer.status == Status.COMPLETE
     finally:

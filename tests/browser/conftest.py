@@ -31,7 +31,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Response, sync_playwright
 
 from tests.catalogs import write_upstream_catalog
-from tests.conftest import truncate_tables
+from tests.conftest import empty_tables
 from tests.live_server import ServerProcess, free_port
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
@@ -347,7 +347,7 @@ def servers(catalog_file: Path, tmp_path: Path) -> Iterator[Servers]:
 def postgres_database(request: pytest.FixtureRequest) -> str:
     """The session's PostgreSQL (required under CI), emptied for this test."""
     url: str = outside_playwright(request.getfixturevalue, "postgres_url")
-    outside_playwright(asyncio.run, truncate_tables(url))
+    outside_playwright(asyncio.run, empty_tables(url))
     return url
 
 
