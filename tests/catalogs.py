@@ -18,13 +18,14 @@ class Upstream(Protocol):
     def base_url(self) -> str: ...
 
 
-def upstream_toml(upstream: Upstream, extra: str = "") -> str:
+def upstream_toml(upstream: Upstream, extra: str = "", timeout: float = 5) -> str:
+    """`timeout`: how long provider "up" may go without sending data before the answer fails."""
     return f"""
 [[providers]]
 name = "up"
 kind = "openai"
 base_url = "{upstream.base_url}"
-timeout = 5
+timeout = {timeout:g}
 
 [[providers]]
 name = "down"
@@ -108,8 +109,10 @@ model = "optimistic"
 """
 
 
-def write_upstream_catalog(path: Path, upstream: Upstream, extra: str = "") -> Path:
-    path.write_text(upstream_toml(upstream, extra), encoding="utf-8")
+def write_upstream_catalog(
+    path: Path, upstream: Upstream, extra: str = "", timeout: float = 5
+) -> Path:
+    path.write_text(upstream_toml(upstream, extra, timeout), encoding="utf-8")
     return path
 
 

@@ -31,7 +31,9 @@ Server = Callable[[str], ServerProcess]
 @pytest.fixture
 def server(database_url: str, upstream: FakeUpstream, tmp_path: Path) -> Iterator[Server]:
     """`server(name)` makes (without starting) a `webapp serve` on the test's database."""
-    catalog = write_upstream_catalog(tmp_path / "catalog.toml", upstream)
+    # An answer held by `upstream.stall` sends nothing while the newcomer starts, which on a
+    # loaded machine takes longer than the usual 5 s without data that fails an answer.
+    catalog = write_upstream_catalog(tmp_path / "catalog.toml", upstream, timeout=120)
     env = {
         **os.environ,
         "WEBAPP_DATABASE_URL": database_url,

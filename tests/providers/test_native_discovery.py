@@ -127,8 +127,10 @@ async def test_a_vendors_count_tokens_gets_a_bounded_number_of_requests_at_once(
     catalog = load_catalog(native_catalog(vendors, tmp_path))
     async with Tokenizers(concurrency=4) as tokenizers:
         await tokenizers.probe(catalog)
-        vendors.count_delay = 0.05
+        vendors.count_delay = 0.1
         texts = [f"message number {n}" for n in range(24)]
         counted = await tokenizers.for_model(catalog.models[model]).count(texts)
     assert counted == [vendors.count(text) for text in texts]
-    assert vendors.counts_in_flight_peak == 4
+    # Concurrent, never over the bound (on a loaded machine a request may end before
+    # the fourth has started, so exactly four is not promised).
+    assert 2 <= vendors.counts_in_flight_peak <= 4
