@@ -239,11 +239,11 @@ async def stages(app: Any, conversation_id: str, repeats: int = 10) -> None:
         start = time.perf_counter()
         row, rows, has_older = await chat.reader.page(owner, conversation_id, turns=50)
         start = clock("query the page's rows", start)
-        spans = await chat.left_out_spans(conversation_id, rows)
-        start = clock("trim marker spans", start)
+        alternatives = await chat.reader.alternatives_of(conversation_id, rows)
+        start = clock("alternatives of its turns", start)
         await chat.reader.conversations(owner)
         start = clock("conversation list", start)
-        views = message_views(rows, spans)
+        views = message_views(rows, alternatives)
         html = [str(view.html) for view in views]
         start = clock("markdown (100 messages)", start)
         environment.get_template("chat/_messages.html").render(

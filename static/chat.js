@@ -265,20 +265,49 @@
       });
   }
 
+  // The thumbs of a finished answer, as chat/_feedback.html draws them (what a thumb gets
+  // back is morphed over these): "Rate answer 3", "Good answer 3", pressed as stored.
+  function thumbs(message) {
+    const name = message.dataset.turnName;
+    const number = name === "answer" ? "" : name.slice("answer".length);
+    const group = document.createElement("span");
+    group.className = "feedback";
+    group.setAttribute("role", "group");
+    group.setAttribute("aria-label", `Rate ${number ? name : "this answer"}`);
+    for (const [value, label] of [["up", "Good answer"], ["down", "Bad answer"]]) {
+      const thumb = tool(`feedback-${value}`, "", `${label}${number}`, {
+        title: label,
+        "aria-pressed": String(message.dataset.feedback === value),
+      });
+      thumb.className = "link thumb";
+      const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+      const use = document.createElementNS("http://www.w3.org/2000/svg", "use");
+      use.setAttribute("href", `#thumb-${value}`);
+      svg.append(use);
+      thumb.append(svg);
+      group.append(thumb);
+    }
+    return group;
+  }
+
   function drawTools() {
     const box = document.getElementById("messages");
     const actions = document.getElementById("message-actions");
     if (!box || !actions) return;
-    const forks = actions.dataset.base.startsWith("/c/");
+    const ownPage = actions.dataset.base.startsWith("/c/");  // not an embed
     box.querySelectorAll(".message .tools:empty").forEach((tools) => {
       const message = tools.closest(".message");
       const name = message.dataset.turnName;
+      const status = message.dataset.status;
       if (message.dataset.role === "user") tools.append(pinTool(message, name), tool("edit", "Edit", `Edit ${name}`));
-      else if (!["failed", "interrupted"].includes(message.dataset.status)) {
+      else if (!["failed", "interrupted"].includes(status)) {
         tools.append(tool("regenerate", "Regenerate", `Regenerate ${name}`));
       }
       tools.append(tool("copy", "Copy", `Copy ${name}`));
-      if (forks) tools.append(tool("fork", "Fork", `Fork at ${name}`));
+      if (ownPage) tools.append(tool("fork", "Fork", `Fork at ${name}`));
+      if (ownPage && message.dataset.role === "assistant" && ["complete", "stopped"].includes(status)) {
+        tools.append(thumbs(message));
+      }
     });
   }
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import OpenPage, Server
 from tests.browser.helpers import answered, create_conversation, send_by_api, stored
@@ -71,6 +72,17 @@ def test_settings_theme_every_page_and_a_refused_form_keeps_the_text(
     assert overflow <= 0
 
 
+def pair_of(answer: Locator) -> list[Any]:
+    """The thumbs' elements and attributes, but which is pressed (and htmx's own marks)."""
+    return answer.locator(".feedback").evaluate(
+        """(group) => [group, ...group.querySelectorAll("*")].map((el) => [el.tagName,
+            [...el.attributes]
+              .filter((a) => a.name !== "aria-pressed" && !a.name.startsWith("data-htmx"))
+              .map((a) => [a.name, a.value.replace(/ ?htmx-(added|settling|swapping)/g, "")])
+              .sort()])"""
+    )
+
+
 @SIZES
 def test_thumbs_toggle_keep_focus_and_are_stored(
     live_server: Server,
@@ -93,9 +105,11 @@ def test_thumbs_toggle_keep_focus_and_are_stored(
     for thumb in (up, down):  # drawn, so no emoji font is needed to see them
         icon = thumb.locator("svg").bounding_box()
         assert icon is not None and icon["width"] >= 16 and icon["height"] >= 16, icon
+    drawn = pair_of(answer)  # drawn by chat.js; a thumb gets the server's pair back
     up.click()
     expect(up).to_have_attribute("aria-pressed", "true")
     expect(up).to_be_focused()
+    assert pair_of(answer) == drawn, "the server draws the thumbs as chat.js did"
     answer.screenshot(path=str(artifacts / f"thumbs-{viewport[0]}.png"))
     assert stored(live_server, conversation_id)["messages"][1]["feedback"] == "up"
     down.click()
