@@ -54,15 +54,16 @@ run: $(VENV)/.installed
 	$(BIN)/webapp serve --host $(HOST) --port $(PORT)
 
 # mypy reads its files and strictness from pyproject.toml ([tool.mypy]).
-# The suite runs on two processes (pytest-xdist), each taking whole test files, so a
-# file's servers and browser start once: most of its time is CPU (about 720 CPU-seconds,
-# docs/development.md), which one process spends on one core. `TEST_WORKERS=0 make test`
-# runs it in this process alone, `TEST_WORKERS=auto` on every core.
+# The suite runs on two processes (pytest-xdist, `--dist load`): each takes the next tests
+# in collection order as it frees up, so a process meets a file's tests (and the browser
+# package's, collected first) in one stretch and starts their servers and Chromium once,
+# and the two end within a test of each other (docs/development.md). `TEST_WORKERS=0
+# make test` runs it in this process alone, `TEST_WORKERS=auto` on every core.
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist load
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check webapp tests bench
