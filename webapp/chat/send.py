@@ -109,7 +109,7 @@ take longer; past this the send answers anyway."""
 QUICK_UNIT = 0.003
 """A send's transaction that took less than this may run on the event loop itself the next
 time the same conversation sends (`Database.write_core`'s `quick`): that saves a single
-send the two hops to SQLite's writer thread and back and a session, 0.5-0.8 ms. A long
+send the two hops to SQLite's writer thread and back and a session, 0.3-0.6 ms. A long
 history's read and fit take longer: those stay on the thread, where the loop keeps its
 turns while they run."""
 CONVERSATIONS_KEPT = 10_000
