@@ -8,17 +8,19 @@ import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, select, text
+from sqlalchemy import Connection, bindparam, insert, select, text
 from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
 from webapp.chat.serialize import message_dict
 from webapp.db import Database, as_loaded, create_engine
+from webapp.prepared import Prepared
 from webapp.timeutil import as_utc, utcnow
 
 
@@ -190,65 +192,85 @@ async def test_a_write_whose_caller_is_cancelled_still_ends_whole(database_url: 
         await again.dispose()
 
 
-def _add_conversation(session: Session, owner: str) -> str:
+def _add_conversation(connection: Connection, owner: str) -> str:
     now = utcnow()
-    session.add(Conversation(owner=owner, configuration="c", created_at=now, updated_at=now))
-    session.flush()
+    conversation = Conversation(owner=owner, configuration="c", created_at=now, updated_at=now)
+    connection.execute(insert(Conversation).values(conversation.model_dump()))
+    return threading.current_thread().name
+
+
+def _add_by_the_driver(connection: Connection, owner: str) -> str:
+    """As a send's `Prepared` statements write: on the driver's cursor, not through Core."""
+    now = utcnow()
+    values = Conversation(
+        owner=owner, configuration="c", created_at=now, updated_at=now
+    ).model_dump()
+    Prepared(insert(Conversation).values({name: bindparam(name) for name in values})).rows(
+        connection, values
+    )
     return threading.current_thread().name
 
 
 def _owners(session: Session) -> list[str]:
-    return list(session.connection().execute(select(col(Conversation.owner))).scalars())
+    query = select(col(Conversation.owner)).order_by(col(Conversation.created_at))
+    return list(session.connection().execute(query).scalars())
 
 
 async def test_a_quick_write_runs_on_the_loop_when_the_writer_thread_is_idle(
     database_url: str,
 ) -> None:
-    """`write_now` commits like `write`; on a SQLite file with nothing queued on its
-    writer thread it runs on the loop's own thread (no hop)."""
+    """A `quick` unit commits like any other; on a SQLite file with nothing queued on its
+    writer thread it runs on the loop's own thread (no hop), whether its statements go
+    through Core or straight to the driver."""
     db = Database(database_url)
     try:
-        ran_on = await db.write_now(_add_conversation, "quick")
-        assert await db.read(_owners) == ["quick"]
+        ran_on = await db.write_core(_add_conversation, "core", quick=True)
+        by_driver = await db.write_core(_add_by_the_driver, "driver", quick=True)
+        on_thread = await db.write_core(_add_conversation, "thread")
+        assert await db.read(_owners) == ["core", "driver", "thread"]
         if db.dialect == "sqlite":
-            assert ran_on == threading.current_thread().name
+            assert ran_on == by_driver == threading.current_thread().name
+            assert on_thread.startswith("sqlite-write"), "not quick: on the writer thread"
     finally:
         await db.dispose()
 
 
-async def test_a_quick_write_that_fails_on_the_loop_leaves_nothing(sqlite_url: str) -> None:
+@pytest.mark.parametrize("add", [_add_conversation, _add_by_the_driver])
+async def test_a_quick_write_that_fails_on_the_loop_leaves_nothing(
+    sqlite_url: str, add: Callable[[Connection, str], str]
+) -> None:
     db = Database(sqlite_url)
 
-    def add_then_fail(session: Session) -> None:
-        _add_conversation(session, "lost")
+    def add_then_fail(connection: Connection) -> None:
+        add(connection, "lost")
         raise ValueError("refused")
 
     try:
         with pytest.raises(ValueError, match="refused"):
-            await db.write_now(add_then_fail)
+            await db.write_core(add_then_fail, quick=True)
         assert await db.read(_owners) == []
-        await db.write_now(_add_conversation, "after")
+        assert await db.write_core(add, "after", quick=True) == threading.current_thread().name
         assert await db.read(_owners) == ["after"]
     finally:
         await db.dispose()
 
 
 async def test_a_quick_write_keeps_its_turn_behind_a_write_on_the_thread(sqlite_url: str) -> None:
-    """A write already queued or running on the writer thread goes first: `write_now`
-    then queues behind it, as `write` would."""
+    """A write already queued or running on the writer thread goes first: the quick unit
+    then queues behind it, as any write would."""
     db = Database(sqlite_url)
     holding, release = threading.Event(), threading.Event()
 
-    def slow_write(session: Session) -> str:
-        name = _add_conversation(session, "first")
+    def slow_write(connection: Connection) -> str:
+        name = _add_conversation(connection, "first")
         holding.set()
         assert release.wait(10)
         return name
 
     try:
-        writing = asyncio.create_task(db.write(slow_write))
+        writing = asyncio.create_task(db.write_core(slow_write))
         await asyncio.get_running_loop().run_in_executor(None, holding.wait, 10)
-        quick = asyncio.create_task(db.write_now(_add_conversation, "second"))
+        quick = asyncio.create_task(db.write_core(_add_conversation, "second", quick=True))
         await asyncio.sleep(0.05)
         assert not quick.done()
         release.set()
@@ -271,13 +293,16 @@ async def test_a_quick_write_waits_on_the_thread_while_another_process_writes(
     try:
         other.execute("BEGIN IMMEDIATE")
         started = time.monotonic()
-        quick = asyncio.create_task(db.write_now(_add_conversation, "waited"))
+        quick = asyncio.create_task(db.write_core(_add_conversation, "waited", quick=True))
         await asyncio.sleep(0.2)
         assert not quick.done()
         assert time.monotonic() - started < 1, "the loop was held while the lock was busy"
         other.execute("COMMIT")
         assert (await quick).startswith("sqlite-write")
         assert await db.read(_owners) == ["waited"]
+        assert await db.write_core(_add_conversation, "again", quick=True) == (
+            threading.current_thread().name
+        )
     finally:
         other.close()
         await db.dispose()

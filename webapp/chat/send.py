@@ -108,8 +108,8 @@ take longer; past this the send answers anyway."""
 
 QUICK_UNIT = 0.003
 """A send's transaction that took less than this may run on the event loop itself the next
-time the same conversation sends (`Database.write_now`): that saves a single send the two
-hops to SQLite's writer thread and back, 0.3-0.6 ms of an idle server's 2. A long
+time the same conversation sends (`Database.write_core`'s `quick`): that saves a single
+send the two hops to SQLite's writer thread and back and a session, 0.5-0.8 ms. A long
 history's read and fit take longer: those stay on the thread, where the loop keeps its
 turns while they run."""
 CONVERSATIONS_KEPT = 10_000
@@ -292,10 +292,16 @@ class Sender:
             if admission.refused_lately(owner)
             else await self._count_newest(conversation_id, text)
         )
-        write = self._db.write_now if conversation_id in self._quick else self._db.write
         try:
-            conversation, user, answer, planned, took = await write(
-                self._store_turn, owner, conversation_id, text, counts, alternative_to, edit
+            conversation, user, answer, planned, took = await self._db.write_core(
+                self._store_turn,
+                owner,
+                conversation_id,
+                text,
+                counts,
+                alternative_to,
+                edit,
+                quick=conversation_id in self._quick,
             )
         except TooManyRequests as refused:
             admission.remember_refusal(owner, refused)
@@ -395,7 +401,7 @@ class Sender:
 
     def _store_turn(
         self,
-        session: Session,
+        connection: Connection,
         owner: str,
         conversation_id: str,
         text: str,
@@ -410,7 +416,6 @@ class Sender:
         alternative to a user turn, the branch up to the row that turn continued. The new
         turn becomes the active branch's leaf."""
         started = time.perf_counter()
-        connection = session.connection()
         now = utcnow()
         admission = self._admission
         limit = admission.rate_limit_for(owner)
