@@ -126,7 +126,8 @@ async def test_a_starting_server_leaves_another_live_servers_answer_alone(
         await written(client, conversation)
         newcomer.start()
         async with api(newcomer.url, token) as other:
-            assert (await answer(other, conversation))["status"] == "streaming"
+            seen = await answer(other, conversation)
+            assert seen["status"] == "streaming", seen  # its error says who ended it
         upstream.end_stalls()  # the newcomer has started and reaped: the rest at once
         await asyncio.wait_for(sending, 60)
         finished = await answer(client, conversation)
