@@ -170,6 +170,24 @@ async def test_a_bad_import_is_a_clear_400_and_stores_nothing(
     assert (await client.get("/api/conversations")).json() == []
 
 
+async def test_an_imported_trim_without_its_fit_facts_shows_on_the_page(
+    client: AsyncTestClient,
+) -> None:
+    """Every fit fact of an export is optional: the page shows the trim and what is known."""
+    data = valid_export()
+    data["messages"] = [
+        {"role": role, "content": f"{role} {n}"} for n in range(3) for role in ("user", "assistant")
+    ]
+    data["messages"][4] |= {"dropped_turns": 1, "fit": {"budget": 900}}
+    imported = await client.post("/api/conversations/import", json=data)
+    assert imported.status_code == 201, imported.text
+    page = await client.get(f"/c/{imported.json()['id']}")
+    assert page.status_code == 200, page.text
+    assert 'data-dropped-turns="1"' in page.text
+    assert "<dt>Budget for the prompt</dt><dd>900 tokens</dd>" in page.text
+    assert "<dt>Window</dt>" not in page.text
+
+
 async def test_import_of_a_minimal_export_fills_in_the_rest(client: AsyncTestClient) -> None:
     data = broken(lambda d: d["conversation"].update(configuration="no-longer-there"))
     response = await client.post("/api/conversations/import", json=data)
