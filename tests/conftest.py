@@ -224,6 +224,10 @@ def serve(
         tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
         server, thread, port = serve_in_thread(settings)
         running.append((server, thread))
+        # A process's first app asks the upstream for its windows (the answer is cached
+        # for the process, webapp.llm.discovery): what it asked while starting is not the
+        # test's, whichever test happens to start a process's first app.
+        upstream.forget_requests()
         gateways.append(Gateway(f"http://127.0.0.1:{port}", tokens))
         return gateways[-1]
 

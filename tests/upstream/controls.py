@@ -277,6 +277,12 @@ class Controls(ServedApp):
         with self._lock:
             self._chunk_delay = float(seconds)
 
+    def forget_requests(self) -> None:
+        """Forget the requests received so far, and nothing else (the scripted replies,
+        faults and models stay)."""
+        with self._lock:
+            self._requests = []
+
     @property
     def requests(self) -> list[dict[str, Any]]:
         """Received requests, oldest first: {"method", "path", "body", "headers",
