@@ -19,7 +19,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
 from webapp.chat.serialize import message_dict
-from webapp.db import Database, as_loaded, create_engine
+from webapp.db import Database, as_loaded, create_engine, off_the_loop
 from webapp.prepared import Prepared
 from webapp.timeutil import as_utc, utcnow
 
@@ -251,6 +251,25 @@ async def test_a_quick_write_that_fails_on_the_loop_leaves_nothing(
         assert await db.read(_owners) == []
         assert await db.write_core(add, "after", quick=True) == threading.current_thread().name
         assert await db.read(_owners) == ["after"]
+    finally:
+        await db.dispose()
+
+
+async def test_a_quick_write_that_turns_out_long_leaves_the_loop(sqlite_url: str) -> None:
+    """`off_the_loop` in a quick unit on the loop rolls back what it wrote there and runs
+    it again on the writer thread, where the call does nothing."""
+    db = Database(sqlite_url)
+    tries: list[str] = []
+
+    def long_after_all(connection: Connection) -> str:
+        tries.append(_add_conversation(connection, "once"))
+        off_the_loop()
+        return tries[-1]
+
+    try:
+        assert (await db.write_core(long_after_all, quick=True)).startswith("sqlite-write")
+        assert tries[0] == threading.current_thread().name, "tried on the loop first"
+        assert await db.read(_owners) == ["once"], "the loop's try left nothing"
     finally:
         await db.dispose()
 

@@ -47,6 +47,7 @@ session it saves cost a single send 0.3-0.6 ms on an idle server.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
@@ -171,6 +172,24 @@ class _Busy(Exception):
     """SQLite's write lock is held by another process: the loop does not wait for it."""
 
 
+class _OffTheLoop(Exception):
+    """A quick unit found it has more to do than its caller expected (`off_the_loop`)."""
+
+
+_ON_THE_LOOP = contextvars.ContextVar("webapp_db_unit_on_the_loop", default=False)
+"""True while a quick unit runs on the loop (the writer thread has its own context)."""
+
+
+def off_the_loop() -> None:
+    """For a unit that learns, from what it has read, that it is long after all: run on
+    the loop (`write_core(..., quick=True)`), it is rolled back and runs again on the
+    writer thread, where a long unit holds up no other request; anywhere else this does
+    nothing. Whether a unit is quick is its caller's guess from the past; the rows can
+    say otherwise (a send whose cut starts afresh reads and fits the whole history)."""
+    if _ON_THE_LOOP.get():
+        raise _OffTheLoop
+
+
 class _SQLite:
     def __init__(self, url: str) -> None:
         database = make_url(url).database
@@ -225,6 +244,8 @@ class _SQLite:
                 return self._on_loop(engine, work, *args)
             except _Busy:
                 pass  # another process holds the lock: the unit waits on the writer thread
+            except _OffTheLoop:
+                pass  # rolled back: the unit is long this time
             finally:
                 self._holding.release()
 
@@ -253,6 +274,7 @@ class _SQLite:
             raise
         finally:
             cursor.close()
+        on_the_loop = _ON_THE_LOOP.set(True)
         try:
             result = work(connection, *args)
             if connection.in_transaction():
@@ -264,6 +286,8 @@ class _SQLite:
                 connection.rollback()
             driver.rollback()  # nothing to do if Core's rolled it back
             raise
+        finally:
+            _ON_THE_LOOP.reset(on_the_loop)
         return result
 
     async def lookup(self, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:

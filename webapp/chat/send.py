@@ -44,7 +44,7 @@ from webapp.chat.reading import ConversationReader
 from webapp.chat.reaping import reap
 from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
 from webapp.chat.titles import DEFAULT_TITLE, title_from
-from webapp.db import Database, as_loaded
+from webapp.db import Database, as_loaded, off_the_loop
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import OWNERS_KEPT, TokenBuckets
 from webapp.llm.estimator import estimate_message, estimate_text
@@ -448,6 +448,8 @@ class Sender:
             if recent_sends >= limit:
                 admission.refuse_too_many(connection, owner, limit, now)
             admission.spend(connection, owner, now)
+        if edit or conversation.cut_reset:
+            off_the_loop()  # the cut starts afresh: the whole history is read and fitted
         leaf = conversation.active_seq
         if alternative_to is not None:
             original = row_in(connection, conversation_id, alternative_to)

@@ -1,0 +1,53 @@
+"""Which thread a send's transaction runs on (SQLite file): a conversation whose last send
+was quick sends from the loop itself, and a send whose cut starts afresh (after a
+configuration switch or a pin) leaves the loop, however quick the last one was, since it
+reads and fits the whole history."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tests.factories import OWNER, say
+from webapp.chat import send as sending
+from webapp.chat.jobs import ChatJobs
+from webapp.chat.send import Sender
+
+
+@pytest.fixture
+def threads(monkeypatch: pytest.MonkeyPatch, database_url: str) -> list[str]:
+    """The thread each send's transaction ended on (a unit rolled back on the loop, to run
+    again on the writer thread, is not counted)."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL has no loop path: every write is a unit of its own")
+    # Every unit counts as quick, however loaded the machine: the rows alone decide.
+    monkeypatch.setattr(sending, "QUICK_UNIT", 60.0)
+    ended: list[str] = []
+    store = Sender._store_turn
+
+    def recorded(self: Sender, *args: Any) -> Any:
+        result = store(self, *args)
+        ended.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
+        return result
+
+    monkeypatch.setattr(Sender, "_store_turn", recorded)
+    return ended
+
+
+async def test_a_quick_conversation_sends_from_the_loop_until_its_cut_starts_afresh(
+    chat: ChatJobs, threads: list[str]
+) -> None:
+    conversation = await chat.editor.create(OWNER)
+    for number in range(3):
+        await say(chat, conversation.id, f"short {number}")
+    assert threads == ["thread", "loop", "loop"], "the first is not known to be quick"
+    await chat.editor.set_configuration(OWNER, conversation.id, "medium")
+    await say(chat, conversation.id, "after the switch")
+    user, _ = await say(chat, conversation.id, "and again")
+    assert threads[3:] == ["thread", "loop"]
+    assert user.id is not None
+    await chat.editor.pin(OWNER, conversation.id, user.id)
+    await say(chat, conversation.id, "after the pin")
+    assert threads[5:] == ["thread"]
