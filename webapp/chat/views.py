@@ -117,15 +117,6 @@ class MessageView:
         )
 
     @property
-    def cut_words(self) -> str | None:
-        """What the history's cut line says when this is the newest trimmed send: the
-        page's own terms (turns above a line), never message numbers."""
-        dropped = self.row.dropped_turns
-        if not self.is_user or not dropped:
-            return None
-        return cut_line_words(dropped)
-
-    @property
     def meter(self) -> Meter:
         return Meter.of_row(self.row)
 
