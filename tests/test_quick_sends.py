@@ -15,13 +15,14 @@ from webapp.chat import send as sending
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Sender
 
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+"""PostgreSQL has no loop path: every write is a unit of its own."""
+
 
 @pytest.fixture
-def threads(monkeypatch: pytest.MonkeyPatch, database_url: str) -> list[str]:
+def threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The thread each send's transaction ended on (a unit rolled back on the loop, to run
     again on the writer thread, is not counted)."""
-    if not database_url.startswith("sqlite"):
-        pytest.skip("PostgreSQL has no loop path: every write is a unit of its own")
     # Every unit counts as quick, however loaded the machine: the rows alone decide.
     monkeypatch.setattr(sending, "QUICK_UNIT", 60.0)
     ended: list[str] = []
