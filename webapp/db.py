@@ -168,6 +168,15 @@ def _loop_reader(path: str) -> sqlite3.Connection:
     return connection
 
 
+def _in_connection(work: CoreWork[*Args, Result], *args: *Args) -> Callable[[Session], Result]:
+    """A unit of Core statements as a session's unit: run on the session's connection."""
+
+    def unit(session: Session) -> Result:
+        return work(session.connection(), *args)
+
+    return unit
+
+
 class _Busy(Exception):
     """SQLite's write lock is held by another process: the loop does not wait for it."""
 
@@ -249,10 +258,7 @@ class _SQLite:
             finally:
                 self._holding.release()
 
-        def unit(session: Session) -> Result:
-            return work(session.connection(), *args)
-
-        return await self.run(True, unit)
+        return await self.run(True, _in_connection(work, *args))
 
     def _on_loop(self, engine: Engine, work: CoreWork[*Args, Result], *args: *Args) -> Result:
         """One transaction of `work` on the loop's own connection, begun and ended on the
@@ -352,10 +358,7 @@ class _Async:
     async def write_core(
         self, work: CoreWork[*Args, Result], *args: *Args, quick: bool = False
     ) -> Result:
-        def unit(session: Session) -> Result:
-            return work(session.connection(), *args)
-
-        return await self.run(True, unit)
+        return await self.run(True, _in_connection(work, *args))
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._running.discard(task)
