@@ -18,13 +18,13 @@ from tests.catalogs import CLOSED_PORT_URL, catalog_for, model_toml, write_catal
 from tests.upstream import Engine, FakeUpstream, count_tokens
 from webapp.llm.catalog import CatalogError, load_catalog
 from webapp.llm.estimator import estimate_text
+from webapp.llm.tokenizer_settings import TokenizerConfigError
 from webapp.llm.tokenizers import (
     EstimateTokenizer,
     HuggingFaceTokenizer,
     ServerTokenizer,
     TiktokenTokenizer,
     Tokenizer,
-    TokenizerConfigError,
     Tokenizers,
     TokenizerUnavailable,
 )
@@ -403,7 +403,7 @@ def test_a_missing_package_is_named_with_its_extra(
     (tmp_path / "tokenizer.json").write_text("{}")
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        "webapp.llm.catalog.checks.importlib.util.find_spec",
+        "webapp.llm.tokenizer_settings.importlib.util.find_spec",
         lambda name, *args: None if name == package else real(name, *args),
     )
     path = write_catalog(tmp_path, CLOSED_PORT_URL, model_toml(tokenizer=setting))
@@ -412,6 +412,13 @@ def test_a_missing_package_is_named_with_its_extra(
     [line] = caught.value.errors
     assert "models[0] 'm': field 'tokenizer'" in line
     assert f"needs the '{package}' package" in line and f"webapp[{extra}]" in line
+    # the registry, built from the setting without a catalog, says the same
+    with pytest.raises(TokenizerConfigError) as built:
+        if package == "tiktoken":
+            TiktokenTokenizer("gpt2")
+        else:
+            HuggingFaceTokenizer(tmp_path / "tokenizer.json")
+    assert line.endswith(f"field 'tokenizer': {built.value}"), (line, built.value)
 
 
 async def test_a_tokenizer_file_gone_by_start_is_an_error_not_a_crash(tmp_path: Path) -> None:

