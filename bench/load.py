@@ -66,6 +66,7 @@ from bench.processes import (
     cores,
     cpu_seconds,
     free_port,
+    memory_mb,
     new_conversation,
     pin,
     server,
@@ -553,6 +554,9 @@ def measure(
             )
         if workers == 1 and 500 in results:
             print(f"  targets N=500: failures 0 {verdict(results[500]['failures'] == 0)}")
+        if workers == 1:
+            now, peak = memory_mb(pid)
+            print(f"  server memory: {now:.0f} MB resident at the end, {peak:.0f} MB at most")
     return clients
 
 

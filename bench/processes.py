@@ -34,6 +34,15 @@ def pin(pid: int, core_set: set[int]) -> None:
             os.sched_setaffinity(pid, core_set)
 
 
+def memory_mb(pid: int) -> tuple[float, float]:
+    """A process's resident memory now and at its peak (VmRSS, VmHWM), in MB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    now, peak = (int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))
+    return now, peak
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and all its descendants, from /proc."""
     ticks = os.sysconf("SC_CLK_TCK")

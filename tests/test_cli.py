@@ -12,6 +12,7 @@ import pytest
 from tests.catalogs import write_upstream_catalog
 from tests.factories import WEBAPP, run
 from tests.upstream import FakeUpstream
+from webapp.web import heap
 
 
 def test_migrate_creates_the_schema_and_is_idempotent(tmp_path: Path) -> None:
@@ -71,6 +72,28 @@ def test_a_bad_catalog_fails_at_start(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert "broken.toml" in result.stderr and "line 1" in result.stderr
+
+
+def test_a_serving_process_freezes_what_it_loaded_at_start(sqlite_url: str) -> None:
+    """`webapp.asgi`, what each `webapp serve` process imports, sets the collector once the
+    app has started (webapp.web.heap); a cycle made later is still collected."""
+    script = (
+        "import gc\n"
+        "from litestar.testing import TestClient\n"
+        "from webapp.asgi import app\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "with TestClient(app) as client:\n"
+        "    assert client.get('/healthz').status_code == 200\n"
+        "    cycle = []; cycle.append(cycle); del cycle\n"
+        "    print(gc.get_freeze_count(), gc.get_threshold()[0], gc.collect())\n"
+    )
+    env = {**os.environ, "WEBAPP_DATABASE_URL": sqlite_url, "WEBAPP_CONFIG": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    frozen, young, collected = (int(word) for word in result.stdout.split())
+    assert frozen > 50_000 and young == heap.YOUNG and collected >= 1
 
 
 @pytest.mark.parametrize("dry_run", [True, False])

@@ -1,0 +1,35 @@
+"""The cycle collector set for a process that loads a great deal once and then serves.
+
+By the end of start-up a serving process holds some 360,000 objects the collector tracks
+(tokenizer vocabularies, SQLAlchemy's and pydantic's machinery, the templates) that live as
+long as the process does. Every full collection walks all of them again: about 100 ms each on
+the benchmark machine, several times a minute under load, and each such pause lands on the
+sends in flight (bench-load, N = 200: it is what the TTFT p99 is made of). So, once start-up
+is done:
+
+- what is alive then is collected once and frozen (`gc.freeze`): the collector no longer
+  walks it, and since it is never freed before the process exits, nothing is lost;
+- the youngest generation is collected after `YOUNG` net allocations instead of Python's
+  700. A send allocates thousands of short-lived containers that reference counting frees
+  at once; at 700 the collector ran every few sends to find almost nothing, and every tenth
+  of its runs promoted survivors toward the full collections above. Garbage in cycles is
+  still found, a little later; memory stays bounded (docs/benchmarks.md, bench-load).
+
+Only `webapp serve`'s processes do this (`webapp.asgi`): tests and tools building an app in
+their own process keep Python's defaults.
+"""
+
+from __future__ import annotations
+
+import gc
+
+YOUNG = 10_000
+"""Net allocations between collections of the youngest generation."""
+
+
+def settle() -> None:
+    """Freeze what start-up left alive and space the young collections out."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG, middle, old)
