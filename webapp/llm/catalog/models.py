@@ -311,12 +311,3 @@ class Catalog(BaseModel):
         for name in self.configurations:
             return name
         raise LookupError("the catalog has no configurations")
-
-    def candidates(self, criteria: Criteria) -> list[ModelSpec]:
-        """Models matching `criteria`, best first, in an order that never depends on chance:
-        lowest cost first when asked (unknown cost last, since it may be anything), else the
-        largest window first, since a bigger window trims less. Ties break on the name."""
-        matching = [model for model in self.models.values() if criteria.matches(model)]
-        if criteria.prefer_lowest_cost:
-            return sorted(matching, key=lambda m: (m.cost is None, m.cost or 0.0, m.name))
-        return sorted(matching, key=lambda model: (-model.window, model.name))
