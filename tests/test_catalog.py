@@ -107,7 +107,7 @@ def test_no_file_gives_the_builtin_demo_catalog() -> None:
     )
     assert model.window == DEMO_WINDOW == 2048
     configuration = catalog.configurations["demo"]
-    assert configuration.model == "demo" and configuration.is_fixed
+    assert configuration.model == "demo"
     assert configuration.system_prompt
     assert catalog.default_configuration == "demo"
     assert catalog.embeds == {}
@@ -239,7 +239,7 @@ def test_full_file_parses_into_the_right_specs(tmp_path: Path) -> None:
         fallbacks=("llama", "local"),
     )
     cheap = catalog.configurations["cheap"]
-    assert not cheap.is_fixed and cheap.model is None
+    assert cheap.model is None
     assert cheap.criteria == Criteria(
         capabilities=frozenset({"chat", "tools"}),
         min_context_window=8000,

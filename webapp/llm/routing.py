@@ -53,5 +53,12 @@ def candidates(catalog: Catalog, criteria: Criteria) -> list[ModelSpec]:
     largest window first, since a bigger window trims less. Ties break on the name."""
     matching = [model for model in catalog.models.values() if criteria.matches(model)]
     if criteria.prefer_lowest_cost:
-        return sorted(matching, key=lambda m: (m.cost is None, m.cost or 0.0, m.name))
+        return sorted(matching, key=_by_cost)
     return sorted(matching, key=lambda model: (-model.window, model.name))
+
+
+def _by_cost(model: ModelSpec) -> tuple[bool, float, str]:
+    """Input and output price together; a model missing either price has an unknown cost."""
+    if model.cost_input is None or model.cost_output is None:
+        return True, 0.0, model.name
+    return False, model.cost_input + model.cost_output, model.name
