@@ -27,6 +27,7 @@ from webapp.llm.catalog import (
     load_catalog,
     parse_catalog,
 )
+from webapp.llm.routing import candidates
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -106,7 +107,7 @@ def test_no_file_gives_the_builtin_demo_catalog() -> None:
     )
     assert model.window == DEMO_WINDOW == 2048
     configuration = catalog.configurations["demo"]
-    assert configuration.model == "demo" and configuration.is_fixed
+    assert configuration.model == "demo"
     assert configuration.system_prompt
     assert catalog.default_configuration == "demo"
     assert catalog.embeds == {}
@@ -238,7 +239,7 @@ def test_full_file_parses_into_the_right_specs(tmp_path: Path) -> None:
         fallbacks=("llama", "local"),
     )
     cheap = catalog.configurations["cheap"]
-    assert not cheap.is_fixed and cheap.model is None
+    assert cheap.model is None
     assert cheap.criteria == Criteria(
         capabilities=frozenset({"chat", "tools"}),
         min_context_window=8000,
@@ -286,7 +287,7 @@ def test_example_files_load(name: str) -> None:
     assert catalog.configurations
     for configuration in catalog.configurations.values():
         if configuration.criteria is not None:
-            assert catalog.candidates(configuration.criteria)
+            assert candidates(catalog, configuration.criteria)
 
 
 def test_openai_example_shows_criteria_fallbacks_and_embeds() -> None:
@@ -365,33 +366,33 @@ def _names(models: list[ModelSpec]) -> list[str]:
 def test_candidates_default_to_largest_window_first_then_name() -> None:
     catalog = _catalog(MODELS)
     chat = Criteria(capabilities=frozenset({"chat"}))
-    assert _names(catalog.candidates(chat)) == ["b", "c", "f", "a", "d"]
+    assert _names(candidates(catalog, chat)) == ["b", "c", "f", "a", "d"]
 
 
 def test_candidates_by_lowest_cost_put_unknown_cost_last() -> None:
     catalog = _catalog(MODELS)
     cheap = Criteria(capabilities=frozenset({"chat"}), prefer_lowest_cost=True)
-    assert _names(catalog.candidates(cheap)) == ["d", "b", "a", "c", "f"]
+    assert _names(candidates(catalog, cheap)) == ["d", "b", "a", "c", "f"]
 
 
 def test_candidates_order_does_not_depend_on_file_order() -> None:
     shuffled = MODELS[:]
     random.Random(7).shuffle(shuffled)
     for criteria in (Criteria(), Criteria(prefer_lowest_cost=True)):
-        assert _catalog(shuffled).candidates(criteria) == _catalog(MODELS).candidates(criteria)
+        assert candidates(_catalog(shuffled), criteria) == candidates(_catalog(MODELS), criteria)
 
 
 def test_criteria_filters() -> None:
     catalog = _catalog(MODELS)
-    assert _names(catalog.candidates(Criteria(min_context_window=20000))) == ["e", "b", "c"]
+    assert _names(candidates(catalog, Criteria(min_context_window=20000))) == ["e", "b", "c"]
     # a model without a window is assumed to have DEFAULT_WINDOW
-    assert "d" in _names(catalog.candidates(Criteria(min_context_window=DEFAULT_WINDOW)))
-    assert _names(catalog.candidates(Criteria(capabilities=frozenset({"vision"})))) == ["b"]
+    assert "d" in _names(candidates(catalog, Criteria(min_context_window=DEFAULT_WINDOW)))
+    assert _names(candidates(catalog, Criteria(capabilities=frozenset({"vision"})))) == ["b"]
     # unknown cost never passes a ceiling; the ceiling is inclusive
     ceiling = Criteria(max_cost_input=1.0)
-    assert _names(catalog.candidates(ceiling)) == ["e", "b", "f", "a", "d"]
+    assert _names(candidates(catalog, ceiling)) == ["e", "b", "f", "a", "d"]
     assert not ceiling.matches(MODELS[2])
-    assert catalog.candidates(Criteria(capabilities=frozenset({"chat", "embedding"}))) == []
+    assert candidates(catalog, Criteria(capabilities=frozenset({"chat", "embedding"}))) == []
 
 
 def test_default_configuration_is_the_first_in_the_file(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ def configuration_dicts(catalog: Catalog) -> list[dict[str, Any]]:
     for spec in catalog.configurations.values():
         entry: dict[str, Any] = {
             "name": spec.name,
-            "kind": "fixed" if spec.is_fixed else "criteria",
+            "kind": "fixed" if spec.model is not None else "criteria",
             "model": spec.model,
             "criteria": None,
             "fallbacks": list(spec.fallbacks),

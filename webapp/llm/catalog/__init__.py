@@ -10,6 +10,7 @@ else. Without a file, the built-in demo lets a fresh checkout chat with no netwo
 import os
 import re
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any, get_args
 
@@ -47,23 +48,8 @@ _TEXTS = {
 """The words for pydantic's other error types, and for each pattern a string must match."""
 _WORDS = {str: "a string", bool: "a boolean", int: "an integer", float: "a float"}
 _WORDS |= {list: "an array", dict: "a table"}
-_DEMO_PROMPT = (
-    "You are the offline demo model of a self-hosted chat app. "
-    "Be brief and friendly, and say plainly that you are a demo."
-)
-_BUILTIN = {
-    "providers": [{"name": "demo", "kind": "demo"}],
-    "models": [
-        {
-            "name": "demo",
-            "provider": "demo",
-            "max_output_tokens": 256,
-            "capabilities": ["chat", "completion", "tools"],
-        }
-    ],
-    "configurations": [{"name": "demo", "model": "demo", "system_prompt": _DEMO_PROMPT}],
-}
-"""The offline demo, read like any file (its window and tokenizer are the demo's defaults)."""
+_DEMO = resources.files(__name__) / "demo.toml"
+"""The offline demo, a catalog file shipped in the package and read like any other."""
 
 
 class CatalogError(Exception):
@@ -77,7 +63,8 @@ class CatalogError(Exception):
 
 def builtin_catalog() -> Catalog:
     """The catalog used when no file is configured: the offline demo, nothing else."""
-    return parse_catalog(_BUILTIN, "built-in").model_copy(update={"source": None})
+    with resources.as_file(_DEMO) as path:
+        return load_catalog(path).model_copy(update={"source": None})
 
 
 def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:

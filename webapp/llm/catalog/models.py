@@ -159,13 +159,6 @@ class ModelSpec(_Spec):
         """The window the bound uses: an unknown window is assumed, never unbounded."""
         return self.context_window if self.context_window is not None else DEFAULT_WINDOW
 
-    @property
-    def cost(self) -> float | None:
-        """Input and output price together; None when either is unknown."""
-        if self.cost_input is None or self.cost_output is None:
-            return None
-        return self.cost_input + self.cost_output
-
     @classmethod
     def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
         name = data.get("name")
@@ -228,10 +221,6 @@ class ConfigurationSpec(_Spec):
     """The share of the budget the prompt may use after a cut that has to move: room for
     several sends that are pure appends, which the engine's prompt cache serves
     (see `webapp.llm.window`)."""
-
-    @property
-    def is_fixed(self) -> bool:
-        return self.model is not None
 
     @classmethod
     def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
@@ -311,12 +300,3 @@ class Catalog(BaseModel):
         for name in self.configurations:
             return name
         raise LookupError("the catalog has no configurations")
-
-    def candidates(self, criteria: Criteria) -> list[ModelSpec]:
-        """Models matching `criteria`, best first, in an order that never depends on chance:
-        lowest cost first when asked (unknown cost last, since it may be anything), else the
-        largest window first, since a bigger window trims less. Ties break on the name."""
-        matching = [model for model in self.models.values() if criteria.matches(model)]
-        if criteria.prefer_lowest_cost:
-            return sorted(matching, key=lambda m: (m.cost is None, m.cost or 0.0, m.name))
-        return sorted(matching, key=lambda model: (-model.window, model.name))
