@@ -235,6 +235,39 @@ async def test_a_quick_write_runs_on_the_loop_when_the_writer_thread_is_idle(
         await db.dispose()
 
 
+async def test_a_quick_write_waits_its_turn_on_the_writer_thread_while_that_holds_the_lock(
+    sqlite_url: str,
+) -> None:
+    """The loop never waits for SQLite's lock: while the writer thread is inside a
+    transaction, a quick unit goes to that thread and runs after it, the loop free
+    meanwhile; with the lock free again, a quick unit runs on the loop, whatever else
+    the writer thread may have queued."""
+    db = Database(sqlite_url)
+    inside, release = threading.Event(), threading.Event()
+
+    def holding(connection: Connection) -> str:
+        _add_conversation(connection, "holder")
+        inside.set()
+        release.wait(10)
+        return threading.current_thread().name
+
+    try:
+        held = asyncio.ensure_future(db.write_core(holding))
+        assert await asyncio.to_thread(inside.wait, 10)
+        waiting = asyncio.ensure_future(db.write_core(_add_conversation, "waited", quick=True))
+        await asyncio.sleep(0.05)  # the loop runs on: the quick unit waits off it
+        assert not waiting.done()
+        release.set()
+        assert (await waiting).startswith("sqlite-write")
+        assert (await held).startswith("sqlite-write")
+        loop = threading.current_thread().name
+        assert await db.write_core(_add_conversation, "free", quick=True) == loop
+        assert await db.read(_owners) == ["holder", "waited", "free"]
+    finally:
+        release.set()
+        await db.dispose()
+
+
 @pytest.mark.parametrize("add", [_add_conversation, _add_by_the_driver])
 async def test_a_quick_write_that_fails_on_the_loop_leaves_nothing(
     sqlite_url: str, add: Callable[[Connection, str], str]

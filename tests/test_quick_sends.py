@@ -5,6 +5,7 @@ reads and fits the whole history."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -52,3 +53,22 @@ async def test_a_quick_conversation_sends_from_the_loop_until_its_cut_starts_afr
     await chat.editor.pin(OWNER, conversation.id, user.id)
     await say(chat, conversation.id, "after the pin")
     assert threads[5:] == ["thread"]
+
+
+async def test_sends_at_once_into_quick_conversations_each_take_the_loop(
+    chat: ChatJobs, threads: list[str]
+) -> None:
+    """A burst: each send's transaction runs on the loop as its turn comes (the lock is
+    free between them), none waits for the others on the writer thread, and each turn is
+    stored once, in its own conversation."""
+    conversations = [await chat.editor.create(OWNER) for _ in range(6)]
+    for conversation in conversations:
+        await say(chat, conversation.id, "known quick from now on")
+    del threads[:]
+    sent = await asyncio.gather(
+        *(say(chat, c.id, f"at once {number}") for number, c in enumerate(conversations))
+    )
+    assert threads == ["loop"] * len(conversations)
+    for number, (conversation, (user, answer)) in enumerate(zip(conversations, sent, strict=True)):
+        assert (user.conversation_id, user.content) == (conversation.id, f"at once {number}")
+        assert answer.conversation_id == conversation.id and answer.content

@@ -36,12 +36,15 @@ server.
 A second one: `Database.write_core`, a unit of Core statements (a function of the
 transaction's connection), which may be `quick`: a short write on a request's critical
 path (a send's transaction, when the same conversation's last one was short). On a
-SQLite file whose writer thread has nothing queued or running, a quick unit runs on the
-loop, on a connection of its own that begins and ends its transactions on the driver,
-never waits for the lock (another process holding it sends the unit to the writer
-thread after all) and leaves checkpoints to the writer thread. With nothing queued,
-running it at once is the order the thread would have run it in; the two hops and the
-session it saves cost a single send 0.3-0.6 ms on an idle server.
+SQLite file a quick unit runs on the loop, on a connection of its own that begins and
+ends its transactions on the driver, never waits for the lock (held by the writer
+thread or another process, it sends the unit to the writer thread after all) and
+leaves checkpoints to the writer thread. It may go ahead of units queued for the
+writer thread; those are other requests' transactions, each whole, which SQLite's lock
+orders one at a time whichever thread runs them, and a request that waits for its own
+write (an answer's final row) is not answered before the write commits. The two hops
+and the session it saves cost a single send 0.3-0.6 ms on an idle server; under a burst
+of 200 sends, a quarter of the app's TTFT p99 (docs/benchmarks.md, bench-load).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ import contextvars
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, cast
 
@@ -207,7 +210,6 @@ class _SQLite:
         self._held: Connection | None = None
         self._holding = threading.Lock()
         """The held connection is one loop's at a time (tests may run two loops at once)."""
-        self._queued: set[Future[Any]] = set()
         self._disposed = False
         self.path: str | None = None
         if not database or database == ":memory:":
@@ -237,22 +239,18 @@ class _SQLite:
         def unit() -> Result:
             return _in_session(engine, work, *args)
 
-        queued = self.writing.submit(unit)
-        self._queued.add(queued)
-        queued.add_done_callback(self._queued.discard)
-        return await asyncio.wrap_future(queued)
+        return await asyncio.wrap_future(self.writing.submit(unit))
 
     async def write_core(
         self, work: CoreWork[*Args, Result], *args: *Args, quick: bool = False
     ) -> Result:
-        # Nothing awaits between the check and the unit: no other write can start first.
         engine = self.loop_writer
-        idle = not self._queued and not self._disposed
-        if quick and engine is not None and idle and self._holding.acquire(blocking=False):
+        on_loop = quick and not self._disposed
+        if on_loop and engine is not None and self._holding.acquire(blocking=False):
             try:
                 return self._on_loop(engine, work, *args)
             except _Busy:
-                pass  # another process holds the lock: the unit waits on the writer thread
+                pass  # the lock is held (the writer thread, another process): wait there
             except _OffTheLoop:
                 pass  # rolled back: the unit is long this time
             finally:
@@ -396,8 +394,8 @@ class Database:
         self, work: CoreWork[*Args, Result], *args: *Args, quick: bool = False
     ) -> Result:
         """Run `work(connection, *args)`, Core statements only, in a transaction that may
-        write, as `write` runs a session's. A `quick` unit, on a SQLite file whose writer
-        thread has nothing to do, runs on the loop itself (see the module's docstring):
+        write, as `write` runs a session's. A `quick` unit, on a SQLite file whose write
+        lock is free, runs on the loop itself (see the module's docstring):
         it holds the loop for as long as it runs, so only units known to be short."""
         return await self._backend.write_core(work, *args, quick=quick)
 

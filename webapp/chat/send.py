@@ -108,11 +108,12 @@ take longer; past this the send answers anyway."""
 
 QUICK_UNIT = 0.003
 """A send's transaction that took less than this may run on the event loop itself the next
-time the same conversation sends, if no other send is under way (`Database.write_core`'s
-`quick`): that saves a single send the two hops to SQLite's writer thread and back and a
-session, 0.3-0.6 ms. A long history's read and fit take longer, and sends in a burst
-queue for the lock anyway: those stay on the thread, where the loop keeps its turns
-while they run."""
+time the same conversation sends (`Database.write_core`'s `quick`), whenever SQLite's
+write lock is free at that moment: that saves the send the two hops to SQLite's writer
+thread and back and a session, 0.3-0.6 ms on an idle server, and under a burst of sends
+the hops were a quarter of the TTFT p99 (bench-load, N = 200). A long history's read
+and fit take longer: those stay on the thread, where the loop keeps its turns while
+they run."""
 CONVERSATIONS_KEPT = 10_000
 """Conversations whose speed a process remembers (the oldest go)."""
 
@@ -222,8 +223,6 @@ class Sender:
         self._previews = TokenBuckets(settings.preview_rate, settings.preview_burst)
         self._quick: OrderedDict[str, None] = OrderedDict()
         """Conversations whose last send's transaction took under `QUICK_UNIT`."""
-        self._sending = 0
-        """Sends under way in this process, until their answer's request is on its way."""
         self.writer = AnswerWriter(db, manager, settings, flusher)
 
     def validate_content(self, content: object) -> str:
@@ -289,40 +288,36 @@ class Sender:
         *,
         edit: bool = False,
     ) -> Send:
-        self._sending += 1
+        admission = self._admission
+        counts = (
+            {}
+            if admission.refused_lately(owner)
+            else await self._count_newest(conversation_id, text)
+        )
         try:
-            admission = self._admission
-            counts = (
-                {}
-                if admission.refused_lately(owner)
-                else await self._count_newest(conversation_id, text)
+            conversation, user, answer, planned, took = await self._db.write_core(
+                self._store_turn,
+                owner,
+                conversation_id,
+                text,
+                counts,
+                alternative_to,
+                edit,
+                quick=conversation_id in self._quick,
             )
-            try:
-                conversation, user, answer, planned, took = await self._db.write_core(
-                    self._store_turn,
-                    owner,
-                    conversation_id,
-                    text,
-                    counts,
-                    alternative_to,
-                    edit,
-                    quick=conversation_id in self._quick and self._sending == 1,
-                )
-            except TooManyRequests as refused:
-                admission.remember_refusal(owner, refused)
-                raise
-            self._remember_speed(conversation.id, took)
-            self._recent.remember(conversation.id, conversation.configuration)
-            running = self._answers.start(
-                id_of(answer),
-                lambda channel, stop, sent: self.writer.write(
-                    user, answer, planned, channel, stop, sent
-                ),
-            )
-            await running.on_its_way(REQUEST_HEAD_START)
-            return Send(conversation, user, answer, running)
-        finally:
-            self._sending -= 1
+        except TooManyRequests as refused:
+            admission.remember_refusal(owner, refused)
+            raise
+        self._remember_speed(conversation.id, took)
+        self._recent.remember(conversation.id, conversation.configuration)
+        running = self._answers.start(
+            id_of(answer),
+            lambda channel, stop, sent: self.writer.write(
+                user, answer, planned, channel, stop, sent
+            ),
+        )
+        await running.on_its_way(REQUEST_HEAD_START)
+        return Send(conversation, user, answer, running)
 
     def _remember_speed(self, conversation_id: str, took: float) -> None:
         quick = self._quick
