@@ -411,13 +411,15 @@ class Sender:
         alternative_to: int | None = None,
         edit: bool = False,
     ) -> tuple[Conversation, Message, Message, Plan | RoutingError, float]:
-        """The send's one transaction (and the seconds its work took). It starts by taking
+        """The send's one transaction (and the CPU seconds its work took: on a busy writer
+        thread its wall time is mostly other threads' turns, and what a quick unit costs
+        the loop is its work). It starts by taking
         the conversation's lock (a row lock on PostgreSQL, the write lock on SQLite), so
         two sends can never interleave their rows, and the history the bound reads is
         exactly the history the new row follows: the active branch, or, for an
         alternative to a user turn, the branch up to the row that turn continued. The new
         turn becomes the active branch's leaf."""
-        started = time.perf_counter()
+        started = time.thread_time()
         now = utcnow()
         admission = self._admission
         limit = admission.rate_limit_for(owner)
@@ -519,7 +521,7 @@ class Sender:
                 .values(**changes)
             )
             conversation = as_loaded(Conversation, {**conversation.model_dump(), **changes})
-        return conversation, user, answer, planned, time.perf_counter() - started
+        return conversation, user, answer, planned, time.thread_time() - started
 
     async def preview(self, owner: str, conversation_id: str, content: object) -> Message:
         """The user row the next send of `content` would write, with its fit, stored
