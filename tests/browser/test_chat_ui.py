@@ -294,8 +294,10 @@ def test_pins_and_the_meter_that_warns_before_sending(
     # One click on the remedy switches the conversation; the next send fits whole.
     box.fill(turn_text(8))
     expect(meter).to_contain_text("will not be sent")
-    meter.locator('[data-action="switch-configuration"]').first.click()
-    page.wait_for_url(re.compile(f"/c/{conversation_id}$"))
+    # The page stays (htmx swaps the meter): the switch is stored once its POST answers.
+    with page.expect_response(lambda r: r.url.endswith("/configuration")) as switched:
+        meter.locator('[data-action="switch-configuration"]').first.click()
+    assert switched.value.ok
     configuration = stored(live_server, conversation_id)["configuration"]
     assert configuration != "tiny"
     box = page.locator("#composer textarea")
