@@ -37,7 +37,7 @@ from typing import Any
 from bench.common import fresh_sqlite, git_revision, machine
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs, chat_jobs
-from webapp.chat.models import Status
+from webapp.chat.stored.models import Status
 from webapp.db import Database
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog

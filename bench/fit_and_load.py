@@ -32,8 +32,8 @@ from bench.common import (
     timed,
     with_forks,
 )
-from webapp.chat.history import load_transcript, previous_fit, read_tail
-from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.stored.history import load_transcript, previous_fit, read_tail
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.db import Database, create_engine
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ConfigurationSpec, ModelSpec, ProviderSpec

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.cache import service, user_text
 from bench.common import fresh_sqlite, git_revision, machine
-from webapp.chat.models import Status
+from webapp.chat.stored.models import Status
 
 EVALUATED = re.compile(r"remaining (\d+) prompt tokens to eval")
 

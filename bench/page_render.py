@@ -42,7 +42,7 @@ from sqlalchemy import insert
 from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, timed, with_forks
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
-from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.db import Database, create_engine
 from webapp.llm.estimator import estimate_message
 from webapp.settings import Settings
@@ -223,7 +223,7 @@ async def owner_of(app: Any, conversation_id: str) -> str:
 
 async def stages(app: Any, conversation_id: str, repeats: int = 10) -> None:
     """Where a page's time goes, stage by stage, outside the HTTP stack."""
-    from webapp.chat.views import message_views
+    from webapp.chat.web.views import message_views
     from webapp.web.templates import environment
 
     chat = app.state.chat

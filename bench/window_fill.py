@@ -37,7 +37,7 @@ from tests.counting import catalog_service, corpus, counting_service
 from tests.upstream import FakeUpstream
 from tests.vendors import KEY_ENV, FakeVendors, providers_toml
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import Status
+from webapp.chat.stored.models import Status
 
 KINDS = (
     "english",

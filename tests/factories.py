@@ -36,7 +36,7 @@ from webapp.accounts.web import owner_of
 from webapp.admin.web import AdminController
 from webapp.app import app_error, http_error
 from webapp.chat.jobs import ChatJobs, chat_jobs
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.db import Database
 from webapp.errors import AppError
 from webapp.llm.calibration import Calibrator

@@ -43,7 +43,7 @@ from webapp.admin.chart import Bar, bar_chart, column_chart, per_day_chart, per_
 from webapp.admin.listing import SORTS, Listing, parse_listing
 from webapp.admin.web import AdminController, left_out_spans
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import REPLAYABLE, Conversation, Message, Role
+from webapp.chat.stored.models import REPLAYABLE, Conversation, Message, Role
 from webapp.db import is_sqlite
 from webapp.errors import InvalidInput, NotFound
 from webapp.settings import Settings
@@ -548,7 +548,7 @@ def test_the_owner_filter_is_in_the_api_schema() -> None:
 
 
 def replayable_before(messages: list[Message], seq: int) -> set[int]:
-    """Independently of webapp.chat.history: turns whose answer would be replayed."""
+    """Independently of webapp.chat.stored.history: turns whose answer would be replayed."""
     by_seq = {m.seq: m for m in messages}
     return {
         m.seq

@@ -28,7 +28,7 @@ from webapp.accounts.models import User
 from webapp.admin import queries
 from webapp.admin.queries import UNKNOWN_MODEL, CacheDay
 from webapp.admin.web import CHART_DAYS
-from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.db import Database, is_sqlite
 from webapp.settings import Settings
 from webapp.timeutil import utcnow

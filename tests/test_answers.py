@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from webapp.chat.answer import AnswerRegistry, Channel, Event
+from webapp.chat.answering.answer import AnswerRegistry, Channel, Event
 
 
 async def read_all(channel: Channel) -> list[str]:

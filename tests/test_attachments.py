@@ -14,7 +14,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.factories import make_user
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat.attachments import Attachment, attach, split_attachment
+from webapp.chat.stored.attachments import Attachment, attach, split_attachment
 from webapp.settings import Settings
 
 NOTES = "Meeting notes\nThe aardvark budget is ```fenced``` twice.\nZebras next week.\n"

@@ -12,7 +12,7 @@ import pytest
 from tests.factories import OWNER, SERVICE, say
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import Message
+from webapp.chat.stored.models import Message
 
 PLAIN = """
 [[configurations]]

@@ -19,8 +19,8 @@ from tests.dbutil import session_on
 from tests.factories import make_user, new_conversation
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat.models import Message, Role, Status
-from webapp.chat.views import Meter, message_views
+from webapp.chat.stored.models import Message, Role, Status
+from webapp.chat.web.views import Meter, message_views
 from webapp.db import Database
 from webapp.settings import Settings
 from webapp.web.templates import render_fragment

@@ -17,7 +17,7 @@ from tests.counting import corpus, counting_service
 from tests.factories import OWNER, say
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import Status
+from webapp.chat.stored.models import Status
 from webapp.errors import TooManyRequests
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import load_catalog

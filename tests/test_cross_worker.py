@@ -24,9 +24,9 @@ from tests.factories import build_service, close_service, make_user
 from tests.live_server import serving
 from tests.served import bearer, send, streaming_answer
 from tests.upstream import FakeUpstream
-from webapp.chat.live import follow_answer
-from webapp.chat.models import Conversation
-from webapp.chat.notify import CHANNEL, PostgresNotices
+from webapp.chat.answering.notify import CHANNEL, PostgresNotices
+from webapp.chat.stored.models import Conversation
+from webapp.chat.web.live import follow_answer
 from webapp.settings import Settings
 
 pytestmark = pytest.mark.postgres

@@ -15,7 +15,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.factories import make_user, new_conversation
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat.titles import (
+from webapp.chat.stored.titles import (
     TITLE_MAX,
     cut_at_word,
     fork_title,
@@ -23,7 +23,7 @@ from webapp.chat.titles import (
     split_mark,
     title_from,
 )
-from webapp.chat.views import Alternative, Meter, cut_line_words
+from webapp.chat.web.views import Alternative, Meter, cut_line_words
 from webapp.settings import Settings
 
 pytestmark = pytest.mark.settings(max_message_chars=2000)

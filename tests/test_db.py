@@ -17,8 +17,8 @@ from sqlalchemy import Connection, bindparam, insert, select, text
 from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message
-from webapp.chat.serialize import message_dict
+from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message
+from webapp.chat.stored.serialize import message_dict
 from webapp.db import Database, as_loaded, create_engine, off_the_loop
 from webapp.prepared import Prepared
 from webapp.timeutil import as_utc, utcnow

@@ -19,7 +19,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.factories import EMBED, Client, found, htmx_headers
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat.models import Conversation
+from webapp.chat.stored.models import Conversation
 from webapp.db import Database, create_engine
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import TooManyRequests

@@ -15,9 +15,9 @@ from sqlmodel import Session, col
 
 from tests.conftest import empty_tables
 from tests.factories import writing_answers
-from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.models import Message, Status
-from webapp.chat.notify import CHANNEL
+from webapp.chat.answering.flushing import AnswerFlusher
+from webapp.chat.answering.notify import CHANNEL
+from webapp.chat.stored.models import Message, Status
 from webapp.db import Database
 from webapp.timeutil import utcnow
 

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.catalogs import upstream_catalog
 from tests.dbutil import written
 from tests.upstream import FakeUpstream
-from webapp.chat.history import Tail, load_transcript, read_tail
-from webapp.chat.models import Conversation, Message, Status
+from webapp.chat.stored.history import Tail, load_transcript, read_tail
+from webapp.chat.stored.models import Conversation, Message, Status
 from webapp.db import create_engine
 from webapp.llm.calibration import Calibrator
 from webapp.llm.estimator import estimate_message

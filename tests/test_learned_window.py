@@ -18,7 +18,7 @@ import pytest
 from tests.factories import add_user, admin_client
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs, chat_jobs
-from webapp.chat.models import Message, Status
+from webapp.chat.stored.models import Message, Status
 from webapp.db import Database
 from webapp.llm.calibration import Calibrator, learned_windows
 from webapp.llm.catalog import load_catalog

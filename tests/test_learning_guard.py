@@ -19,7 +19,7 @@ import pytest
 
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs, chat_jobs
-from webapp.chat.models import Message
+from webapp.chat.stored.models import Message
 from webapp.db import Database
 from webapp.gateway.schemas import ChatMessage
 from webapp.llm.calibration import (

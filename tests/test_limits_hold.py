@@ -22,9 +22,9 @@ from tests.factories import make_user, new_conversation
 from tests.served import Gateway
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat import budget
-from webapp.chat.budget import RECENT_USES
-from webapp.chat.models import GatewayCall
+from webapp.chat.stored import budget
+from webapp.chat.stored.budget import RECENT_USES
+from webapp.chat.stored.models import GatewayCall
 from webapp.db import create_engine
 from webapp.migrate import upgrade
 from webapp.settings import Settings

@@ -11,10 +11,10 @@ from sqlmodel import Session, col
 
 from tests.conftest import empty_tables
 from tests.factories import writing_answers
-from webapp.chat.flushing import send_text
-from webapp.chat.models import Message
-from webapp.chat.notify import STOP, TEXT, PollingNotices, PostgresNotices, notice
-from webapp.chat.pieces import FollowedText, payloads
+from webapp.chat.answering.flushing import send_text
+from webapp.chat.answering.notify import STOP, TEXT, PollingNotices, PostgresNotices, notice
+from webapp.chat.answering.pieces import FollowedText, payloads
+from webapp.chat.stored.models import Message
 from webapp.db import Database
 
 

@@ -21,7 +21,7 @@ from tests.postgres import require, throwaway_database
 from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
-from webapp.chat.models import Conversation
+from webapp.chat.stored.models import Conversation
 from webapp.db import create_engine
 from webapp.migrate import upgrade
 from webapp.settings import Settings

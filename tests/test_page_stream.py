@@ -8,9 +8,9 @@ import json
 from collections.abc import AsyncIterator
 
 from tests.page_stream_client import ANSWER, PageContent, sse_messages
-from webapp.chat.live import Snapshot
-from webapp.chat.models import Message, Role, Status
-from webapp.chat.page_stream import (
+from webapp.chat.stored.models import Message, Role, Status
+from webapp.chat.web.live import Snapshot
+from webapp.chat.web.page_stream import (
     SNAPSHOT_WAIT,
     LiveAnswer,
     PageCursor,

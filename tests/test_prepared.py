@@ -19,10 +19,10 @@ from sqlmodel import Session, col
 
 from webapp.accounts.models import User
 from webapp.accounts.service import _TOKEN_OWNER, AccountService, digest
-from webapp.chat import branches, history
-from webapp.chat.budget import Use, record_use
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.send import _TOUCH_CONVERSATION
+from webapp.chat.stored import branches, history
+from webapp.chat.stored.budget import Use, record_use
+from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.db import Database
 from webapp.prepared import Prepared
 from webapp.timeutil import utcnow

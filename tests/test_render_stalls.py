@@ -26,7 +26,7 @@ from tests.looplag import LoopLag, watching, watching_app
 from tests.page_stream_client import shown_states
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat.models import Message
+from webapp.chat.stored.models import Message
 from webapp.db import Database
 from webapp.settings import Settings
 from webapp.web import mathml, render_workers

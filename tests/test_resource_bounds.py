@@ -33,7 +33,7 @@ from tests.upstream import FakeUpstream
 from webapp.admin import queries
 from webapp.admin.web import review_turns
 from webapp.app import create_app
-from webapp.chat.models import Message
+from webapp.chat.stored.models import Message
 from webapp.db import Database, create_engine
 from webapp.settings import Settings
 

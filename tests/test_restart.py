@@ -2,7 +2,7 @@
 both databases: the answer it left streaming is marked interrupted the moment the new
 process starts, not `stale_stream_after` (30 s) later, and the conversation takes a send
 at once. A starting process never interrupts what another live process is writing: each
-holds a lease on the database while it lives (webapp.chat.reaping.Liveness)."""
+holds a lease on the database while it lives (webapp.chat.answering.reaping.Liveness)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.factories import make_user
 from tests.live_server import ServerProcess
 from tests.upstream import FakeUpstream
-from webapp.chat.reaping import Liveness
+from webapp.chat.answering.reaping import Liveness
 
 REPLY = " ".join(f"w{n}" for n in range(200))
 """Two hundred chunks: ten seconds at 50 ms each, far longer than the test waits."""

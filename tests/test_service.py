@@ -14,7 +14,7 @@ from tests.factories import OWNER, SERVICE, build_service, close_service, say
 from tests.upstream import FakeUpstream, count_chat_tokens
 from webapp.chat import send as sending
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import Message, Status
+from webapp.chat.stored.models import Message, Status
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.settings import Settings
 from webapp.timeutil import utcnow

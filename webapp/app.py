@@ -25,14 +25,14 @@ from webapp.accounts.service import AccountService
 from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
-from webapp.chat.api import ConversationController, TurnController, search
-from webapp.chat.attachments import PAPERCLIP
-from webapp.chat.deps import Chat
+from webapp.chat.answering.notify import answer_notices
+from webapp.chat.answering.reaping import Liveness, reap_at_start
 from webapp.chat.jobs import chat_jobs
-from webapp.chat.notify import answer_notices
-from webapp.chat.pages import ConversationAdmin, ConversationPages
-from webapp.chat.reaping import Liveness, reap_at_start
-from webapp.chat.titles import split_mark
+from webapp.chat.stored.attachments import PAPERCLIP
+from webapp.chat.stored.titles import split_mark
+from webapp.chat.web.api import ConversationController, TurnController, search
+from webapp.chat.web.deps import Chat
+from webapp.chat.web.pages import ConversationAdmin, ConversationPages
 from webapp.db import Database
 from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
@@ -195,7 +195,7 @@ def create_app(
         await notices.start()
         await accounts.purge_expired_sessions()
         # All the answers still streaming if no other process holds the database, else
-        # only the quiet ones (webapp.chat.reaping); the lease is held until shutdown.
+        # only the quiet ones (webapp.chat.answering.reaping); the lease is held until shutdown.
         reaped = await reap_at_start(db, liveness, settings.stale_stream_after)
         if reaped:
             log.warning("marked %d answers interrupted: their writer stopped", reaped)

@@ -140,7 +140,7 @@ def cmd_purge(args: argparse.Namespace) -> int:
     import asyncio
 
     from webapp.chat.jobs import chat_jobs
-    from webapp.chat.models import Conversation
+    from webapp.chat.stored.models import Conversation
     from webapp.db import Database
     from webapp.llm.calibration import Calibrator
     from webapp.llm.manager import LLMManager

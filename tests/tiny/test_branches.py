@@ -17,8 +17,8 @@ from tests.tiny import TINY_SETTINGS, received_turns, turn_number
 from tests.upstream import FakeUpstream
 from webapp.admin.queries import review
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import REPLAYABLE, Message, Role
 from webapp.chat.send import Send
+from webapp.chat.stored.models import REPLAYABLE, Message, Role
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.stored import id_of
 
@@ -38,7 +38,7 @@ async def all_rows(chat: ChatJobs, conversation_id: str) -> list[Message]:
 
 def path_to(rows: list[Message], leaf: int) -> list[int]:
     """The seqs of the branch ending at `leaf`, oldest first, walked one row at a time
-    (independently of webapp.chat.history's runs)."""
+    (independently of webapp.chat.stored.history's runs)."""
     by_seq = {r.seq: r for r in rows}
     seqs = []
     while leaf > 0:

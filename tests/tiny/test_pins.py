@@ -11,7 +11,7 @@ from tests.factories import OWNER, say
 from tests.tiny import TINY_SETTINGS, received_turns, turn_number
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import REPLAYABLE, Message, Role
+from webapp.chat.stored.models import REPLAYABLE, Message, Role
 from webapp.errors import InvalidInput, NotFound
 from webapp.stored import id_of
 
@@ -20,7 +20,7 @@ pytestmark = TINY_SETTINGS
 
 def replayable_users(rows: list[Message], before_seq: int) -> dict[int, int]:
     """User seq -> turn number, for turns whose answer would be replayed (independently
-    of webapp.chat.history)."""
+    of webapp.chat.stored.history)."""
     by_seq = {r.seq: r for r in rows}
     found = {}
     for row in rows:

@@ -17,7 +17,7 @@ from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 
-from webapp.chat.feedback import FEEDBACK
+from webapp.chat.stored.feedback import FEEDBACK
 from webapp.errors import InvalidInput, refuse_nul
 
 LIST_PATH = "/admin/trimmed"

@@ -40,10 +40,10 @@ from sqlmodel import Session, col, select
 
 from webapp.accounts.models import User, username_key
 from webapp.admin.listing import Listing
-from webapp.chat.branches import parent_of
-from webapp.chat.feedback import FEEDBACK
-from webapp.chat.history import is_replayable
-from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.stored.branches import parent_of
+from webapp.chat.stored.feedback import FEEDBACK
+from webapp.chat.stored.history import is_replayable
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.errors import InvalidInput, NotFound
 from webapp.owners import EMBED_OWNER_PREFIX
 from webapp.timeutil import as_utc, utcnow

@@ -21,9 +21,9 @@ from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
 from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
 from webapp.admin.queries import CacheDay, LeftOutBy, Page, Review, TrimmedRow, TrimmedTurn
-from webapp.chat.deps import Chat
-from webapp.chat.models import Message, Role
-from webapp.chat.views import MessageView
+from webapp.chat.stored.models import Message, Role
+from webapp.chat.web.deps import Chat
+from webapp.chat.web.views import MessageView
 from webapp.llm.calibration import learned_windows
 from webapp.llm.window import runs_of
 from webapp.web.markdown import prerendered

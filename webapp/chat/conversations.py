@@ -9,15 +9,15 @@ from typing import Any
 from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, col, select
 
-from webapp.chat.branches import leaf_through, renumbered, whole_branch
-from webapp.chat.feedback import toggled
-from webapp.chat.history import is_replayable, read_branch
-from webapp.chat.models import Conversation, Message, Role, Status
 from webapp.chat.reading import ConversationReader
-from webapp.chat.rows import check_id, owned_in, row_in
 from webapp.chat.send import Sender
-from webapp.chat.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
-from webapp.chat.transfer import parse_export
+from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
+from webapp.chat.stored.feedback import toggled
+from webapp.chat.stored.history import is_replayable, read_branch
+from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.rows import check_id, owned_in, row_in
+from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
+from webapp.chat.stored.transfer import parse_export
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.llm.estimator import estimate_message

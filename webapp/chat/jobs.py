@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webapp.chat.answer import AnswerRegistry
+from webapp.chat.answering.answer import AnswerRegistry
+from webapp.chat.answering.flushing import AnswerFlusher
+from webapp.chat.answering.naming import Titler
+from webapp.chat.answering.reaping import Reaper
 from webapp.chat.conversations import ConversationEditor
-from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader, RecentConfigurations
-from webapp.chat.reaping import Reaper
 from webapp.chat.send import Admission, Sender
 from webapp.db import Database
 from webapp.llm.catalog import Catalog

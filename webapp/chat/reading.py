@@ -8,12 +8,12 @@ from collections import OrderedDict
 
 from sqlmodel import Session, col, select
 
-from webapp.chat.branches import Alternatives, alternatives, newest_on_branch, whole_branch
-from webapp.chat.history import read_branch
-from webapp.chat.models import Conversation, Message, Role
-from webapp.chat.reaping import Reaper
-from webapp.chat.rows import check_id
-from webapp.chat.search import Hit, search_messages, search_words
+from webapp.chat.answering.reaping import Reaper
+from webapp.chat.stored.branches import Alternatives, alternatives, newest_on_branch, whole_branch
+from webapp.chat.stored.history import read_branch
+from webapp.chat.stored.models import Conversation, Message, Role
+from webapp.chat.stored.rows import check_id
+from webapp.chat.stored.search import Hit, search_messages, search_words
 from webapp.db import Database
 from webapp.errors import NotFound
 

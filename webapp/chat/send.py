@@ -24,9 +24,14 @@ from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
-from webapp.chat.answer import COUNT_TIMEOUT, AnswerRegistry, AnswerWriter, RunningAnswer
-from webapp.chat.branches import parent_of
-from webapp.chat.budget import (
+from webapp.chat.answering.answer import COUNT_TIMEOUT, AnswerRegistry, AnswerWriter, RunningAnswer
+from webapp.chat.answering.flushing import AnswerFlusher
+from webapp.chat.answering.naming import Titler
+from webapp.chat.answering.notify import STOP, notice
+from webapp.chat.answering.reaping import reap
+from webapp.chat.reading import ConversationReader
+from webapp.chat.stored.branches import parent_of
+from webapp.chat.stored.budget import (
     MESSAGE_USES,
     RECENT_COUNT,
     Use,
@@ -35,15 +40,10 @@ from webapp.chat.budget import (
     prune_uses,
     record_use,
 )
-from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.history import Tail, load_transcript, previous_fit, read_tail
-from webapp.chat.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
-from webapp.chat.naming import Titler
-from webapp.chat.notify import STOP, notice
-from webapp.chat.reading import ConversationReader
-from webapp.chat.reaping import reap
-from webapp.chat.rows import check_id, fit_columns, owned_in, row_in
-from webapp.chat.titles import DEFAULT_TITLE, title_from
+from webapp.chat.stored.history import Tail, load_transcript, previous_fit, read_tail
+from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
+from webapp.chat.stored.rows import check_id, fit_columns, owned_in, row_in
+from webapp.chat.stored.titles import DEFAULT_TITLE, title_from
 from webapp.db import Database, as_loaded, off_the_loop
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import OWNERS_KEPT, TokenBuckets

@@ -19,10 +19,10 @@ from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath
 
 from webapp.accounts.service import digest
-from webapp.chat.deps import Chat
-from webapp.chat.models import Conversation
-from webapp.chat.pages import ConversationPages, ConversationRef
-from webapp.chat.titles import clean_title
+from webapp.chat.stored.models import Conversation
+from webapp.chat.stored.titles import clean_title
+from webapp.chat.web.deps import Chat
+from webapp.chat.web.pages import ConversationPages, ConversationRef
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog

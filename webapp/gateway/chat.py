@@ -15,7 +15,7 @@ from typing import Any
 from litestar import Request, post
 from litestar.types import ASGIApp
 
-from webapp.chat.deps import Chat
+from webapp.chat.web.deps import Chat
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
 from webapp.gateway.deps import Cuts, Intakes, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider

@@ -22,10 +22,10 @@ from typing import Any
 
 from litestar.types import ASGIApp
 
-from webapp.chat.answer import Event
+from webapp.chat.answering.answer import Event
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import Message, Status
 from webapp.chat.send import Send
+from webapp.chat.stored.models import Message, Status
 from webapp.errors import NotFound
 from webapp.gateway.deps import json_response
 from webapp.gateway.errors import GatewayError, invalid

@@ -2,7 +2,7 @@
 
 Every chat send and every gateway call without `x-conversation-id` leaves a row in
 `gateway_call` (owner, time and kind, nothing of its content; see
-`webapp.chat.budget`, whose rule this is). Both kinds count against the one limit
+`webapp.chat.stored.budget`, whose rule this is). Both kinds count against the one limit
 the chat uses (`WEBAPP_RATE_LIMIT_MESSAGES` per `WEBAPP_RATE_LIMIT_WINDOW`): a gateway
 call is refused when the caller's gateway calls and chat sends in the window reach it.
 Rows are in the database, so every worker (and every machine on PostgreSQL) counts
@@ -15,7 +15,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from webapp.chat.budget import (
+from webapp.chat.stored.budget import (
     MESSAGE_USES,
     Use,
     hold_budget,

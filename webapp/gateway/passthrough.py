@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from litestar import Request, post
 from litestar.types import ASGIApp
 
-from webapp.chat.deps import Chat
+from webapp.chat.web.deps import Chat
 from webapp.gateway.deps import Intakes, json_response, resolve_route
 from webapp.gateway.errors import from_provider
 from webapp.gateway.report import COMPLETION_OVERFLOW_HEADER, completion_report

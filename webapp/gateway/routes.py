@@ -14,7 +14,7 @@ from litestar import Router, get
 from litestar.di import Provide
 from litestar.params import FromPath
 
-from webapp.chat.deps import Chat
+from webapp.chat.web.deps import Chat
 from webapp.db import Database
 from webapp.gateway.auth import BearerTokenAuth
 from webapp.gateway.chat import chat_completions

@@ -41,7 +41,7 @@ OWNER_KEYS_RULE = (
     "(embed_name IS NOT NULL AND visitor IS NOT NULL AND "
     "owner = 'embed:' || embed_name || ':' || visitor))"
 )
-"""As in webapp.chat.models at this revision (a migration never imports today's code)."""
+"""As in webapp.chat.stored.models at this revision (a migration never imports today's code)."""
 
 conversation = sa.table(
     "conversation",

@@ -52,7 +52,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Integer, Select, bindparam, select, text
 from sqlmodel import col
 
-from webapp.chat.models import REPLAYABLE, Message, Role, Status
+from webapp.chat.stored.models import REPLAYABLE, Message, Role, Status
 from webapp.llm.providers.base import Message as WireMessage
 from webapp.llm.window import Positions, Transcript, kept_from
 from webapp.prepared import Prepared

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from webapp.chat.feedback import feedback_value
-from webapp.chat.models import Conversation, Message, Role, Status
-from webapp.chat.serialize import FIT_COLUMNS, _iso, conversation_dict, message_dict
-from webapp.chat.views import STATUS_LABELS, left_out_words
+from webapp.chat.stored.feedback import feedback_value
+from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.serialize import FIT_COLUMNS, _iso, conversation_dict, message_dict
+from webapp.chat.web.views import STATUS_LABELS, left_out_words
 from webapp.errors import InvalidInput, refuse_nul
 from webapp.llm.estimator import estimate_message
 

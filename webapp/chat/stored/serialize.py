@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from webapp.chat.branches import Alternatives
-from webapp.chat.feedback import feedback_word
-from webapp.chat.models import Conversation, Message
+from webapp.chat.stored.branches import Alternatives
+from webapp.chat.stored.feedback import feedback_word
+from webapp.chat.stored.models import Conversation, Message
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
 

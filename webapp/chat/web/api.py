@@ -21,18 +21,18 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
-from webapp.chat.answer import TEXT_PACE, Channel, Event
-from webapp.chat.attachments import with_file
-from webapp.chat.budget import ImportQuota
-from webapp.chat.deps import Chat
-from webapp.chat.feedback import feedback_value
+from webapp.chat.answering.answer import TEXT_PACE, Channel, Event
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import Conversation, Message
-from webapp.chat.rows import owned_in
 from webapp.chat.send import Send
-from webapp.chat.serialize import conversation_dict, message_dict, preview_dict
-from webapp.chat.titles import clean_title
-from webapp.chat.transfer import export_json, export_markdown
+from webapp.chat.stored.attachments import with_file
+from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.feedback import feedback_value
+from webapp.chat.stored.models import Conversation, Message
+from webapp.chat.stored.rows import owned_in
+from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
+from webapp.chat.stored.titles import clean_title
+from webapp.chat.stored.transfer import export_json, export_markdown
+from webapp.chat.web.deps import Chat
 from webapp.errors import InvalidInput
 from webapp.settings import Settings
 from webapp.web.deps import Owner

@@ -212,7 +212,7 @@ row built from it (plus the required columns) stores."""
 
 class GatewayCall(SQLModel, table=True):
     """One spending of an owner's budget: a chat send, a gateway call that stored no
-    message, an import (see `webapp.chat.budget`). Owner, time, kind and size, nothing
+    message, an import (see `webapp.chat.stored.budget`). Owner, time, kind and size, nothing
     of the content: the limits count these rows, which deleting conversations does not
     touch. (The table kept its first name, from when it held gateway calls only.)
     """

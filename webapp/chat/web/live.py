@@ -4,12 +4,12 @@ A page that streams an answer, or is reloaded mid-answer, wants snapshots of the
 answer so far. When the answer runs in this process, its channel gives every
 delta at once; when it runs in another worker (or another machine), the text its
 writer announces is appended and the rows it flushes are read each time the process
-hears that they moved (see `webapp.chat.notify`: LISTEN/NOTIFY on PostgreSQL, one
+hears that they moved (see `webapp.chat.answering.notify`: LISTEN/NOTIFY on PostgreSQL, one
 shared poll on SQLite).
 Either way each snapshot is the whole text so far, so a watcher that connects late
 or reconnects can neither duplicate nor lose text.
 
-Pages share one follower of each answer per worker (`webapp.chat.page_stream`), but each
+Pages share one follower of each answer per worker (`webapp.chat.web.page_stream`), but each
 still costs a connection and a write per update, so a worker lets only so many follow one
 answer, and one owner, at once (`WATCHERS`); the one past a cap is refused (429) before
 its stream opens.
@@ -23,10 +23,10 @@ from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+from webapp.chat.answering.notify import AnswerNotices, PollingNotices
+from webapp.chat.answering.pieces import FollowedText
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.models import Message, Role, Status
-from webapp.chat.notify import AnswerNotices, PollingNotices
-from webapp.chat.pieces import FollowedText
+from webapp.chat.stored.models import Message, Role, Status
 from webapp.errors import NotFound, TooManyRequests
 from webapp.stored import id_of
 

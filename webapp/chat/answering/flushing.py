@@ -14,10 +14,10 @@ commit), since hundreds of answers that started together also end together.
 
 The same transaction finds the answers that were stopped meanwhile (by any worker:
 their row is no longer `streaming`) and tells their writers to stop. On PostgreSQL it
-also announces each answer it moved (`webapp.chat.notify`), so watchers on other
+also announces each answer it moved (`webapp.chat.answering.notify`), so watchers on other
 workers read the row the moment it is committed; a heartbeat that moved nothing wakes
 nobody. Between flushes the new text itself goes out every `TEXT_PACE`, in notices of
-its own (`webapp.chat.pieces`): pages on other workers keep pace with the writer's
+its own (`webapp.chat.answering.pieces`): pages on other workers keep pace with the writer's
 own, while the row is still written only every interval.
 """
 
@@ -34,9 +34,9 @@ from typing import cast
 from sqlalchemy import bindparam, select, text, update
 from sqlmodel import Session, col
 
-from webapp.chat.models import Message, Status
-from webapp.chat.notify import CHANNEL, MOVED, TEXT
-from webapp.chat.pieces import TEXT_PACE, Piece, payloads
+from webapp.chat.answering.notify import CHANNEL, MOVED, TEXT
+from webapp.chat.answering.pieces import TEXT_PACE, Piece, payloads
+from webapp.chat.stored.models import Message, Status
 from webapp.db import Database
 from webapp.tasks import cancel
 from webapp.timeutil import utcnow

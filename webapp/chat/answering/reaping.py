@@ -34,7 +34,7 @@ from sqlalchemy import ColumnElement, Connection, update
 from sqlalchemy.engine import make_url
 from sqlmodel import Session, col, select
 
-from webapp.chat.models import Message, Status
+from webapp.chat.stored.models import Message, Status
 from webapp.db import Database
 from webapp.tasks import cancel
 from webapp.timeutil import utcnow

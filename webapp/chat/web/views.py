@@ -10,10 +10,10 @@ from itertools import pairwise
 
 from markupsafe import Markup, escape
 
-from webapp.chat.attachments import attachment_html, split_attachment
-from webapp.chat.branches import Alternatives, parent_of
-from webapp.chat.history import is_replayable
-from webapp.chat.models import Conversation, Message, Role, Status
+from webapp.chat.stored.attachments import attachment_html, split_attachment
+from webapp.chat.stored.branches import Alternatives, parent_of
+from webapp.chat.stored.history import is_replayable
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
 from webapp.web.markdown import name_code_copies, render_markdown, scrollable_parts_focusable

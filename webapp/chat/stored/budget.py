@@ -19,7 +19,7 @@ from enum import StrEnum
 from sqlalchemy import ColumnElement, Connection, bindparam, delete, func, insert, literal_column
 from sqlmodel import Session, col, select
 
-from webapp.chat.models import GatewayCall
+from webapp.chat.stored.models import GatewayCall
 from webapp.db import Database
 from webapp.errors import InvalidInput, TooManyRequests
 from webapp.limits import SlidingWindow, advisory_lock, try_advisory_lock

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from litestar.di import NamedDependency
 
+from webapp.chat.answering.notify import AnswerNotices
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.notify import AnswerNotices
 
 Chat = NamedDependency[ChatJobs]
 """This process's chat jobs (`chat`): a handler calls the one it needs by name."""

@@ -7,7 +7,7 @@ watchers kept a server busy doing nothing. Now each process has one `AnswerNotic
 * on PostgreSQL, one connection that `LISTEN`s; the writer of an answer sends a
   `NOTIFY` in the same transaction as each flush, so it arrives when the text is
   committed, and between flushes the text itself, in pieces (`TEXT`,
-  `webapp.chat.pieces`); the listener wakes, in memory, just the watchers of that
+  `webapp.chat.answering.pieces`); the listener wakes, in memory, just the watchers of that
   answer. An idle watcher costs an entry in a dict. A notice can also ask the worker
   that runs an answer to stop it at once.
 * on SQLite (one machine; its workers share a file), one poll per process for every
@@ -33,8 +33,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql import Select
 from sqlmodel import Session, col
 
-from webapp.chat.models import Message
-from webapp.chat.pieces import parse
+from webapp.chat.answering.pieces import parse
+from webapp.chat.stored.models import Message
 from webapp.db import Database
 from webapp.tasks import cancel
 
@@ -46,7 +46,7 @@ MOVED = "moved"
 STOP = "stop"
 """Stop an answer: the worker writing it stops it now, not at its next flush."""
 TEXT = "text"
-"""New text of answers being written, between flushes (`webapp.chat.pieces`)."""
+"""New text of answers being written, between flushes (`webapp.chat.answering.pieces`)."""
 RECONNECT_DELAY = 1.0
 
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import update
 from sqlmodel import Session, col
 
-from webapp.chat.models import Conversation, Message, Status
 from webapp.chat.reading import ConversationReader
-from webapp.chat.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
+from webapp.chat.stored.models import Conversation, Message, Status
+from webapp.chat.stored.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
 from webapp.db import Database
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import RoutingError

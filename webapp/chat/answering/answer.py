@@ -24,11 +24,11 @@ from typing import Any
 
 from sqlmodel import Session
 
-from webapp.chat.flushing import AnswerFlusher
-from webapp.chat.models import Message, Role, Status
-from webapp.chat.reaping import INTERRUPTED_ERROR
-from webapp.chat.rows import fit_columns, set_columns, store_counts, updated
-from webapp.chat.serialize import message_dict
+from webapp.chat.answering.flushing import AnswerFlusher
+from webapp.chat.answering.reaping import INTERRUPTED_ERROR
+from webapp.chat.stored.models import Message, Role, Status
+from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
+from webapp.chat.stored.serialize import message_dict
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan

@@ -27,10 +27,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
-from webapp.chat.live import Snapshot
-from webapp.chat.models import Message, Status
-from webapp.chat.serialize import message_dict
-from webapp.chat.views import answer_view
+from webapp.chat.stored.models import Message, Status
+from webapp.chat.stored.serialize import message_dict
+from webapp.chat.web.live import Snapshot
+from webapp.chat.web.views import answer_view
 from webapp.web.blocks import finished_end
 from webapp.web.events import frame as sse_frame
 from webapp.web.markdown import code_blocks_in, name_code_copies, render_markdown_async

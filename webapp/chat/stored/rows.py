@@ -8,7 +8,7 @@ from typing import TypeVar
 from sqlalchemy import ColumnElement, Connection, bindparam, inspect, update
 from sqlmodel import col, select
 
-from webapp.chat.models import Conversation, Message
+from webapp.chat.stored.models import Conversation, Message
 from webapp.db import as_loaded
 from webapp.errors import NotFound
 from webapp.llm.window import FitResult, Transcript

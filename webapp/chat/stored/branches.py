@@ -2,7 +2,7 @@
 alternatives, switch to another branch, and copy one out into a new conversation.
 
 The model itself (runs of rows, `parent_seq`, `active_seq`) is described in
-`webapp.chat.history`, which reads a branch for a send; this module reads it for
+`webapp.chat.stored.history`, which reads a branch for a send; this module reads it for
 people, with the same `Branch` and the same range scans per run.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import Connection, Executable, bindparam, inspect, select, text
 from sqlmodel import col
 
-from webapp.chat.history import Branch, rows_on_branch
-from webapp.chat.models import Message
+from webapp.chat.stored.history import Branch, rows_on_branch
+from webapp.chat.stored.models import Message
 from webapp.db import as_loaded
 from webapp.prepared import Prepared
 from webapp.stored import id_of

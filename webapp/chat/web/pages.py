@@ -21,17 +21,17 @@ from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
-from webapp.chat.attachments import Attachment, attach, clean_name, decode_text
-from webapp.chat.branches import Alternatives
-from webapp.chat.budget import ImportQuota
-from webapp.chat.deps import Chat, Notices
-from webapp.chat.feedback import feedback_value
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
-from webapp.chat.models import RETRYABLE, Conversation, Message, Role
-from webapp.chat.page_stream import LIVE_PAGES, PageCursor
 from webapp.chat.send import Send
-from webapp.chat.views import (
+from webapp.chat.stored.attachments import Attachment, attach, clean_name, decode_text
+from webapp.chat.stored.branches import Alternatives
+from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.feedback import feedback_value
+from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.web.deps import Chat, Notices
+from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
+from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
+from webapp.chat.web.views import (
     Alternative,
     Meter,
     answer_view,
@@ -96,7 +96,7 @@ async def form_field(request: Request[Any, Any, Any], name: str, *, required: bo
 
 async def message_field(request: Request[Any, Any, Any]) -> str:
     """The composer's message: what was typed, and the text file attached to it, if any
-    (`webapp.chat.attachments`), refused with a reason before anything is stored."""
+    (`webapp.chat.stored.attachments`), refused with a reason before anything is stored."""
     form = await request.form()
     typed = form.get("content")
     if not isinstance(typed, str):
@@ -341,7 +341,7 @@ class ConversationPages(Controller):
         answer_id: RowId,
     ) -> ASGIApp:
         """The answer over SSE: the turn as HTML when it changes, its text as `content`
-        events of what changed (webapp.chat.page_stream); reconnecting resumes from now.
+        events of what changed (webapp.chat.web.page_stream); reconnecting resumes from now.
         Past a worker's cap of followers (per answer, per owner) it answers 429."""
         settings: Settings = request.app.state.settings
         owner = conversation.owner
@@ -476,7 +476,8 @@ class ConversationAdmin(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], was: FromQuery[str] = ""
     ) -> Template:
         """Held until the title is no longer `was`: the page asks once its first answer is
-        done, and the model's title (`webapp.chat.naming`) shows in the header and sidebar."""
+        done, and the model's title (`webapp.chat.answering.naming`) shows in the header
+        and sidebar."""
         conversation = await chat.titler.title_after(owner, conversation_id, was)
         return Template(
             "chat/_renamed.html",

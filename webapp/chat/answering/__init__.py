@@ -1,0 +1,1 @@
+"""An answer's life once a send started it: its task, its writes, who hears of it, its end."""

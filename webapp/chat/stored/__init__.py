@@ -1,0 +1,1 @@
+"""What the chat stores and how it is read: the tables, branches, history, spends, search."""

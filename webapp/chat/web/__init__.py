@@ -1,0 +1,1 @@
+"""The chat's routes and pages: the JSON API, the HTML pages, following an answer."""
