@@ -119,7 +119,7 @@ async def test_a_system_prompt_is_counted_once_and_the_plan_is_sent_as_made(
     sent = chats(upstream)[-1]["body"]["messages"]
     assert sent[0]["role"] == "system"
     assert answer.prompt_tokens == upstream.count_chat(sent)
-    preview = await chat.sender.preview(OWNER, conversation.id, "third: what would you send?")
+    preview = await chat.previewer.preview(OWNER, conversation.id, "third: what would you send?")
     assert preview.fit_counted_by == "server:gemma+estimate", "the typed text is estimated"
     assert tokenizes(upstream) - before == 2, "a preview asks the engine nothing"
 

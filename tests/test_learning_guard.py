@@ -116,7 +116,7 @@ async def long_conversation(chat: ChatJobs) -> str:
 
 async def left_out(chat: ChatJobs, conversation_id: str) -> int:
     """How many turns the other user's next send would leave out (a preview learns nothing)."""
-    preview = await chat.sender.preview(OWNER, conversation_id, "and the next one?")
+    preview = await chat.previewer.preview(OWNER, conversation_id, "and the next one?")
     assert preview.fit_counted_by is not None and preview.fit_counted_by.startswith(TOKENIZER)
     return preview.dropped_turns or 0
 

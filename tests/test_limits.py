@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from webapp.accounts.models import SignInAttempt
 from webapp.accounts.service import AccountService
-from webapp.chat.send import Admission
+from webapp.chat.sending.admission import Admission
 from webapp.chat.stored.budget import ImportQuota, Use, message_budget_wait, record_use
 from webapp.chat.stored.models import GatewayCall
 from webapp.db import Database, create_engine

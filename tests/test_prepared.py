@@ -19,7 +19,7 @@ from sqlmodel import Session, col
 
 from webapp.accounts.models import User
 from webapp.accounts.service import _TOKEN_OWNER, AccountService, digest
-from webapp.chat.send import _TOUCH_CONVERSATION
+from webapp.chat.sending.admission import _TOUCH_CONVERSATION
 from webapp.chat.stored import branches, history
 from webapp.chat.stored.budget import Use, record_use
 from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.factories import OWNER, say
-from webapp.chat import send as sending
+from webapp import db as database
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Sender
 
@@ -25,16 +25,16 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The thread each send's transaction ended on (a unit rolled back on the loop, to run
     again on the writer thread, is not counted)."""
     # Every unit counts as quick, however loaded the machine: the rows alone decide.
-    monkeypatch.setattr(sending, "QUICK_UNIT", 60.0)
+    monkeypatch.setattr(database, "QUICK_UNIT", 60.0)
     ended: list[str] = []
-    store = Sender._store_turn
+    store = Sender._turn
 
     def recorded(self: Sender, *args: Any) -> Any:
         result = store(self, *args)
         ended.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
         return result
 
-    monkeypatch.setattr(Sender, "_store_turn", recorded)
+    monkeypatch.setattr(Sender, "_turn", recorded)
     return ended
 
 

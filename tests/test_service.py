@@ -12,7 +12,7 @@ from sqlmodel import col
 from tests.dbutil import session_on
 from tests.factories import OWNER, SERVICE, build_service, close_service, say
 from tests.upstream import FakeUpstream, count_chat_tokens
-from webapp.chat import send as sending
+from webapp.chat.answering import answer as answering
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import Message, Status
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
@@ -53,7 +53,7 @@ async def test_a_send_returns_once_its_request_is_with_the_engine_not_before(
     # The send waits for the write at most REQUEST_HEAD_START; a process's first send
     # (a new connection, the tokenizer loading) on a busy machine may take longer, and
     # what is tested here is the order, not that limit.
-    monkeypatch.setattr(sending, "REQUEST_HEAD_START", 30.0)
+    monkeypatch.setattr(answering, "REQUEST_HEAD_START", 30.0)
     conversation = await chat.editor.create(OWNER, "small")
     upstream.stall(60)  # until ended below: the engine is still reading the prompt
     send = await chat.sender.send(OWNER, conversation.id, "Hello there, model!")
@@ -164,11 +164,11 @@ async def test_stop_keeps_what_was_written(chat: ChatJobs, upstream: FakeUpstrea
     async for event in send.running.channel.follow():
         if event.name == "delta" and int(event.id or 0) > 30:
             break
-    stopped = await chat.sender.stop(OWNER, conversation.id)
+    stopped = await chat.stopper.stop(OWNER, conversation.id)
     assert stopped is not None and stopped.status == Status.STOPPED
     assert stopped.content.startswith("word0 word1")
     assert len(stopped.content.split()) < 200
-    assert await chat.sender.stop(OWNER, conversation.id) is None, "nothing left to stop"
+    assert await chat.stopper.stop(OWNER, conversation.id) is None, "nothing left to stop"
 
 
 async def test_stop_from_another_worker_reaches_the_writer(
@@ -181,7 +181,7 @@ async def test_stop_from_another_worker_reaches_the_writer(
         upstream.chunk_delay = 0.02
         send = await chat.sender.send(OWNER, conversation.id, "Go on")
         await asyncio.sleep(0.3)
-        await other_worker.sender.stop(OWNER, conversation.id)
+        await other_worker.stopper.stop(OWNER, conversation.id)
         _, answer = await asyncio.wait_for(chat.sender.settle(send), timeout=5)
         assert answer.status == Status.STOPPED
         assert 0 < len(answer.content.split()) < 300
@@ -279,7 +279,7 @@ async def test_other_owners_see_nothing(chat: ChatJobs) -> None:
         chat.reader.get("mallory", conversation.id),
         chat.reader.history("mallory", conversation.id),
         chat.sender.send("mallory", conversation.id, "hi"),
-        chat.sender.stop("mallory", conversation.id),
+        chat.stopper.stop("mallory", conversation.id),
         chat.editor.rename("mallory", conversation.id, "mine"),
         chat.editor.delete("mallory", conversation.id),
     ):

@@ -169,7 +169,9 @@ def create_app(
     db = Database(settings.database_url)
     calibrator = Calibrator(db)
     tokenizers = Tokenizers()
-    manager = LLMManager(catalog, calibrator, providers, tokenizers)
+    manager = LLMManager(
+        catalog, calibrator, providers, tokenizers, transport_kind=settings.provider_transport
+    )
     chat = chat_jobs(db, manager, settings)
     # How this process hears of answers other workers write (and of stops for its own).
     notices = answer_notices(

@@ -152,7 +152,9 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
     async def run() -> list[Conversation]:
         db = Database(settings.database_url)
-        manager = LLMManager(settings.catalog, Calibrator())
+        manager = LLMManager(
+            settings.catalog, Calibrator(), transport_kind=settings.provider_transport
+        )
         try:
             chat = chat_jobs(db, manager, settings)
             return await chat.editor.purge_idle(args.days, dry_run=args.dry_run)

@@ -34,17 +34,19 @@ the driver 0.03-0.17 ms, where the hop to a thread and a session cost 1-2 ms on 
 server.
 
 A second one: `Database.write_core`, a unit of Core statements (a function of the
-transaction's connection), which may be `quick`: a short write on a request's critical
-path (a send's transaction, when the same conversation's last one was short). On a
-SQLite file a quick unit runs on the loop, on a connection of its own that begins and
-ends its transactions on the driver, never waits for the lock (held by the writer
-thread or another process, it sends the unit to the writer thread after all) and
-leaves checkpoints to the writer thread. It may go ahead of units queued for the
-writer thread; those are other requests' transactions, each whole, which SQLite's lock
-orders one at a time whichever thread runs them, and a request that waits for its own
-write (an answer's final row) is not answered before the write commits. The two hops
-and the session it saves cost a single send 0.3-0.6 ms on an idle server; under a burst
-of 200 sends, a quarter of the app's TTFT p99 (docs/benchmarks.md, bench-load).
+transaction's connection), which may be quick: a short write on a request's critical
+path. On a SQLite file a quick unit runs on the loop, on a connection of its own that
+begins and ends its transactions on the driver, never waits for the lock (held by the
+writer thread or another process, it sends the unit to the writer thread after all) and
+leaves checkpoints to the writer thread. It may go ahead of units queued for the writer
+thread; those are other requests' transactions, each whole, which SQLite's lock orders
+one at a time whichever thread runs them, and a request that waits for its own write (an
+answer's final row) is not answered before the write commits. Which units are quick is
+decided here, from what the same kind of unit cost last time (`key`: a send's
+conversation), judged by its CPU time (`QUICK_UNIT`); a unit that finds it is long after
+all leaves the loop (`off_the_loop`). The two hops and the session it saves cost a
+single send 0.3-0.6 ms on an idle server; under a burst of 200 sends, a quarter of the
+app's TTFT p99 (docs/benchmarks.md, bench-load).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ import asyncio
 import contextvars
 import sqlite3
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -86,6 +90,13 @@ SQLITE_PRAGMAS = (
 )
 READER_THREADS = 4
 """Reads of a file-backed SQLite database at once (WAL lets them all run beside the writer)."""
+QUICK_UNIT = 0.003
+"""CPU seconds under which a keyed unit counts as quick (`Database.write_core`): the next
+unit of the same key may run on the loop. A send's transaction into a short conversation
+takes about 1 ms of CPU; a long history's read and fit take longer, and those stay on
+the writer thread, where the loop keeps its turns while they run."""
+QUICK_KEYS_KEPT = 10_000
+"""Keys whose last unit was quick that a process remembers (the oldest go)."""
 
 
 def is_sqlite(url: str) -> bool:
@@ -211,6 +222,8 @@ class _SQLite:
         self._holding = threading.Lock()
         """The held connection is one loop's at a time (tests may run two loops at once)."""
         self._disposed = False
+        self._quick: OrderedDict[str, None] = OrderedDict()
+        """Keys whose last unit took less than `QUICK_UNIT` of CPU."""
         self.path: str | None = None
         if not database or database == ":memory:":
             # One connection holds the whole database: every transaction takes turns on it.
@@ -242,8 +255,36 @@ class _SQLite:
         return await asyncio.wrap_future(self.writing.submit(unit))
 
     async def write_core(
-        self, work: CoreWork[*Args, Result], *args: *Args, quick: bool = False
+        self, work: CoreWork[*Args, Result], *args: *Args, quick: bool, key: str | None
     ) -> Result:
+        if key is None:
+            return await self._write_core(work, *args, quick=quick)
+        # Judged by CPU time: on a busy writer thread a unit's wall time is mostly other
+        # threads' turns, and what a quick unit costs the loop is its own work.
+        spent = 0.0
+
+        def timed(connection: Connection, *args: *Args) -> Result:
+            nonlocal spent
+            started = time.thread_time()
+            try:
+                return work(connection, *args)
+            finally:
+                spent = time.thread_time() - started
+
+        result = await self._write_core(timed, *args, quick=quick or key in self._quick)
+        self._remember(key, spent < QUICK_UNIT)
+        return result
+
+    def _remember(self, key: str, quick: bool) -> None:
+        if not quick:
+            self._quick.pop(key, None)
+            return
+        self._quick[key] = None
+        self._quick.move_to_end(key)
+        if len(self._quick) > QUICK_KEYS_KEPT:
+            self._quick.popitem(last=False)
+
+    async def _write_core(self, work: CoreWork[*Args, Result], *args: *Args, quick: bool) -> Result:
         engine = self.loop_writer
         on_loop = quick and not self._disposed
         if on_loop and engine is not None and self._holding.acquire(blocking=False):
@@ -354,7 +395,7 @@ class _Async:
         return await self.run(False, _prepared_rows, statement, values)
 
     async def write_core(
-        self, work: CoreWork[*Args, Result], *args: *Args, quick: bool = False
+        self, work: CoreWork[*Args, Result], *args: *Args, quick: bool, key: str | None
     ) -> Result:
         return await self.run(True, _in_connection(work, *args))
 
@@ -391,13 +432,18 @@ class Database:
         return await self._backend.run(True, work, *args)
 
     async def write_core(
-        self, work: CoreWork[*Args, Result], *args: *Args, quick: bool = False
+        self,
+        work: CoreWork[*Args, Result],
+        *args: *Args,
+        quick: bool = False,
+        key: str | None = None,
     ) -> Result:
         """Run `work(connection, *args)`, Core statements only, in a transaction that may
-        write, as `write` runs a session's. A `quick` unit, on a SQLite file whose write
-        lock is free, runs on the loop itself (see the module's docstring):
-        it holds the loop for as long as it runs, so only units known to be short."""
-        return await self._backend.write_core(work, *args, quick=quick)
+        write, as `write` runs a session's. On a SQLite file whose write lock is free, a
+        quick unit runs on the loop itself (see the module's docstring): one the caller
+        knows to be short (`quick`), or one whose `key`'s last unit was (a unit of a key
+        is judged by its own CPU time)."""
+        return await self._backend.write_core(work, *args, quick=quick, key=key)
 
     async def dispose(self) -> None:
         await self._backend.dispose()

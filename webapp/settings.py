@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from webapp.llm.catalog import Catalog, load_catalog
+from webapp.llm.providers.transport import TransportKind
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///var/webapp.db"
 
@@ -116,7 +117,7 @@ class Settings(BaseSettings):
     argon2-cffi's profile of that name, for test runs, which make hundreds of accounts;
     its hashes protect nothing."""
 
-    provider_transport: Literal["asyncio", "httpx"] = "asyncio"
+    provider_transport: TransportKind = "asyncio"
     """How plain-HTTP providers (a local llama.cpp, vLLM, Ollama) are read. "asyncio":
     httpcore's HTTP on the app's own asyncio sockets, which cost a fifth less CPU per
     streamed answer than anyio's; "httpx": httpx's own transport for every provider, the

@@ -34,6 +34,7 @@ from webapp.llm.providers.transport import (
     proxied_by_environment,
     transport_for,
 )
+from webapp.settings import Settings
 
 
 def address(host: str, port: int) -> AddressInfo:
@@ -463,7 +464,9 @@ async def test_the_setting_chooses_the_transport_and_both_stream_an_answer(
     sent: list[float] = []
     loop.set_task_factory(factory)
     try:
-        async with OpenAIProvider(upstream.base_url, timeout=5) as provider:
+        # As the app builds it: the setting, read where the settings are, passed down.
+        kind = Settings().provider_transport
+        async with OpenAIProvider(upstream.base_url, timeout=5, transport_kind=kind) as provider:
             chunks = [
                 chunk
                 async for chunk in provider.stream_chat(
@@ -483,4 +486,4 @@ async def test_the_setting_chooses_the_transport_and_both_stream_an_answer(
 def test_an_unknown_transport_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WEBAPP_PROVIDER_TRANSPORT", "curl")
     with pytest.raises(ValueError, match="provider_transport"):
-        OpenAIProvider("http://127.0.0.1:1/v1")
+        Settings()

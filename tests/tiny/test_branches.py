@@ -179,7 +179,7 @@ async def test_edit_regenerate_and_alternatives(chat: ChatJobs, upstream: FakeUp
     assert len(await all_rows(chat, conversation.id)) == 8
     # The preview on a branch is the fit the send down that branch makes.
     await chat.editor.branch(OWNER, conversation.id, id_of(edited))
-    preview = await chat.sender.preview(OWNER, conversation.id, "turn 4: " + "lorem " * 200)
+    preview = await chat.previewer.preview(OWNER, conversation.id, "turn 4: " + "lorem " * 200)
     sent, _ = await settle(
         chat, await chat.sender.send(OWNER, conversation.id, "turn 4: " + "lorem " * 200)
     )

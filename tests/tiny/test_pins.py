@@ -124,7 +124,7 @@ async def test_preview_is_the_fit_the_send_makes_and_stores_nothing(
     _, before = await chat.reader.history(OWNER, conversation.id)
     requests_before = len(upstream.requests)
     content = "turn 9: " + "lorem ipsum " * 15
-    preview = await chat.sender.preview(OWNER, conversation.id, content)
+    preview = await chat.previewer.preview(OWNER, conversation.id, content)
     _, after = await chat.reader.history(OWNER, conversation.id)
     assert [r.model_dump() for r in after] == [r.model_dump() for r in before], "nothing stored"
     assert len(upstream.requests) == requests_before, "nothing sent"
@@ -134,9 +134,9 @@ async def test_preview_is_the_fit_the_send_makes_and_stores_nothing(
     assert preview.fit_left_out == user.fit_left_out
     assert preview.fit_estimated_tokens == user.fit_estimated_tokens
     with pytest.raises(InvalidInput):
-        await chat.sender.preview(OWNER, conversation.id, "   ")
+        await chat.previewer.preview(OWNER, conversation.id, "   ")
     with pytest.raises(NotFound):
-        await chat.sender.preview("mallory", conversation.id, "hi")
+        await chat.previewer.preview("mallory", conversation.id, "hi")
 
 
 async def test_switching_configuration_bounds_the_next_send_against_its_model(
@@ -146,7 +146,7 @@ async def test_switching_configuration_bounds_the_next_send_against_its_model(
     for number in range(1, 9):
         user, _ = await say(chat, conversation.id, f"turn {number}: " + "lorem ipsum " * 15)
     assert user.dropped_turns and user.fit_model == "tiny"
-    preview = await chat.sender.preview(OWNER, conversation.id, "turn 9: and now?")
+    preview = await chat.previewer.preview(OWNER, conversation.id, "turn 9: and now?")
     assert preview.fit_model == "tiny" and preview.dropped_turns
     switched = await chat.editor.set_configuration(OWNER, conversation.id, "large")
     assert switched.configuration == "large"

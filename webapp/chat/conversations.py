@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, col, select
 
+from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.reading import ConversationReader
-from webapp.chat.send import Sender
 from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
 from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
@@ -35,13 +35,13 @@ class ConversationEditor:
         db: Database,
         manager: LLMManager,
         reader: ConversationReader,
-        sender: Sender,
+        stopper: AnswerStopper,
     ) -> None:
         self._db = db
         self._manager = manager
         self._reader = reader
         self._recent = reader.recent
-        self._sender = sender
+        self._stopper = stopper
 
     def check_configuration(self, configuration: str) -> None:
         configurations = self._manager.catalog.configurations
@@ -229,7 +229,7 @@ class ConversationEditor:
     async def delete(self, owner: str, conversation_id: str) -> None:
         """Delete the conversation with its messages, once this worker's answer in it (if
         any) has stopped: its task must not write rows that are gone."""
-        await self._sender.halt(owner, conversation_id)
+        await self._stopper.halt(owner, conversation_id)
 
         def remove(session: Session) -> None:
             session.delete(self._reader.owned(session, owner, conversation_id))

@@ -6,7 +6,9 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 - `reader`   (`reading`)        a conversation, lists, pages of a branch, the record, search
 - `editor`   (`conversations`)  create, import, rename, configuration, pins, branch, fork,
                                 delete, purge
-- `sender`   (`send`)           a send's one transaction, regenerate, continue, preview, stop
+- `sender`   (`send`)           a send, stage by stage (`sending/`), regenerate, continue
+- `previewer` (`sending.preview`) the fit the next send would make, for the meter
+- `stopper`  (`answering.stopping`) stop an answer wherever it is written
 - `answers`  (`answer`)         this worker's running answers and their channels
 - `titler`   (`naming`)         the title the model writes after the first answer
 - `reaper`   (`reaping`)        answers whose writer died
@@ -17,13 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webapp.chat.answering.answer import AnswerRegistry
+from webapp.chat.answering.answer import AnswerRegistry, AnswerWriter
 from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.naming import Titler
 from webapp.chat.answering.reaping import Reaper
+from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.reading import ConversationReader, RecentConfigurations
-from webapp.chat.send import Admission, Sender
+from webapp.chat.send import Sender
+from webapp.chat.sending.preview import Previewer
 from webapp.db import Database
 from webapp.llm.catalog import Catalog
 from webapp.llm.manager import LLMManager
@@ -39,6 +43,8 @@ class ChatJobs:
     reader: ConversationReader
     editor: ConversationEditor
     sender: Sender
+    previewer: Previewer
+    stopper: AnswerStopper
     titler: Titler
     reaper: Reaper
     flusher: AnswerFlusher
@@ -73,6 +79,22 @@ def chat_jobs(
         heartbeat=settings.stale_stream_after / 3,
         announce=db.dialect == "postgresql",
     )
-    sender = Sender(db, manager, settings, answers, Admission(settings), reader, titler, flusher)
-    editor = ConversationEditor(db, manager, reader, sender)
-    return ChatJobs(db, manager, settings, answers, reader, editor, sender, titler, reaper, flusher)
+    stopper = AnswerStopper(db, answers)
+    writer = AnswerWriter(db, manager, settings, flusher, answers)
+    sender = Sender(db, manager, settings, reader, titler, writer, stopper)
+    previewer = Previewer(db, manager, settings, recent)
+    editor = ConversationEditor(db, manager, reader, stopper)
+    return ChatJobs(
+        db,
+        manager,
+        settings,
+        answers,
+        reader,
+        editor,
+        sender,
+        previewer,
+        stopper,
+        titler,
+        reaper,
+        flusher,
+    )

@@ -30,6 +30,7 @@ from webapp.llm.providers.base import (
     ProviderError,
     Usage,
 )
+from webapp.llm.providers.transport import TransportKind
 from webapp.llm.routing import Route, resolve
 from webapp.llm.tokenizers import Tokenizer, Tokenizers
 from webapp.llm.window import (
@@ -139,10 +140,13 @@ class LLMManager:
         calibrator: Calibrator,
         providers: dict[str, Provider] | None = None,
         tokenizers: Tokenizers | None = None,
+        *,
+        transport_kind: TransportKind = "asyncio",
     ) -> None:
         self.catalog = catalog
         self.calibrator = calibrator
         self._providers = dict(providers or {})
+        self._transport_kind = transport_kind
         self.tokenizers = tokenizers or Tokenizers()
         """Unprobed (as in tests that do not care), every model is estimated."""
         self._system_counts: dict[tuple[str, str], int] = {}
@@ -174,7 +178,7 @@ class LLMManager:
     def provider_for(self, model: ModelSpec) -> Provider:
         provider = self._providers.get(model.provider)
         if provider is None:
-            provider = build_provider(self.catalog.providers[model.provider])
+            provider = build_provider(self.catalog.providers[model.provider], self._transport_kind)
             self._providers[model.provider] = provider
         return provider
 

@@ -48,6 +48,14 @@ few milliseconds (or hundreds of answers at once) would otherwise cost one write
 30 ms is faster than anyone reads and leaves the first token untouched."""
 
 
+REQUEST_HEAD_START = 0.25
+"""How long a send waits for its answer's request to be written before it answers its
+own client (`RunningAnswer.on_its_way`): on an open connection that takes well under a
+millisecond, and answering first would put a couple of milliseconds of the app's work
+before the engine even has the prompt. New connections to a far engine may take longer;
+past this the send answers anyway."""
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     name: str
@@ -145,12 +153,12 @@ class RunningAnswer:
     """Settled once the answer's request is on its way to the engine, or the answer ended
     without one."""
 
-    async def on_its_way(self, limit: float) -> None:
-        """Wait (at most `limit` seconds) until the answer's request has been written: what
-        a send does after that, such as starting its response, then runs while the engine
-        reads the prompt, not before it has it. A request slow to connect only costs the
-        wait's limit."""
-        await asyncio.wait((self.sent,), timeout=limit)
+    async def on_its_way(self, limit: float | None = None) -> None:
+        """Wait (at most `limit` seconds, `REQUEST_HEAD_START` by default) until the
+        answer's request has been written: what a send does after that, such as starting
+        its response, then runs while the engine reads the prompt, not before it has it.
+        A request slow to connect only costs the wait's limit."""
+        await asyncio.wait((self.sent,), timeout=REQUEST_HEAD_START if limit is None else limit)
 
 
 class AnswerRegistry:
@@ -250,12 +258,25 @@ def _store_counts(session: Session, tokenizer: str, counts: dict[int, int]) -> N
 
 class AnswerWriter:
     def __init__(
-        self, db: Database, manager: LLMManager, settings: Settings, flusher: AnswerFlusher
+        self,
+        db: Database,
+        manager: LLMManager,
+        settings: Settings,
+        flusher: AnswerFlusher,
+        answers: AnswerRegistry,
     ) -> None:
         self._db = db
         self._manager = manager
         self._settings = settings
         self._flusher = flusher
+        self._answers = answers
+
+    def start(self, user: Message, answer: Message, planned: Plan | RoutingError) -> RunningAnswer:
+        """Write the answer to a stored turn in a task of this worker's own (`write`)."""
+        return self._answers.start(
+            id_of(answer),
+            lambda channel, stop, sent: self.write(user, answer, planned, channel, stop, sent),
+        )
 
     async def write(
         self,

@@ -15,11 +15,11 @@ import asyncio
 import logging
 import re
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from sqlalchemy import update
 from sqlmodel import Session, col
 
+from webapp.chat.answering.answer import RunningAnswer
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.models import Conversation, Message, Status
 from webapp.chat.stored.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
@@ -27,9 +27,6 @@ from webapp.db import Database
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import RoutingError
 from webapp.owners import USER_OWNER_PREFIX
-
-if TYPE_CHECKING:
-    from webapp.chat.send import Send
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +81,16 @@ class Titler:
         """Conversations whose title call this process ended lately: the page may ask
         only after it ended, and must not wait then."""
 
-    def follow(self, owner: str, send: Send) -> None:
+    def follow(
+        self, owner: str, conversation: Conversation, user: Message, running: RunningAnswer
+    ) -> None:
         """After the first turn of a user's conversation (embed visitors see no titles, so
         their quota pays for none), once its answer is done: name the conversation."""
-        if not self._enabled or send.user.seq != 1 or not owner.startswith(USER_OWNER_PREFIX):
+        if not self._enabled or user.seq != 1 or not owner.startswith(USER_OWNER_PREFIX):
             return
-        conversation_id = send.conversation.id
-        task = asyncio.create_task(self._name(send), name=f"title-{conversation_id}")
+        conversation_id = conversation.id
+        named = self._name(conversation, user, running)
+        task = asyncio.create_task(named, name=f"title-{conversation_id}")
         self._pending[conversation_id] = task
         task.add_done_callback(lambda _: self._ended(conversation_id))
 
@@ -130,22 +130,22 @@ class Titler:
             if await self.wait(conversation_id, min(left, TITLE_POLL)):
                 return await self._reader.get(owner, conversation_id)
 
-    async def _name(self, send: Send) -> None:
-        await asyncio.gather(send.running.task, return_exceptions=True)
+    async def _name(
+        self, conversation: Conversation, user: Message, running: RunningAnswer
+    ) -> None:
+        await asyncio.gather(running.task, return_exceptions=True)
         try:
-            answer = await self._db.read(lambda session: session.get(Message, send.answer.id))
+            answer = await self._db.read(lambda session: session.get(Message, running.answer_id))
             if answer is None or answer.status != Status.COMPLETE or not answer.content:
                 return
             title = await asyncio.wait_for(
-                self._ask(send.conversation.configuration, send.user.content, answer.content),
+                self._ask(conversation.configuration, user.content, answer.content),
                 TITLE_TIMEOUT,
             )
             if title:
-                await self._db.write(
-                    _retitle, send.conversation.id, title_from(send.user.content), title
-                )
+                await self._db.write(_retitle, conversation.id, title_from(user.content), title)
         except Exception as error:  # any failure of the call: the clean cut stays the title
-            log.info("no title from the model for %s: %s", send.conversation.id, error)
+            log.info("no title from the model for %s: %s", conversation.id, error)
 
     async def _ask(self, configuration: str, question: str, answer: str) -> str:
         manager = self._manager

@@ -348,14 +348,14 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
-        row, fit = await chat.sender.preview_fit(owner, conversation_id, data.content)
+        row, fit = await chat.previewer.preview_fit(owner, conversation_id, data.content)
         return {**preview_dict(row), "turns_left": fit.turns_left}
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
     async def stop_answer(
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str]
     ) -> dict[str, Any]:
-        answer = await chat.sender.stop(owner, conversation_id)
+        answer = await chat.stopper.stop(owner, conversation_id)
         return {
             "stopped": answer is not None,
             "assistant": message_dict(answer) if answer else None,

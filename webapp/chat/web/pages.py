@@ -329,7 +329,7 @@ class ConversationPages(Controller):
 
     @post("/stop", status_code=204)
     async def stop(self, chat: Chat, conversation: FoundConversation) -> None:
-        await chat.sender.stop(conversation.owner, conversation.id)
+        await chat.stopper.stop(conversation.owner, conversation.id)
 
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
@@ -521,7 +521,7 @@ one-character message, so the meter can say at once how the new model takes the 
 
 async def next_send_meter(chat: ChatJobs, conversation: ConversationRef, content: str) -> Meter:
     """The meter for the next send of `content` (the history alone when it is empty)."""
-    row, fit = await chat.sender.preview_fit(
+    row, fit = await chat.previewer.preview_fit(
         conversation.owner, conversation.id, content if content.strip() else SWITCH_PROBE
     )
     alternatives = () if conversation.embed else larger_windows(chat, row.fit_window or 0)

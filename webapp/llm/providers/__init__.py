@@ -5,9 +5,10 @@ from __future__ import annotations
 from webapp.llm.catalog import ProviderSpec
 from webapp.llm.engine import provider_api_key
 from webapp.llm.providers.base import Provider
+from webapp.llm.providers.transport import TransportKind
 
 
-def build_provider(spec: ProviderSpec) -> Provider:
+def build_provider(spec: ProviderSpec, transport_kind: TransportKind = "asyncio") -> Provider:
     if spec.kind == "demo":
         from webapp.llm.providers.demo import DemoProvider
 
@@ -17,11 +18,17 @@ def build_provider(spec: ProviderSpec) -> Provider:
     if spec.kind == "anthropic":
         from webapp.llm.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(spec.base_url, api_key=key, timeout=spec.timeout)
+        return AnthropicProvider(
+            spec.base_url, api_key=key, timeout=spec.timeout, transport_kind=transport_kind
+        )
     if spec.kind == "gemini":
         from webapp.llm.providers.gemini import GeminiProvider
 
-        return GeminiProvider(spec.base_url, api_key=key, timeout=spec.timeout)
+        return GeminiProvider(
+            spec.base_url, api_key=key, timeout=spec.timeout, transport_kind=transport_kind
+        )
     from webapp.llm.providers.openai import OpenAIProvider
 
-    return OpenAIProvider(spec.base_url, api_key=key, timeout=spec.timeout)
+    return OpenAIProvider(
+        spec.base_url, api_key=key, timeout=spec.timeout, transport_kind=transport_kind
+    )

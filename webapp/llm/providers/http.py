@@ -31,8 +31,7 @@ from webapp.llm.providers.base import (
     StreamBroken,
 )
 from webapp.llm.providers.pool import ClientShards
-from webapp.llm.providers.transport import transport_for
-from webapp.settings import Settings
+from webapp.llm.providers.transport import TransportKind, transport_for
 
 CONNECT_TIMEOUT = 5.0
 """Seconds to open a connection. Short: a dead host should hand over to a fallback quickly,
@@ -144,8 +143,7 @@ class HTTPProvider(Provider):
     `base_url` is where the endpoint paths are appended. `timeout` is the read timeout,
     i.e. the longest silence tolerated from the server (time to first token, or a gap
     inside a stream). `transport` exists for tests and unusual set-ups (a Unix socket, a
-    mounted app); without it, `WEBAPP_PROVIDER_TRANSPORT` chooses (`transport_for`, or
-    httpx's own).
+    mounted app); without it, `transport_kind` chooses (`transport_for`, or httpx's own).
     """
 
     CHAT_PATH = "chat/completions"
@@ -157,6 +155,8 @@ class HTTPProvider(Provider):
         api_key: str | None = None,
         timeout: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        transport_kind: TransportKind = "asyncio",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key or None
@@ -166,7 +166,7 @@ class HTTPProvider(Provider):
         self._label = str(url.copy_with(username=None, password=None, query=None))
         headers = {"Accept": "application/json", **self._auth_headers()}
         tls = httpx.create_ssl_context()  # one for every shard: each costs milliseconds
-        fast = transport is None and Settings().provider_transport == "asyncio"
+        fast = transport is None and transport_kind == "asyncio"
         self._clients = ClientShards(
             lambda limits: httpx.AsyncClient(
                 verify=tls,

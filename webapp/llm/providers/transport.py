@@ -8,7 +8,7 @@ httpcore response an httpx response whose body streams, and httpcore's exception
 httpx exceptions of the same names, which httpx's own transport raises for them too.
 
 `transport_for` gives it only to plain-HTTP providers the environment sends no proxy:
-anything else (https, a proxy, `WEBAPP_PROVIDER_TRANSPORT=httpx`) keeps httpx's own.
+anything else (https, a proxy, the "httpx" `TransportKind`) keeps httpx's own.
 """
 
 from __future__ import annotations
@@ -18,11 +18,17 @@ import ssl
 import urllib.request
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
+from typing import Literal
 
 import httpcore
 import httpx
 
 from webapp.llm.providers.network import AsyncioBackend
+
+TransportKind = Literal["asyncio", "httpx"]
+"""How plain-HTTP providers are read: "asyncio", this module's transport; "httpx",
+httpx's own, the way back should this one misbehave with some server. The deployment
+chooses (`WEBAPP_PROVIDER_TRANSPORT`), and whoever builds the providers passes it down."""
 
 _ERRORS: dict[type[Exception], type[httpx.TransportError]] = {
     httpcore.TimeoutException: httpx.TimeoutException,

@@ -1,0 +1,1 @@
+"""The send's stages, in the order `chat.send` calls them: counting, admission, history, store."""

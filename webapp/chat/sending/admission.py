@@ -1,0 +1,165 @@
+"""The send's first stage: whether it may go, decided under the conversation's lock.
+
+`Admission.admit` takes the lock (a row lock on PostgreSQL, the write lock on SQLite) by
+touching the conversation, counts the owner's recent sends and gateway calls in the
+same statement, refuses a send past the rate limit or into a conversation whose answer
+is still being written, and records the send it lets through. Everything after it in
+the transaction reads rows no other send can change before this one is stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, bindparam, update
+from sqlmodel import col, select
+
+from webapp.chat.answering.reaping import reap
+from webapp.chat.stored.budget import (
+    MESSAGE_USES,
+    RECENT_COUNT,
+    Use,
+    hold_budget,
+    message_budget_wait,
+    prune_uses,
+    record_use,
+)
+from webapp.chat.stored.models import Conversation, Message, Status
+from webapp.db import as_loaded
+from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
+from webapp.limits import OWNERS_KEPT
+from webapp.owners import EMBED_OWNER_PREFIX
+from webapp.prepared import Prepared
+from webapp.settings import Settings
+from webapp.timeutil import as_utc, utcnow
+
+_NEWEST_STATUS = (
+    select(col(Message.status))
+    .where(col(Message.conversation_id) == bindparam("conversation_id"))
+    .order_by(col(Message.seq).desc())
+    .limit(1)
+    .scalar_subquery()
+)
+_TOUCH_CONVERSATION = Prepared(
+    update(Conversation)
+    .where(
+        col(Conversation.id) == bindparam("conversation_id"),
+        col(Conversation.owner) == bindparam("owned_by"),
+    )
+    .values(updated_at=bindparam("now"))
+    .returning(Conversation, _NEWEST_STATUS, RECENT_COUNT)
+)
+"""Takes the conversation's lock, counts the owner's recent sends and gateway calls
+(`gateway_call` rows, which deleting conversations keeps) and reads the status of the
+conversation's newest row (a send's answer is always the newest row), in one round trip."""
+
+
+class Admission:
+    """The rules a send is admitted by: the owner's rate limit, and one answer at a time
+    per conversation."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._refused_until: OrderedDict[str, float] = OrderedDict()
+
+    def refused_lately(self, owner: str) -> bool:
+        """Whether this process refused the owner a send whose wait is not over: only a
+        hint (`admit` decides), so that a send sure to be refused does not first ask the
+        engine to count its message."""
+        until = self._refused_until.get(owner)
+        return until is not None and time.monotonic() < until
+
+    def remember_refusal(self, owner: str, refused: TooManyRequests) -> None:
+        self._refused_until[owner] = time.monotonic() + refused.retry_after
+        self._refused_until.move_to_end(owner)
+        if len(self._refused_until) > OWNERS_KEPT:
+            self._refused_until.popitem(last=False)
+
+    def rate_limit_for(self, owner: str) -> int:
+        if owner.startswith(EMBED_OWNER_PREFIX):
+            return self._settings.embed_rate_limit_messages
+        return self._settings.rate_limit_messages
+
+    @property
+    def window(self) -> float:
+        return self._settings.rate_limit_window
+
+    def admit(
+        self, connection: Connection, owner: str, conversation_id: str, now: datetime
+    ) -> Conversation:
+        """The owner's conversation, locked, once the send is let through and counted;
+        the first statement of the send's transaction."""
+        limit = self.rate_limit_for(owner)
+        if limit > 0:
+            hold_budget(connection, owner)
+        touched = _TOUCH_CONVERSATION.first(
+            connection,
+            {
+                "conversation_id": conversation_id,
+                "owned_by": owner,
+                "now": now,
+                "since": now - timedelta(seconds=self.window),
+                "limit": max(limit, 0),
+            },
+        )
+        if touched is None:
+            raise NotFound("no such conversation")
+        *columns, newest_status, recent_sends = touched
+        conversation = as_loaded(
+            Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
+        )
+        if limit > 0:
+            if recent_sends >= limit:
+                self.refuse_too_many(connection, owner, limit, now)
+            record_use(connection, owner, Use.SEND, now)
+            prune_uses(connection, MESSAGE_USES, self.window, now)
+        if newest_status == Status.STREAMING.value:
+            self._refuse_if_busy(connection, conversation_id)
+        return conversation
+
+    def refuse_too_many(
+        self, connection: Connection, owner: str, limit: int, now: datetime
+    ) -> None:
+        """The owner has sent `limit` messages (or gateway calls) within the window: say
+        when enough of them leave it."""
+        window = self.window
+        wait = message_budget_wait(connection, owner, limit, window, now) or 1
+        raise TooManyRequests(
+            f"You have sent {limit} messages in the last {window:g} seconds; "
+            f"try again in {wait} seconds.",
+            retry_after=wait,
+        )
+
+    def _refuse_if_busy(self, connection: Connection, conversation_id: str) -> None:
+        """One answer at a time per conversation; an answer whose writer died is reaped."""
+        streaming = connection.execute(
+            select(Message.updated_at).where(
+                Message.conversation_id == conversation_id,
+                Message.status == Status.STREAMING,
+            )
+        )
+        heartbeats = [as_utc(updated) for updated in streaming.scalars()]
+        after = self._settings.stale_stream_after
+        cutoff = utcnow() - timedelta(seconds=after)
+        if any(beat >= cutoff for beat in heartbeats):
+            raise Conflict(
+                "an answer is still being written in this conversation; "
+                "wait for it or stop it first"
+            )
+        if heartbeats:
+            reap(connection, conversation_id, after)
+
+
+def checked_text(content: object, limit: int) -> str:
+    """The message a send (or a preview) was given, once it is one: a string with
+    something in it, no NUL, at most `limit` characters."""
+    if not isinstance(content, str):
+        raise InvalidInput("content must be a string")
+    if not content.strip():
+        raise InvalidInput("the message is empty")
+    refuse_nul(content, "the message")
+    if len(content) > limit:
+        raise InvalidInput(f"the message is {len(content):,} characters; the limit is {limit:,}")
+    return content
