@@ -5,7 +5,7 @@ Every kind of the corpus (tests/corpus/estimator) gets a long conversation, sent
 through the conversation service to a fake server that counts with Qwen's
 vocabulary, a tokenizer the estimate was not fitted to, and refuses any prompt over
 its window: a llama.cpp server (tests/upstream/), and Anthropic's and Gemini's APIs
-(tests/vendors.py, `kind = "anthropic"` and `kind = "gemini"`, windows discovered from
+(tests/vendors/, `kind = "anthropic"` and `kind = "gemini"`, windows discovered from
 their model records). Each conversation runs twice: with the serving model's own
 tokenizer (`tokenizer = "auto"`: llama.cpp's /tokenize, Anthropic's count_tokens,
 Gemini's countTokens) and with the estimate alone (`tokenizer = "estimate"`,

@@ -1,4 +1,4 @@
-"""The send pipeline in front of Claude and Gemini (the fakes of tests/vendors.py), over
+"""The send pipeline in front of Claude and Gemini (the fakes of tests/vendors/), over
 real HTTP: a prompt the vendor refuses as too long teaches the model's window (stored as
 its calibration's `learned_window`) and the re-fitted retry goes through, once; an
 overload or a rate limit falls back to the next model, as on every other kind."""

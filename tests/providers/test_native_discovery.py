@@ -1,7 +1,7 @@
 """Windows and counts of native models, as `webapp check-config` shows them: windows left
 out of the catalog come from the vendor's model record (Anthropic's `GET /v1/models/{id}`
 `max_input_tokens`, Gemini's `models.get` `inputTokenLimit`), counts from its count-tokens
-endpoint, each asked with the vendor's own key header (tests/vendors.py checks it)."""
+endpoint, each asked with the vendor's own key header (tests/vendors/ checks it)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fake vendors are faithful: the official `anthropic` and `google-genai` SDKs,
-pointed at `tests/vendors.py`, parse every answer, stream, count, model record and error
+pointed at `tests/vendors/`, parse every answer, stream, count, model record and error
 into their own types, as they would the real APIs'. The app's providers are then tested
 against the same fake (test_anthropic_provider.py, test_gemini_provider.py)."""
 
