@@ -13,7 +13,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.factories import make_user
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
-from webapp.chat.answering.naming import ASK, TITLE_TOKENS, clean_model_title
+from webapp.chat.naming import ASK, TITLE_TOKENS, clean_model_title
 from webapp.chat.stored.titles import title_from
 from webapp.settings import Settings
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 
 from webapp.chat.answering.answer import AnswerRegistry, AnswerWriter
 from webapp.chat.answering.flushing import AnswerFlusher
-from webapp.chat.answering.naming import Titler
 from webapp.chat.answering.reaping import Reaper
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.conversations import ConversationEditor
-from webapp.chat.reading import ConversationReader, RecentConfigurations
+from webapp.chat.naming import Titler
+from webapp.chat.reading import ConversationReader
 from webapp.chat.send import Sender
+from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.sending.preview import Previewer
 from webapp.db import Database
 from webapp.llm.catalog import Catalog

@@ -4,11 +4,10 @@ writer died is reaped first, so a page never shows it as still streaming."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from sqlmodel import Session, col, select
 
 from webapp.chat.answering.reaping import Reaper
+from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.stored.branches import Alternatives, alternatives, newest_on_branch, whole_branch
 from webapp.chat.stored.history import read_branch
 from webapp.chat.stored.models import Conversation, Message, Role
@@ -16,25 +15,6 @@ from webapp.chat.stored.rows import check_id
 from webapp.chat.stored.search import Hit, search_messages, search_words
 from webapp.db import Database
 from webapp.errors import NotFound
-
-
-class RecentConfigurations:
-    """Which configuration this process last saw each conversation use: only a hint (for
-    counting a new message before its send), so a stale entry costs a re-count, never a
-    wrong fit."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._size = size
-        self._known: OrderedDict[str, str] = OrderedDict()
-
-    def get(self, conversation_id: str) -> str | None:
-        return self._known.get(conversation_id)
-
-    def remember(self, conversation_id: str, configuration: str) -> None:
-        self._known[conversation_id] = configuration
-        self._known.move_to_end(conversation_id)
-        if len(self._known) > self._size:
-            self._known.popitem(last=False)
 
 
 class ConversationReader:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from webapp.chat.answering.answer import AnswerWriter, RunningAnswer
-from webapp.chat.answering.naming import Titler
 from webapp.chat.answering.stopping import AnswerStopper
+from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader
 from webapp.chat.sending.admission import Admission, checked_text
 from webapp.chat.sending.counting import count_newest

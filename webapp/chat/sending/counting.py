@@ -11,13 +11,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 
 from webapp.chat.answering.answer import COUNT_TIMEOUT
-from webapp.chat.reading import RecentConfigurations
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import RoutingError
 
 log = logging.getLogger(__name__)
+
+
+class RecentConfigurations:
+    """Which configuration this process last saw each conversation use: only a hint (for
+    counting a new message before its send), so a stale entry costs a re-count, never a
+    wrong fit."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._known: OrderedDict[str, str] = OrderedDict()
+
+    def get(self, conversation_id: str) -> str | None:
+        return self._known.get(conversation_id)
+
+    def remember(self, conversation_id: str, configuration: str) -> None:
+        self._known[conversation_id] = configuration
+        self._known.move_to_end(conversation_id)
+        if len(self._known) > self._size:
+            self._known.popitem(last=False)
 
 
 async def count_newest(

@@ -13,8 +13,8 @@ import math
 
 from sqlmodel import Session
 
-from webapp.chat.reading import RecentConfigurations
 from webapp.chat.sending.admission import checked_text
+from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.sending.history import read_for_send
 from webapp.chat.stored.models import MESSAGE_DEFAULTS, Message, Role
 from webapp.chat.stored.rows import fit_columns, owned_in

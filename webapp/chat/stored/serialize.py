@@ -8,7 +8,7 @@ from typing import Any
 
 from webapp.chat.stored.branches import Alternatives
 from webapp.chat.stored.feedback import feedback_word
-from webapp.chat.stored.models import Conversation, Message
+from webapp.chat.stored.models import Conversation, Message, Status
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
 
@@ -108,3 +108,21 @@ def preview_dict(row: Message) -> dict[str, Any]:
         "left_out": row.fit_left_out or [],
         "fit": fit_dict(row),
     }
+
+
+STATUS_LABELS = {
+    Status.STREAMING: "Writing…",
+    Status.STOPPED: "Stopped",
+    Status.FAILED: "Failed",
+    Status.INTERRUPTED: "Interrupted",
+}
+
+
+def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:
+    """'3 earlier turns were not sent to small (1 of them pinned)', said once for the
+    marker, the meter and the review."""
+    verb = "will not be" if will else ("was not" if dropped == 1 else "were not")
+    noun = "turn" if dropped == 1 else "turns"
+    pinned = f" ({pins:,} of them pinned)" if pins else ""
+    to = f" to {model}" if model else ""
+    return f"{dropped:,} earlier {noun} {verb} sent{to}{pinned}"

@@ -17,8 +17,14 @@ from typing import Any
 
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import Conversation, Message, Role, Status
-from webapp.chat.stored.serialize import FIT_COLUMNS, _iso, conversation_dict, message_dict
-from webapp.chat.web.views import STATUS_LABELS, left_out_words
+from webapp.chat.stored.serialize import (
+    FIT_COLUMNS,
+    STATUS_LABELS,
+    _iso,
+    conversation_dict,
+    left_out_words,
+    message_dict,
+)
 from webapp.errors import InvalidInput, refuse_nul
 from webapp.llm.estimator import estimate_message
 

@@ -476,7 +476,7 @@ class ConversationAdmin(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], was: FromQuery[str] = ""
     ) -> Template:
         """Held until the title is no longer `was`: the page asks once its first answer is
-        done, and the model's title (`webapp.chat.answering.naming`) shows in the header
+        done, and the model's title (`webapp.chat.naming`) shows in the header
         and sidebar."""
         conversation = await chat.titler.title_after(owner, conversation_id, was)
         return Template(

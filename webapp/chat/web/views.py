@@ -14,19 +14,13 @@ from webapp.chat.stored.attachments import attachment_html, split_attachment
 from webapp.chat.stored.branches import Alternatives, parent_of
 from webapp.chat.stored.history import is_replayable
 from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.serialize import STATUS_LABELS, left_out_words
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
 from webapp.web.markdown import name_code_copies, render_markdown, scrollable_parts_focusable
 
 COLLAPSE_CHARS = 1500
 COLLAPSE_LINES = 20
-
-STATUS_LABELS = {
-    Status.STREAMING: "Writing…",
-    Status.STOPPED: "Stopped",
-    Status.FAILED: "Failed",
-    Status.INTERRUPTED: "Interrupted",
-}
 
 
 def plural(count: int, one: str, many: str) -> str:
@@ -180,16 +174,6 @@ def cut_line_words(dropped: int, *, preview: bool = False) -> str:
 def answer_view(answer: Message, user: Message | None) -> MessageView:
     """An answer shown on its own (a stream's snapshot), with the user row it answers."""
     return MessageView(answer, asked_by=user)
-
-
-def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:
-    """'3 earlier turns were not sent to small (1 of them pinned)', said once for the
-    marker, the meter and the review."""
-    verb = "will not be" if will else ("was not" if dropped == 1 else "were not")
-    noun = "turn" if dropped == 1 else "turns"
-    pinned = f" ({pins:,} of them pinned)" if pins else ""
-    to = f" to {model}" if model else ""
-    return f"{dropped:,} earlier {noun} {verb} sent{to}{pinned}"
 
 
 @dataclass(frozen=True, slots=True)
