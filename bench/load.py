@@ -34,6 +34,7 @@ send but never reached: this measures streaming, not the limiter.
     python -m bench.load --loads 200 --no-postgres --profile /tmp/serve.txt  # py-spy
     BENCH_PROFILE_RATE=1000 python -m bench.load --loads "" --pairs 300 --profile ...
     python -m bench.load --single-only --pairs 60   # only the single sends, a minute
+    python -m bench.load --loads "" --pairs 0 --no-postgres --profile ...  # admission
 """
 
 from __future__ import annotations
@@ -522,7 +523,8 @@ def measure(
         relay_floor(folder, up_port, app_cores, with_floor) as floor,
     ):
         app = app_target(port, pid)
-        clients = set_up_accounts(env, port, max(loads, default=10))
+        # No loads and no pairs: the run is admission alone, which needs its 200 clients.
+        clients = set_up_accounts(env, port, max(loads, default=10 if pairs else ADMISSION_SENDS))
         # Warm up: code paths, connections to the upstream, the database's caches.
         uvloop.run(load(app, up_port, clients, min(20, len(clients)), 1, floor))
         results = {}
@@ -542,9 +544,13 @@ def measure(
             report_single(ttfts)
         if workers == 1 and len(clients) >= ADMISSION_SENDS:
             # Last: the admitted answers go on waiting until the server stops.
+            profiler = profile(pid, profile_to) if profile_to and not loads and not pairs else None
             report_admission(
                 [uvloop.run(admission(port, pid, clients, ADMISSION_SENDS)) for _ in range(2)]
             )
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(timeout=30)
         if workers == 1 and 200 in results and "ttft_over_floor" in results[200]:
             r = results[200]
             print(
