@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from sqlalchemy import Connection, insert, update
+from sqlalchemy.sql.cache_key import HasCacheKey
 from sqlmodel import Session, col
 
 from bench.common import fresh_sqlite, git_revision, machine, pin_to_one_core, run, with_forks
+from bench.fit_and_load import sentence
 from tests.postgres import POSTGRES_SERVER_URL, reachable, throwaway_database
 from webapp.accounts.models import User
 from webapp.accounts.preferences import _INSTRUCTIONS
@@ -40,6 +42,7 @@ from webapp.chat.sending.admission import _TOUCH_CONVERSATION
 from webapp.chat.sending.store import _INSERT_TURN, _turn_values
 from webapp.chat.stored import branches, history
 from webapp.chat.stored.budget import _RECORD_USE, Use
+from webapp.chat.stored.history import FIRST_BATCH
 from webapp.chat.stored.models import (
     MESSAGE_DEFAULTS,
     Conversation,
@@ -70,7 +73,9 @@ OTHER_OWNERS = 4
 SENDS_IN_WINDOW = 20
 """The signed-in user's sends in the rate limit's window (under the default limit, 30)."""
 Way = Literal["Prepared", "Core"]
+WAYS: tuple[Way, Way] = ("Prepared", "Core")
 Fetch = Literal["all", "first", "none"]
+Unit = Literal["send", "read"]
 
 
 @dataclass(frozen=True)
@@ -97,10 +102,21 @@ class Case:
     """The values of the statement's i-th run in a unit (a write needs fresh keys)."""
     fetch: Fetch
     """How the app takes the rows (`.rows` / `.first`; "none": a write without RETURNING)."""
-    in_send: bool
-    """Run once by a send into a conversation longer than its tail."""
-    unit: Literal["send", "read"]
+    in_send: Literal["1x", "alt", ""]
+    """"1x": run once by a send into a conversation longer than its tail; "alt": another
+    way Core would run one of those."""
+    unit: Unit
     """Where the app runs it: a send's unit (`write_core`) or a read unit."""
+    core: Callable[[Connection, dict[str, Any]], object] | None = None
+    """Core's way when it is not `connection.execute` of the same statement."""
+
+    @property
+    def cached(self) -> bool:
+        """Whether Core can cache the statement's compiled form (a multi-row VALUES with
+        bound parameters has no cache key: Core compiles it on every run)."""
+        statement = self.statement.statement
+        keyed = isinstance(statement, HasCacheKey) and statement._generate_cache_key() is not None
+        return self.core is not None or keyed
 
 
 @dataclass
@@ -134,13 +150,14 @@ class _Discard(Exception):
 # ---- the database --------------------------------------------------------------------------
 
 
-def _turns(rng: random.Random, conversation_id: str, now: datetime) -> list[tuple[Row, Row]]:
+def _turns(
+    rng: random.Random, conversation_id: str, now: datetime
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """TURNS turns as a send leaves them: the user row with its fit's facts, the answer
     with the provider's figures and its rendering."""
     turns = []
     for turn in range(TURNS):
-        question = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(10, 40)))
-        answer = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(40, 160)))
+        question, answer = sentence(rng, rng.randint(60, 240)), sentence(rng, rng.randint(200, 900))
         at = now - timedelta(minutes=2 * (TURNS - turn))
         common = {**MESSAGE_DEFAULTS, "conversation_id": conversation_id, "created_at": at}
         common["updated_at"] = at
@@ -181,32 +198,6 @@ def _turns(rng: random.Random, conversation_id: str, now: datetime) -> list[tupl
     return turns
 
 
-_WORDS = (
-    "the",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "a",
-    "lazy",
-    "dog",
-    "while",
-    "seven",
-    "wizards",
-    "quietly",
-    "box",
-    "jumbled",
-    "crates",
-    "of",
-    "vexing",
-    "liquor",
-    "and",
-    "zany",
-    "quartz",
-)
-
-
 async def populate(url: str) -> Fixture:
     """A signed-in user (a browser session and an API token) with custom instructions, a
     conversation of TURNS turns with FORKS forks and pins, and rate-limit rows of the user
@@ -241,9 +232,11 @@ async def populate(url: str) -> Fixture:
         uses = []
         for n, who in enumerate([owner, *(f"user:{id_of(o)}" for o in others)]):
             sends = SENDS_IN_WINDOW if who == owner else 10 + 5 * n
-            for k in range(sends + 30):  # the others left the window, not yet pruned
-                at = now - timedelta(seconds=(k + 1) * (50 / sends if k < sends else 3))
+            in_window = [50 * (k + 1) / sends for k in range(sends)]
+            left = [61.0 + 3 * k for k in range(30)]  # out of the window, not yet pruned
+            for k, ago in enumerate(in_window + left):
                 kind = Use.CALL if k % 5 == 4 else Use.SEND
+                at = now - timedelta(seconds=ago)
                 uses.append({"owner": who, "called_at": at, "kind": kind.value, "size": 0})
         connection.execute(insert(GatewayCall), uses)
 
@@ -282,7 +275,7 @@ def cases(fixture: Fixture, settings: Settings) -> list[Case]:
     newest, oldest = runs[0], runs[-1]
     in_conversation = {"conversation_id": conversation_id}
 
-    def turn(i: int) -> dict[str, Any]:
+    def rows(i: int) -> list[dict[str, Any]]:
         """A turn's two rows as `insert_turn` builds them, at fresh seqs."""
         seq = fixture.next_seq + 2 * i
         common = {"conversation_id": conversation_id, "created_at": now, "updated_at": now}
@@ -302,7 +295,7 @@ def cases(fixture: Fixture, settings: Settings) -> list[Case]:
             "fit_cut_moved": False,
             "fit_instructions_tokens": 14,
         }
-        rows = [
+        return [
             {
                 **MESSAGE_DEFAULTS,
                 **common,
@@ -324,127 +317,80 @@ def cases(fixture: Fixture, settings: Settings) -> list[Case]:
                 "status": Status.STREAMING,
             },
         ]
-        return _turn_values(rows)
+
+    def turn(i: int) -> dict[str, Any]:
+        return _turn_values(rows(i))
+
+    def turn_and_rows(i: int) -> dict[str, Any]:
+        """`turn`'s values, which `Prepared` takes, and the rows, which Core takes."""
+        return {**turn(i), _ROWS: rows(i)}
 
     def fixed(values: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
         return lambda _: values
 
     window = settings.rate_limit_window
+    touch = {
+        **in_conversation,
+        "owned_by": fixture.owner,
+        "now": now,
+        "since": now - timedelta(seconds=window),
+        "limit": settings.rate_limit_messages,
+    }
+    use = {"owner": fixture.owner, "at": now, "kind": Use.SEND.value, "size": 0}
+    tail = {**in_conversation, "first": newest[0], "last": newest[1], "limit": FIRST_BATCH}
+    head = {**in_conversation, "first": oldest[0], "last": oldest[1], "limit": 8}
+    pins = {**in_conversation, "after": 2, "before": fixture.oldest_tail_seq}
+    fit = {**in_conversation, "seq": fixture.newest_user_seq}
+    page = {**in_conversation, "first": newest[0], "last": newest[1], "limit": 100}
+    run = {**in_conversation, "first": oldest[0], "last": oldest[1], "limit": 2**62}
+    branch = {**in_conversation, "leaf": None}
+    owner = {"user_id": fixture.user_id}
+    token = {"secret": digest(fixture.token)}
+    login = {"secret": digest(fixture.session_secret)}
+    send: Unit = "send"
+    read: Unit = "read"
     return [
+        Case("admission: touch", _TOUCH_CONVERSATION, fixed(touch), "first", "1x", send),
+        Case("budget: record use", _RECORD_USE, fixed(use), "none", "1x", send),
+        Case("history: branch runs", history._RUNS, fixed(branch), "all", "1x", send),
+        Case(f"history: tail ({FIRST_BATCH} rows)", walk.newest_in, fixed(tail), "all", "1x", send),
+        Case("history: head (8 rows)", walk.oldest_in, fixed(head), "all", "1x", send),
+        Case("history: pins between", walk.pinned_between, fixed(pins), "all", "1x", send),
+        Case("history: previous fit", history._PREVIOUS_FIT, fixed(fit), "first", "1x", send),
+        Case("preferences: instructions", _INSTRUCTIONS, fixed(owner), "first", "1x", send),
+        Case("store: insert turn", _INSERT_TURN, turn, "all", "1x", send),
         Case(
-            "admission: touch conversation",
-            _TOUCH_CONVERSATION,
-            fixed(
-                {
-                    **in_conversation,
-                    "owned_by": fixture.owner,
-                    "now": now,
-                    "since": now - timedelta(seconds=window),
-                    "limit": settings.rate_limit_messages,
-                }
-            ),
-            "first",
-            True,
-            "send",
-        ),
-        Case(
-            "budget: record use",
-            _RECORD_USE,
-            fixed({"owner": fixture.owner, "at": now, "kind": Use.SEND.value, "size": 0}),
-            "none",
-            True,
-            "send",
-        ),
-        Case(
-            "history: branch runs",
-            history._RUNS,
-            fixed({**in_conversation, "leaf": None}),
+            "store: insert turn, Core: 2 inserts",
+            _INSERT_TURN,
+            turn_and_rows,
             "all",
-            True,
-            "send",
+            "alt",
+            send,
+            _insert_rows,
         ),
-        Case(
-            "history: tail (64 rows)",
-            walk.newest_in,
-            fixed({**in_conversation, "first": newest[0], "last": newest[1], "limit": 64}),
-            "all",
-            True,
-            "send",
-        ),
-        Case(
-            "history: head (8 rows)",
-            walk.oldest_in,
-            fixed({**in_conversation, "first": oldest[0], "last": oldest[1], "limit": 8}),
-            "all",
-            True,
-            "send",
-        ),
-        Case(
-            "history: pins between",
-            walk.pinned_between,
-            fixed({**in_conversation, "after": 2, "before": fixture.oldest_tail_seq}),
-            "all",
-            True,
-            "send",
-        ),
-        Case(
-            "history: previous fit",
-            history._PREVIOUS_FIT,
-            fixed({**in_conversation, "seq": fixture.newest_user_seq}),
-            "first",
-            True,
-            "send",
-        ),
-        Case(
-            "preferences: instructions",
-            _INSTRUCTIONS,
-            fixed({"user_id": fixture.user_id}),
-            "first",
-            True,
-            "send",
-        ),
-        Case("store: insert turn", _INSERT_TURN, turn, "all", True, "send"),
-        Case(
-            "history: newest row (a branch's send)",
-            history._NEWEST_ROW,
-            fixed(in_conversation),
-            "first",
-            False,
-            "send",
-        ),
-        Case(
-            "branches: page (100 rows)",
-            branches._NEWEST_IN,
-            fixed({**in_conversation, "first": newest[0], "last": newest[1], "limit": 100}),
-            "all",
-            False,
-            "read",
-        ),
+        Case("history: newest row", history._NEWEST_ROW, fixed(in_conversation), "first", "", send),
+        Case("branches: page (100 rows)", branches._NEWEST_IN, fixed(page), "all", "", read),
         Case(
             f"branches: whole run ({oldest[1] - oldest[0] + 1} rows)",
             branches._OLDEST_IN,
-            fixed({**in_conversation, "first": oldest[0], "last": oldest[1], "limit": 2**62}),
+            fixed(run),
             "all",
-            False,
-            "read",
+            "",
+            read,
         ),
-        Case(
-            "sign-in: token owner",
-            _TOKEN_OWNER,
-            fixed({"secret": digest(fixture.token)}),
-            "all",
-            False,
-            "read",
-        ),
-        Case(
-            "sign-in: session owner",
-            _SESSION_OWNER,
-            fixed({"secret": digest(fixture.session_secret)}),
-            "all",
-            False,
-            "read",
-        ),
+        Case("sign-in: token owner", _TOKEN_OWNER, fixed(token), "all", "", read),
+        Case("sign-in: session owner", _SESSION_OWNER, fixed(login), "all", "", read),
     ]
+
+
+_ROWS = "rows of the turn"
+_INSERT_ROW = insert(Message).returning(col(Message.seq), col(Message.id))
+"""One row: a statement Core caches (the turn's two-row VALUES it compiles every time)."""
+
+
+def _insert_rows(connection: Connection, values: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """A turn's rows the way Core would store them: one cached insert a row."""
+    return [tuple(connection.execute(_INSERT_ROW, row).one()) for row in values[_ROWS]]
 
 
 def unmeasured(measured: Iterable[Prepared]) -> list[str]:
@@ -466,6 +412,8 @@ def _once(connection: Connection, case: Case, way: Way, values: dict[str, Any]) 
         if case.fetch == "first":
             return case.statement.first(connection, values)
         return case.statement.rows(connection, values)
+    if case.core is not None:
+        return case.core(connection, values)
     result = connection.execute(case.statement.statement, values)
     if case.fetch == "first":
         return result.first()
@@ -520,16 +468,17 @@ def _plain(case: Case, found: object) -> list[tuple[Any, ...]]:
 
 
 async def same_rows(db: Database, case: Case) -> None:
-    """The premise: both ways return the same rows for the same values (a write's fresh
-    ids aside)."""
+    """The premise: both ways return the same rows for the same values (fresh ids and a
+    write's own bookkeeping aside)."""
 
     def both(connection: Connection) -> tuple[list[tuple[Any, ...]], ...]:
         return tuple(
-            _plain(case, _once(connection, case, way, case.values(k)))
-            for k, way in enumerate(("Prepared", "Core"))
+            _plain(case, _once(connection, case, way, case.values(k))) for k, way in enumerate(WAYS)
         )
 
     prepared, core = cast(tuple[list[tuple[Any, ...]], ...], await discarded(db, case, both))
+    if case.fetch == "none":
+        return  # on PostgreSQL the insert returns its id, which Core keeps to itself
     if case.statement is _INSERT_TURN:
         assert len(prepared) == len(core) == 2, (prepared, core)
     else:
@@ -598,31 +547,44 @@ def _share(seconds: float) -> str:
     return f"{seconds * 1e6 / SEND_CPU_US:.1%}"
 
 
+def _worth(seconds: float) -> str:
+    return "yes" if seconds * 1e6 > SHORTCUT_WORTH * SEND_CPU_US else "no"
+
+
 def report_statements(todo: Sequence[Case], results: Sequence[Timings], runs: int) -> None:
     print(
         f"  each way {runs:,} runs a statement; medians in µs; Δ = Core − Prepared, the median"
-        f" of pair-by-pair differences; share: Δ CPU of a {SEND_CPU_US / 1000:g} ms send"
+        f" of pair-by-pair differences; share: Δ CPU of a {SEND_CPU_US / 1000:g} ms send;"
+        " * Core compiles it every run (no cache key)"
     )
-    header = f"  {'statement':<38} {'send':>4} {'Prepared':>9} {'Core':>8}"
-    print(header + f" {'Δ wall':>8} {'Δ CPU':>8} {'share':>6}  > 10%?")
-    send_wall = send_cpu = 0.0
+    header = f"  {'statement':<38} {'send':>4} {'Prepared':>9} {'Core':>9}"
+    print(header + f" {'Δ wall':>9} {'Δ CPU':>9} {'share':>6}  > 10%?")
+    deltas = []
     for case, timings in zip(todo, results, strict=True):
         wall = timings.paired("Core", "Prepared", "wall")
         cpu = timings.paired("Core", "Prepared", "cpu")
-        if case.in_send:
-            send_wall, send_cpu = send_wall + wall, send_cpu + cpu
-        worth = "yes" if cpu * 1e6 > SHORTCUT_WORTH * SEND_CPU_US else "no"
+        deltas.append((case, wall, cpu))
+        name = case.name + ("" if case.cached else " *")
         print(
-            f"  {case.name:<38} {'1x' if case.in_send else '':>4}"
-            f" {_us(timings.median('Prepared')):>9} {_us(timings.median('Core')):>8}"
-            f" {_us(wall):>8} {_us(cpu):>8} {_share(cpu):>6}  {worth}"
+            f"  {name:<38} {case.in_send:>4}"
+            f" {_us(timings.median('Prepared')):>9} {_us(timings.median('Core')):>9}"
+            f" {_us(wall):>9} {_us(cpu):>9} {_share(cpu):>6}  {_worth(cpu)}"
         )
-    count = sum(case.in_send for case in todo)
-    worth = "yes" if send_cpu * 1e6 > SHORTCUT_WORTH * SEND_CPU_US else "no"
-    print(
-        f"  {f'a send: the {count} marked 1x, summed':<38} {'':>4} {'':>9} {'':>8}"
-        f" {_us(send_wall):>8} {_us(send_cpu):>8} {_share(send_cpu):>6}  {worth}"
-    )
+    replaced = {case.statement for case in todo if case.in_send == "alt"}
+    for title, kinds, skip in (
+        ("a send: the 1x, summed", {"1x"}, set()),
+        ("a send: the 1x and alt, summed", {"1x", "alt"}, replaced),
+    ):
+        chosen = [
+            (wall, cpu)
+            for case, wall, cpu in deltas
+            if case.in_send in kinds and not (case.in_send == "1x" and case.statement in skip)
+        ]
+        wall, cpu = sum(w for w, _ in chosen), sum(c for _, c in chosen)
+        print(
+            f"  {f'{title} ({len(chosen)})':<38} {'':>4} {'':>9} {'':>9}"
+            f" {_us(wall):>9} {_us(cpu):>9} {_share(cpu):>6}  {_worth(cpu)}"
+        )
 
 
 def report_lookups(found: dict[str, Timings], rounds: int) -> None:
@@ -672,7 +634,7 @@ async def bench(url: str, title: str, rounds: int, pairs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=30, help="units a statement, alternated")
-    parser.add_argument("--pairs", type=int, default=40, help="runs each way in a unit")
+    parser.add_argument("--pairs", type=int, default=25, help="runs each way in a unit")
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
     if not 1 <= args.rounds <= 1000 or not 1 <= args.pairs <= 1000:
