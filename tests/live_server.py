@@ -37,9 +37,12 @@ def webapp_serve(port: int) -> list[str]:
 
 
 H11_SERVE = (
-    "import sys, uvicorn; from webapp.web.server import DeadlineH11Protocol; "
+    "import sys, uvicorn; from webapp.settings import Settings; "
+    "from webapp.web.server import DeadlineH11Protocol, Deadlines, with_deadlines; "
+    "settings = Settings(); "
+    "deadlines = Deadlines(settings.request_timeout, settings.write_timeout); "
     "uvicorn.run('webapp.asgi:app', port=int(sys.argv[1]), log_level='warning', "
-    "http=DeadlineH11Protocol, timeout_keep_alive=1)"
+    "http=with_deadlines(DeadlineH11Protocol, deadlines), timeout_keep_alive=1)"
 )
 
 

@@ -18,7 +18,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     parser is httptools where installed (see webapp.web.server)."""
     import uvicorn
 
-    from webapp.web.server import http_protocol
+    from webapp.web.server import Deadlines, http_protocol
 
     settings = Settings()
     proxies = settings.trusted_proxy_list
@@ -32,7 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
         timeout_keep_alive=max(1, round(settings.keep_alive_timeout)),
-        http=http_protocol(),
+        http=http_protocol(Deadlines(settings.request_timeout, settings.write_timeout)),
     )
     return 0
 

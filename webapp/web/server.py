@@ -5,15 +5,15 @@ uvicorn times out a connection only while it sits idle between requests, and the
 stops at the first byte: a client that sends its headers (or its body) a byte at a time
 holds a connection, and a file descriptor, for ever. Here every request, from the moment
 the connection opens or the previous response ends, must arrive whole within
-`WEBAPP_REQUEST_TIMEOUT` seconds, or the connection is closed.
+`Deadlines.request` seconds (`WEBAPP_REQUEST_TIMEOUT`), or the connection is closed.
 
 A response is not timed as a whole (a streamed answer may run as long as it runs), but
 its client must keep taking its bytes: once the connection's buffer is full (the
 transport pauses writing, so the app waits), a client that takes none of it for
-`WEBAPP_WRITE_TIMEOUT` seconds is dropped, at once (`abort`: the buffer is discarded,
-not flushed), and whatever the response held is freed. Without it, a client that asks
-for a large export and never reads held the whole export in memory for as long as it
-kept the connection open.
+`Deadlines.write` seconds (`WEBAPP_WRITE_TIMEOUT`) is dropped, at once (`abort`: the
+buffer is discarded, not flushed), and whatever the response held is freed. Without it,
+a client that asks for a large export and never reads held the whole export in memory
+for as long as it kept the connection open.
 
 `webapp serve` runs on httptools (C parsing, one `write` per chunk) when it is
 installed, and falls back to h11, which is pure Python: with hundreds of answers
@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from functools import cache
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from webapp.settings import Settings
 from webapp.web.events import end_streams
 
 if TYPE_CHECKING:
@@ -53,15 +53,14 @@ STILL_ARRIVING = (h11.IDLE, h11.SEND_BODY)
 """The client's states (h11) while its request (headers, then body) is not complete."""
 
 
-@cache
-def request_timeout() -> float:
-    """Read once per worker process (uvicorn builds a protocol object per connection)."""
-    return Settings().request_timeout
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """Seconds a request may take to arrive whole (`request`), and a response's client may
+    take none of its bytes (`write`): the settings `webapp serve` reads, given to each
+    connection's protocol."""
 
-
-@cache
-def write_timeout() -> float:
-    return Settings().write_timeout
+    request: float
+    write: float
 
 
 class _Deadline(asyncio.Protocol):
@@ -75,6 +74,10 @@ class _Deadline(asyncio.Protocol):
     """The transport's buffer when the write deadline was last armed."""
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
+
+    def __init__(self, *args: Any, deadlines: Deadlines, **kwargs: Any) -> None:
+        self._deadlines = deadlines
+        super().__init__(*args, **kwargs)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -106,7 +109,7 @@ class _Deadline(asyncio.Protocol):
     def _arm_write(self) -> None:
         self._disarm_write()
         self._unsent = self._unsent_bytes()
-        self._write_deadline = self.loop.call_later(write_timeout(), self._write_expired)
+        self._write_deadline = self.loop.call_later(self._deadlines.write, self._write_expired)
 
     def _disarm_write(self) -> None:
         if self._write_deadline is not None:
@@ -141,7 +144,7 @@ class _Deadline(asyncio.Protocol):
     def _arm(self) -> None:
         self._disarm()
         if not self.transport.is_closing():
-            self._deadline = self.loop.call_later(request_timeout(), self._expire)
+            self._deadline = self.loop.call_later(self._deadlines.request, self._expire)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -178,8 +181,16 @@ if HttpToolsProtocol is not None:
             return cycle is None or cycle.response_complete or cycle.more_body
 
 
-def http_protocol() -> type:
-    """The protocol class `webapp serve` gives uvicorn: httptools where it is installed."""
+def with_deadlines(protocol: type[_Deadline], deadlines: Deadlines) -> type[asyncio.Protocol]:
+    """What uvicorn is given as its `http` protocol: it only ever calls it, with a
+    connection's arguments, and with --workers pickles it into each worker, which a
+    partial of a module-level class survives and a class made here would not. uvicorn's
+    signature asks for a class, hence the cast."""
+    return cast("type[asyncio.Protocol]", partial(protocol, deadlines=deadlines))
+
+
+def http_protocol(deadlines: Deadlines) -> type[asyncio.Protocol]:
+    """The protocol `webapp serve` gives uvicorn: httptools where it is installed."""
     if HttpToolsProtocol is not None:
-        return DeadlineHttpToolsProtocol
-    return DeadlineH11Protocol
+        return with_deadlines(DeadlineHttpToolsProtocol, deadlines)
+    return with_deadlines(DeadlineH11Protocol, deadlines)
