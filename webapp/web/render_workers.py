@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
@@ -59,11 +60,11 @@ class WorkerFailed(Exception):
     """A worker did not start, overran its deadline, or died."""
 
 
-def serve(fd: int) -> None:
+def serve(fd: int, render_here: Callable[[str], str]) -> None:
     """A worker's life (`python -c` runs it): render each text it is sent on the socket
-    `fd`, until the server closes it or goes away."""
+    `fd` with `render_here` (webapp.web.markdown's, which sends texts here, so it is
+    named by the command rather than imported), until the server closes it or goes away."""
     from webapp.web import highlight
-    from webapp.web.markdown import render_here
 
     connection = Connection(fd)
     highlight.time_limited()
@@ -97,7 +98,10 @@ class _Worker:
         # The server's import path, as multiprocessing would pass it on: the worker finds
         # this very code however the server was started.
         path = os.pathsep.join(entry or os.getcwd() for entry in sys.path)
-        code = f"from webapp.web.render_workers import serve; serve({theirs.fileno()})"
+        code = (
+            "from webapp.web.markdown import render_here; "
+            f"from webapp.web.render_workers import serve; serve({theirs.fileno()}, render_here)"
+        )
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code],
