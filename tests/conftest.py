@@ -1,6 +1,6 @@
 """Shared fixtures: databases (SQLite and PostgreSQL), settings, the app and its clients,
 the conversation service, the fake upstream and vendors. Each is built from
-tests/factories.py and defined once; a test module sets what its own settings need with
+tests/factories/ and defined once; a test module sets what its own settings need with
 `pytestmark = pytest.mark.settings(extra=..., **fields)`."""
 
 from __future__ import annotations
@@ -8,13 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
@@ -22,6 +21,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.factories import (
     Client,
+    api_client,
+    bearer_header,
     build_service,
     close_service,
     htmx_headers,
@@ -30,7 +31,7 @@ from tests.factories import (
     sign_in,
 )
 from tests.postgres import require, throwaway_database
-from tests.served import Gateway, serve_in_thread
+from tests.served import Gateway, gateway_on
 from tests.upstream import (  # noqa: F401  (the fake OpenAI-compatible servers)
     FakeUpstream,
     engine_upstream,
@@ -167,9 +168,7 @@ def app(settings: Settings) -> Litestar:
 @pytest.fixture
 async def client(app: Litestar, settings: Settings) -> AsyncIterator[AsyncTestClient]:
     """alice's API client: her bearer token on every request."""
-    token = await make_user(settings.database_url, "alice")
-    async with AsyncTestClient(app=app) as test_client:
-        test_client.headers["Authorization"] = f"Bearer {token}"
+    async with api_client(settings, app=app) as test_client:
         yield test_client
 
 
@@ -193,7 +192,7 @@ async def callers(
         Client(app=create_app(settings)) as browser,
         Client(app=create_app(settings)) as visitor,
     ):
-        by_token.headers["Authorization"] = f"Bearer {token}"
+        by_token.headers.update(bearer_header(token))
         browser.headers["x-csrftoken"] = await sign_in(browser, "root")
         page = await visitor.get("/embed/support")
         assert page.status_code == 200
@@ -216,24 +215,15 @@ def serve(
 ) -> Iterator[Callable[..., Gateway]]:
     """`serve(database_url, **settings)` starts the app (in a thread, with uvicorn on its
     own loop) for alice and bob on a free port; stopped at the end."""
-    running: list[tuple[uvicorn.Server, threading.Thread]] = []
-    gateways: list[Gateway] = []
+    with ExitStack() as running:
 
-    def start(database_url: str, **overrides: Any) -> Gateway:
-        settings = settings_for(database_url, tmp_path, upstream, **overrides)
-        tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
-        server, thread, port = serve_in_thread(settings)
-        running.append((server, thread))
-        # A process's first app asks the upstream for its windows (the answer is cached
-        # for the process, webapp.llm.discovery): what it asked while starting is not the
-        # test's, whichever test happens to start a process's first app.
-        upstream.forget_requests()
-        gateways.append(Gateway(f"http://127.0.0.1:{port}", tokens))
-        return gateways[-1]
+        def start(database_url: str, **overrides: Any) -> Gateway:
+            settings = settings_for(database_url, tmp_path, upstream, **overrides)
+            gateway = running.enter_context(gateway_on(settings, ("alice", "bob")))
+            # A process's first app asks the upstream for its windows (the answer is cached
+            # for the process, webapp.llm.discovery): what it asked while starting is not
+            # the test's, whichever test happens to start a process's first app.
+            upstream.forget_requests()
+            return gateway
 
-    yield start
-    for client in (client for gateway in gateways for client in gateway.clients):
-        client.close()
-    for server, thread in running:
-        server.should_exit = True
-        thread.join(timeout=10)
+        yield start

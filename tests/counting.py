@@ -8,15 +8,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from tests.catalogs import engine_toml
+from tests.factories import probed_service, service_settings_on
 from tests.upstream import Engine, FakeUpstream
-from webapp.chat.jobs import ChatJobs, chat_jobs
-from webapp.db import Database
-from webapp.llm.calibration import Calibrator
-from webapp.llm.catalog import load_catalog
-from webapp.llm.discovery import discover
-from webapp.llm.manager import LLMManager
-from webapp.llm.tokenizers import Tokenizers
-from webapp.settings import Settings
+from webapp.chat.jobs import ChatJobs
 
 CORPUS = Path(__file__).parent / "corpus" / "estimator"
 SEPARATOR = "\n--8<--\n"
@@ -59,25 +53,8 @@ async def catalog_service(
 ) -> AsyncIterator[ChatJobs]:
     """The service for a catalog file as the app starts it: windows left out of the file
     discovered (unless told not to), then the tokenizers probed."""
-    settings = Settings(
-        database_url=database_url,
-        config=path,
-        stream_flush_interval=0.05,
-        rate_limit_messages=rate_limit,
-        max_message_chars=20_000,
+    settings = service_settings_on(
+        database_url, path, rate_limit_messages=rate_limit, max_message_chars=20_000
     )
-    catalog = load_catalog(path)
-    if discover_windows:
-        catalog, _ = await discover(catalog)
-    tokenizers = Tokenizers()
-    await tokenizers.probe(catalog)
-    db = Database(database_url)
-    manager = LLMManager(catalog, Calibrator(db), tokenizers=tokenizers)
-    service = chat_jobs(db, manager, settings)
-    try:
+    async with probed_service(settings, discover_windows=discover_windows) as service:
         yield service
-    finally:
-        await service.shutdown()
-        await manager.aclose()
-        await tokenizers.aclose()
-        await db.dispose()

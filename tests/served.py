@@ -8,14 +8,17 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import openai
 import uvicorn
+from litestar.types import LifespanHook
 
-from tests.factories import parse_sse
+from tests.factories import bearer_header, make_user, parse_sse
 from webapp.app import create_app
 from webapp.settings import Settings
 
@@ -41,18 +44,23 @@ class Gateway:
         return client
 
     def http(self, user: str | None = "alice") -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
+        headers = bearer_header(self.tokens[user]) if user else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=20)
 
 
-def serve_in_thread(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, int]:
+def serve_in_thread(
+    settings: Settings, on_startup: Sequence[LifespanHook] = ()
+) -> tuple[uvicorn.Server, threading.Thread, int]:
     """The app on `settings`, served by uvicorn (on its own loop, in a thread) on a free
-    port; once it has started."""
+    port; once it has started. `on_startup` runs on that loop after the app's own start-up
+    (a test's probe of the loop)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    app = create_app(settings)
+    app.on_startup.extend(on_startup)
     config = uvicorn.Config(
-        create_app(settings), log_level="warning", access_log=False, lifespan="on", loop="asyncio"
+        app, log_level="warning", access_log=False, lifespan="on", loop="asyncio"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -65,6 +73,26 @@ def serve_in_thread(settings: Settings) -> tuple[uvicorn.Server, threading.Threa
     return server, thread, port
 
 
+@contextmanager
+def gateway_on(
+    settings: Settings,
+    users: Iterable[str] = ("alice",),
+    on_startup: Sequence[LifespanHook] = (),
+) -> Iterator[Gateway]:
+    """The app on `settings` on a free port (serve_in_thread), for `users`, made first with
+    their tokens; stopped, and its clients closed, at the end."""
+    tokens = {name: asyncio.run(make_user(settings.database_url, name)) for name in users}
+    server, thread, port = serve_in_thread(settings, on_startup)
+    gateway = Gateway(f"http://127.0.0.1:{port}", tokens)
+    try:
+        yield gateway
+    finally:
+        for client in gateway.clients:
+            client.close()
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def webapp_of(model: Any) -> dict[str, Any]:
     """The `webapp` object of an answer parsed by the openai client (an extra field)."""
     extra = model.model_extra or {}
@@ -74,7 +102,7 @@ def webapp_of(model: Any) -> dict[str, Any]:
 
 def bearer(url: str, token: str) -> httpx.AsyncClient:
     """An API client of the server at `url`, signed in by `token`."""
-    return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    return httpx.AsyncClient(base_url=url, headers=bearer_header(token), timeout=30)
 
 
 async def streaming_answer(api: httpx.AsyncClient, conversation: str) -> int:

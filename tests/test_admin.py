@@ -31,10 +31,9 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlmodel import Session, col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tests.catalogs import write_upstream_catalog
 from tests.conftest import empty_tables
 from tests.dbutil import session_on
-from tests.factories import add_user, admin_client, build_service
+from tests.factories import add_user, admin_client, build_service, close_service, service_settings
 from tests.upstream import FakeUpstream
 from webapp.accounts.guards import admin_only
 from webapp.accounts.models import User
@@ -175,12 +174,8 @@ async def world(
         name: 1_000_000 for name in RATE_LIMITS if name in Settings.model_fields
     }
     with FakeUpstream() as upstream:
-        settings = Settings(
-            database_url=admin_database_url,
-            config=write_upstream_catalog(tmp_path_factory.mktemp("catalog") / "c.toml", upstream),
-            stream_flush_interval=0.05,
-            max_message_chars=5000,
-            **unlimited,
+        settings = service_settings(
+            admin_database_url, tmp_path_factory.mktemp("catalog"), upstream, **unlimited
         )
         chat = await build_service(settings)
         users = {
@@ -202,9 +197,7 @@ async def world(
             await set_activity(chat, world.ids["mixed"], TWO_DAYS_AGO_EARLY)
             yield world
         finally:
-            await chat.shutdown()
-            await chat.manager.aclose()
-            await chat.db.dispose()
+            await close_service(chat)
 
 
 # ---- the oracle: the same facts, computed in Python from everything stored -----------------

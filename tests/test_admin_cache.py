@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlmodel import Session
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tests.catalogs import CLOSED_PORT_URL, write_upstream_catalog
+from tests.catalogs import CLOSED_PORT_URL
 from tests.dbutil import session_on
-from tests.factories import admin_client
+from tests.factories import admin_client, settings_for
 from webapp.accounts.models import User
 from webapp.admin import queries
 from webapp.admin.queries import UNKNOWN_MODEL, CacheDay
@@ -163,8 +163,7 @@ async def seeded(database_url: str, tmp_path: Path) -> AsyncIterator[Seeded]:
             session.add_all(seeded_rows(conversation.id))
     finally:
         await db.dispose()
-    catalog = write_upstream_catalog(tmp_path / "catalog.toml", _Nowhere())
-    yield Seeded(database_url, Settings(database_url=database_url, config=catalog), users)
+    yield Seeded(database_url, settings_for(database_url, tmp_path, _Nowhere()), users)
 
 
 class _Nowhere:

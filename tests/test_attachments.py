@@ -6,16 +6,14 @@ binary files, text that is not UTF-8 and files over the size limit are refused w
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
+import pytest
+from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user
+from tests.factories import user_header
 from tests.upstream import FakeUpstream
-from webapp.app import create_app
 from webapp.chat.stored.attachments import Attachment, attach, split_attachment
-from webapp.settings import Settings
 
 NOTES = "Meeting notes\nThe aardvark budget is ```fenced``` twice.\nZebras next week.\n"
 
@@ -30,16 +28,12 @@ def test_the_file_is_fenced_under_its_name_and_splits_back() -> None:
     assert split_attachment("no file here")[1] is None
 
 
+@pytest.mark.settings(max_message_chars=2_000)
 async def test_an_attached_file_is_sent_counted_stored_and_refused_when_not_text(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
+    app: Litestar, database_url: str, upstream: FakeUpstream
 ) -> None:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-        max_message_chars=2_000,
-    )
-    auth = {"Authorization": f"Bearer {await make_user(database_url, 'alice')}"}
-    async with AsyncTestClient(app=create_app(settings)) as client:
+    auth = await user_header(database_url, "alice")
+    async with AsyncTestClient(app=app) as client:
         made = await client.post(
             "/api/conversations", json={"configuration": "small"}, headers=auth
         )

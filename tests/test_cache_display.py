@@ -14,15 +14,12 @@ import pytest
 from litestar.testing import AsyncTestClient
 from sqlmodel import col, update
 
-from tests.catalogs import write_upstream_catalog
 from tests.dbutil import session_on
-from tests.factories import make_user, new_conversation
+from tests.factories import api_client, new_conversation, settings_for
 from tests.upstream import FakeUpstream
-from webapp.app import create_app
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.web.views import Meter, message_views
 from webapp.db import Database
-from webapp.settings import Settings
 from webapp.web.templates import render_fragment
 
 CACHE_NOTE = re.compile(r'<p class="cache-note">(.*?)</p>', re.S)
@@ -201,12 +198,7 @@ def test_the_note_on_a_send_that_moved_the_cut() -> None:
 async def client(
     sqlite_url: str, tmp_path: Path, upstream: FakeUpstream
 ) -> AsyncIterator[AsyncTestClient]:
-    settings = Settings(
-        database_url=sqlite_url, config=write_upstream_catalog(tmp_path / "catalog.toml", upstream)
-    )
-    token = await make_user(sqlite_url, "alice")
-    async with AsyncTestClient(app=create_app(settings)) as test_client:
-        test_client.headers["Authorization"] = f"Bearer {token}"
+    async with api_client(settings_for(sqlite_url, tmp_path, upstream)) as test_client:
         yield test_client
 
 

@@ -20,14 +20,13 @@ from sqlmodel import Session
 
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import empty_tables
-from tests.factories import build_service, close_service, make_user
+from tests.factories import build_service, close_service, make_user, settings_on
 from tests.live_server import serving
 from tests.served import bearer, send, streaming_answer
 from tests.upstream import FakeUpstream
 from webapp.chat.answering.notify import CHANNEL, PostgresNotices
 from webapp.chat.stored.models import Conversation
 from webapp.chat.web.live import follow_answer
-from webapp.settings import Settings
 
 pytestmark = pytest.mark.postgres
 
@@ -130,8 +129,7 @@ async def test_another_worker_hears_every_piece_once_in_order_even_past_a_lost_n
     upstream.stall(60)
     token = await make_user(database, "alice")
     writer_url = serve(WEBAPP_STREAM_FLUSH_INTERVAL="1.0")
-    settings = Settings(database_url=database, config=tmp_path / "catalog.toml")
-    chat = await build_service(settings)
+    chat = await build_service(settings_on(database, tmp_path / "catalog.toml"))
     notices = PostgresNotices(database)
     await notices.start()
     shown: list[str] = []

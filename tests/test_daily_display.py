@@ -5,16 +5,12 @@ a rename that answers with the sidebar's link too."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user, new_conversation
-from tests.upstream import FakeUpstream
-from webapp.app import create_app
+from tests.factories import api_client, new_conversation
 from webapp.chat.stored.titles import (
     TITLE_MAX,
     cut_at_word,
@@ -162,16 +158,8 @@ async def test_the_header_switch_answers_with_the_next_sends_meter(
     assert bad.status_code == 400
 
 
-async def test_a_refused_admin_form_keeps_what_was_typed(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> None:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-    )
-    token = await make_user(database_url, "root", admin=True)
-    async with AsyncTestClient(app=create_app(settings)) as admin:
-        admin.headers["Authorization"] = f"Bearer {token}"
+async def test_a_refused_admin_form_keeps_what_was_typed(settings: Settings) -> None:
+    async with api_client(settings, "root", admin=True) as admin:
         refused = await admin.post(
             "/admin/users", data={"username": "root", "password": "x", "is_admin": "on"}
         )

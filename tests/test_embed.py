@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from litestar import Litestar
@@ -15,15 +14,12 @@ from sqlalchemy import func
 from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from tests.catalogs import write_upstream_catalog
 from tests.factories import EMBED, Client, found, htmx_headers
 from tests.upstream import FakeUpstream
-from webapp.app import create_app
 from webapp.chat.stored.models import Conversation
 from webapp.db import Database, create_engine
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import TooManyRequests
-from webapp.settings import Settings
 
 pytestmark = pytest.mark.settings(extra=EMBED, embed_rate_limit_messages=3)
 
@@ -165,13 +161,12 @@ def visible_text(html: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
+@pytest.mark.settings(extra=EMBED + OPEN_EMBED)  # and no rate limit of the module's
 async def test_visitors_see_no_internals_unless_the_embed_shows_them(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
+    app: Litestar, upstream: FakeUpstream
 ) -> None:
     """Token counts, the model's and the configuration's names are the site's business:
     an embed shows them only with `show_internals = true`."""
-    catalog = write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED + OPEN_EMBED)
-    app = create_app(Settings(database_url=database_url, config=catalog))
     upstream.set_reply("Glad to help.")
     shown = {}
     async with Client(app=app) as client:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,15 +22,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user
-from tests.served import Gateway, webapp_of
+from tests.factories import settings_for
+from tests.served import Gateway, gateway_on, webapp_of
 from tests.upstream import FakeUpstream
-from webapp.app import create_app
-from webapp.settings import Settings
 
 STALL = 0.1
 """The longest the server's loop may be held by one request, in seconds."""
@@ -108,46 +103,22 @@ class Served(Gateway):
 
 @pytest.fixture
 def serve(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., Served]]:
-    running: list[tuple[uvicorn.Server, threading.Thread]] = []
-    served: list[Served] = []
+    with ExitStack() as running:
 
-    def start(database_url: str, **overrides: Any) -> Served:
-        settings = Settings(
-            database_url=database_url,
-            config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, NOWHERE),
-            **overrides,
-        )
-        tokens = {name: asyncio.run(make_user(database_url, name)) for name in ("alice", "bob")}
-        app = create_app(settings)
-        ticker = Ticker()
-        app.on_startup.append(ticker.start)
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", lifespan="on", loop="asyncio")
-        )
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 15
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the app did not start"
-            time.sleep(0.01)
-        running.append((server, thread))
-        # What exists now (pytest, the modules, the app) is left out of collections until
-        # the end, so each measurement's collection beforehand scans only what is new.
-        gc.collect()
-        gc.freeze()
-        port = sock.getsockname()[1]
-        served.append(Served(f"http://127.0.0.1:{port}", tokens, ticker=ticker))
-        return served[-1]
+        def start(database_url: str, **overrides: Any) -> Served:
+            settings = settings_for(database_url, tmp_path, upstream, NOWHERE, **overrides)
+            ticker = Ticker()
+            gateway = running.enter_context(gateway_on(settings, ("alice", "bob"), [ticker.start]))
+            # What exists now (pytest, the modules, the app) is left out of collections
+            # until the end, so each measurement's collection beforehand scans only what
+            # is new.
+            gc.collect()
+            gc.freeze()
+            # The gateway's list of clients, which it closes when it stops.
+            return Served(gateway.url, gateway.tokens, gateway.clients, ticker=ticker)
 
-    yield start
-    gc.unfreeze()
-    for client in (client for gateway in served for client in gateway.clients):
-        client.close()
-    for server, thread in running:
-        server.should_exit = True
-        thread.join(timeout=10)
+        yield start
+        gc.unfreeze()
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:

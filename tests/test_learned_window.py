@@ -9,35 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.factories import add_user, admin_client
+from tests.factories import OWNER, add_user, admin_client, probed_service, say, service_settings_on
 from tests.upstream import FakeUpstream
-from webapp.chat.jobs import ChatJobs, chat_jobs
-from webapp.chat.stored.models import Message, Status
-from webapp.db import Database
-from webapp.llm.calibration import Calibrator, learned_windows
-from webapp.llm.catalog import load_catalog
-from webapp.llm.manager import LLMManager
-from webapp.llm.tokenizers import Tokenizers
-from webapp.settings import Settings
+from webapp.chat.stored.models import Status
+from webapp.llm.calibration import learned_windows
 
 ENGINE_WINDOW = 1024
-
-
-OWNER = "alice"
-
-
-async def say(chat: ChatJobs, conversation_id: str, text: str) -> tuple[Message, Message]:
-    """One send, waited for: the stored user row and its answer."""
-    send = await chat.sender.send(OWNER, conversation_id, text)
-    return await chat.sender.settle(send)
-
-
 CARD_WINDOW = 1400
 
 
@@ -74,26 +55,6 @@ model = "card-guess"
 """
 
 
-@asynccontextmanager
-async def service(settings: Settings) -> AsyncIterator[ChatJobs]:
-    """The service as the app builds it: tokenizers probed, calibration loaded."""
-    catalog = load_catalog(settings.config)
-    tokenizers = Tokenizers()
-    await tokenizers.probe(catalog)
-    db = Database(settings.database_url)
-    calibrator = Calibrator(db)
-    await calibrator.load()
-    manager = LLMManager(catalog, calibrator, tokenizers=tokenizers)
-    chat = chat_jobs(db, manager, settings)
-    try:
-        yield chat
-    finally:
-        await chat.shutdown()
-        await manager.aclose()
-        await tokenizers.aclose()
-        await db.dispose()
-
-
 def chats(upstream: FakeUpstream) -> int:
     return sum(r["path"] == "/v1/chat/completions" for r in upstream.requests)
 
@@ -108,14 +69,8 @@ async def test_the_engines_window_is_learned_and_the_turn_succeeds(
     upstream.set_models({"small": ENGINE_WINDOW})  # the engine's -c, smaller than the card
     path = tmp_path / "card.toml"
     path.write_text(card_toml(upstream), encoding="utf-8")
-    settings = Settings(
-        database_url=database_url,
-        config=path,
-        stream_flush_interval=0.05,
-        max_message_chars=5000,
-        rate_limit_messages=0,
-    )
-    async with service(settings) as chat:
+    settings = service_settings_on(database_url, path, rate_limit_messages=0)
+    async with probed_service(settings) as chat:
         conversation = await chat.editor.create(OWNER, configuration)
         refused_once = False
         for number in range(16):
@@ -135,7 +90,7 @@ async def test_the_engines_window_is_learned_and_the_turn_succeeds(
         root = await add_user(chat, "root", admin=True)
 
     # A restart (a new service on the same database) fits to it from the first send.
-    async with service(settings) as chat:
+    async with probed_service(settings) as chat:
         assert chat.manager.calibrator.window(configuration) == ENGINE_WINDOW
         assert await chat.db.read(learned_windows) == [(configuration, ENGINE_WINDOW)]
         before = chats(upstream)
@@ -176,10 +131,8 @@ async def test_a_refusal_naming_no_smaller_window_teaches_no_window(
     upstream.set_models({"small": CARD_WINDOW})
     path = tmp_path / "card.toml"
     path.write_text(card_toml(upstream), encoding="utf-8")
-    settings = Settings(
-        database_url=sqlite_url, config=path, stream_flush_interval=0.05, rate_limit_messages=0
-    )
-    async with service(settings) as chat:
+    settings = service_settings_on(sqlite_url, path, rate_limit_messages=0)
+    async with probed_service(settings) as chat:
         conversation = await chat.editor.create(OWNER, "card")
         for number in range(12):
             _, answer = await say(chat, conversation.id, f"{number}: " + "rivers " * 30)

@@ -17,8 +17,7 @@ from litestar.testing import AsyncTestClient
 from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy import func, insert, select, text
 
-from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user, new_conversation
+from tests.factories import bearer_header, make_user, new_conversation, settings_for
 from tests.served import Gateway
 from tests.upstream import FakeUpstream
 from webapp.app import create_app
@@ -27,7 +26,6 @@ from webapp.chat.stored.budget import RECENT_USES
 from webapp.chat.stored.models import GatewayCall
 from webapp.db import create_engine
 from webapp.migrate import upgrade
-from webapp.settings import Settings
 from webapp.timeutil import utcnow
 
 Client = Callable[..., AsyncTestClient]
@@ -43,14 +41,10 @@ async def make_client(
     tokens = {name: await make_user(database_url, name) for name in ("alice", "bob")}
 
     async def make(**overrides: Any) -> AsyncTestClient:
-        settings = Settings(
-            database_url=database_url,
-            config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-            **overrides,
-        )
+        settings = settings_for(database_url, tmp_path, upstream, **overrides)
         client = AsyncTestClient(app=create_app(settings))
         await client.__aenter__()
-        client.headers["Authorization"] = f"Bearer {tokens['alice']}"
+        client.headers.update(bearer_header(tokens["alice"]))
         clients.append(client)
         return client
 
@@ -224,7 +218,7 @@ async def test_imports_are_limited_in_number_and_deleting_them_gives_none_back(
     assert (await client.get("/api/conversations")).json() == []
     # Bob has a quota of his own.
     tokens = make_client.tokens  # type: ignore[attr-defined]
-    client.headers["Authorization"] = f"Bearer {tokens['bob']}"
+    client.headers.update(bearer_header(tokens["bob"]))
     assert (await post_import(client, an_export())).status_code == 201
 
 
@@ -265,7 +259,7 @@ async def test_previews_are_throttled_per_user(make_client: Callable[..., Any]) 
     assert 1 <= int(refused.headers["retry-after"]) <= 100
     # Another user's meter is not slowed by Alice's.
     tokens = make_client.tokens  # type: ignore[attr-defined]
-    client.headers["Authorization"] = f"Bearer {tokens['bob']}"
+    client.headers.update(bearer_header(tokens["bob"]))
     theirs = await new_conversation(client)
     preview = await client.post(
         f"/api/conversations/{theirs['id']}/preview", json={"content": "typing"}

@@ -4,18 +4,16 @@ made before it lands is kept; a failed call keeps the clean cut of the first mes
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+import pytest
+from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user
+from tests.factories import user_header
 from tests.upstream import FakeUpstream
-from webapp.app import create_app
 from webapp.chat.naming import ASK, TITLE_TOKENS, clean_model_title
 from webapp.chat.stored.titles import title_from
-from webapp.settings import Settings
 
 FIRST = "I would like to spend a week somewhere warm in April, what would you suggest for me"
 
@@ -31,17 +29,13 @@ def test_a_reply_is_cleaned_to_a_title() -> None:
     assert len(clean_model_title("word " * 40)) <= 60
 
 
+@pytest.mark.settings(model_titles=True)
 async def test_the_model_names_the_conversation_after_its_first_answer(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
+    app: Litestar, database_url: str, upstream: FakeUpstream
 ) -> None:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-        model_titles=True,
-    )
-    auth = {"Authorization": f"Bearer {await make_user(database_url, 'alice')}"}
+    auth = await user_header(database_url, "alice")
     cut = title_from(FIRST)
-    async with AsyncTestClient(app=create_app(settings)) as client:
+    async with AsyncTestClient(app=app) as client:
 
         async def first_turn(configuration: str) -> str:
             made = await client.post(

@@ -15,10 +15,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from tests.catalogs import write_upstream_catalog
 from tests.dbutil import session_on
+from tests.factories import PASSWORD, bearer_header
 from tests.postgres import require, throwaway_database
-from tests.upstream import FakeUpstream
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.stored.models import Conversation
@@ -26,21 +25,15 @@ from webapp.db import create_engine
 from webapp.migrate import upgrade
 from webapp.settings import Settings
 
-PASSWORD = "correct horse battery"
-
 
 async def test_a_new_account_inherits_nothing_of_a_deleted_one(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream, accounts: AccountService
+    settings: Settings, accounts: AccountService
 ) -> None:
     old = await accounts.create_user("olga", PASSWORD)
     assert old.id is not None
     _, token = await accounts.create_token(old.id, "script")
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-    )
     async with AsyncTestClient(app=create_app(settings)) as client:
-        auth = {"Authorization": f"Bearer {token}"}
+        auth = bearer_header(token)
         created = await client.post("/api/conversations", json={"title": "private"}, headers=auth)
         assert created.status_code == 201
         assert await accounts.delete_user(old.id)
@@ -48,7 +41,7 @@ async def test_a_new_account_inherits_nothing_of_a_deleted_one(
         new = await accounts.create_user("nora", PASSWORD)
         assert new.id is not None and new.id != old.id, "ids are never reused"
         _, fresh = await accounts.create_token(new.id, "script")
-        mine = await client.get("/api/conversations", headers={"Authorization": f"Bearer {fresh}"})
+        mine = await client.get("/api/conversations", headers=bearer_header(fresh))
         assert mine.status_code == 200 and mine.json() == []
     async with session_on(accounts.db) as session:
         count = await (await session.connection()).execute(

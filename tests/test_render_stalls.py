@@ -19,16 +19,13 @@ from litestar.testing import AsyncTestClient
 from markdown_it.rules_inline import StateInline
 from sqlmodel import col, update
 
-from tests.catalogs import write_upstream_catalog
 from tests.dbutil import session_on
-from tests.factories import make_user, new_conversation
+from tests.factories import api_client, new_conversation, settings_for
 from tests.looplag import LoopLag, watching, watching_app
 from tests.page_stream_client import shown_states
 from tests.upstream import FakeUpstream
-from webapp.app import create_app
 from webapp.chat.stored.models import Message
 from webapp.db import Database
-from webapp.settings import Settings
 from webapp.web import mathml, render_workers
 from webapp.web.markdown import plain_html, render_markdown
 
@@ -184,13 +181,8 @@ async def client(
     sqlite_url: str, tmp_path: Path, upstream: FakeUpstream
 ) -> AsyncIterator[AsyncTestClient]:
     upstream.set_models({**upstream.models, "roomy": 1_000_000})
-    settings = Settings(
-        database_url=sqlite_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, ROOMY),
-    )
-    token = await make_user(sqlite_url, "alice")
-    async with AsyncTestClient(app=create_app(settings)) as test_client:
-        test_client.headers["Authorization"] = f"Bearer {token}"
+    settings = settings_for(sqlite_url, tmp_path, upstream, ROOMY)
+    async with api_client(settings) as test_client:
         # A first render starts the render workers, a first answer loads the tokenizers
         # (the fake upstream's too, in a thread of this process), a first page compiles
         # its templates: the tests watch what the texts cost, not those.

@@ -26,13 +26,12 @@ from sqlalchemy import select
 from sqlmodel import col
 
 from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user
+from tests.factories import api_client, make_user
 from tests.live_server import ServerProcess, free_port, h11_serve, webapp_serve
 from tests.served import bearer, send, streaming_answer
 from tests.upstream import FakeUpstream
 from webapp.admin import queries
 from webapp.admin.web import review_turns
-from webapp.app import create_app
 from webapp.chat.stored.models import Message
 from webapp.db import Database, create_engine
 from webapp.settings import Settings
@@ -286,16 +285,9 @@ async def test_a_slow_reader_that_keeps_reading_is_not_dropped(
 
 
 @pytest.fixture
-async def client(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> AsyncIterator[AsyncTestClient]:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-    )
-    token = await make_user(database_url, "root", admin=True)
-    async with AsyncTestClient(app=create_app(settings)) as test_client:
-        test_client.headers["Authorization"] = f"Bearer {token}"
+async def client(settings: Settings) -> AsyncIterator[AsyncTestClient]:
+    """root's API client: these tests import and review as an admin."""
+    async with api_client(settings, "root", admin=True) as test_client:
         yield test_client
 
 

@@ -9,18 +9,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
+from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.factories import EMBED, htmx_headers, make_user
+from tests.factories import EMBED, htmx_headers, user_header
 from tests.upstream import FakeUpstream
 from webapp.accounts.preferences import MAX_INSTRUCTIONS
-from webapp.app import create_app
-from webapp.settings import Settings
+
+pytestmark = pytest.mark.settings(extra=EMBED)
 
 HTMX = {"hx-request": "true"}
 
@@ -34,19 +33,13 @@ class Clients:
 
 
 @pytest.fixture
-async def clients(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> AsyncIterator[Clients]:
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream, extra=EMBED),
-    )
-    tokens = {
-        name: {"Authorization": f"Bearer {await make_user(database_url, name, admin=admin)}"}
+async def clients(app: Litestar, database_url: str) -> AsyncIterator[Clients]:
+    headers = {
+        name: await user_header(database_url, name, admin=admin)
         for name, admin in (("alice", False), ("bob", False), ("root", True))
     }
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        yield Clients(client, tokens["alice"], tokens["bob"], tokens["root"])
+    async with AsyncTestClient(app=app) as client:
+        yield Clients(client, headers["alice"], headers["bob"], headers["root"])
 
 
 async def save(clients: Clients, **form: str) -> Any:

@@ -5,45 +5,20 @@ active admin stays one; everyone changes their own password."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user
-from tests.upstream import FakeUpstream
-from webapp.accounts.service import AccountService
-from webapp.app import create_app
-from webapp.db import Database
+from tests.factories import PASSWORD, accounts_call, api_client, make_user
 from webapp.settings import Settings
-
-PASSWORD = "correct horse battery"
 
 
 @pytest.fixture
-async def admin(
-    database_url: str, tmp_path: Path, upstream: FakeUpstream
-) -> AsyncIterator[AsyncTestClient]:
+async def admin(settings: Settings) -> AsyncIterator[AsyncTestClient]:
     """The test client as an admin (root), with an API token."""
-    settings = Settings(
-        database_url=database_url,
-        config=write_upstream_catalog(tmp_path / "catalog.toml", upstream),
-    )
-    token = await make_user(database_url, "root", admin=True)
-    async with AsyncTestClient(app=create_app(settings)) as client:
-        client.headers["Authorization"] = f"Bearer {token}"
+    async with api_client(settings, "root", admin=True) as client:
         yield client
-
-
-async def accounts_call(database_url: str, method: str, *args: Any) -> Any:
-    """Call the account service outside the app (its own engine, its own loop)."""
-    engine = Database(database_url)
-    try:
-        return await getattr(AccountService(engine), method)(*args)
-    finally:
-        await engine.dispose()
 
 
 async def create(admin: AsyncTestClient, name: str, **extra: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from tests.factories.admin import admin_client, user_from_header
 from tests.factories.cli import WEBAPP, run
 from tests.factories.manager import collect, finished, long_transcript
 from tests.factories.rows import writing_answers
-from tests.factories.service import OWNER, build_service, close_service, say
+from tests.factories.service import OWNER, build_service, close_service, probed_service, say
 from tests.factories.settings import (
     EMBED,
     SERVICE,
@@ -70,6 +70,7 @@ __all__ = [
     "make_user",
     "new_conversation",
     "parse_sse",
+    "probed_service",
     "run",
     "say",
     "service_settings",

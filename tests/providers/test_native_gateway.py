@@ -4,17 +4,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.factories import make_user
-from tests.served import Gateway, serve_in_thread
+from tests.factories import settings_on
+from tests.served import Gateway, gateway_on
 from tests.vendors import FakeVendors, providers_toml
-from webapp.settings import Settings
 
 WEATHER = {
     "type": "function",
@@ -68,15 +66,8 @@ def gateway(
 ) -> Iterator[Gateway]:
     catalog = tmp_path / "native.toml"
     catalog.write_text(providers_toml(vendors) + MODELS, encoding="utf-8")
-    settings = Settings(database_url=sqlite_url, config=catalog)
-    tokens = {"alice": asyncio.run(make_user(sqlite_url, "alice"))}
-    server, thread, port = serve_in_thread(settings)
-    gateway = Gateway(f"http://127.0.0.1:{port}", tokens)
-    yield gateway
-    for client in gateway.clients:
-        client.close()
-    server.should_exit = True
-    thread.join(timeout=10)
+    with gateway_on(settings_on(sqlite_url, catalog)) as gateway:
+        yield gateway
 
 
 @pytest.mark.parametrize("configuration", ["claude", "gemini"])
