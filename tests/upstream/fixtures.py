@@ -3,39 +3,55 @@ vocabulary), reset before and after each test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Generic, Protocol, TypeVar
 
 import pytest
 
 from tests.upstream.fake import FakeUpstream
 
-_session_upstream: FakeUpstream | None = None
+
+class _Fake(Protocol):
+    def reset(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Fake)
+
+
+class SessionServer(Generic[S]):
+    """A fake server for the whole pytest session, on a module-level object so that
+    importing just its fixture into a conftest is enough: started by the first test that
+    asks for it, stopped when the session ends, reset before and after each test."""
+
+    def __init__(self, start: Callable[[], S]) -> None:
+        self._start = start
+        self._server: S | None = None
+
+    def around(self, request: pytest.FixtureRequest) -> Iterator[S]:
+        """The server, for one test (a fixture's body: `yield from`)."""
+        if self._server is None:
+            self._server = self._start()
+            request.config.add_cleanup(self._stop)
+        self._server.reset()
+        yield self._server
+        self._server.reset()
+
+    def _stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+_upstream = SessionServer(lambda: FakeUpstream().start())
+_engine_upstream = SessionServer(lambda: FakeUpstream(tokenizer="qwen").start())
 
 
 @pytest.fixture
 def upstream(request: pytest.FixtureRequest) -> Iterator[FakeUpstream]:
-    """The session's fake upstream (started on first use), reset before and after each test.
-
-    Built as one fixture on a module-level server, so importing just `upstream` into a
-    conftest is enough; the server stops when the pytest session ends.
-    """
-    global _session_upstream
-    if _session_upstream is None:
-        _session_upstream = FakeUpstream().start()
-        request.config.add_cleanup(_stop_session_upstream)
-    _session_upstream.reset()
-    yield _session_upstream
-    _session_upstream.reset()
-
-
-def _stop_session_upstream() -> None:
-    global _session_upstream
-    if _session_upstream is not None:
-        _session_upstream.stop()
-        _session_upstream = None
-
-
-_engine_upstream: FakeUpstream | None = None
+    """The session's fake upstream (started on first use), reset before and after each test."""
+    yield from _upstream.around(request)
 
 
 @pytest.fixture
@@ -43,17 +59,4 @@ def engine_upstream(request: pytest.FixtureRequest) -> Iterator[FakeUpstream]:
     """A second session server that counts with Qwen's vocabulary (one the estimate was
     not fitted to); it starts as engine "openai", and tests pick theirs with
     `set_engine`. Reset before and after each test, like `upstream`."""
-    global _engine_upstream
-    if _engine_upstream is None:
-        _engine_upstream = FakeUpstream(tokenizer="qwen").start()
-        request.config.add_cleanup(_stop_engine_upstream)
-    _engine_upstream.reset()
-    yield _engine_upstream
-    _engine_upstream.reset()
-
-
-def _stop_engine_upstream() -> None:
-    global _engine_upstream
-    if _engine_upstream is not None:
-        _engine_upstream.stop()
-        _engine_upstream = None
+    yield from _engine_upstream.around(request)

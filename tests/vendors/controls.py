@@ -10,11 +10,13 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.routing import BaseRoute
 
 from tests.upstream import TOKENIZERS, ServedApp, _vocabulary
 from tests.vendors.cache import CacheEvent
-from tests.vendors.faults import _Fault, _StreamFault
+from tests.vendors.faults import _Fault, _StreamFault, _take
 from tests.vendors.rules import ANTHROPIC_MODELS, GEMINI_MODELS, MIN_CACHEABLE
 
 
@@ -32,6 +34,8 @@ class Controls(ServedApp):
         anthropic_models: dict[str, tuple[int, int]] | None = None,
         gemini_models: dict[str, tuple[int, int]] | None = None,
     ) -> None:
+        """`tokenizer` counts every prompt; the models (id -> limits) are the vendors'
+        until a test says otherwise."""
         if tokenizer not in TOKENIZERS:
             raise ValueError(f"unknown tokenizer {tokenizer!r}; expected one of {TOKENIZERS}")
         self.host = host
@@ -44,7 +48,12 @@ class Controls(ServedApp):
         )
         self._lock = threading.Lock()
         self._ids = 0
+        self.app = Starlette(routes=self._routes())
         self.reset()
+
+    def _routes(self) -> list[BaseRoute]:
+        """Where each endpoint is served: the fake's to say, which has them all."""
+        raise NotImplementedError
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -149,23 +158,12 @@ class Controls(ServedApp):
 
     def _take_fault(self) -> _Fault | None:
         with self._lock:
-            if not self._faults:
-                return None
-            fault = self._faults[0]
-            fault.count -= 1
-            if fault.count <= 0:
-                self._faults.pop(0)
-            return _Fault(fault.status, 1, fault.retry_after)
+            fault = _take(self._faults)
+        return None if fault is None else _Fault(fault.status, 1, fault.retry_after)
 
     def _take_stream_fault(self) -> _StreamFault | None:
         with self._lock:
-            if not self._stream_faults:
-                return None
-            fault = self._stream_faults[0]
-            fault.count -= 1
-            if fault.count <= 0:
-                self._stream_faults.pop(0)
-            return fault
+            return _take(self._stream_faults)
 
     def _reply_text(
         self, model: str, seen: int, last: str, max_tokens: int

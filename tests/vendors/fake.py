@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from tests.vendors.anthropic import AnthropicAPI
 from tests.vendors.gemini import GeminiAPI
@@ -18,34 +17,17 @@ class FakeVendors(AnthropicAPI, GeminiAPI):
     """Anthropic's and Gemini's APIs on 127.0.0.1 with scriptable faults. Control methods
     are thread-safe: tests call them from their own thread while the server runs in its own."""
 
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        tokenizer: str = "qwen",
-        *,
-        anthropic_models: dict[str, tuple[int, int]] | None = None,
-        gemini_models: dict[str, tuple[int, int]] | None = None,
-    ) -> None:
-        super().__init__(
-            host,
-            port,
-            tokenizer,
-            anthropic_models=anthropic_models,
-            gemini_models=gemini_models,
-        )
-        self.app = Starlette(
-            routes=[
-                Route("/v1/messages", self._messages, methods=["POST"]),
-                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
-                # Gemini serves /v1 and /v1beta alike (its SDK now defaults to /v1), so
-                # /v1/models is Anthropic's or Gemini's by the key's header.
-                Route("/v1/models", self._either_models, methods=["GET"]),
-                Route("/v1/models/{rest:path}", self._either_model, methods=["GET", "POST"]),
-                Route("/v1beta/models", self._gemini_models, methods=["GET"]),
-                Route("/v1beta/models/{rest:path}", self._gemini, methods=["GET", "POST"]),
-            ]
-        )
+    def _routes(self) -> list[BaseRoute]:
+        return [
+            Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+            # Gemini serves /v1 and /v1beta alike (its SDK now defaults to /v1), so
+            # /v1/models is Anthropic's or Gemini's by the key's header.
+            Route("/v1/models", self._either_models, methods=["GET"]),
+            Route("/v1/models/{rest:path}", self._either_model, methods=["GET", "POST"]),
+            Route("/v1beta/models", self._gemini_models, methods=["GET"]),
+            Route("/v1beta/models/{rest:path}", self._gemini, methods=["GET", "POST"]),
+        ]
 
     def prompt_tokens(self, request: dict[str, Any]) -> int:
         """What the vendor bills as the prompt of a recorded generation request (one of

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.upstream.fixtures import SessionServer
 from tests.vendors.catalogs import KEY_ENV
 from tests.vendors.fake import FakeVendors
 
@@ -18,23 +19,10 @@ def vendor_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(variable, key)
 
 
-_session_vendors: FakeVendors | None = None
-
-
-def _stop_session_vendors() -> None:
-    global _session_vendors
-    if _session_vendors is not None:
-        _session_vendors.stop()
-        _session_vendors = None
+_vendors = SessionServer(lambda: FakeVendors().start())
 
 
 @pytest.fixture
 def vendors(request: pytest.FixtureRequest) -> Iterator[FakeVendors]:
     """The session's fake vendors (started on first use), reset before and after each test."""
-    global _session_vendors
-    if _session_vendors is None:
-        _session_vendors = FakeVendors().start()
-        request.config.add_cleanup(_stop_session_vendors)
-    _session_vendors.reset()
-    yield _session_vendors
-    _session_vendors.reset()
+    yield from _vendors.around(request)
