@@ -34,7 +34,7 @@ from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
 from webapp.db import Database
-from webapp.embed.pages import EmbedPages, frame_ancestors
+from webapp.embed.pages import embed_router, frame_ancestors
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
 from webapp.gateway import gateway_router
@@ -185,6 +185,12 @@ def create_app(
     )
     if settings.password_hashing != "standard":
         log.warning("WEBAPP_PASSWORD_HASHING=%s: fit for tests only", settings.password_hashing)
+    embed_quota = EmbedQuota(
+        db,
+        per_client=settings.embed_rate_limit_messages,
+        per_embed=settings.embed_rate_limit_total,
+        window=timedelta(seconds=settings.rate_limit_window),
+    )
 
     liveness = Liveness(settings.database_url)
 
@@ -220,12 +226,12 @@ def create_app(
             search,
             ConversationAdmin,
             ConversationPages,
-            EmbedPages,
+            embed_router(embed_quota, catalog),
             AccountPages,
             UserPages,
             UserAdminApi,
             AdminController,
-            gateway_router(db, settings),
+            gateway_router(db, settings, accounts),
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
@@ -233,6 +239,9 @@ def create_app(
             "chat": Provide(lambda: chat, sync_to_thread=False),
             "notices": Provide(lambda: notices, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
+            "accounts": Provide(lambda: accounts, sync_to_thread=False),
+            "settings": Provide(lambda: settings, sync_to_thread=False),
+            "catalog": Provide(lambda: manager.catalog, sync_to_thread=False),
         },
         exception_handlers={
             AppError: app_error,
@@ -244,7 +253,9 @@ def create_app(
         middleware=[
             DefineMiddleware(CSRFAnchorMiddleware, secret_key=settings.secret_key),
             # The gateway authenticates by bearer token alone (webapp.gateway.auth).
-            DefineMiddleware(SessionOrTokenAuth, exclude=[*PUBLIC_PATHS, "^/v1/"]),
+            DefineMiddleware(
+                SessionOrTokenAuth, accounts=accounts, exclude=[*PUBLIC_PATHS, "^/v1/"]
+            ),
         ],
         guards=[csrf_guard],
         before_send=[security_headers(partial(frame_ancestors, catalog))],
@@ -252,14 +263,8 @@ def create_app(
         on_shutdown=[stop],
         openapi_config=OpenAPIConfig(title="webapp", version="0.1.0", path="/schema"),
     )
+    # Read from here still: the chat jobs by the benchmarks (bench/), the settings by the
+    # chat's pages and API (webapp.chat.web), until they take them as dependencies.
     app.state.chat = chat
-    app.state.notices = notices
-    app.state.accounts = accounts
-    app.state.embed_quota = EmbedQuota(
-        db,
-        per_client=settings.embed_rate_limit_messages,
-        per_embed=settings.embed_rate_limit_total,
-        window=timedelta(seconds=settings.rate_limit_window),
-    )
     app.state.settings = settings
     return app

@@ -12,6 +12,7 @@ from litestar.params import FromQuery, JSONBody
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_201_CREATED
 
+from webapp.accounts.deps import Accounts
 from webapp.accounts.guards import admin_only
 from webapp.accounts.management import Changes, UserManagement, user_dict
 from webapp.accounts.service import AccountService
@@ -34,11 +35,6 @@ class UserChanges:
     password: str | None = None
 
 
-def management(request: Request[Any, Any, Any]) -> UserManagement:
-    accounts: AccountService = request.app.state.accounts
-    return UserManagement(accounts)
-
-
 async def _form(request: Request[Any, Any, Any]) -> dict[str, str]:
     form = await request.form()
     return {key: value for key, value in form.items() if isinstance(value, str)}
@@ -50,26 +46,24 @@ class UserAdminApi(Controller):
     tags = ("admin",)
 
     @get("/")
-    async def list_users(self, request: Request[Any, Any, Any]) -> list[dict[str, object]]:
-        return [user_dict(user) for user in await management(request).list()]
+    async def list_users(self, accounts: Accounts) -> list[dict[str, object]]:
+        return [user_dict(user) for user in await UserManagement(accounts).list()]
 
     @post("/", status_code=HTTP_201_CREATED)
-    async def create_user(
-        self, request: Request[Any, Any, Any], data: JSONBody[NewUser]
-    ) -> dict[str, object]:
-        user = await management(request).create(
+    async def create_user(self, accounts: Accounts, data: JSONBody[NewUser]) -> dict[str, object]:
+        user = await UserManagement(accounts).create(
             data.username, data.password, is_admin=data.is_admin
         )
         return user_dict(user)
 
     @patch("/{user_id:int}")
     async def update_user(
-        self, request: Request[Any, Any, Any], user_id: RowId, data: JSONBody[UserChanges]
+        self, accounts: Accounts, user_id: RowId, data: JSONBody[UserChanges]
     ) -> dict[str, object]:
         """`active: false` or a new `password` ends the user's sessions and revokes their
         tokens. The last active admin stays one (409)."""
         changes = Changes(is_admin=data.is_admin, active=data.active, password=data.password)
-        return user_dict(await management(request).update(user_id, changes))
+        return user_dict(await UserManagement(accounts).update(user_id, changes))
 
 
 ACTIONS = {
@@ -89,7 +83,7 @@ DONE = {
 
 
 async def _users_page(
-    request: Request[Any, Any, Any],
+    accounts: AccountService,
     *,
     notice: str | None = None,
     error: AppError | None = None,
@@ -101,7 +95,7 @@ async def _users_page(
     return Template(
         "admin/users.html",
         context={
-            "users": await management(request).list(),
+            "users": await UserManagement(accounts).list(),
             "notice": notice,
             "form_error": error.message if error else None,
             "typed": typed or {},
@@ -115,27 +109,27 @@ class UserPages(Controller):
     include_in_schema = False
 
     @get("/admin/users", guards=[admin_only], media_type=MediaType.HTML)
-    async def users_page(
-        self, request: Request[Any, Any, Any], done: FromQuery[str] = ""
-    ) -> Template:
-        return await _users_page(request, notice=DONE.get(done))
+    async def users_page(self, accounts: Accounts, done: FromQuery[str] = "") -> Template:
+        return await _users_page(accounts, notice=DONE.get(done))
 
     @post("/admin/users", guards=[admin_only])
-    async def create_from_form(self, request: Request[Any, Any, Any]) -> Redirect | Template:
+    async def create_from_form(
+        self, request: Request[Any, Any, Any], accounts: Accounts
+    ) -> Redirect | Template:
         form = await _form(request)
         try:
-            await management(request).create(
+            await UserManagement(accounts).create(
                 form.get("username", "").strip(),
                 form.get("password", ""),
                 is_admin=form.get("is_admin") == "on",
             )
         except AppError as error:
-            return await _users_page(request, error=error, typed=form)
+            return await _users_page(accounts, error=error, typed=form)
         return Redirect("/admin/users?done=created", status_code=303)
 
     @post("/admin/users/{user_id:int}", guards=[admin_only])
     async def change_from_form(
-        self, request: Request[Any, Any, Any], user_id: RowId
+        self, request: Request[Any, Any, Any], accounts: Accounts, user_id: RowId
     ) -> Redirect | Template:
         form = await _form(request)
         action = form.get("action", "")
@@ -146,19 +140,21 @@ class UserPages(Controller):
                 changes = ACTIONS[action]
             else:
                 raise InvalidInput(f"unknown action {action!r}")
-            await management(request).update(user_id, changes)
+            await UserManagement(accounts).update(user_id, changes)
         except AppError as error:
-            return await _users_page(request, error=error, failed_user=user_id)
+            return await _users_page(accounts, error=error, failed_user=user_id)
         return Redirect(f"/admin/users?done={action}", status_code=303)
 
     @post("/settings/password")
-    async def change_password(self, request: Request[Any, Any, Any]) -> Redirect:
+    async def change_password(
+        self, request: Request[Any, Any, Any], accounts: Accounts
+    ) -> Redirect:
         """Change one's own password; this browser stays signed in, every other session
         of the account ends and every API token of it is revoked."""
         form = await _form(request)
         if form.get("new_password", "") != form.get("new_password2", ""):
             raise InvalidInput("the two new passwords differ")
-        await management(request).change_own_password(
+        await UserManagement(accounts).change_own_password(
             request.user.id,
             form.get("current_password", ""),
             form.get("new_password", ""),

@@ -20,7 +20,9 @@ from litestar.handlers import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.params import FromQuery
 from litestar.response import Redirect, Template
+from litestar.types import ASGIApp
 
+from webapp.accounts.deps import Accounts
 from webapp.accounts.guards import admin_only
 from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, TOKENS, User
 from webapp.accounts.preferences import (
@@ -33,20 +35,27 @@ from webapp.accounts.preferences import (
 )
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
 from webapp.errors import AppError, Conflict, TooManyRequests
+from webapp.llm.catalog import Catalog
 from webapp.llm.describe import configuration_dicts
 from webapp.owners import user_owner
+from webapp.web.deps import AppSettings, ServedCatalog
 from webapp.web.params import RowId
 from webapp.web.security import SESSION_COOKIE, bearer_token, fresh_anchor_cookie
 
 
 class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
+    """Middleware takes no dependencies: it is given the account service it asks."""
+
+    def __init__(self, app: ASGIApp, accounts: AccountService, **options: Any) -> None:
+        super().__init__(app, **options)
+        self.accounts = accounts
+
     async def authenticate_request(
         self, connection: ASGIConnection[Any, Any, Any, Any]
     ) -> AuthenticationResult:
-        accounts: AccountService = connection.app.state.accounts
         token = bearer_token(connection)
         if token is not None:
-            found = await accounts.token_sign_in(token)
+            found = await self.accounts.token_sign_in(token)
             if found is None:
                 raise NotAuthorizedException("the API token is unknown or revoked")
             needed = scope_needed(connection.scope.get("route_handler"))
@@ -54,7 +63,7 @@ class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
                 raise PermissionDeniedException(REFUSALS[needed])
             return AuthenticationResult(user=found.user, auth="token")
         secret = connection.cookies.get(SESSION_COOKIE)
-        user = await accounts.user_for_session(secret) if secret else None
+        user = await self.accounts.user_for_session(secret) if secret else None
         if user is None:
             raise NotAuthorizedException("sign in first, or send an API token")
         return AuthenticationResult(user=user, auth="session")
@@ -124,17 +133,15 @@ class AccountPages(Controller):
     include_in_schema = False
 
     @get("/login", exclude_from_auth=True, media_type=MediaType.HTML)
-    async def login_form(
-        self, request: Request[Any, Any, Any], next: FromQuery[str | None] = None
-    ) -> Any:
-        accounts: AccountService = request.app.state.accounts
+    async def login_form(self, accounts: Accounts, next: FromQuery[str | None] = None) -> Any:
         if not await accounts.has_users():
             return Redirect("/setup", status_code=303)
         return Template("accounts/login.html", context={"next": safe_next(next), "error": None})
 
     @post("/login", exclude_from_auth=True, media_type=MediaType.HTML)
-    async def login(self, request: Request[Any, Any, Any]) -> Any:
-        accounts: AccountService = request.app.state.accounts
+    async def login(
+        self, request: Request[Any, Any, Any], accounts: Accounts, settings: AppSettings
+    ) -> Any:
         form = await _form(request)
         target = safe_next(form.get("next"))
         try:
@@ -156,11 +163,10 @@ class AccountPages(Controller):
                 context={"next": target, "error": "Wrong username or password."},
                 status_code=400,
             )
-        return await _signed_in(request, user.id, target)
+        return await _signed_in(request, accounts, settings.secret_key, user.id, target)
 
     @post("/logout", exclude_from_auth=True)
-    async def logout(self, request: Request[Any, Any, Any]) -> Redirect:
-        accounts: AccountService = request.app.state.accounts
+    async def logout(self, request: Request[Any, Any, Any], accounts: Accounts) -> Redirect:
         secret = request.cookies.get(SESSION_COOKIE)
         if secret:
             await accounts.end_session(secret)
@@ -169,15 +175,15 @@ class AccountPages(Controller):
         return response
 
     @get("/setup", exclude_from_auth=True, media_type=MediaType.HTML)
-    async def setup_form(self, request: Request[Any, Any, Any]) -> Any:
-        accounts: AccountService = request.app.state.accounts
+    async def setup_form(self, accounts: Accounts) -> Any:
         if await accounts.has_users():
             return Redirect("/login", status_code=303)
         return Template("accounts/setup.html", context={"error": None, "username": ""})
 
     @post("/setup", exclude_from_auth=True, media_type=MediaType.HTML)
-    async def setup(self, request: Request[Any, Any, Any]) -> Any:
-        accounts: AccountService = request.app.state.accounts
+    async def setup(
+        self, request: Request[Any, Any, Any], accounts: Accounts, settings: AppSettings
+    ) -> Any:
         form = await _form(request)
         username = form.get("username", "")
         if form.get("password") != form.get("password2"):
@@ -197,54 +203,71 @@ class AccountPages(Controller):
                 status_code=error.status_code,
             )
         assert user.id is not None
-        return await _signed_in(request, user.id, "/")
+        return await _signed_in(request, accounts, settings.secret_key, user.id, "/")
 
     @get("/settings")
     async def settings(
-        self, request: Request[Any, Any, Any], done: FromQuery[str] = ""
+        self,
+        request: Request[Any, Any, Any],
+        accounts: Accounts,
+        catalog: ServedCatalog,
+        done: FromQuery[str] = "",
     ) -> Template:
         return await _settings_page(
             request,
+            accounts,
+            catalog,
             new_token=None,
             password_changed=done == "password",
             saved=done == "preferences",
         )
 
     @post("/settings/preferences")
-    async def save_settings(self, request: Request[Any, Any, Any]) -> Redirect | Template:
+    async def save_settings(
+        self, request: Request[Any, Any, Any], accounts: Accounts, catalog: ServedCatalog
+    ) -> Redirect | Template:
         """The default configuration, theme and custom instructions; a refused form comes
         back with the reason and what was typed."""
         form = await _form(request)
         try:
-            chosen = parse_preferences(form, request.app.state.chat.catalog.configurations)
+            chosen = parse_preferences(form, catalog.configurations)
         except AppError as error:
-            return await _settings_page(request, new_token=None, error=error, typed=form)
-        await save_preferences(request.app.state.accounts.db, request.user.id, chosen)
+            return await _settings_page(
+                request, accounts, catalog, new_token=None, error=error, typed=form
+            )
+        await save_preferences(accounts.db, request.user.id, chosen)
         return Redirect("/settings?done=preferences", status_code=303)
 
     @post("/settings/tokens", opt=TOKEN_ROUTES)
-    async def create_token(self, request: Request[Any, Any, Any]) -> Template:
+    async def create_token(
+        self, request: Request[Any, Any, Any], accounts: Accounts, catalog: ServedCatalog
+    ) -> Template:
         """A new token: chat and the gateway, and the admin scope if an admin asks."""
-        accounts: AccountService = request.app.state.accounts
         form = await _form(request)
         scopes = [*DEFAULT_SCOPES, *([ADMIN] if form.get("admin_scope") == "on" else [])]
         _, plain = await accounts.create_token(
             request.user.id, form.get("name", "").strip(), scopes
         )
-        return await _settings_page(request, new_token=plain)
+        return await _settings_page(request, accounts, catalog, new_token=plain)
 
     @post("/settings/tokens/{token_id:int}/revoke", opt=TOKEN_ROUTES)
-    async def revoke_token(self, request: Request[Any, Any, Any], token_id: RowId) -> Redirect:
-        accounts: AccountService = request.app.state.accounts
+    async def revoke_token(
+        self, request: Request[Any, Any, Any], accounts: Accounts, token_id: RowId
+    ) -> Redirect:
         await accounts.revoke_token(request.user.id, token_id)
         return Redirect("/settings", status_code=303)
 
 
-async def _signed_in(request: Request[Any, Any, Any], user_id: int, target: str) -> Redirect:
+async def _signed_in(
+    request: Request[Any, Any, Any],
+    accounts: AccountService,
+    secret_key: str,
+    user_id: int,
+    target: str,
+) -> Redirect:
     """Open a session and go on. The CSRF token follows the session from now on (see
     webapp.web.security); the anchor cookie used before signing in is replaced too, so
     nothing a page showed before sign-in works after it."""
-    accounts: AccountService = request.app.state.accounts
     secret = await accounts.start_session(user_id)
     secure = _https(request)
     return Redirect(
@@ -252,13 +275,15 @@ async def _signed_in(request: Request[Any, Any, Any], user_id: int, target: str)
         status_code=303,
         cookies=[
             session_cookie(secret, secure=secure),
-            fresh_anchor_cookie(request.app.state.settings.secret_key, secure=secure),
+            fresh_anchor_cookie(secret_key, secure=secure),
         ],
     )
 
 
 async def _settings_page(
     request: Request[Any, Any, Any],
+    accounts: AccountService,
+    catalog: Catalog,
     new_token: str | None,
     *,
     password_changed: bool = False,
@@ -268,7 +293,6 @@ async def _settings_page(
 ) -> Template:
     """The settings page; after a refused settings form, again with the reason and what
     was typed, answered with the error's 4xx status."""
-    accounts: AccountService = request.app.state.accounts
     shown = preferences_of(request.user)
     if typed is not None:
         shown = Preferences(
@@ -286,8 +310,8 @@ async def _settings_page(
             "preferences": shown,
             "themes": THEMES,
             "max_instructions": MAX_INSTRUCTIONS,
-            "configurations": configuration_dicts(request.app.state.chat.catalog),
-            "catalog_default": request.app.state.chat.catalog.default_configuration,
+            "configurations": configuration_dicts(catalog),
+            "catalog_default": catalog.default_configuration,
             "settings_error": error.message if error else None,
         },
         status_code=error.status_code if error else 200,

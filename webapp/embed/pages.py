@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request
+from litestar import Request, Router
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath
+from litestar.types import Guard
 
 from webapp.accounts.service import digest
 from webapp.chat.stored.models import Conversation
@@ -70,24 +71,35 @@ async def visitor_conversation(
     return ConversationRef(owner, "", base, spec, draft=draft)
 
 
-async def embed_quota(
-    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
-) -> None:
+def embed_quota(quota: EmbedQuota, catalog: Catalog) -> Guard:
     """Before a send through an embed (after the CSRF check, before anything is stored):
-    refuse it when the client address or the embed has sent too much."""
-    if handler.handler_name not in SENDING_HANDLERS:
-        return
-    name = embed_name_of(connection.scope["path"])
-    if name is None or name not in connection.app.state.chat.catalog.embeds:
-        return
-    quota: EmbedQuota = connection.app.state.embed_quota
-    client = connection.client.host if connection.client else ""
-    await quota.take(name, client)
+    refuse it when the client address or the embed has sent too much. A guard takes no
+    dependencies, so it is made with its quota, and with the catalog whose embeds it
+    counts (discovery at start changes the models, never the embeds)."""
+
+    async def within_quota(
+        connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+    ) -> None:
+        if handler.handler_name not in SENDING_HANDLERS:
+            return
+        name = embed_name_of(connection.scope["path"])
+        if name is None or name not in catalog.embeds:
+            return
+        client = connection.client.host if connection.client else ""
+        await quota.take(name, client)
+
+    return within_quota
 
 
 class EmbedPages(ConversationPages):
+    """Served only through `embed_router`, which puts the quota in front of every send."""
+
     path = "/embed/{embed_name:str}"
     dependencies = {"conversation": Provide(visitor_conversation)}  # noqa: RUF012
-    guards = (embed_quota,)
     page_template = "embed/page.html"
     opt = {"exclude_from_auth": True}  # noqa: RUF012
+
+
+def embed_router(quota: EmbedQuota, catalog: Catalog) -> Router:
+    """The embed pages, each send through them counted against `quota` first."""
+    return Router(path="/", route_handlers=[EmbedPages], guards=[embed_quota(quota, catalog)])

@@ -14,9 +14,10 @@ from litestar import Router, get
 from litestar.di import Provide
 from litestar.params import FromPath
 
+from webapp.accounts.service import AccountService
 from webapp.chat.web.deps import Chat
 from webapp.db import Database
-from webapp.gateway.auth import BearerTokenAuth
+from webapp.gateway.auth import bearer_token_auth
 from webapp.gateway.chat import chat_completions
 from webapp.gateway.cuts import StatelessCuts
 from webapp.gateway.errors import gateway_exception_handler, model_not_found
@@ -58,16 +59,16 @@ async def read_model(chat: Chat, name: FromPath[str]) -> dict[str, Any]:
     raise model_not_found(name)
 
 
-def gateway_router(db: Database, settings: Settings) -> Router:
-    """The /v1 router: bearer tokens only, OpenAI-shaped errors, the chat's rate limit,
-    bodies bounded in bytes and in messages (`webapp.gateway.intake`)."""
+def gateway_router(db: Database, settings: Settings, accounts: AccountService) -> Router:
+    """The /v1 router: bearer tokens only (checked by `accounts`), OpenAI-shaped errors,
+    the chat's rate limit, bodies bounded in bytes and in messages (`webapp.gateway.intake`)."""
     limit = RateLimit(db, settings.rate_limit_messages, settings.rate_limit_window)
     intake = Intake(limit, settings.gateway_max_messages)
     cuts = StatelessCuts()
     return Router(
         path="/v1",
         route_handlers=[list_models, read_model, chat_completions, completions, embeddings],
-        middleware=[BearerTokenAuth],
+        middleware=[bearer_token_auth(accounts)],
         exception_handlers={Exception: gateway_exception_handler},
         request_max_body_size=settings.gateway_max_body_bytes,
         dependencies={
