@@ -31,7 +31,6 @@ from webapp.db import as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import OWNERS_KEPT
 from webapp.owners import EMBED_OWNER_PREFIX
-from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
 
@@ -42,14 +41,18 @@ _NEWEST_STATUS = (
     .limit(1)
     .scalar_subquery()
 )
-_TOUCH_CONVERSATION = Prepared(
+_TOUCH_CONVERSATION = (
     update(Conversation)
     .where(
         col(Conversation.id) == bindparam("conversation_id"),
         col(Conversation.owner) == bindparam("owned_by"),
     )
     .values(updated_at=bindparam("now"))
-    .returning(Conversation, _NEWEST_STATUS, RECENT_COUNT)
+    .returning(
+        *Conversation.__table__.columns,  # type: ignore[attr-defined]
+        _NEWEST_STATUS.label("newest_status"),
+        RECENT_COUNT.label("recent_sends"),
+    )
 )
 """Takes the conversation's lock, counts the owner's recent sends and gateway calls
 (`gateway_call` rows, which deleting conversations keeps) and reads the status of the
@@ -94,8 +97,8 @@ class Admission:
         limit = self.rate_limit_for(owner)
         if limit > 0:
             hold_budget(connection, owner)
-        touched = _TOUCH_CONVERSATION.first(
-            connection,
+        touched = connection.execute(
+            _TOUCH_CONVERSATION,
             {
                 "conversation_id": conversation_id,
                 "owned_by": owner,
@@ -103,13 +106,12 @@ class Admission:
                 "since": now - timedelta(seconds=self.window),
                 "limit": max(limit, 0),
             },
-        )
+        ).first()
         if touched is None:
             raise NotFound("no such conversation")
-        *columns, newest_status, recent_sends = touched
-        conversation = as_loaded(
-            Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
-        )
+        columns = touched._asdict()
+        newest_status, recent_sends = columns.pop("newest_status"), columns.pop("recent_sends")
+        conversation = as_loaded(Conversation, columns)
         if limit > 0:
             if recent_sends >= limit:
                 self.refuse_too_many(connection, owner, limit, now)
