@@ -146,17 +146,19 @@ def _run(work: Callable[[AccountService], Awaitable[T]]) -> T:
     """Run `work` on the configured database; domain and database errors become CommandError."""
     from sqlalchemy.exc import DBAPIError
 
+    from webapp.accounts.passwords import configured_hasher
     from webapp.accounts.service import AccountService
     from webapp.db import Database
     from webapp.errors import AppError
     from webapp.settings import Settings
 
-    url = Settings().database_url
+    settings = Settings()
 
     async def main() -> T:
-        db = Database(url)
+        db = Database(settings.database_url)
         try:
-            return await work(AccountService(db))
+            hasher = configured_hasher(settings.password_hashing)
+            return await work(AccountService(db, hasher=hasher))
         finally:
             await db.dispose()
 
