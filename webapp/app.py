@@ -263,8 +263,6 @@ def create_app(
         on_shutdown=[stop],
         openapi_config=OpenAPIConfig(title="webapp", version="0.1.0", path="/schema"),
     )
-    # Read from here still: the chat jobs by the benchmarks (bench/), the settings by the
-    # chat's pages and API (webapp.chat.web), until they take them as dependencies.
+    # For scripts that drive an app in process (bench/): no handler reads it.
     app.state.chat = chat
-    app.state.settings = settings
     return app

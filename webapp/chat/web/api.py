@@ -34,7 +34,6 @@ from webapp.chat.stored.titles import clean_title
 from webapp.chat.stored.transfer import export_json, export_markdown
 from webapp.chat.web.deps import Chat
 from webapp.errors import InvalidInput
-from webapp.settings import Settings
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream, frame
 from webapp.web.params import RowId
@@ -280,8 +279,7 @@ class ConversationController(Controller):
     ) -> dict[str, Any]:
         """A new conversation from a JSON export (`GET .../export?format=json`); 429 past
         the caller's import quota (`WEBAPP_IMPORT_*`)."""
-        settings: Settings = request.app.state.settings
-        await ImportQuota(chat.db, settings).take(owner, len(await request.body()))
+        await ImportQuota(chat.db, chat.settings).take(owner, len(await request.body()))
         conversation = await chat.editor.import_conversation(owner, data)
         _, rows = await chat.reader.history(owner, conversation.id)
         return conversation_dict(conversation, rows)

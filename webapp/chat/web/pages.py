@@ -43,7 +43,6 @@ from webapp.chat.web.views import (
 from webapp.errors import Conflict, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
-from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
 from webapp.web.deps import Owner
@@ -94,7 +93,7 @@ async def form_field(request: Request[Any, Any, Any], name: str, *, required: bo
     return ""
 
 
-async def message_field(request: Request[Any, Any, Any]) -> str:
+async def message_field(request: Request[Any, Any, Any], limit: int) -> str:
     """The composer's message: what was typed, and the text file attached to it, if any
     (`webapp.chat.stored.attachments`), refused with a reason before anything is stored."""
     form = await request.form()
@@ -105,7 +104,6 @@ async def message_field(request: Request[Any, Any, Any]) -> str:
     upload = form.get("attachment")
     if not isinstance(upload, UploadFile) or not upload.filename:
         return typed
-    limit = request.app.state.settings.max_message_chars
     name = clean_name(upload.filename)
     data = await upload.read(4 * limit + 1)  # UTF-8 takes at most 4 bytes a character
     return attach(typed, Attachment(name, decode_text(name, data)), limit)
@@ -178,7 +176,7 @@ class ConversationPages(Controller):
         chat: Chat,
         conversation: FoundConversation,
     ) -> Template:
-        content = await message_field(request)
+        content = await message_field(request, chat.settings.max_message_chars)
         conversation_id = await conversation.stored_id(chat)
         return _turn(
             await chat.sender.send(conversation.owner, conversation_id, content), conversation
@@ -258,7 +256,7 @@ class ConversationPages(Controller):
     ) -> Template:
         """The meter for what is being typed: what the next send would leave out, with
         a remedy when one exists. An empty box shows the last send's meter again."""
-        content = await message_field(request)
+        content = await message_field(request, chat.settings.max_message_chars)
         if not content.strip():
             _, rows, _ = await chat.reader.page(conversation.owner, conversation.id, turns=1)
             meter = last_fit(rows)
@@ -343,7 +341,7 @@ class ConversationPages(Controller):
         """The answer over SSE: the turn as HTML when it changes, its text as `content`
         events of what changed (webapp.chat.web.page_stream); reconnecting resumes from now.
         Past a worker's cap of followers (per answer, per owner) it answers 429."""
-        settings: Settings = request.app.state.settings
+        settings = chat.settings
         owner = conversation.owner
         answer = await answer_to_follow(chat, owner, conversation.id, answer_id)
         place = ExitStack()
@@ -436,8 +434,7 @@ class ConversationAdmin(Controller):
         raw = await upload.read(MAX_IMPORT_BYTES + 1)
         if len(raw) > MAX_IMPORT_BYTES:
             raise InvalidInput(f"an import file is at most {MAX_IMPORT_BYTES // 2**20} MB")
-        settings: Settings = request.app.state.settings
-        await ImportQuota(chat.db, settings).take(owner, len(raw))
+        await ImportQuota(chat.db, chat.settings).take(owner, len(raw))
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
