@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +17,7 @@ from sqlalchemy import delete, update
 from sqlmodel import col, select
 
 from tests.dbutil import session_on
+from tests.factories import PASSWORD, accounts_on, run_on
 from webapp.accounts.models import ApiToken, LoginSession, SignInAttempt, User
 from webapp.accounts.passwords import CHECKS_AT_ONCE, Passwords, configured_hasher
 from webapp.accounts.service import AccountService
@@ -27,9 +25,6 @@ from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from webapp.stored import id_of
 from webapp.timeutil import as_utc, utcnow
-
-PASSWORD = "correct horse battery"
-WEBAPP = Path(sys.executable).parent / "webapp"
 
 
 class CountingHasher(PasswordHasher):
@@ -400,62 +395,47 @@ async def test_another_users_token_cannot_be_revoked(accounts: AccountService) -
 # The command line
 
 
-def webapp(database_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(WEBAPP), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "WEBAPP_DATABASE_URL": database_url},
-    )
-
-
 def test_cli_creates_a_user_and_a_token_that_the_service_accepts(sqlite_url: str) -> None:
-    created = webapp(
+    created = run_on(
         sqlite_url, "user", "create", "Dave", "--admin", "--password-stdin", stdin=PASSWORD + "\n"
     )
     assert created.returncode == 0, created.stderr
     assert "created admin user 'Dave'" in created.stdout
 
-    duplicate = webapp(
+    duplicate = run_on(
         sqlite_url, "user", "create", "dave", "--password-stdin", stdin=PASSWORD + "\n"
     )
     assert duplicate.returncode == 1
     assert "already taken" in duplicate.stderr and duplicate.stdout == ""
 
-    issued = webapp(sqlite_url, "token", "create", "DAVE", "--name", "deploy")
+    issued = run_on(sqlite_url, "token", "create", "DAVE", "--name", "deploy")
     assert issued.returncode == 0, issued.stderr
     token = issued.stdout.strip()
     assert issued.stdout == token + "\n" and token.startswith("wa_")
 
     async def check() -> None:
-        engine = Database(sqlite_url)
-        accounts = AccountService(engine)
-        try:
+        async with accounts_on(sqlite_url) as accounts:
             user = await accounts.user_for_token(token)
             assert user is not None and user.username == "Dave" and user.is_admin
             assert await accounts.authenticate("dave", PASSWORD) is not None
             [listed] = await accounts.list_tokens(id_of(user))
             assert listed.name == "deploy"
-        finally:
-            await engine.dispose()
 
     asyncio.run(check())
 
 
 def test_cli_says_why_it_failed(sqlite_url: str) -> None:
-    unknown = webapp(sqlite_url, "token", "create", "nobody")
+    unknown = run_on(sqlite_url, "token", "create", "nobody")
     assert unknown.returncode == 1 and unknown.stdout == ""
     assert "no user named 'nobody'" in unknown.stderr
 
-    short = webapp(sqlite_url, "user", "create", "erin", "--password-stdin", stdin="short\n")
+    short = run_on(sqlite_url, "user", "create", "erin", "--password-stdin", stdin="short\n")
     assert short.returncode == 1 and "at least 8 characters" in short.stderr
 
-    empty = webapp(sqlite_url, "user", "create", "erin", "--password-stdin", stdin="")
+    empty = run_on(sqlite_url, "user", "create", "erin", "--password-stdin", stdin="")
     assert empty.returncode == 1 and "no password" in empty.stderr
 
-    bad_name = webapp(
+    bad_name = run_on(
         sqlite_url, "user", "create", "erin smith", "--password-stdin", stdin=PASSWORD + "\n"
     )
     assert bad_name.returncode == 1 and "username must be" in bad_name.stderr
@@ -463,7 +443,7 @@ def test_cli_says_why_it_failed(sqlite_url: str) -> None:
 
 def test_cli_on_an_unmigrated_database_points_at_migrate(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
-    result = webapp(url, "token", "create", "alice")
+    result = run_on(url, "token", "create", "alice")
     assert result.returncode == 1 and "webapp migrate" in result.stderr
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.factories import make_user, new_conversation, parse_sse
+from tests.factories import new_conversation, parse_sse, user_header
 
 pytestmark = pytest.mark.settings(rate_limit_messages=0)
 
@@ -141,7 +141,7 @@ async def test_bad_input_is_a_clear_4xx(client: AsyncTestClient, database_url: s
     assert response.status_code == 400
 
     # Another user's conversation and messages are not found, never shown.
-    mallory = {"Authorization": f"Bearer {await make_user(database_url, 'mallory')}"}
+    mallory = await user_header(database_url, "mallory")
     attempts: tuple[tuple[str, str, dict[str, object] | None], ...] = (
         ("post", f"{base}/messages", {"content": "x", "edit_of": user_id}),
         ("post", f"{base}/messages/{user_id}/regenerate", None),

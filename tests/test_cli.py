@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.catalogs import write_upstream_catalog
-from tests.factories import WEBAPP, run
+from tests.factories import PASSWORD, run
 from tests.upstream import FakeUpstream
 from webapp.web import heap
 
@@ -119,13 +119,7 @@ def test_purge_deletes_idle_conversations(tmp_path: Path, sqlite_url: str, dry_r
 
 def test_user_delete_takes_the_account_and_what_was_theirs(sqlite_url: str) -> None:
     env = {"WEBAPP_DATABASE_URL": sqlite_url}
-    made = subprocess.run(
-        [*WEBAPP, "user", "create", "dora", "--password-stdin"],
-        input="correct horse battery\n",
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-    )
+    made = run("user", "create", "dora", "--password-stdin", env=env, stdin=PASSWORD + "\n")
     assert made.returncode == 0, made.stderr
     deleted = run("user", "delete", "DORA", env=env)
     assert deleted.returncode == 0 and "deleted user 'dora'" in deleted.stdout

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.catalogs import CLOSED_PORT_URL
+from tests.factories import run
 from tests.upstream import Engine, FakeUpstream
 from webapp.llm.catalog import DEFAULT_WINDOW, Catalog, load_catalog
 from webapp.llm.discovery import NOT_DISCOVERABLE, clear_cache, discover
@@ -238,13 +236,7 @@ def test_check_config_lists_windows_tokenizers_and_where_they_came_from(
     path = tmp_path / "catalog.toml"
     path.write_text(catalog_text(up.base_url, models))
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "webapp.cli", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ},
-    )
+    result = run("check-config", str(path))
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     out = result.stdout

@@ -20,7 +20,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from tests.factories import csrf_from
+from tests.factories import PASSWORD, csrf_from
 from tests.served import Gateway, webapp_of
 from tests.upstream import FakeUpstream, _embedding, count_chat_tokens, count_tokens
 from webapp.llm.estimator import REPLY_PRIMING, estimate_text
@@ -425,7 +425,7 @@ def test_the_gateway_takes_api_tokens_only(gateway: Gateway) -> None:
             "/login",
             data={
                 "username": "alice",
-                "password": "correct horse battery",
+                "password": PASSWORD,
                 "_csrf_token": csrf_from(form.text),
             },
             follow_redirects=False,

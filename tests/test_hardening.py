@@ -9,7 +9,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.factories import EMBED, Client, csrf_from, make_user, sign_in
+from tests.factories import EMBED, PASSWORD, Client, csrf_from, make_user, sign_in
 from webapp.accounts.passwords import check_password
 from webapp.errors import InvalidInput
 
@@ -31,7 +31,7 @@ async def test_a_junk_bearer_header_does_not_skip_the_csrf_check(
     assert (await browser.get("/settings")).status_code == 200, "still signed in"
     login = await browser.post(
         "/login",
-        data={"username": "alice", "password": "correct horse battery"},
+        data={"username": "alice", "password": PASSWORD},
         headers=JUNK_BEARER,
     )
     assert login.status_code == 403
@@ -138,7 +138,7 @@ async def test_signing_in_rotates_the_anchor(
         "/login",
         data={
             "username": "alice",
-            "password": "correct horse battery",
+            "password": PASSWORD,
             "_csrf_token": csrf_from(page.text),
         },
     )

@@ -5,34 +5,19 @@ demote or deactivate it (tests/test_users.py)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.factories import PASSWORD, run_on
 from webapp.accounts.management import Changes, UserManagement
 from webapp.accounts.models import User
 from webapp.accounts.service import AccountService
 from webapp.db import Database
 from webapp.errors import Conflict
 
-PASSWORD = "correct horse battery"
-
-
-def webapp(database_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "webapp.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "WEBAPP_DATABASE_URL": database_url},
-    )
-
 
 def create(database_url: str, name: str, *flags: str) -> None:
-    made = webapp(database_url, "user", "create", name, *flags, "--password-stdin", stdin=PASSWORD)
+    made = run_on(database_url, "user", "create", name, *flags, "--password-stdin", stdin=PASSWORD)
     assert made.returncode == 0, made.stderr
 
 
@@ -50,17 +35,17 @@ def names(database_url: str) -> list[str]:
 def test_the_cli_keeps_the_last_admin(database_url: str) -> None:
     create(database_url, "root", "--admin")
     create(database_url, "alice")
-    refused = webapp(database_url, "user", "delete", "ROOT")
+    refused = run_on(database_url, "user", "delete", "ROOT")
     assert refused.returncode == 1 and refused.stdout == ""
     assert "'root' is the last active admin" in refused.stderr
     assert "--admin" in refused.stderr, "it says how to go on"
     assert names(database_url) == ["alice", "root"]
-    assert webapp(database_url, "user", "delete", "alice").returncode == 0
+    assert run_on(database_url, "user", "delete", "alice").returncode == 0
     # With a second admin, either may go; then the other is the last.
     create(database_url, "ops", "--admin")
-    deleted = webapp(database_url, "user", "delete", "root")
+    deleted = run_on(database_url, "user", "delete", "root")
     assert deleted.returncode == 0 and "deleted user 'root'" in deleted.stdout
-    last = webapp(database_url, "user", "delete", "ops")
+    last = run_on(database_url, "user", "delete", "ops")
     assert last.returncode == 1 and "'ops' is the last active admin" in last.stderr
     assert names(database_url) == ["ops"]
 

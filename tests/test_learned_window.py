@@ -6,14 +6,19 @@ With exact counts (llama.cpp's /tokenize) and with the estimate, on SQLite and P
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.factories import OWNER, add_user, admin_client, probed_service, say, service_settings_on
+from tests.factories import (
+    OWNER,
+    add_user,
+    admin_client,
+    probed_service,
+    run_on,
+    say,
+    service_settings_on,
+)
 from tests.upstream import FakeUpstream
 from webapp.chat.stored.models import Status
 from webapp.llm.calibration import learned_windows
@@ -104,13 +109,7 @@ async def test_the_engines_window_is_learned_and_the_turn_succeeds(
     assert page.status_code == 200
     assert 'id="learned-windows"' in page.text and f"{configuration} 1,024 tokens" in page.text
 
-    checked = subprocess.run(
-        [sys.executable, "-m", "webapp.cli", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "WEBAPP_DATABASE_URL": database_url},
-    )
+    checked = run_on(database_url, "check-config", str(path))
     assert checked.returncode == 0, checked.stderr
     lines = checked.stdout.splitlines()
     at = lines.index(next(line for line in lines if f"model {configuration!r}:" in line))

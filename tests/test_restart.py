@@ -20,6 +20,7 @@ import pytest
 from tests.catalogs import write_upstream_catalog
 from tests.factories import make_user
 from tests.live_server import ServerProcess
+from tests.served import bearer
 from tests.upstream import FakeUpstream
 from webapp.chat.answering.reaping import Liveness
 
@@ -50,10 +51,6 @@ def server(database_url: str, upstream: FakeUpstream, tmp_path: Path) -> Iterato
             return process
 
         yield make
-
-
-def api(url: str, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
 async def stream_send(client: httpx.AsyncClient, conversation: str) -> None:
@@ -91,14 +88,14 @@ async def test_an_answer_left_by_a_killed_server_is_interrupted_at_restart(
     token = await make_user(database_url, "alice")
     process = server("webapp")
     process.start()
-    async with api(process.url, token) as client:
+    async with bearer(process.url, token) as client:
         conversation = (await client.post("/api/conversations", json={})).json()["id"]
         sending = asyncio.create_task(stream_send(client, conversation))
         left = await written(client, conversation)
         process.kill()
         await sending
     process.start()
-    async with api(process.url, token) as client:
+    async with bearer(process.url, token) as client:
         after = await answer(client, conversation)
         assert after["id"] == left["id"]
         assert after["status"] == "interrupted", after
@@ -120,12 +117,12 @@ async def test_a_starting_server_leaves_another_live_servers_answer_alone(
     token = await make_user(database_url, "alice")
     writer, newcomer = server("writer"), server("newcomer")
     writer.start()
-    async with api(writer.url, token) as client:
+    async with bearer(writer.url, token) as client:
         conversation = (await client.post("/api/conversations", json={})).json()["id"]
         sending = asyncio.create_task(stream_send(client, conversation))
         await written(client, conversation)
         newcomer.start()
-        async with api(newcomer.url, token) as other:
+        async with bearer(newcomer.url, token) as other:
             seen = await answer(other, conversation)
             assert seen["status"] == "streaming", seen  # its error says who ended it
         upstream.end_stalls()  # the newcomer has started and reaped: the rest at once

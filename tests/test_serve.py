@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import socket
 import time
@@ -21,11 +20,9 @@ import httpx
 import pytest
 
 from tests.catalogs import write_upstream_catalog
-from tests.factories import make_user
+from tests.factories import PASSWORD, csrf_from, make_user
 from tests.live_server import ServerProcess, h11_serve, serving, webapp_serve
 from tests.upstream import FakeUpstream
-
-PASSWORD = "correct horse battery"
 
 Serve = Callable[..., str]
 
@@ -52,11 +49,9 @@ def serve(sqlite_url: str, tmp_path: Path) -> Iterator[Serve]:
 
 def sign_in(client: httpx.Client, password: str, forwarded_for: str) -> int:
     page = client.get("/login")
-    token = re.search(r'name="_csrf_token" value="([0-9a-f]+)"', page.text)
-    assert token, page.text
     response = client.post(
         "/login",
-        data={"username": "alice", "password": password, "_csrf_token": token[1]},
+        data={"username": "alice", "password": password, "_csrf_token": csrf_from(page.text)},
         headers={"X-Forwarded-For": forwarded_for},
     )
     return response.status_code

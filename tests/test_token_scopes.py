@@ -6,28 +6,30 @@ revokes tokens unless made with the tokens scope."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from alembic.script import ScriptDirectory
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.factories import Client, sign_in
+from tests.factories import (
+    PASSWORD,
+    Client,
+    accounts_call,
+    accounts_on,
+    bearer_header,
+    make_account,
+    run_on,
+    sign_in,
+)
 from webapp.accounts.cli import DEFAULT_SCOPE_NAMES, SCOPE_NAMES
 from webapp.accounts.models import ADMIN, DEFAULT_SCOPES, SCOPES, TOKENS
-from webapp.accounts.service import AccountService
-from webapp.db import Database
 from webapp.errors import InvalidInput
 from webapp.migrate import alembic_config, upgrade
 
-PASSWORD = "correct horse battery"
 ADMIN_ROUTES = ("/api/admin/users", "/api/admin/trimmed", "/admin/users", "/admin/trimmed")
 
 
@@ -37,55 +39,9 @@ async def client(app: Litestar) -> AsyncIterator[AsyncTestClient]:
         yield test_client
 
 
-async def account(
-    database_url: str, name: str, *, admin: bool = False, scopes: Iterable[str] | None = None
-) -> tuple[int, str]:
-    """A user (outside the app: its own engine and loop) and a token of theirs."""
-    engine = Database(database_url)
-    try:
-        accounts = AccountService(engine)
-        user = await accounts.create_user(name, PASSWORD, is_admin=admin)
-        assert user.id is not None
-        if scopes is None:
-            _, token = await accounts.create_token(user.id, "script")
-        else:
-            _, token = await accounts.create_token(user.id, "script", scopes)
-        return user.id, token
-    finally:
-        await engine.dispose()
-
-
 async def live_tokens(database_url: str, user_id: int) -> list[tuple[str, str]]:
-    engine = Database(database_url)
-    try:
-        tokens = await AccountService(engine).list_tokens(user_id)
-        return [(t.name, t.scopes) for t in tokens if not t.revoked]
-    finally:
-        await engine.dispose()
-
-
-async def on_service(database_url: str, method: str, *args: Any) -> Any:
-    """Call the account service outside the app (its own engine, its own loop)."""
-    engine = Database(database_url)
-    try:
-        return await getattr(AccountService(engine), method)(*args)
-    finally:
-        await engine.dispose()
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def cli(database_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "webapp.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "WEBAPP_DATABASE_URL": database_url},
-    )
+    tokens = await accounts_call(database_url, "list_tokens", user_id)
+    return [(t.name, t.scopes) for t in tokens if not t.revoked]
 
 
 # Scopes
@@ -94,32 +50,36 @@ def cli(database_url: str, *args: str, stdin: str = "") -> subprocess.CompletedP
 async def test_an_admins_default_token_is_refused_by_the_admin_pages_and_api(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    _, token = await account(database_url, "root", admin=True)
+    _, token = await make_account(database_url, "root", admin=True)
     for path in ADMIN_ROUTES:
-        refused = await client.get(path, headers=bearer(token))
+        refused = await client.get(path, headers=bearer_header(token))
         assert refused.status_code == 403, (path, refused.text)
         assert "no admin scope" in refused.text and "--admin-scope" in refused.text, path
     created = await client.post(
-        "/api/admin/users", json={"username": "eve", "password": PASSWORD}, headers=bearer(token)
+        "/api/admin/users",
+        json={"username": "eve", "password": PASSWORD},
+        headers=bearer_header(token),
     )
     assert created.status_code == 403
     assert "no admin scope" in created.json()["detail"]
     # What the default token is for still works: chat and the gateway.
-    assert (await client.get("/api/conversations", headers=bearer(token))).status_code == 200
-    assert (await client.get("/v1/models", headers=bearer(token))).status_code == 200
+    assert (await client.get("/api/conversations", headers=bearer_header(token))).status_code == 200
+    assert (await client.get("/v1/models", headers=bearer_header(token))).status_code == 200
 
 
 async def test_an_admin_scoped_token_reaches_the_admin_api(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    _, token = await account(database_url, "root", admin=True, scopes=[*DEFAULT_SCOPES, ADMIN])
+    _, token = await make_account(database_url, "root", admin=True, scopes=[*DEFAULT_SCOPES, ADMIN])
     for path in ADMIN_ROUTES:
-        assert (await client.get(path, headers=bearer(token))).status_code == 200, path
+        assert (await client.get(path, headers=bearer_header(token))).status_code == 200, path
     created = await client.post(
-        "/api/admin/users", json={"username": "eve", "password": PASSWORD}, headers=bearer(token)
+        "/api/admin/users",
+        json={"username": "eve", "password": PASSWORD},
+        headers=bearer_header(token),
     )
     assert created.status_code == 201, created.text
-    assert (await client.get("/api/conversations", headers=bearer(token))).status_code == 200
+    assert (await client.get("/api/conversations", headers=bearer_header(token))).status_code == 200
 
 
 async def test_the_admin_scope_is_no_admin_right(
@@ -127,52 +87,50 @@ async def test_the_admin_scope_is_no_admin_right(
 ) -> None:
     """Only an admin's token can have it; and a token of an admin who was demoted since
     is refused like any user's."""
-    user_id, _ = await account(database_url, "bob")
-    engine = Database(database_url)
-    try:
-        with pytest.raises(InvalidInput, match="not an admin"):
-            await AccountService(engine).create_token(user_id, "sneaky", [ADMIN])
-    finally:
-        await engine.dispose()
+    user_id, _ = await make_account(database_url, "bob")
+    with pytest.raises(InvalidInput, match="not an admin"):
+        await accounts_call(database_url, "create_token", user_id, "sneaky", [ADMIN])
     assert await live_tokens(database_url, user_id) == [("script", "chat gateway")]
-    _, root = await account(database_url, "root", admin=True, scopes=[*DEFAULT_SCOPES, ADMIN])
-    _, other = await account(database_url, "other", admin=True, scopes=[ADMIN])
-    users = (await client.get("/api/admin/users", headers=bearer(root))).json()
+    _, root = await make_account(database_url, "root", admin=True, scopes=[*DEFAULT_SCOPES, ADMIN])
+    _, other = await make_account(database_url, "other", admin=True, scopes=[ADMIN])
+    users = (await client.get("/api/admin/users", headers=bearer_header(root))).json()
     other_id = next(u["id"] for u in users if u["username"] == "other")
     demoted = await client.patch(
-        f"/api/admin/users/{other_id}", json={"is_admin": False}, headers=bearer(root)
+        f"/api/admin/users/{other_id}", json={"is_admin": False}, headers=bearer_header(root)
     )
     assert demoted.status_code == 200
-    refused = await client.get("/api/admin/users", headers=bearer(other))
+    refused = await client.get("/api/admin/users", headers=bearer_header(other))
     assert refused.status_code == 403 and "admins only" in refused.text
 
 
 async def test_no_token_mints_tokens_without_the_tokens_scope(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    user_id, token = await account(database_url, "root", admin=True, scopes=SCOPES[:3])
-    minted = await client.post("/settings/tokens", data={"name": "heir"}, headers=bearer(token))
+    user_id, token = await make_account(database_url, "root", admin=True, scopes=SCOPES[:3])
+    minted = await client.post(
+        "/settings/tokens", data={"name": "heir"}, headers=bearer_header(token)
+    )
     assert minted.status_code == 403 and "cannot create or revoke tokens" in minted.text
     assert "wa_" not in minted.text
-    engine = Database(database_url)
-    try:
-        [mine] = await AccountService(engine).list_tokens(user_id)
-    finally:
-        await engine.dispose()
-    revoked = await client.post(f"/settings/tokens/{mine.id}/revoke", headers=bearer(token))
+    [mine] = await accounts_call(database_url, "list_tokens", user_id)
+    revoked = await client.post(f"/settings/tokens/{mine.id}/revoke", headers=bearer_header(token))
     assert revoked.status_code == 403
     assert len(await live_tokens(database_url, user_id)) == 1, "nothing was minted or revoked"
     # Asked for explicitly, the tokens scope allows it; the new token gets the default.
-    _, keeper = await account(database_url, "keeper", scopes=[TOKENS])
-    made = await client.post("/settings/tokens", data={"name": "next"}, headers=bearer(keeper))
+    _, keeper = await make_account(database_url, "keeper", scopes=[TOKENS])
+    made = await client.post(
+        "/settings/tokens", data={"name": "next"}, headers=bearer_header(keeper)
+    )
     assert made.status_code == 200 and "wa_" in made.text
-    assert (await client.get("/api/conversations", headers=bearer(keeper))).status_code == 403
+    assert (
+        await client.get("/api/conversations", headers=bearer_header(keeper))
+    ).status_code == 403
 
 
 async def test_a_session_creates_tokens_and_an_admin_asks_for_the_admin_scope(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    root_id, _ = await account(database_url, "root", admin=True)
+    root_id, _ = await make_account(database_url, "root", admin=True)
     csrf = await sign_in(client, "root")
     settings = await client.get("/settings")
     assert 'name="admin_scope"' in settings.text
@@ -193,53 +151,45 @@ async def test_a_session_creates_tokens_and_an_admin_asks_for_the_admin_scope(
 async def test_a_gateway_only_token_is_refused_by_the_app_and_a_chat_only_one_by_the_gateway(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    _, gateway = await account(database_url, "gw", scopes=["gateway"])
-    _, chat = await account(database_url, "ch", scopes=["chat"])
-    refused = await client.get("/api/conversations", headers=bearer(gateway))
+    _, gateway = await make_account(database_url, "gw", scopes=["gateway"])
+    _, chat = await make_account(database_url, "ch", scopes=["chat"])
+    refused = await client.get("/api/conversations", headers=bearer_header(gateway))
     assert refused.status_code == 403 and "no chat scope" in refused.json()["detail"]
-    assert (await client.get("/v1/models", headers=bearer(gateway))).status_code == 200
-    assert (await client.get("/api/conversations", headers=bearer(chat))).status_code == 200
-    denied = await client.get("/v1/models", headers=bearer(chat))
+    assert (await client.get("/v1/models", headers=bearer_header(gateway))).status_code == 200
+    assert (await client.get("/api/conversations", headers=bearer_header(chat))).status_code == 200
+    denied = await client.get("/v1/models", headers=bearer_header(chat))
     assert denied.status_code == 403
     assert "no gateway scope" in denied.json()["error"]["message"]
 
 
 async def test_unknown_or_no_scopes_are_refused(database_url: str) -> None:
-    user_id, _ = await account(database_url, "alice")
-    engine = Database(database_url)
-    try:
-        accounts = AccountService(engine)
+    user_id, _ = await make_account(database_url, "alice")
+    async with accounts_on(database_url) as accounts:
         for scopes in ([], ["everything"], ["chat", "root"]):
             with pytest.raises(InvalidInput, match="scope"):
                 await accounts.create_token(user_id, "bad", scopes)
-    finally:
-        await engine.dispose()
 
 
 def test_the_cli_makes_default_and_admin_scoped_tokens(database_url: str) -> None:
     assert SCOPE_NAMES == SCOPES and DEFAULT_SCOPE_NAMES == DEFAULT_SCOPES
-    made = cli(
+    made = run_on(
         database_url, "user", "create", "root", "--admin", "--password-stdin", stdin=PASSWORD + "\n"
     )
     assert made.returncode == 0, made.stderr
-    default = cli(database_url, "token", "create", "root")
+    default = run_on(database_url, "token", "create", "root")
     assert default.returncode == 0 and default.stdout.startswith("wa_"), default.stderr
-    admin = cli(database_url, "token", "create", "root", "--name", "ops", "--admin-scope")
+    admin = run_on(database_url, "token", "create", "root", "--name", "ops", "--admin-scope")
     assert admin.returncode == 0 and admin.stdout.strip().startswith("wa_"), admin.stderr
-    gateway = cli(database_url, "token", "create", "root", "--name", "gw", "--scope", "gateway")
+    gateway = run_on(database_url, "token", "create", "root", "--name", "gw", "--scope", "gateway")
     assert gateway.returncode == 0, gateway.stderr
-    bad = cli(database_url, "token", "create", "root", "--scope", "everything")
+    bad = run_on(database_url, "token", "create", "root", "--scope", "everything")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
     async def scopes() -> dict[str, str]:
-        engine = Database(database_url)
-        try:
-            accounts = AccountService(engine)
+        async with accounts_on(database_url) as accounts:
             root = await accounts.get_user_by_name("root")
             assert root is not None and root.id is not None
             return {t.name: t.scopes for t in await accounts.list_tokens(root.id)}
-        finally:
-            await engine.dispose()
 
     assert asyncio.run(scopes()) == {
         "cli": "chat gateway",
@@ -249,9 +199,9 @@ def test_the_cli_makes_default_and_admin_scoped_tokens(database_url: str) -> Non
 
 
 def test_the_cli_refuses_the_admin_scope_to_a_non_admin(sqlite_url: str) -> None:
-    made = cli(sqlite_url, "user", "create", "bob", "--password-stdin", stdin=PASSWORD + "\n")
+    made = run_on(sqlite_url, "user", "create", "bob", "--password-stdin", stdin=PASSWORD + "\n")
     assert made.returncode == 0, made.stderr
-    refused = cli(sqlite_url, "token", "create", "bob", "--admin-scope")
+    refused = run_on(sqlite_url, "token", "create", "bob", "--admin-scope")
     assert refused.returncode == 1 and refused.stdout == ""
     assert "'bob' is not an admin" in refused.stderr
 
@@ -281,10 +231,10 @@ def test_tokens_made_before_scopes_keep_chat_and_the_gateway_only(tmp_path: Path
 async def test_changing_ones_password_revokes_every_token_and_other_session(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    user_id, token = await account(database_url, "root", admin=True)
-    _, admin_token = await account(database_url, "ops", admin=True, scopes=SCOPES)
-    assert (await client.get("/api/conversations", headers=bearer(token))).status_code == 200
-    elsewhere = await on_service(database_url, "start_session", user_id)
+    user_id, token = await make_account(database_url, "root", admin=True)
+    _, admin_token = await make_account(database_url, "ops", admin=True, scopes=SCOPES)
+    assert (await client.get("/api/conversations", headers=bearer_header(token))).status_code == 200
+    elsewhere = await accounts_call(database_url, "start_session", user_id)
     csrf = await sign_in(client, "root")
     page = await client.get("/settings")
     assert "revokes all your API tokens" in page.text
@@ -301,38 +251,38 @@ async def test_changing_ones_password_revokes_every_token_and_other_session(
     notice = await client.get("/settings?done=password")
     assert notice.status_code == 200, "this browser stays signed in"
     assert "API tokens are revoked" in notice.text
-    assert await on_service(database_url, "user_for_session", elsewhere) is None
+    assert await accounts_call(database_url, "user_for_session", elsewhere) is None
     # The bearer header is what signs a request in, whatever cookie comes with it.
-    refused = await client.get("/api/conversations", headers=bearer(token))
+    refused = await client.get("/api/conversations", headers=bearer_header(token))
     assert refused.status_code == 401
     assert await live_tokens(database_url, user_id) == []
-    ops = await client.get("/api/admin/users", headers=bearer(admin_token))
+    ops = await client.get("/api/admin/users", headers=bearer_header(admin_token))
     assert ops.status_code == 200, "another account's tokens are untouched"
 
 
 async def test_an_admins_reset_revokes_the_users_tokens(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    _, admin = await account(database_url, "root", admin=True, scopes=SCOPES)
-    frank_id, frank = await account(database_url, "frank")
-    _, gina = await account(database_url, "gina")
+    _, admin = await make_account(database_url, "root", admin=True, scopes=SCOPES)
+    frank_id, frank = await make_account(database_url, "frank")
+    _, gina = await make_account(database_url, "gina")
     reset = await client.patch(
         f"/api/admin/users/{frank_id}",
         json={"password": "a brand new secret"},
-        headers=bearer(admin),
+        headers=bearer_header(admin),
     )
     assert reset.status_code == 200, reset.text
-    assert (await client.get("/api/conversations", headers=bearer(frank))).status_code == 401
-    assert (await client.get("/v1/models", headers=bearer(frank))).status_code == 401
+    assert (await client.get("/api/conversations", headers=bearer_header(frank))).status_code == 401
+    assert (await client.get("/v1/models", headers=bearer_header(frank))).status_code == 401
     assert await live_tokens(database_url, frank_id) == []
-    assert (await client.get("/api/conversations", headers=bearer(gina))).status_code == 200
+    assert (await client.get("/api/conversations", headers=bearer_header(gina))).status_code == 200
 
 
 async def test_the_admin_form_says_a_reset_revokes_tokens(
     client: AsyncTestClient, database_url: str
 ) -> None:
-    await account(database_url, "root", admin=True)
-    frank_id, frank = await account(database_url, "frank")
+    await make_account(database_url, "root", admin=True)
+    frank_id, frank = await make_account(database_url, "frank")
     csrf = await sign_in(client, "root")
     page = await client.get("/admin/users")
     assert "revokes its API tokens" in page.text
@@ -343,4 +293,4 @@ async def test_the_admin_form_says_a_reset_revokes_tokens(
     assert reset.status_code == 303
     notice = await client.get(reset.headers["location"])
     assert "API tokens are revoked" in notice.text
-    assert (await client.get("/api/conversations", headers=bearer(frank))).status_code == 401
+    assert (await client.get("/api/conversations", headers=bearer_header(frank))).status_code == 401

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.factories import make_user, new_conversation
+from tests.factories import new_conversation, user_header
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.settings(max_message_chars=2000)
@@ -109,7 +109,7 @@ async def test_export_is_the_owners_only_and_names_a_known_format(
     client: AsyncTestClient, database_url: str, upstream: FakeUpstream
 ) -> None:
     conversation = await new_conversation(client)
-    bob = {"Authorization": f"Bearer {await make_user(database_url, 'bob')}"}
+    bob = await user_header(database_url, "bob")
     url = f"/api/conversations/{conversation['id']}/export"
     assert (await client.get(url, headers=bob)).status_code == 404
     bad = await client.get(url, params={"format": "pdf"})

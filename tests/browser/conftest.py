@@ -32,10 +32,9 @@ from playwright.sync_api import Browser, Page, Response, sync_playwright
 
 from tests.catalogs import write_upstream_catalog
 from tests.conftest import empty_tables
+from tests.factories import make_account
 from tests.live_server import ServerProcess, free_port
 from tests.upstream import FakeUpstream
-from webapp.accounts.service import AccountService
-from webapp.db import Database
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -120,19 +119,11 @@ def outside_playwright(call: Callable[..., T], *args: Any) -> T:
 
 def create_account(database_url: str) -> str:
     """The test user (an admin) and an API token for it; returns the token."""
-
-    async def create() -> str:
-        engine = Database(database_url)
-        try:
-            accounts = AccountService(engine)
-            user = await accounts.create_user(USERNAME, PASSWORD, is_admin=True)
-            assert user.id is not None
-            _, token = await accounts.create_token(user.id, "browser tests")
-            return token
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(create())
+    made = make_account(
+        database_url, USERNAME, password=PASSWORD, admin=True, token_name="browser tests"
+    )
+    _, token = asyncio.run(made)
+    return token
 
 
 def sign_in(page: Page, response: Response | None) -> None:

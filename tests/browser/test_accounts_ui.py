@@ -17,20 +17,13 @@ from tests.browser.conftest import (
     outside_playwright,
 )
 from tests.browser.helpers import create_conversation, send_by_api, turn_text
+from tests.factories import accounts_call
 from tests.upstream import FakeUpstream
-from webapp.accounts.service import AccountService
-from webapp.db import Database
 
 
 def add_user(database_url: str, name: str) -> None:
-    async def create() -> None:
-        engine = Database(database_url)
-        try:
-            await AccountService(engine).create_user(name, PASSWORD)
-        finally:
-            await engine.dispose()
-
-    outside_playwright(asyncio.run, create())
+    """An account of the browser tests' password (no token), made outside Playwright."""
+    outside_playwright(asyncio.run, accounts_call(database_url, "create_user", name, PASSWORD))
 
 
 def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, sqlite_url: str) -> None:

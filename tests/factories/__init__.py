@@ -12,7 +12,7 @@ module. One job a module: `settings`, `service` (the conversation service on its
 from __future__ import annotations
 
 from tests.factories.admin import admin_client, user_from_header
-from tests.factories.cli import WEBAPP, run
+from tests.factories.cli import WEBAPP, run, run_on
 from tests.factories.manager import collect, finished, long_transcript
 from tests.factories.rows import writing_answers
 from tests.factories.service import OWNER, build_service, close_service, probed_service, say
@@ -72,6 +72,7 @@ __all__ = [
     "parse_sse",
     "probed_service",
     "run",
+    "run_on",
     "say",
     "service_settings",
     "service_settings_on",
