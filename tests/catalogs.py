@@ -154,14 +154,22 @@ def catalog_for(tmp_path: Path, up: Upstream, tokenizer: str | None = None) -> C
     return load_catalog(write_catalog(tmp_path, up.base_url, model_toml(tokenizer=tokenizer)))
 
 
-def engine_toml(upstream: Upstream) -> str:
+def engine_provider_toml(upstream: Upstream) -> str:
+    """Provider "engine": a serving engine (the fake upstream, as the engine it is set to
+    be), for catalogs that declare its models themselves."""
     return f"""
 [[providers]]
 name = "engine"
 kind = "openai"
 base_url = "{upstream.base_url}"
 timeout = 5
+"""
 
+
+def engine_toml(upstream: Upstream) -> str:
+    return (
+        engine_provider_toml(upstream)
+        + """
 [[models]]
 name = "gemma"
 provider = "engine"
@@ -205,3 +213,4 @@ name = "guess"
 model = "guess"
 trim_to = 1.0
 """
+    )

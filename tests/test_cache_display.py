@@ -15,7 +15,7 @@ from litestar.testing import AsyncTestClient
 from sqlmodel import col, update
 
 from tests.dbutil import session_on
-from tests.factories import api_client, new_conversation, settings_for
+from tests.factories import api_client, meter, new_conversation, settings_for
 from tests.upstream import FakeUpstream
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.web.views import Meter, message_views
@@ -27,17 +27,6 @@ AHEAD = re.compile(r'<span class="meter-ahead"([^>]*)>(.*?)</span>', re.S)
 
 
 # ---- the meter's words, rendered alone ------------------------------------------------------
-
-
-def meter(**overrides: Any) -> Meter:
-    fields: dict[str, Any] = {
-        "model": "small",
-        "window": 1024,
-        "budget": 900,
-        "estimated_tokens": 600,
-        "dropped_turns": 0,
-    }
-    return Meter(**{**fields, **overrides})
 
 
 def ahead_of(html: str) -> tuple[str, str]:

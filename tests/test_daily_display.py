@@ -5,12 +5,10 @@ a rename that answers with the sidebar's link too."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.factories import api_client, new_conversation
+from tests.factories import api_client, meter, new_conversation
 from webapp.chat.stored.titles import (
     TITLE_MAX,
     cut_at_word,
@@ -19,23 +17,12 @@ from webapp.chat.stored.titles import (
     split_mark,
     title_from,
 )
-from webapp.chat.web.views import Alternative, Meter, cut_line_words
+from webapp.chat.web.views import Alternative, cut_line_words
 from webapp.settings import Settings
 
 pytestmark = pytest.mark.settings(max_message_chars=2000)
 
 HTMX = {"hx-request": "true"}
-
-
-def meter(**overrides: Any) -> Meter:
-    fields: dict[str, Any] = {
-        "model": "small",
-        "window": 1024,
-        "budget": 900,
-        "estimated_tokens": 600,
-        "dropped_turns": 0,
-    }
-    return Meter(**{**fields, **overrides})
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.catalogs import engine_provider_toml
 from tests.factories import (
     OWNER,
     add_user,
@@ -28,13 +29,9 @@ CARD_WINDOW = 1400
 
 
 def card_toml(upstream: FakeUpstream) -> str:
-    return f"""
-[[providers]]
-name = "engine"
-kind = "openai"
-base_url = "{upstream.base_url}"
-timeout = 5
-
+    return (
+        engine_provider_toml(upstream)
+        + f"""
 [[models]]
 name = "card"
 provider = "engine"
@@ -58,6 +55,7 @@ model = "card"
 name = "card-guess"
 model = "card-guess"
 """
+    )
 
 
 def chats(upstream: FakeUpstream) -> int:

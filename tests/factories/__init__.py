@@ -6,7 +6,8 @@ files, each defined once, so a test module takes them by name and imports no oth
 module. One job a module: `settings`, `service` (the conversation service on its own),
 `users` (accounts and tokens), `web` (test clients, pages, forms, event streams), `admin`
 (the admin controller on its own), `manager` (the model manager on its own), `rows`
-(rows written straight to the database) and `cli` (the command line).
+(rows written straight to the database), `views` (what the pages draw, built alone)
+and `cli` (the command line).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tests.factories.users import (
     make_user,
     user_header,
 )
+from tests.factories.views import meter
 from tests.factories.web import (
     Client,
     api_client,
@@ -68,6 +70,7 @@ __all__ = [
     "long_transcript",
     "make_account",
     "make_user",
+    "meter",
     "new_conversation",
     "parse_sse",
     "probed_service",
