@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.factories import make_user, new_conversation, parse_sse
+from tests.factories import bearer_header, make_user, new_conversation, parse_sse
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.settings(max_message_chars=2000)
@@ -237,7 +237,7 @@ async def test_pin_preview_and_switch_configuration_over_the_api(
     assert (await client.post(f"{base}/preview", json={"content": " "})).status_code == 400
     assert (await client.post(f"{base}/preview", json={})).status_code == 400
     other = await make_user(database_url, "bob")
-    theirs = {"Authorization": f"Bearer {other}"}
+    theirs = bearer_header(other)
     assert (
         await client.post(f"{base}/preview", json={"content": "x"}, headers=theirs)
     ).status_code == 404

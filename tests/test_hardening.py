@@ -9,7 +9,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.factories import EMBED, PASSWORD, Client, csrf_from, make_user, sign_in
+from tests.factories import EMBED, PASSWORD, Client, bearer_header, csrf_from, make_user, sign_in
 from webapp.accounts.passwords import check_password
 from webapp.errors import InvalidInput
 
@@ -55,9 +55,7 @@ async def test_a_junk_bearer_header_does_not_skip_the_embeds_csrf_check(app: Lit
 async def test_a_valid_token_still_needs_no_csrf_token(app: Litestar, database_url: str) -> None:
     token = await make_user(database_url, "alice")
     async with Client(app=app) as client:
-        created = await client.post(
-            "/api/conversations", json={}, headers={"Authorization": f"Bearer {token}"}
-        )
+        created = await client.post("/api/conversations", json={}, headers=bearer_header(token))
         assert created.status_code == 201
 
 

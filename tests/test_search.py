@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.factories import make_user, new_conversation
+from tests.factories import bearer_header, make_user, new_conversation
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.settings(max_message_chars=2000)
@@ -64,7 +64,7 @@ async def test_only_the_callers_own_conversations(
     await send(client, mine["id"], "secret marmalade recipe")
     bob = await make_user(database_url, "bob")
     response = await client.get(
-        "/api/search", params={"q": "marmalade"}, headers={"Authorization": f"Bearer {bob}"}
+        "/api/search", params={"q": "marmalade"}, headers=bearer_header(bob)
     )
     assert response.status_code == 200 and response.json() == {"results": []}
     assert len(await search(client, "marmalade")) == 1

@@ -6,7 +6,16 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.factories import EMBED, PASSWORD, Client, csrf_from, found, make_user, sign_in
+from tests.factories import (
+    EMBED,
+    PASSWORD,
+    Client,
+    bearer_header,
+    csrf_from,
+    found,
+    make_user,
+    sign_in,
+)
 
 pytestmark = pytest.mark.settings(extra=EMBED, rate_limit_messages=3)
 
@@ -91,8 +100,8 @@ async def test_another_users_conversation_is_404_everywhere(
     alice = await make_user(database_url, "alice")
     mallory = await make_user(database_url, "mallory")
     async with Client(app=app) as client:
-        as_alice = {"Authorization": f"Bearer {alice}"}
-        as_mallory = {"Authorization": f"Bearer {mallory}"}
+        as_alice = bearer_header(alice)
+        as_mallory = bearer_header(mallory)
         created = await client.post("/api/conversations", json={}, headers=as_alice)
         cid = created.json()["id"]
         await client.post(
@@ -117,9 +126,7 @@ async def test_html_pages_hide_other_users_conversations(app: Litestar, database
     alice = await make_user(database_url, "alice")
     await make_user(database_url, "mallory")
     async with Client(app=app) as client:
-        created = await client.post(
-            "/api/conversations", json={}, headers={"Authorization": f"Bearer {alice}"}
-        )
+        created = await client.post("/api/conversations", json={}, headers=bearer_header(alice))
         cid = created.json()["id"]
         await sign_in(client, "mallory")
         for url in (f"/c/{cid}", f"/c/{cid}/older?before=5", f"/c/{cid}/answers/2/stream"):
@@ -156,9 +163,7 @@ async def test_a_token_client_gets_no_cookie_and_a_made_up_token_gets_past_no_cs
     refuses a request without its token."""
     token = await make_user(database_url, "alice")
     async with Client(app=app) as client:
-        made = await client.post(
-            "/api/conversations", json={}, headers={"Authorization": f"Bearer {token}"}
-        )
+        made = await client.post("/api/conversations", json={}, headers=bearer_header(token))
         assert made.status_code == 201 and "set-cookie" not in made.headers
         forged = await client.post(
             "/login",
@@ -175,9 +180,9 @@ async def test_admin_pages_are_for_admins(app: Litestar, database_url: str) -> N
     user = await make_user(database_url, "alice")
     async with Client(app=app) as client:
         for url in ("/api/admin/trimmed", "/admin/trimmed", "/admin/trimmed.csv"):
-            denied = await client.get(url, headers={"Authorization": f"Bearer {user}"})
+            denied = await client.get(url, headers=bearer_header(user))
             assert denied.status_code == 403, url
-            allowed = await client.get(url, headers={"Authorization": f"Bearer {admin}"})
+            allowed = await client.get(url, headers=bearer_header(admin))
             assert allowed.status_code == 200, url
 
 
@@ -187,7 +192,7 @@ async def test_every_response_carries_the_security_headers(
     token = await make_user(database_url, "alice")
     async with Client(app=app) as client:
         for url in ("/login", "/healthz", "/static/app.css", "/api/conversations"):
-            response = await client.get(url, headers={"Authorization": f"Bearer {token}"})
+            response = await client.get(url, headers=bearer_header(token))
             csp = response.headers["content-security-policy"]
             assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, url
             assert response.headers["x-frame-options"] == "DENY"
@@ -231,7 +236,7 @@ async def test_sends_past_the_rate_limit_get_429_with_retry_after(
 ) -> None:
     token = await make_user(database_url, "alice")
     async with Client(app=app) as client:
-        headers = {"Authorization": f"Bearer {token}"}
+        headers = bearer_header(token)
         cid = (await client.post("/api/conversations", json={}, headers=headers)).json()["id"]
         for index in range(3):
             ok = await client.post(
@@ -255,7 +260,7 @@ async def test_api_tokens_are_shown_once_and_can_be_revoked(
     page = await browser.post("/settings/tokens", data={"name": "backup", "_csrf_token": csrf})
     token = found(r"data-new-token>(wa_[\w-]+)<", page.text)
     assert (await browser.get("/settings")).text.count(token) == 0, "shown once"
-    auth = {"Authorization": f"Bearer {token}"}
+    auth = bearer_header(token)
     assert (await browser.get("/api/conversations", headers=auth)).status_code == 200
     token_id = found(r"/settings/tokens/(\d+)/revoke", page.text)
     revoked = await browser.post(f"/settings/tokens/{token_id}/revoke", data={"_csrf_token": csrf})

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.catalogs import write_upstream_catalog
-from tests.factories import PASSWORD, csrf_from, make_user
+from tests.factories import PASSWORD, bearer_header, csrf_from, make_user
 from tests.live_server import ServerProcess, h11_serve, serving, webapp_serve
 from tests.upstream import FakeUpstream
 
@@ -151,7 +151,7 @@ async def test_a_graceful_stop_ends_open_streams_at_once(
     server = ServerProcess(name="webapp serve", env=env, log=tmp_path / "serve.log")
     server.start()
     try:
-        auth = {"Authorization": f"Bearer {token}"}
+        auth = bearer_header(token)
         async with httpx.AsyncClient(base_url=server.url, headers=auth, timeout=30) as client:
             conversation = (await client.post("/api/conversations", json={})).json()["id"]
             send = client.stream(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.factories import PASSWORD, accounts_call, api_client, make_user
+from tests.factories import PASSWORD, accounts_call, api_client, bearer_header, make_user
 from webapp.settings import Settings
 
 
@@ -35,7 +35,7 @@ async def patch(admin: AsyncTestClient, user_id: int, **changes: Any) -> Any:
 
 async def test_only_admins_manage_users(admin: AsyncTestClient, database_url: str) -> None:
     bob = await make_user(database_url, "bob")
-    as_bob = {"Authorization": f"Bearer {bob}"}
+    as_bob = bearer_header(bob)
     assert (await admin.get("/api/admin/users", headers=as_bob)).status_code == 403
     forbidden = await admin.post(
         "/api/admin/users", json={"username": "x", "password": PASSWORD}, headers=as_bob
@@ -64,7 +64,7 @@ async def test_deactivating_ends_sessions_and_tokens_and_sign_in(
     token = await make_user(database_url, "dave")
     dave = next(u for u in (await admin.get("/api/admin/users")).json() if u["username"] == "dave")
     secret = await accounts_call(database_url, "start_session", dave["id"])
-    as_dave = {"Authorization": f"Bearer {token}"}
+    as_dave = bearer_header(token)
     assert (await admin.get("/api/conversations", headers=as_dave)).status_code == 200
 
     off = await patch(admin, dave["id"], active=False)
