@@ -40,6 +40,7 @@ import httpx
 from sqlalchemy import insert
 
 from bench.common import fresh_sqlite, machine, pin_to_one_core, run, summary, timed, with_forks
+from tests.factories import TEST_HASHER
 from webapp.accounts.service import AccountService
 from webapp.app import create_app
 from webapp.chat.stored.models import Conversation, Message, Role, Status
@@ -204,7 +205,7 @@ async def create_account(url: str) -> str:
     """A user and an API token for it (the pages need a signed-in owner)."""
     engine = Database(url)
     try:
-        accounts = AccountService(engine)
+        accounts = AccountService(engine, hasher=TEST_HASHER)
         user = await accounts.create_user("bench", "bench password 1234")
         assert user.id is not None
         _, token = await accounts.create_token(user.id, "bench")

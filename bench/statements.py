@@ -41,6 +41,7 @@ from sqlmodel import Session, col
 from bench.common import fresh_sqlite, git_revision, machine, pin_to_one_core, run, with_forks
 from bench.fit_and_load import sentence
 from bench.prepared import Prepared, Row
+from tests.factories import TEST_HASHER
 from tests.postgres import POSTGRES_SERVER_URL, reachable, throwaway_database
 from webapp.accounts.models import User
 from webapp.accounts.preferences import _INSTRUCTIONS
@@ -222,7 +223,7 @@ async def populate(url: str) -> Fixture:
     conversation of TURNS turns with FORKS forks and pins, and rate-limit rows of the user
     and of OTHER_OWNERS other owners, made the app's ways where it has one."""
     db = Database(url)
-    accounts = AccountService(db)
+    accounts = AccountService(db, hasher=TEST_HASHER)
     user = await accounts.create_user("bench", "a bench password, long enough")
     user_id = _id(user)
     owner = f"user:{user_id}"

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.factories import (
+    TEST_HASHER,
     Client,
     api_client,
     bearer_header,
@@ -144,7 +145,7 @@ async def db(database_url: str) -> AsyncIterator[Database]:
 
 @pytest.fixture
 def accounts(db: Database) -> AccountService:
-    return AccountService(db)
+    return AccountService(db, hasher=TEST_HASHER)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from webapp.accounts.passwords import CHECKS_AT_ONCE, Passwords, configured_hash
 from webapp.accounts.service import AccountService
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import as_utc, utcnow
 
@@ -190,9 +191,10 @@ async def test_hashes_cost_the_standard_unless_a_setting_says_cheapest(
     """The test runs hash at the cheapest cost (tests/conftest.py); a deployment hashes
     at argon2's standard one, and replaces a cheaper hash at its next check."""
     monkeypatch.delenv("WEBAPP_PASSWORD_HASHING", raising=False)
-    assert (await Passwords().hash(PASSWORD)).startswith(STANDARD)
+    standard = configured_hasher(Settings().password_hashing)  # the environment's setting
+    assert (await Passwords(standard).hash(PASSWORD)).startswith(STANDARD)
     monkeypatch.setenv("WEBAPP_PASSWORD_HASHING", "cheapest")
-    cheap = await Passwords().hash(PASSWORD)
+    cheap = await Passwords(configured_hasher(Settings().password_hashing)).hash(PASSWORD)
     assert cheap.startswith("$argon2id$v=19$m=8,t=1,p=1$")
     verdict = await Passwords(configured_hasher("standard")).verify(cheap, PASSWORD)
     assert verdict.ok and verdict.new_hash is not None and verdict.new_hash.startswith(STANDARD)

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tests.factories import PASSWORD, run_on
+from tests.factories import PASSWORD, TEST_HASHER, run_on
 from webapp.accounts.management import Changes, UserManagement
 from webapp.accounts.models import User
 from webapp.accounts.service import AccountService
@@ -25,7 +25,9 @@ def names(database_url: str) -> list[str]:
     async def listed() -> list[str]:
         db = Database(database_url)
         try:
-            return [user.username for user in await AccountService(db).list_users()]
+            return [
+                user.username for user in await AccountService(db, hasher=TEST_HASHER).list_users()
+            ]
         finally:
             await db.dispose()
 

@@ -182,3 +182,41 @@ def test_a_top_level_module_is_a_node_of_its_own() -> None:
     assert node_of("webapp.settings") == "settings"
     assert node_of("webapp.llm.providers.http") == "llm"
     assert node_of("webapp.llm") == "llm"
+
+
+CHAT_LAYERS = ("web", "", "sending", "answering", "stored")
+"""`webapp.chat`'s folders, top down: the routes and pages, the jobs beside them (its
+top-level modules: the send's orchestrator, reading, editing, naming), the send's
+stages, an answer's life, and what is stored. Each may import only those below it."""
+
+
+def chat_layer(module: str) -> int | None:
+    """Where a module of `webapp.chat` sits in CHAT_LAYERS (None: outside chat)."""
+    parts = module.split(".")
+    if parts[:2] != ["webapp", "chat"] or len(parts) < 3:
+        return None
+    folder = parts[2] if len(parts) > 3 or parts[2] in CHAT_LAYERS else ""
+    return CHAT_LAYERS.index(folder)
+
+
+def test_the_chat_folders_import_downwards_only() -> None:
+    """A newcomer reads chat/ from the tree: the pages call the send, the send calls its
+    stages, the stages start the answer, and all of them read and write what is stored;
+    nothing below reaches back up."""
+    upward = [
+        f"{source} -> {target} ({', '.join(where)})"
+        for source, targets in module_imports().items()
+        for target, where in targets.items()
+        if (low := chat_layer(source)) is not None
+        and (high := chat_layer(target)) is not None
+        and high < low
+    ]
+    assert not upward, "imports up chat's folders:\n" + "\n".join(upward)
+
+
+def test_the_chat_layers_are_read_from_the_path() -> None:
+    assert chat_layer("webapp.chat.web.pages") == 0
+    assert chat_layer("webapp.chat.send") == chat_layer("webapp.chat.jobs") == 1
+    assert chat_layer("webapp.chat.sending.store") == 2
+    assert chat_layer("webapp.chat.stored") == 4
+    assert chat_layer("webapp.llm.manager") is None

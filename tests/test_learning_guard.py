@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.factories import service_settings_on
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs, chat_jobs
 from webapp.chat.stored.models import Message
@@ -36,7 +37,6 @@ from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager
 from webapp.llm.tokenizers import Tokenizers
 from webapp.llm.window import Transcript
-from webapp.settings import Settings
 
 OWNER = "alice"
 
@@ -82,12 +82,8 @@ async def chat(
     upstream.set_engine("llamacpp")
     path = tmp_path / "engine.toml"
     path.write_text(engine_toml(upstream), encoding="utf-8")
-    settings = Settings(
-        database_url=database_url,
-        config=path,
-        stream_flush_interval=0.05,
-        max_message_chars=20_000,
-        rate_limit_messages=0,
+    settings = service_settings_on(
+        database_url, path, max_message_chars=20_000, rate_limit_messages=0
     )
     catalog = load_catalog(path)
     tokenizers = Tokenizers()

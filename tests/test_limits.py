@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import insert
 from sqlmodel import Session
 
+from tests.factories import TEST_HASHER, settings_on
 from webapp.accounts.models import SignInAttempt
 from webapp.accounts.service import AccountService
 from webapp.chat.sending.admission import Admission
@@ -25,7 +26,6 @@ from webapp.errors import TooManyRequests
 from webapp.gateway.errors import GatewayError
 from webapp.gateway.limits import RateLimit
 from webapp.limits import SlidingWindow, advisory_lock, try_advisory_lock
-from webapp.settings import Settings
 from webapp.timeutil import utcnow
 
 MINUTE = SlidingWindow(timedelta(seconds=60))
@@ -124,7 +124,7 @@ async def rows_at(db: Database, model: type, now: datetime, **columns: object) -
 
 async def a_send(db: Database, now: datetime) -> int:
     await sent(db, 10, 30.01, now=now)
-    admission = Admission(Settings(rate_limit_window=60))
+    admission = Admission(settings_on(db.url, None, rate_limit_window=60))
 
     def send(session: Session) -> None:
         admission.refuse_too_many(session.connection(), "user:1", 2, now)
@@ -145,7 +145,8 @@ async def a_gateway_call(db: Database, now: datetime) -> int:
 
 async def an_import(db: Database, now: datetime) -> int:
     await rows_at(db, GatewayCall, now, owner="user:1", kind="import", size=10, called_at=None)
-    quota = ImportQuota(db, Settings(import_limit=2, import_limit_bytes=0, import_window=60))
+    limits = {"import_limit": 2, "import_limit_bytes": 0, "import_window": 60}
+    quota = ImportQuota(db, settings_on(db.url, None, **limits))
     with pytest.raises(TooManyRequests) as refused:
         await quota.take("user:1", 10)
     assert "imported 2 conversations (20 bytes)" in str(refused.value)
@@ -165,7 +166,9 @@ async def a_sign_in(db: Database, now: datetime) -> int:
     await rows_at(
         db, SignInAttempt, now, username_key="alice", client="10.0.0.1", attempted_at=None
     )
-    accounts = AccountService(db, failures_allowed=2, failure_window=timedelta(seconds=60))
+    accounts = AccountService(
+        db, hasher=TEST_HASHER, failures_allowed=2, failure_window=timedelta(seconds=60)
+    )
     with pytest.raises(TooManyRequests) as refused:
         await accounts.authenticate("alice", "wrong", client="10.0.0.1")
     assert "try again in 1 minute." in str(refused.value)

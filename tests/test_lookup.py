@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
+from tests.factories import TEST_HASHER
 from webapp.accounts.models import User
 from webapp.accounts.service import _TOKEN_OWNER, AccountService, digest
 from webapp.db import Database
 
 
 async def signed_in_user(db: Database) -> str:
-    accounts = AccountService(db)
+    accounts = AccountService(db, hasher=TEST_HASHER)
     user = await accounts.create_user("alice", "correct horse battery")
     assert user.id is not None
     _, plain = await accounts.create_token(user.id, "script")
@@ -35,7 +36,7 @@ async def test_the_sign_in_lookup_equals_its_core_read(db: Database) -> None:
 
     assert tuple(looked_up) == await db.read(core)
     assert not await db.lookup(_TOKEN_OWNER, {"secret": digest("tk-unknown")})
-    user = await AccountService(db).user_for_token(plain)
+    user = await AccountService(db, hasher=TEST_HASHER).user_for_token(plain)
     assert isinstance(user, User) and user.username == "alice" and user.active is True
 
 
@@ -93,7 +94,7 @@ async def test_a_lookup_waits_out_a_locked_file_without_holding_the_loop(
 
 
 async def test_a_revoked_token_stops_signing_in_at_once(db: Database) -> None:
-    accounts = AccountService(db)
+    accounts = AccountService(db, hasher=TEST_HASHER)
     plain = await signed_in_user(db)
     user = await accounts.user_for_token(plain)
     assert user is not None and user.id is not None

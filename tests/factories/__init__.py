@@ -27,6 +27,7 @@ from tests.factories.settings import (
 )
 from tests.factories.users import (
     PASSWORD,
+    TEST_HASHER,
     accounts_call,
     accounts_on,
     add_user,
@@ -52,6 +53,7 @@ __all__ = [
     "OWNER",
     "PASSWORD",
     "SERVICE",
+    "TEST_HASHER",
     "WEBAPP",
     "Client",
     "accounts_call",

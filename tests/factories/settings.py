@@ -23,9 +23,10 @@ SERVICE: dict[str, Any] = {"stream_flush_interval": 0.05, "max_message_chars": 5
 """The service tests' settings: quick flushes, room for long messages."""
 
 
-def settings_on(database_url: str, config: Path, **fields: Any) -> Settings:
-    """Settings on the catalog file `config`, with `fields` set; what is not set comes from
-    the environment as in production (conftest.py turns model titles off there)."""
+def settings_on(database_url: str, config: Path | None, **fields: Any) -> Settings:
+    """Settings on the catalog file `config` (None: the built-in demo), with `fields` set;
+    what is not set comes from the environment as in production (conftest.py turns model
+    titles off there)."""
     return Settings(database_url=database_url, config=config, **fields)
 
 

@@ -10,12 +10,16 @@ from typing import Any
 
 from tests.dbutil import session_on
 from webapp.accounts.models import ADMIN, DEFAULT_SCOPES, User
+from webapp.accounts.passwords import configured_hasher
 from webapp.accounts.service import AccountService
 from webapp.chat.jobs import ChatJobs
 from webapp.db import Database
 from webapp.stored import id_of
 
 PASSWORD = "correct horse battery"
+TEST_HASHER = configured_hasher("cheapest")
+"""What the tests hash passwords with: argon2's cheapest parameters (`webapp.cli` and the
+app read the setting; tests that build the account service alone pass this)."""
 """Every test user's password."""
 
 
@@ -24,7 +28,7 @@ async def accounts_on(database_url: str) -> AsyncIterator[AccountService]:
     """The account service on an engine of its own."""
     engine = Database(database_url)
     try:
-        yield AccountService(engine)
+        yield AccountService(engine, hasher=TEST_HASHER)
     finally:
         await engine.dispose()
 

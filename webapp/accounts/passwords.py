@@ -19,7 +19,6 @@ from argon2 import PasswordHasher, profiles
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from webapp.errors import InvalidInput
-from webapp.settings import Settings
 
 MIN_PASSWORD_LENGTH = 8
 MAX_PASSWORD_LENGTH = 1024
@@ -39,11 +38,10 @@ def check_password(password: str) -> None:
         raise InvalidInput(f"the password must be at most {MAX_PASSWORD_LENGTH} characters long")
 
 
-def configured_hasher(hashing: str | None = None) -> PasswordHasher:
-    """Today's parameters for new hashes: `hashing` is the `password_hashing` setting, read
-    from the environment when not given. A stored hash made with weaker ones is replaced
-    at its next successful check."""
-    if (hashing or Settings().password_hashing) == "cheapest":
+def configured_hasher(hashing: str) -> PasswordHasher:
+    """Today's parameters for new hashes (`hashing`: the `password_hashing` setting). A
+    stored hash made with weaker ones is replaced at its next successful check."""
+    if hashing == "cheapest":
         return PasswordHasher.from_parameters(profiles.CHEAPEST)
     return PasswordHasher()
 
@@ -58,10 +56,8 @@ class Verdict:
 class Passwords:
     """Hash and verify with one `PasswordHasher` (tests pass a cheap one for speed)."""
 
-    def __init__(
-        self, hasher: PasswordHasher | None = None, *, at_once: int = CHECKS_AT_ONCE
-    ) -> None:
-        self.hasher = hasher or configured_hasher()
+    def __init__(self, hasher: PasswordHasher, *, at_once: int = CHECKS_AT_ONCE) -> None:
+        self.hasher = hasher
         self._dummy: str | None = None
         self._dummy_lock = threading.Lock()
         self._slots = asyncio.Semaphore(at_once)

@@ -161,7 +161,7 @@ class AccountService:
         self,
         db: Database,
         *,
-        hasher: PasswordHasher | None = None,
+        hasher: PasswordHasher,
         failures_allowed: int = SIGN_IN_FAILURES_ALLOWED,
         failure_window: timedelta = SIGN_IN_FAILURE_WINDOW,
     ) -> None:
