@@ -13,13 +13,14 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, insert, select, text
+from sqlalchemy import Connection, bindparam, insert, select, text
 from sqlmodel import Session, SQLModel, col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message
 from webapp.chat.stored.serialize import message_dict
 from webapp.db import Database, as_loaded, create_engine, off_the_loop
+from webapp.prepared import Prepared
 from webapp.timeutil import as_utc, utcnow
 
 
@@ -199,16 +200,14 @@ def _add_conversation(connection: Connection, owner: str) -> str:
 
 
 def _add_by_the_driver(connection: Connection, owner: str) -> str:
-    """On SQLite's own cursor, not through Core: the unit's transaction is then the
-    driver's alone, which the database must commit or roll back all the same."""
-    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    now = utcnow().strftime("%Y-%m-%d %H:%M:%S.%f")
-    cursor.execute(
-        "INSERT INTO conversation (id, owner, configuration, title, created_at, updated_at)"
-        " VALUES (?, ?, 'c', 'New conversation', ?, ?)",
-        (f"by-driver-{owner}", owner, now, now),
+    """As a send's `Prepared` statements write: on the driver's cursor, not through Core."""
+    now = utcnow()
+    values = Conversation(
+        owner=owner, configuration="c", created_at=now, updated_at=now
+    ).model_dump()
+    Prepared(insert(Conversation).values({name: bindparam(name) for name in values})).rows(
+        connection, values
     )
-    cursor.close()
     return threading.current_thread().name
 
 
@@ -221,14 +220,16 @@ async def test_a_quick_write_runs_on_the_loop_when_the_writer_thread_is_idle(
     database_url: str,
 ) -> None:
     """A `quick` unit commits like any other; on a SQLite file with nothing queued on its
-    writer thread it runs on the loop's own thread (no hop)."""
+    writer thread it runs on the loop's own thread (no hop), whether its statements go
+    through Core or straight to the driver."""
     db = Database(database_url)
     try:
         ran_on = await db.write_core(_add_conversation, "core", quick=True)
+        by_driver = await db.write_core(_add_by_the_driver, "driver", quick=True)
         on_thread = await db.write_core(_add_conversation, "thread")
-        assert await db.read(_owners) == ["core", "thread"]
+        assert await db.read(_owners) == ["core", "driver", "thread"]
         if db.dialect == "sqlite":
-            assert ran_on == threading.current_thread().name
+            assert ran_on == by_driver == threading.current_thread().name
             assert on_thread.startswith("sqlite-write"), "not quick: on the writer thread"
     finally:
         await db.dispose()

@@ -25,12 +25,13 @@ hop per transaction is what the async world has to pay.
 Keep write work short and free of waiting on anything but the database: on SQLite
 every writer of the process waits for it.
 
-One exception to "one hop per transaction": `Database.lookup`, a single Core statement
-that every request runs before anything else (who is signed in). On a SQLite file it
-runs on the loop itself, on a connection of its own that only reads and never waits
-(WAL readers do not wait for the writer; if the file is busy anyway, the lookup takes
-the reader threads' way): the hop to a reader thread and a session cost a request
-0.26-0.40 ms more than Core's statement itself (bench-statements).
+One exception to "one hop per transaction": `Database.lookup`, a single prepared
+statement (`webapp.prepared`) that every request runs before anything else (who is
+signed in). On a SQLite file it runs on the loop itself, on a connection of its own
+that only reads and never waits (WAL readers do not wait for the writer; if the file is
+busy anyway, the lookup takes the reader threads' way): an indexed read by key costs
+the driver 0.03-0.17 ms, where the hop to a thread and a session cost 1-2 ms on an idle
+server.
 
 A second one: `Database.write_core`, a unit of Core statements (a function of the
 transaction's connection), which may be quick: a short write on a request's critical
@@ -56,12 +57,12 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, TypeVarTuple, cast
 
-from sqlalchemy import Connection, Engine, Executable, Row, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -70,12 +71,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlmodel import Session, SQLModel
 
+from webapp.prepared import Prepared, Row
+
 Model = TypeVar("Model", bound=SQLModel)
 Result = TypeVar("Result")
 Args = TypeVarTuple("Args")
 Work = Callable[[Session, *Args], Result]
 """A unit of database work: a function of a session and positional arguments."""
-Rows = Sequence[Row[Any]]
 CoreWork = Callable[[Connection, *Args], Result]
 """A unit of Core statements only (`Database.write_core`): a function of the transaction's
 connection and positional arguments."""
@@ -119,10 +121,10 @@ _SQLITE_POOL: dict[str, Any] = {"pool_reset_on_return": None, "pool_use_lifo": T
 
 
 def _sqlite_engine(url: str, begin: str | None, *, waits: bool = True, **options: Any) -> Engine:
-    """`begin`: the statement each transaction starts with; None for the loop's own
-    connections, which begin on the driver itself (`_SQLite._on_loop`) or not at all.
-    `waits`: whether the driver waits for a lock another connection holds (the loop's
-    connections never do, from their first statement on)."""
+    """`begin`: the statement each transaction starts with; None for the loop's writer,
+    which begins on the driver itself (`_SQLite._on_loop`). `waits`: whether the driver
+    waits for a lock another connection holds (the loop's writer never does, from its
+    first statement on: its connect's own pragmas included)."""
     engine = create_sync_engine(
         make_url(url).set(drivername="sqlite+pysqlite"),
         connect_args={"timeout": 10 if waits else 0, "check_same_thread": False},
@@ -141,8 +143,8 @@ def _in_session(bind: Engine | Connection, work: Work[*Args, Result], /, *args: 
         return work(session, *args)
 
 
-def _rows_of(session: Session, statement: Executable, values: Mapping[str, Any]) -> Rows:
-    return session.connection().execute(statement, values).all()
+def _prepared_rows(session: Session, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
+    return statement.rows(session.connection(), values)
 
 
 def _busy(error: Exception) -> bool:
@@ -172,14 +174,14 @@ def _loop_writing(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntr
     cursor.close()
 
 
-def _loop_reading(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+def _loop_reader(path: str) -> sqlite3.Connection:
     """The connection `lookup` reads on, on the loop: each statement its own snapshot, and
     a busy file answers at once (the lookup then goes to a reader thread) instead of
     holding the loop for the busy timeout."""
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=0")
-    cursor.execute("PRAGMA query_only=ON")
-    cursor.close()
+    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA busy_timeout=0")
+    connection.execute("PRAGMA query_only=ON")
+    return connection
 
 
 def _in_connection(work: CoreWork[*Args, Result], *args: *Args) -> Callable[[Session], Result]:
@@ -216,8 +218,7 @@ def off_the_loop() -> None:
 class _SQLite:
     def __init__(self, url: str) -> None:
         database = make_url(url).database
-        self._looking: Connection | None = None
-        self.loop_reader: Engine | None = None
+        self._looking: sqlite3.Connection | None = None
         self.loop_writer: Engine | None = None
         self._held: Connection | None = None
         self._holding = threading.Lock()
@@ -240,8 +241,6 @@ class _SQLite:
         self.writing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-write")
         self.loop_writer = _sqlite_engine(url, None, waits=False, poolclass=StaticPool)
         event.listen(self.loop_writer, "connect", _loop_writing)
-        self.loop_reader = _sqlite_engine(url, None, waits=False, poolclass=StaticPool)
-        event.listen(self.loop_reader, "connect", _loop_reading)
         self.reading = ThreadPoolExecutor(
             max_workers=READER_THREADS, thread_name_prefix="sqlite-read"
         )
@@ -343,36 +342,37 @@ class _SQLite:
             _ON_THE_LOOP.reset(on_the_loop)
         return result
 
-    async def lookup(self, statement: Executable, values: Mapping[str, Any]) -> Rows:
-        engine = self.loop_reader
-        if engine is None:
-            return await self.run(False, _rows_of, statement, values)
+    async def lookup(self, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
+        if self.path is None:
+            return await self.run(False, _prepared_rows, statement, values)
         if self._disposed:
             raise RuntimeError("the database has been disposed of")
         try:
-            connection = self._looking
-            if connection is None or connection.closed or connection.invalidated:
-                connection = self._looking = engine.connect()
+            if self._looking is None:
+                self._looking = _loop_reader(self.path)
+            cursor = self._looking.cursor()
             try:
-                return connection.execute(statement, values).all()
+                return statement.run(cursor, self.reader.dialect, values)
             finally:
-                connection.rollback()  # Core's transaction; the driver's is in autocommit
-        except OperationalError as error:
+                cursor.close()
+        except (sqlite3.OperationalError, OperationalError) as error:
             if not _busy(error):
                 raise
-        return await self.run(False, _rows_of, statement, values)
+        return await self.run(False, _prepared_rows, statement, values)
 
     async def dispose(self) -> None:
         self._disposed = True
         for thread in {self.writing, self.reading}:
             thread.shutdown()
-        for held in (self._held, self._looking):
-            if held is not None:
-                held.close()
-        self._held = self._looking = None
-        for engine in {self.writer, self.reader, self.loop_writer, self.loop_reader}:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+        for engine in {self.writer, self.reader, self.loop_writer}:
             if engine is not None:
                 engine.dispose()
+        if self._looking is not None:
+            self._looking.close()
+            self._looking = None
 
 
 class _Async:
@@ -398,8 +398,8 @@ class _Async:
         task.add_done_callback(self._finished)
         return await asyncio.shield(task)
 
-    async def lookup(self, statement: Executable, values: Mapping[str, Any]) -> Rows:
-        return await self.run(False, _rows_of, statement, values)
+    async def lookup(self, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
+        return await self.run(False, _prepared_rows, statement, values)
 
     async def write_core(
         self, work: CoreWork[*Args, Result], *args: *Args, quick: bool, key: str | None
@@ -428,8 +428,8 @@ class Database:
         """Run `work(session, *args)` in a transaction that only reads."""
         return await self._backend.run(False, work, *args)
 
-    async def lookup(self, statement: Executable, values: Mapping[str, Any]) -> Rows:
-        """The rows of one read by key (see the module's docstring: on a SQLite file, read
+    async def lookup(self, statement: Prepared, values: Mapping[str, Any]) -> list[Row]:
+        """The rows of one prepared read (see the module's docstring: on a SQLite file, read
         on the loop; elsewhere a read unit of its own)."""
         return await self._backend.lookup(statement, values)
 

@@ -20,6 +20,7 @@ from webapp.accounts.models import User
 from webapp.db import Database
 from webapp.errors import InvalidInput, NotFound, refuse_nul
 from webapp.owners import USER_OWNER_PREFIX
+from webapp.prepared import Prepared
 
 THEMES = ("system", "light", "dark")
 """`system` follows the device's light or dark setting."""
@@ -94,7 +95,9 @@ def theme_for(request: Any) -> str:
     return theme_of(request.scope.get("user"))
 
 
-_INSTRUCTIONS = select(col(User.custom_instructions)).where(col(User.id) == bindparam("user_id"))
+_INSTRUCTIONS = Prepared(
+    select(col(User.custom_instructions)).where(col(User.id) == bindparam("user_id"))
+)
 """Read on every send, inside its transaction: built once (building a Core statement
 cost the send more than running it)."""
 
@@ -107,7 +110,7 @@ def owner_instructions(connection: Connection, owner: str) -> str:
     user_id = owner.removeprefix(USER_OWNER_PREFIX)
     if not user_id.isdigit():
         return ""
-    found = connection.execute(_INSTRUCTIONS, {"user_id": int(user_id)}).first()
+    found = _INSTRUCTIONS.first(connection, {"user_id": int(user_id)})
     return (found[0] if found is not None else None) or ""
 
 

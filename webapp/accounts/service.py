@@ -52,9 +52,10 @@ from webapp.accounts.models import (
     username_key,
 )
 from webapp.accounts.passwords import MAX_PASSWORD_LENGTH, Passwords, check_password
-from webapp.db import Database, Rows, as_loaded
+from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import SlidingWindow, advisory_lock
+from webapp.prepared import Prepared, Row
 from webapp.timeutil import as_utc, utcnow
 
 USERNAME_PATTERN = re.compile(rf"[A-Za-z0-9._@-]{{1,{USERNAME_MAX_LENGTH}}}")
@@ -98,7 +99,7 @@ def check_username(username: str) -> None:
 
 
 _USER_COLUMNS = list(User.__table__.columns)  # type: ignore[attr-defined]
-_TOKEN_OWNER = (
+_TOKEN_OWNER = Prepared(
     sa_select(*[*_USER_COLUMNS, col(ApiToken.id), col(ApiToken.last_used_at), col(ApiToken.scopes)])
     .join(User, col(User.id) == col(ApiToken.user_id))
     .where(
@@ -107,7 +108,7 @@ _TOKEN_OWNER = (
         col(User.active),
     )
 )
-_SESSION_OWNER = (
+_SESSION_OWNER = Prepared(
     sa_select(
         *[
             *_USER_COLUMNS,
@@ -123,7 +124,7 @@ _SESSION_OWNER = (
 and two ORM objects each time cost more than the query itself."""
 
 
-def _signed_in_by(rows: Rows) -> tuple[User, object, datetime | None, object] | None:
+def _signed_in_by(rows: list[Row]) -> tuple[User, object, datetime | None, object] | None:
     """The user, and the id, last use and expiry (a session) or scopes (a token) of the
     row."""
     if not rows:
@@ -470,7 +471,7 @@ class AccountService:
         return TokenSignIn(user, frozenset(str(scopes or "").split()))
 
     async def _signed_in(
-        self, owner: Executable, secret: str
+        self, owner: Prepared, secret: str
     ) -> tuple[User, object, datetime | None, object] | None:
         """Who a cookie's secret or a token signs in as (`_signed_in_by`), or None; a
         secret longer than any issued is refused before it is hashed or queried."""

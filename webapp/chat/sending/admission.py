@@ -31,6 +31,7 @@ from webapp.db import as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import OWNERS_KEPT
 from webapp.owners import EMBED_OWNER_PREFIX
+from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.timeutil import as_utc, utcnow
 
@@ -41,18 +42,14 @@ _NEWEST_STATUS = (
     .limit(1)
     .scalar_subquery()
 )
-_TOUCH_CONVERSATION = (
+_TOUCH_CONVERSATION = Prepared(
     update(Conversation)
     .where(
         col(Conversation.id) == bindparam("conversation_id"),
         col(Conversation.owner) == bindparam("owned_by"),
     )
     .values(updated_at=bindparam("now"))
-    .returning(
-        *Conversation.__table__.columns,  # type: ignore[attr-defined]
-        _NEWEST_STATUS.label("newest_status"),
-        RECENT_COUNT.label("recent_sends"),
-    )
+    .returning(Conversation, _NEWEST_STATUS, RECENT_COUNT)
 )
 """Takes the conversation's lock, counts the owner's recent sends and gateway calls
 (`gateway_call` rows, which deleting conversations keeps) and reads the status of the
@@ -97,8 +94,8 @@ class Admission:
         limit = self.rate_limit_for(owner)
         if limit > 0:
             hold_budget(connection, owner)
-        touched = connection.execute(
-            _TOUCH_CONVERSATION,
+        touched = _TOUCH_CONVERSATION.first(
+            connection,
             {
                 "conversation_id": conversation_id,
                 "owned_by": owner,
@@ -106,12 +103,13 @@ class Admission:
                 "since": now - timedelta(seconds=self.window),
                 "limit": max(limit, 0),
             },
-        ).first()
+        )
         if touched is None:
             raise NotFound("no such conversation")
-        columns = touched._asdict()
-        newest_status, recent_sends = columns.pop("newest_status"), columns.pop("recent_sends")
-        conversation = as_loaded(Conversation, columns)
+        *columns, newest_status, recent_sends = touched
+        conversation = as_loaded(
+            Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
+        )
         if limit > 0:
             if recent_sends >= limit:
                 self.refuse_too_many(connection, owner, limit, now)

@@ -13,7 +13,7 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import col
 
 from webapp.chat.sending.history import ForSend
@@ -24,14 +24,27 @@ from webapp.db import as_loaded
 from webapp.llm.estimator import estimate_text
 from webapp.llm.manager import Plan
 from webapp.llm.routing import RoutingError
+from webapp.prepared import Prepared
 
-_TURN_KEYS = {*MESSAGE_DEFAULTS, "conversation_id", "seq", "role", "created_at", "updated_at"}
-"""Every column a turn's rows give: one statement fits both rows only if they name the same."""
-_INSERT_TURN = insert(Message).returning(col(Message.id), sort_by_parameter_order=True)
-"""Both rows of a turn, their ids back in the rows' order: the same statement every time,
-so Core compiles it once (a multi-row VALUES with bound parameters has no cache key, and
-Core would compile it on every send: 2 ms of CPU, bench-statements). The driver runs it
-as one INSERT per row on SQLite, one INSERT ... SELECT on PostgreSQL."""
+_TURN_COLUMNS = sorted(
+    {*MESSAGE_DEFAULTS, "conversation_id", "seq", "role", "created_at", "updated_at"}
+)
+_TURN_KEYS = set(_TURN_COLUMNS)
+_INSERT_TURN = Prepared(
+    insert(Message)
+    .values(
+        [
+            {
+                name: bindparam(f"{name}_{row}", type_=Message.__table__.c[name].type)  # type: ignore[attr-defined]
+                for name in _TURN_COLUMNS
+            }
+            for row in range(2)
+        ]
+    )
+    .returning(col(Message.seq), col(Message.id))
+)
+"""Both rows of a turn in one statement; ids come back by seq (SQLite does not promise
+RETURNING in VALUES order, and asking for that order costs a statement per row)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,12 +93,8 @@ def insert_turn(
             "status": Status.STREAMING,
         },
     ]
-    if any(row.keys() != _TURN_KEYS for row in rows):
-        raise ValueError("a turn's rows name every column of the insert")
-    ids = connection.execute(_INSERT_TURN, rows).scalars().all()
-    user, answer = (
-        as_loaded(Message, {**row, "id": id}) for row, id in zip(rows, ids, strict=True)
-    )
+    ids: dict[int, int] = dict(_INSERT_TURN.rows(connection, _turn_values(rows)))
+    user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
     if isinstance(planned, Plan):
         # The new message is stored now: counts made for it later are kept on its row.
         transcript = planned.transcript
@@ -109,6 +118,13 @@ def _after_turn(connection: Connection, conversation: Conversation, user: Messag
         update(Conversation).where(col(Conversation.id) == conversation.id).values(**changes)
     )
     return as_loaded(Conversation, {**conversation.model_dump(), **changes})
+
+
+def _turn_values(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The insert's parameters: every column of each row, by the row's place."""
+    if any(row.keys() != _TURN_KEYS for row in rows):
+        raise ValueError("a turn's rows name every column of the insert")
+    return {f"{name}_{n}": row[name] for n, row in enumerate(rows) for name in _TURN_COLUMNS}
 
 
 def _fit_values(planned: Plan, instructions: str) -> dict[str, object]:

@@ -19,6 +19,7 @@ from sqlmodel import col
 from webapp.chat.stored.history import Branch, rows_on_branch
 from webapp.chat.stored.models import Message
 from webapp.db import as_loaded
+from webapp.prepared import Prepared
 from webapp.stored import id_of
 
 _COLUMNS = tuple(inspect(Message).columns)
@@ -26,13 +27,13 @@ _NAMES = tuple(column.key for column in _COLUMNS)
 _seq = col(Message.seq)
 _in_conversation = col(Message.conversation_id) == bindparam("conversation_id")
 _within = (_seq >= bindparam("first"), _seq <= bindparam("last"))
-_NEWEST_IN = (
+_NEWEST_IN = Prepared(
     select(*_COLUMNS)
     .where(_in_conversation, *_within)
     .order_by(_seq.desc())
     .limit(bindparam("limit"))
 )
-_OLDEST_IN = (
+_OLDEST_IN = Prepared(
     select(*_COLUMNS).where(_in_conversation, *_within).order_by(_seq).limit(bindparam("limit"))
 )
 _RUN_STARTS = select(col(Message.id), _seq, col(Message.parent_seq)).where(

@@ -23,6 +23,7 @@ from webapp.chat.stored.models import GatewayCall
 from webapp.db import Database
 from webapp.errors import InvalidInput, TooManyRequests
 from webapp.limits import SlidingWindow, advisory_lock, try_advisory_lock
+from webapp.prepared import Prepared
 from webapp.settings import Settings
 from webapp.timeutil import utcnow
 
@@ -59,17 +60,19 @@ RECENT_COUNT: ColumnElement[int] = (
     select(func.count()).select_from(RECENT_USES.subquery()).scalar_subquery()
 )
 """Their count, as one expression a send's first statement returns."""
-_RECORD_USE = insert(GatewayCall).values(
-    owner=bindparam("owner"),
-    called_at=bindparam("at"),
-    kind=bindparam("kind"),
-    size=bindparam("size"),
+_RECORD_USE = Prepared(
+    insert(GatewayCall).values(
+        owner=bindparam("owner"),
+        called_at=bindparam("at"),
+        kind=bindparam("kind"),
+        size=bindparam("size"),
+    )
 )
 
 
 def record_use(connection: Connection, owner: str, use: Use, at: datetime, size: int = 0) -> None:
     """Count one spending of the owner's budget (in the spending's own transaction)."""
-    connection.execute(_RECORD_USE, {"owner": owner, "at": at, "kind": use.value, "size": size})
+    _RECORD_USE.rows(connection, {"owner": owner, "at": at, "kind": use.value, "size": size})
 
 
 def message_budget_wait(

@@ -55,6 +55,7 @@ from sqlmodel import col
 from webapp.chat.stored.models import REPLAYABLE, Message, Role, Status
 from webapp.llm.providers.base import Message as WireMessage
 from webapp.llm.window import Positions, Transcript, kept_from
+from webapp.prepared import Prepared
 
 FIRST_BATCH = 64
 """Rows read by the first query of a walk; the next ones are sized from what it found."""
@@ -79,7 +80,7 @@ Sizer = tuple[str | None, float, int]
 template tokens per counted message); see `LLMManager.sizers`."""
 
 Statement = Select[*tuple[Any, ...]]
-"""One of the statements built below (their columns vary with the tokenizers)."""
+"""One of the prepared statements below (their columns vary with the tokenizers)."""
 RowValues = tuple[Any, ...]
 """A row read as a plain tuple."""
 
@@ -207,8 +208,9 @@ class Branch:
                 yield max(first, start), last
 
 
-_RUNS = text(
-    """
+_RUNS = Prepared(
+    text(
+        """
     WITH RECURSIVE run(run_last, run_first) AS (
         SELECT leaf.seq, COALESCE((
             SELECT s.seq FROM message s
@@ -231,7 +233,8 @@ _RUNS = text(
     )
     SELECT run_first, run_last FROM run
     """
-).bindparams(bindparam("leaf", type_=Integer))
+    ).bindparams(bindparam("leaf", type_=Integer))
+)
 """A branch's runs from its leaf (NULL: the newest row) back to the root, newest first:
 each step finds the run start at or before the row the previous run continues,
 through the partial index of run starts (matched literally: `parent_seq IS NOT NULL`)."""
@@ -241,7 +244,7 @@ def read_branch(connection: Connection, conversation_id: str, leaf: int | None =
     """The branch ending at `leaf` (None: at the conversation's newest row)."""
     if leaf == 0:
         return Branch()
-    result = connection.execute(_RUNS, {"conversation_id": conversation_id, "leaf": leaf})
+    result = _RUNS.rows(connection, {"conversation_id": conversation_id, "leaf": leaf})
     return Branch(tuple((first, last) for first, last in result))
 
 
@@ -249,10 +252,10 @@ def read_branch(connection: Connection, conversation_id: str, leaf: int | None =
 class _Statements:
     """The statements of a history walk, for one set of tokenizers."""
 
-    newest_in: Statement
+    newest_in: Prepared
     """Rows of one run's part, newest first."""
-    oldest_in: Statement
-    pinned_between: Statement
+    oldest_in: Prepared
+    pinned_between: Prepared
     """User seqs of pinned turns in a range, through the partial index on pinned rows."""
     seqs_in: Statement
     """Rows by seq (an IN list: a Core statement, its SQL differs by the list's length)."""
@@ -266,8 +269,8 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     columns = (*_COLUMNS, *(counts[t].as_integer() for t in tokenizers))
     seq = col(Message.seq)
 
-    def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Statement:
-        return (
+    def ranged(*conditions: ColumnElement[bool], newest_first: bool) -> Prepared:
+        return Prepared(
             select(*columns)
             .where(col(Message.conversation_id) == bindparam("conversation_id"), *conditions)
             .order_by(seq.desc() if newest_first else seq)
@@ -278,11 +281,13 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     return _Statements(
         newest_in=ranged(*within, newest_first=True),
         oldest_in=ranged(*within, newest_first=False),
-        pinned_between=select(seq).where(
-            col(Message.conversation_id) == bindparam("conversation_id"),
-            col(Message.pinned),
-            seq > bindparam("after"),
-            seq < bindparam("before"),
+        pinned_between=Prepared(
+            select(seq).where(
+                col(Message.conversation_id) == bindparam("conversation_id"),
+                col(Message.pinned),
+                seq > bindparam("after"),
+                seq < bindparam("before"),
+            )
         ),
         seqs_in=select(*columns)
         .where(
@@ -293,14 +298,18 @@ def _statements(tokenizers: tuple[str, ...]) -> _Statements:
     )
 
 
-def _rows(connection: Connection, statement: Statement, **params: object) -> list[RowValues]:
+def _rows(
+    connection: Connection, statement: Prepared | Statement, **params: object
+) -> list[RowValues]:
     """Rows as plain tuples, in one index range scan."""
+    if isinstance(statement, Prepared):
+        return statement.rows(connection, params)
     return [tuple(row) for row in connection.execute(statement, params)]
 
 
 def rows_on_branch(
     connection: Connection,
-    statement: Statement,
+    statement: Prepared,
     conversation_id: str,
     parts: Iterator[tuple[int, int]],
     limit: int,
@@ -322,9 +331,11 @@ def rows_on_branch(
     return rows
 
 
-_NEWEST_ROW = text(
-    "SELECT seq, status FROM message WHERE conversation_id = :conversation_id"
-    " ORDER BY seq DESC LIMIT 1"
+_NEWEST_ROW = Prepared(
+    text(
+        "SELECT seq, status FROM message WHERE conversation_id = :conversation_id"
+        " ORDER BY seq DESC LIMIT 1"
+    )
 )
 
 
@@ -388,7 +399,7 @@ def read_tail(
     if leaf is None:
         newest = (rows[0][SEQ], rows[0][STATUS]) if rows else None
     else:
-        newest = connection.execute(_NEWEST_ROW, {"conversation_id": conversation_id}).first()
+        newest = _NEWEST_ROW.first(connection, {"conversation_id": conversation_id})
     return Tail(
         rows,
         complete=len(rows) < FIRST_BATCH,
@@ -475,8 +486,8 @@ def pinned_turns(
     statements = _statements(tail.tokenizers)
     pinned = [
         user
-        for (user,) in connection.execute(
-            statements.pinned_between,
+        for (user,) in statements.pinned_between.rows(
+            connection,
             {"conversation_id": conversation_id, "after": after_seq, "before": before_seq},
         )
     ]
@@ -502,10 +513,12 @@ class PreviousFit:
         return kept_from(self.left_out)
 
 
-_PREVIOUS_FIT = select(col(Message.fit_model), col(Message.fit_left_out)).where(
-    col(Message.conversation_id) == bindparam("conversation_id"),
-    col(Message.seq) == bindparam("seq"),
-    col(Message.dropped_turns).is_not(None),
+_PREVIOUS_FIT = Prepared(
+    select(col(Message.fit_model), col(Message.fit_left_out)).where(
+        col(Message.conversation_id) == bindparam("conversation_id"),
+        col(Message.seq) == bindparam("seq"),
+        col(Message.dropped_turns).is_not(None),
+    )
 )
 
 
@@ -515,8 +528,7 @@ def previous_fit(connection: Connection, conversation_id: str, tail: Tail) -> Pr
     user = next((row for row in tail.rows if row[ROLE] == USER), None)
     if user is None:
         return None
-    values = {"conversation_id": conversation_id, "seq": user[SEQ]}
-    found = connection.execute(_PREVIOUS_FIT, values).first()
+    found = _PREVIOUS_FIT.first(connection, {"conversation_id": conversation_id, "seq": user[SEQ]})
     if found is None:
         return None
     model, left_out = found
