@@ -111,8 +111,8 @@ class Sender:
         edit: bool = False,
     ) -> Send:
         admission, recent = self._admission, self._reader.recent
-        refused = admission.refused_lately(owner)  # sure to be refused: not worth a count
-        counts = {} if refused else await count_newest(self._manager, recent, conversation_id, text)
+        doomed = admission.refused_lately(owner)  # sure to be refused: not worth a count
+        counts = {} if doomed else await count_newest(self._manager, recent, conversation_id, text)
         message = (owner, conversation_id, text, counts, alternative_to, edit)
         try:
             turn = await self._db.write_core(self._turn, *message, key=conversation_id)
