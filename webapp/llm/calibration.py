@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -106,18 +105,38 @@ class CallerCalibration(SQLModel, table=True):
     )
 
 
+FACTOR = "factor"
+OVERHEAD = "overhead"
+"""The two figures learned per caller first, by the name their votes and rows go by."""
+UNLEARNED = {FACTOR: 1.0, OVERHEAD: float(DEFAULT_OVERHEAD)}
+
+
+def _bounded(kind: str, figure: float) -> float:
+    if kind == FACTOR:
+        return min(MAX_FACTOR, max(MIN_FACTOR, figure))
+    return min(float(MAX_OVERHEAD), max(0.0, figure))
+
+
+def _shared_step(kind: str, current: float) -> tuple[float, float]:
+    """How far one vote may move a shared figure at `current`: (up, down)."""
+    rise = current * FACTOR_STEP if kind == FACTOR else OVERHEAD_STEP
+    return rise, current * DECAY
+
+
 @dataclass(slots=True)
 class Own:
-    """A caller's own figures for one model (None: not learned, the shared one sizes), and
-    the caller's recent observations of each, whose median a rise follows."""
+    """A caller's own figures for one model, by kind (absent: not learned, the shared one
+    sizes), and the caller's recent observations of each, whose median a rise follows."""
 
-    factor: float | None = None
-    overhead: float | None = None
-    recent: dict[str, deque[float]] = field(default_factory=dict)
+    figures: dict[str, float] = field(default_factory=dict)
+    recent: dict[str, list[float]] = field(default_factory=dict)
 
-
-def _clamp(factor: float) -> float:
-    return min(MAX_FACTOR, max(MIN_FACTOR, factor))
+    def median_with(self, kind: str, observed: float) -> float:
+        """The median of the RECENT last observations of `kind`, `observed` now one."""
+        recent = self.recent.setdefault(kind, [])
+        recent.append(observed)
+        del recent[:-RECENT]
+        return statistics.median(recent)
 
 
 def _learned(current: float, observed: float, median: float, step: float) -> float:
@@ -147,36 +166,33 @@ class Calibrator:
 
     def __init__(self, db: Database | None = None) -> None:
         self._db = db
-        self._factors: dict[str, float] = {}
+        self._shared: dict[str, dict[str, float]] = {FACTOR: {}, OVERHEAD: {}}
+        """By kind, then model: the figures that size callers with none of their own."""
         self._samples: dict[str, int] = {}
-        self._overheads: dict[str, float] = {}
         self._windows: dict[str, int] = {}
         self._own: dict[tuple[str, str], Own] = {}
         """By (model, caller), the most recently learned last."""
         self._votes: dict[tuple[str, str], Votes] = {}
-        """By (figure, model): the callers' own figures, one vote per voter."""
+        """By (kind, model): the callers' own figures, one vote per voter."""
         self._storing: set[str] = set()
         self._pending: dict[str, set[str | None]] = {}
         """By model, the rows to write: callers' own, and None for the shared row."""
 
-    def factor(self, model: str, caller: str | None = None) -> float:
-        """The estimate's factor for `caller`'s sends: its own when learned, else the
-        model's shared one (the shared one alone when no caller is named)."""
+    def _figure(self, kind: str, model: str, caller: str | None) -> float:
+        """`caller`'s own figure of `kind` when learned, else the model's shared one (the
+        shared one alone when no caller is named)."""
         own = self._own.get((model, caller)) if caller is not None else None
-        if own is not None and own.factor is not None:
-            return own.factor
-        return self._factors.get(model, 1.0)
+        if own is not None and kind in own.figures:
+            return own.figures[kind]
+        return self._shared[kind].get(model, UNLEARNED[kind])
+
+    def factor(self, model: str, caller: str | None = None) -> float:
+        """The estimate's factor for `caller`'s sends."""
+        return self._figure(FACTOR, model, caller)
 
     def overhead(self, model: str, caller: str | None = None) -> int:
-        """Template tokens per message to add to exact content counts, for `caller`'s sends
-        (its own when learned, else the model's shared figure)."""
-        own = self._own.get((model, caller)) if caller is not None else None
-        if own is not None and own.overhead is not None:
-            return math.ceil(own.overhead)
-        return math.ceil(self._shared_overhead(model))
-
-    def _shared_overhead(self, model: str) -> float:
-        return self._overheads.get(model, DEFAULT_OVERHEAD)
+        """Template tokens per message to add to exact content counts, for `caller`'s sends."""
+        return math.ceil(self._figure(OVERHEAD, model, caller))
 
     def window(self, model: str) -> int | None:
         """The window the model's engine said it runs, when it refused a prompt for being
@@ -205,36 +221,29 @@ class Calibrator:
             return
         rows, owns = await self._db.read(_read_all)
         for row in rows:
-            self._factors[row.model] = _clamp(row.factor)
+            self._shared[FACTOR][row.model] = _bounded(FACTOR, row.factor)
             self._samples[row.model] = row.samples
             if row.message_overhead is not None:
-                self._overheads[row.model] = row.message_overhead
+                self._shared[OVERHEAD][row.model] = _bounded(OVERHEAD, row.message_overhead)
             if row.learned_window is not None and row.learned_window > 0:
                 self._windows[row.model] = row.learned_window
         for mine in owns:
             own = self._own_of(mine.model, mine.caller)
-            if mine.factor is not None:
-                own.factor = _clamp(mine.factor)
-                self._vote("factor", mine.model, mine.caller, own.factor)
-            if mine.message_overhead is not None:
-                own.overhead = min(float(MAX_OVERHEAD), max(0.0, mine.message_overhead))
-                self._vote("overhead", mine.model, mine.caller, own.overhead)
+            for kind, figure in ((FACTOR, mine.factor), (OVERHEAD, mine.message_overhead)):
+                if figure is not None:
+                    own.figures[kind] = _bounded(kind, figure)
+                    self._vote(kind, mine.model, mine.caller, own.figures[kind])
 
     async def observe(
         self, model: str, raw_estimate: int, prompt_tokens: int, *, caller: str
     ) -> float:
         """Learn from one of `caller`'s answers: the provider counted `prompt_tokens` for
         what we put at `raw_estimate`. Returns the caller's factor."""
-        if raw_estimate <= 0 or prompt_tokens <= 0:
-            return self.factor(model, caller)
-        self._samples[model] = self._samples.get(model, 0) + 1
-        current = self.factor(model, caller)
-        own = self._own_of(model, caller)
-        observed = prompt_tokens / raw_estimate * MARGIN
-        median = _median_with(own, "factor", observed)
-        await self._set_factor(
-            model, caller, _clamp(_learned(current, observed, median, current * FACTOR_STEP))
-        )
+        if raw_estimate > 0 and prompt_tokens > 0:
+            self._samples[model] = self._samples.get(model, 0) + 1
+            observed = prompt_tokens / raw_estimate * MARGIN
+            step = self.factor(model, caller) * FACTOR_STEP
+            await self._learn(FACTOR, model, caller, observed, step)
         return self.factor(model, caller)
 
     async def observe_overhead(
@@ -250,25 +259,25 @@ class Calibrator:
         """Learn the template overhead from one of `caller`'s answers: the provider counted
         `prompt_tokens` for `messages` messages whose content its tokenizer put at
         `counted_tokens`, plus `fixed` tokens (reply priming) that are not per message."""
-        if messages <= 0 or prompt_tokens <= 0:
-            return self.overhead(model, caller)
-        own = self._own_of(model, caller)
-        current = self._shared_overhead(model) if own.overhead is None else own.overhead
-        observed = max(0.0, (prompt_tokens - counted_tokens - fixed) / messages) + 0.5
-        median = _median_with(own, "overhead", observed)
-        new = min(float(MAX_OVERHEAD), _learned(current, observed, median, OVERHEAD_STEP))
-        await self._set_overhead(model, caller, new)
+        if messages > 0 and prompt_tokens > 0:
+            observed = max(0.0, (prompt_tokens - counted_tokens - fixed) / messages) + 0.5
+            await self._learn(OVERHEAD, model, caller, observed, OVERHEAD_STEP)
         return self.overhead(model, caller)
+
+    async def _learn(
+        self, kind: str, model: str, caller: str, observed: float, step: float
+    ) -> None:
+        """`caller`'s own figure of `kind` moved by one observation (see `_learned`)."""
+        current = self._figure(kind, model, caller)
+        median = self._own_of(model, caller).median_with(kind, observed)
+        await self._set(kind, model, caller, _learned(current, observed, median, step))
 
     async def tighten_overhead(self, model: str, *, caller: str) -> int:
         """An exactly counted prompt of `caller`'s was still refused: the template costs
         more than its figure says. Double the caller's overhead (bounded) so its re-fit
         lands inside; the shared figure follows only if other callers agree."""
-        own = self._own_of(model, caller)
-        current = self._shared_overhead(model) if own.overhead is None else own.overhead
-        await self._set_overhead(
-            model, caller, min(float(MAX_OVERHEAD), max(current * 2, current + 4))
-        )
+        current = self._figure(OVERHEAD, model, caller)
+        await self._set(OVERHEAD, model, caller, max(current * 2, current + 4))
         return self.overhead(model, caller)
 
     async def learn_window(self, model: str, window: int) -> bool:
@@ -309,48 +318,30 @@ class Calibrator:
             real_budget = limit - reserve - math.ceil(limit * SAFETY_FRACTION)
             if 0 < real_budget < budget:
                 target = ratio * budget / real_budget * MARGIN
-        new = _clamp(max(current * 1.1, target))
+        new = _bounded(FACTOR, max(current * 1.1, target))
         log.warning(
             "context length exceeded on %s: calibration %.3f -> %.3f for its caller",
             model,
             current,
             new,
         )
-        await self._set_factor(model, caller, new)
+        await self._set(FACTOR, model, caller, new)
         return self.factor(model, caller)
 
-    async def _set_factor(self, model: str, caller: str, factor: float) -> None:
-        """`caller`'s own factor is now `factor`: its vote, and the shared factor's step
-        if the callers agree."""
+    async def _set(self, kind: str, model: str, caller: str, figure: float) -> None:
+        """`caller`'s own figure of `kind` is now `figure` (within its bounds): its vote,
+        and the shared figure's bounded step if the callers agree."""
         own = self._own_of(model, caller)
-        changed = own.factor is None or abs(factor - own.factor) > 1e-3
-        own.factor = factor
-        current = self.factor(model)
-        shared = _clamp(
-            self._vote("factor", model, caller, factor).agreed(
-                current, rise=current * FACTOR_STEP, fall=current * DECAY
-            )
-        )
+        figure = _bounded(kind, figure)
+        before = own.figures.get(kind)
+        own.figures[kind] = figure
+        current = self._figure(kind, model, None)
+        rise, fall = _shared_step(kind, current)
+        shared = _bounded(kind, self._vote(kind, model, caller, figure).agreed(current, rise, fall))
         if abs(shared - current) > 1e-3:
-            self._factors[model] = shared
+            self._shared[kind][model] = shared
             await self._store(model, None)
-        if changed:
-            await self._store(model, caller)
-
-    async def _set_overhead(self, model: str, caller: str, overhead: float) -> None:
-        """`caller`'s own overhead is now `overhead`: its vote, and the shared overhead's
-        step if the callers agree."""
-        own = self._own_of(model, caller)
-        changed = own.overhead is None or abs(overhead - own.overhead) > 1e-3
-        own.overhead = overhead
-        current = self._shared_overhead(model)
-        shared = self._vote("overhead", model, caller, overhead).agreed(
-            current, rise=OVERHEAD_STEP, fall=current * DECAY
-        )
-        if abs(shared - current) > 1e-3:
-            self._overheads[model] = shared
-            await self._store(model, None)
-        if changed:
+        if before is None or abs(figure - before) > 1e-3:
             await self._store(model, caller)
 
     async def _store(self, model: str, caller: str | None) -> None:
@@ -386,8 +377,8 @@ class Calibrator:
                 {
                     "model": model,
                     "caller": caller,
-                    "factor": own.factor,
-                    "message_overhead": own.overhead,
+                    "factor": own.figures.get(FACTOR),
+                    "message_overhead": own.figures.get(OVERHEAD),
                     "updated_at": utcnow(),
                 }
                 for caller, own in owns
@@ -410,7 +401,7 @@ class Calibrator:
             "model": model,
             "factor": self.factor(model),
             "samples": self._samples.get(model, 0),
-            "message_overhead": self._overheads.get(model),
+            "message_overhead": self._shared[OVERHEAD].get(model),
             "learned_window": self._windows.get(model),
             "updated_at": utcnow(),
         }
@@ -421,13 +412,6 @@ class Calibrator:
             statement.excluded.learned_window, col(ModelCalibration.learned_window)
         )
         return statement.on_conflict_do_update(index_elements=["model"], set_=updates)
-
-
-def _median_with(own: Own, kind: str, observed: float) -> float:
-    """The median of the caller's RECENT last observations of `kind`, `observed` now one."""
-    recent = own.recent.setdefault(kind, deque(maxlen=RECENT))
-    recent.append(observed)
-    return statistics.median(recent)
 
 
 def _read_all(session: Session) -> tuple[list[ModelCalibration], list[CallerCalibration]]:
