@@ -121,68 +121,65 @@ async def learn(calibrator: Calibrator, caller: str, ratio: float, times: int = 
 
 
 async def test_a_shared_factor_moves_only_when_distinct_callers_agree_both_ways(
-    database_url: str,
+    db: Database,
 ) -> None:
-    db = Database(database_url)
-    try:
-        calibrator = Calibrator(db)
-        # One user, however many prompts (and tokens), is one voter; so is every visitor
-        # of one embed together: anyone can come back as a new visitor.
-        await learn(calibrator, "user:1", 0.4)
-        for visitor in range(5):
-            await learn(calibrator, f"embed:site:{visitor}", 0.4, 10)
-        assert calibrator.factor("m") == 1.0, "two voters are not an agreement"
-        assert calibrator.factor("m", "user:1") < 0.5, "the caller's own figure learned"
-        assert calibrator.factor("m", "user:2") == 1.0, "another caller's did not"
+    calibrator = Calibrator(db)
+    # One user, however many prompts (and tokens), is one voter; so is every visitor
+    # of one embed together: anyone can come back as a new visitor.
+    await learn(calibrator, "user:1", 0.4)
+    for visitor in range(5):
+        await learn(calibrator, f"embed:site:{visitor}", 0.4, 10)
+    assert calibrator.factor("m") == 1.0, "two voters are not an agreement"
+    assert calibrator.factor("m", "user:1") < 0.5, "the caller's own figure learned"
+    assert calibrator.factor("m", "user:2") == 1.0, "another caller's did not"
 
-        # A third distinct voter agrees: the shared factor follows, a bounded step a vote.
-        seen = [calibrator.factor("m")]
+    # A third distinct voter agrees: the shared factor follows, a bounded step a vote.
+    seen = [calibrator.factor("m")]
+    for _ in range(30):
+        await learn(calibrator, "user:3", 0.4, 1)
+        seen.append(calibrator.factor("m"))
+    # The median vote now: the embed's (its last visitor's own factor).
+    assert seen[-1] == pytest.approx(calibrator.factor("m", "embed:site:4"))
+    assert seen[-1] < 0.7
+    assert all(b >= a * (1 - DECAY) - 1e-9 for a, b in pairwise(seen))
+
+    # Up too: two callers whose answers say the estimate is three times too low move
+    # nothing; from the third on, it rises, by at most FACTOR_STEP a vote, led by the
+    # median of all voters.
+    low = calibrator.factor("m")
+    for caller in ("user:4", "user:5"):
+        await learn(calibrator, caller, 3.0)
+    assert calibrator.factor("m") == low
+    seen = [low]
+    for caller in ("user:6", "user:7", "user:8"):
         for _ in range(30):
-            await learn(calibrator, "user:3", 0.4, 1)
+            await learn(calibrator, caller, 3.0, 1)
             seen.append(calibrator.factor("m"))
-        # The median vote now: the embed's (its last visitor's own factor).
-        assert seen[-1] == pytest.approx(calibrator.factor("m", "embed:site:4"))
-        assert seen[-1] < 0.7
-        assert all(b >= a * (1 - DECAY) - 1e-9 for a, b in pairwise(seen))
+    risen = seen[-1]
+    assert risen > 2 * low
+    assert all(b <= a * (1 + FACTOR_STEP) + 1e-9 for a, b in pairwise(seen))
 
-        # Up too: two callers whose answers say the estimate is half too low move nothing,
-        # three do, by at most FACTOR_STEP a vote, and the majority of all voters leads.
-        low = calibrator.factor("m")
-        for caller in ("user:4", "user:5"):
-            await learn(calibrator, caller, 3.0)
-        assert calibrator.factor("m") == low
-        for caller in ("user:6", "user:7", "user:8"):
-            await learn(calibrator, caller, 3.0)
-        risen = calibrator.factor("m")
-        assert low < risen <= low * (1 + FACTOR_STEP) ** 30
-
-        restarted = Calibrator(db)
-        await restarted.load()
-        assert restarted.factor("m") == pytest.approx(risen)
-        assert restarted.factor("m", "user:1") == pytest.approx(calibrator.factor("m", "user:1"))
-        assert restarted.factor("m", "user:9") == pytest.approx(risen)
-        # The votes came back with the figures: one more caller is no new agreement.
-        await learn(restarted, "user:9", 0.4, 1)
-        assert restarted.factor("m") == pytest.approx(risen)
-    finally:
-        await db.dispose()
+    restarted = Calibrator(db)
+    await restarted.load()
+    assert restarted.factor("m") == pytest.approx(risen)
+    assert restarted.factor("m", "user:1") == pytest.approx(calibrator.factor("m", "user:1"))
+    assert restarted.factor("m", "user:9") == pytest.approx(risen)
+    # The votes came back with the figures: one more caller is no new agreement.
+    await learn(restarted, "user:9", 0.4, 1)
+    assert restarted.factor("m") == pytest.approx(risen)
 
 
 async def test_refusals_tighten_the_callers_own_overhead_and_the_shared_one_by_agreement(
-    database_url: str,
+    db: Database,
 ) -> None:
-    db = Database(database_url)
-    try:
-        calibrator = Calibrator(db)
-        for caller in [f"user:{n}" for n in range(1, QUORUM)]:
-            assert await calibrator.tighten_overhead("m", caller=caller) == 2 * DEFAULT_OVERHEAD
-        assert calibrator.overhead("m") == DEFAULT_OVERHEAD
-        assert calibrator.overhead("m", "user:99") == DEFAULT_OVERHEAD
-        await calibrator.tighten_overhead("m", caller=f"user:{QUORUM}")
-        assert calibrator.overhead("m") == DEFAULT_OVERHEAD + OVERHEAD_STEP, "one bounded step"
-        restarted = Calibrator(db)
-        await restarted.load()
-        assert restarted.overhead("m") == DEFAULT_OVERHEAD + OVERHEAD_STEP
-        assert restarted.overhead("m", "user:1") == 2 * DEFAULT_OVERHEAD
-    finally:
-        await db.dispose()
+    calibrator = Calibrator(db)
+    for caller in [f"user:{n}" for n in range(1, QUORUM)]:
+        assert await calibrator.tighten_overhead("m", caller=caller) == 2 * DEFAULT_OVERHEAD
+    assert calibrator.overhead("m") == DEFAULT_OVERHEAD
+    assert calibrator.overhead("m", "user:99") == DEFAULT_OVERHEAD
+    await calibrator.tighten_overhead("m", caller=f"user:{QUORUM}")
+    assert calibrator.overhead("m") == DEFAULT_OVERHEAD + OVERHEAD_STEP, "one bounded step"
+    restarted = Calibrator(db)
+    await restarted.load()
+    assert restarted.overhead("m") == DEFAULT_OVERHEAD + OVERHEAD_STEP
+    assert restarted.overhead("m", "user:1") == 2 * DEFAULT_OVERHEAD
