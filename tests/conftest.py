@@ -61,6 +61,7 @@ TABLES = (
     "message",
     "conversation",
     "model_calibration",
+    "caller_calibration",
     "api_token",
     "login_session",
     "sign_in_attempt",

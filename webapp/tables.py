@@ -3,10 +3,11 @@
 from webapp.accounts.models import ApiToken, LoginSession, User
 from webapp.chat.stored.models import Conversation, GatewayCall, Message
 from webapp.embed.models import EmbedSend
-from webapp.llm.calibration import ModelCalibration
+from webapp.llm.calibration import CallerCalibration, ModelCalibration
 
 __all__ = [
     "ApiToken",
+    "CallerCalibration",
     "Conversation",
     "EmbedSend",
     "GatewayCall",

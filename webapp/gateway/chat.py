@@ -61,6 +61,7 @@ async def chat_completions(
         Transcript(
             messages=messages, estimates=await estimates(messages, size), keep_from=keep_from
         ),
+        caller=owner,
         tools=tools,
         max_tokens=body.answer_limit,
     )

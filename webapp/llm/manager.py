@@ -105,6 +105,9 @@ class Plan:
     route: Route
     transcript: Transcript
     fit: FitResult
+    caller: str
+    """Whose send it is (the owner key): what its answer or refusal teaches is this
+    caller's own figure first (`webapp.llm.calibration`)."""
     tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = None
 
@@ -159,18 +162,18 @@ class LLMManager:
         ids = (self.tokenizer_for(model) for model in route.models)
         return list(dict.fromkeys(t.id for t in ids if t.exact))
 
-    def sizers(self, route: Route) -> list[tuple[str | None, float, int]]:
-        """How each model of the route sizes a message: (exact tokenizer id or None, the
-        estimate's factor, template overhead per counted message). A history walk keeps
-        reading while any model could still take more."""
+    def sizers(self, route: Route, caller: str) -> list[tuple[str | None, float, int]]:
+        """How each model of the route sizes a message of `caller`'s: (exact tokenizer id
+        or None, the estimate's factor, template overhead per counted message). A history
+        walk keeps reading while any model could still take more."""
         sizers = []
         for model in route.models:
             tokenizer = self.tokenizer_for(model)
             sizers.append(
                 (
                     tokenizer.id if tokenizer.exact else None,
-                    self.calibrator.factor(model.name),
-                    self.calibrator.overhead(model.name),
+                    self.calibrator.factor(model.name, caller),
+                    self.calibrator.overhead(model.name, caller),
                 )
             )
         return sizers
@@ -217,9 +220,11 @@ class LLMManager:
         model: ModelSpec,
         transcript: Transcript,
         *,
+        caller: str,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
     ) -> FitResult:
+        """`transcript` fitted to `model`, sized by `caller`'s figures."""
         tokenizer = self.tokenizer_for(model)
         counts = transcript.counts.get(tokenizer.id) if tokenizer.exact else None
         if counts is not None and all(count is None for count in counts):
@@ -236,9 +241,9 @@ class LLMManager:
             tools,
             self.reserve_for(route, model, max_tokens),
             estimates=transcript.estimates,
-            calibration=self.calibrator.factor(model.name),
+            calibration=self.calibrator.factor(model.name, caller),
             counts=counts,
-            overhead=self.calibrator.overhead(model.name),
+            overhead=self.calibrator.overhead(model.name, caller),
             pinned=transcript.pinned,
             counted_by=counted_by,
             trim_to=route.configuration.trim_to,
@@ -257,11 +262,15 @@ class LLMManager:
         route: Route,
         transcript: Transcript,
         *,
+        caller: str,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
     ) -> Plan:
-        fit = self.fit_for(route, route.primary, transcript, tools=tools, max_tokens=max_tokens)
-        return Plan(route, transcript, fit, tools, max_tokens)
+        """A send of `caller`'s (its owner key), fitted to the route's first model."""
+        fit = self.fit_for(
+            route, route.primary, transcript, caller=caller, tools=tools, max_tokens=max_tokens
+        )
+        return Plan(route, transcript, fit, caller, tools, max_tokens)
 
     async def count_missing(
         self, model: ModelSpec, transcript: Transcript
@@ -328,7 +337,12 @@ class LLMManager:
         if first and transcript is plan.transcript:
             return transcript, plan.fit, None
         result = self.fit_for(
-            plan.route, model, transcript, tools=plan.tools, max_tokens=plan.max_tokens
+            plan.route,
+            model,
+            transcript,
+            caller=plan.caller,
+            tools=plan.tools,
+            max_tokens=plan.max_tokens,
         )
         return transcript, result, counted
 
@@ -364,7 +378,7 @@ class LLMManager:
                     try:
                         opening = await anext(chunks, None)
                     except ContextLengthExceeded as error:
-                        await self._tighten(model, result, error)
+                        await self._tighten(model, result, error, plan.caller)
                         if retried:
                             raise
                         retried = True
@@ -386,7 +400,7 @@ class LLMManager:
                         finish_reason = chunk.finish_reason or finish_reason
                         usage = chunk.usage or usage
                         chunk = await anext(chunks, None)
-                await self._learn(model, result, usage, plan.tools)
+                await self._learn(model, result, usage, plan)
                 yield Finished(model.name, finish_reason, usage)
                 return
         raise AllModelsFailed(failures)
@@ -409,7 +423,7 @@ class LLMManager:
                         info=_call_info(result),
                     )
                 except ContextLengthExceeded as error:
-                    await self._tighten(model, result, error)
+                    await self._tighten(model, result, error, plan.caller)
                     if attempt:
                         raise
                     continue
@@ -418,7 +432,7 @@ class LLMManager:
                         raise
                     failures.append((model.name, error))
                     break
-                await self._learn(model, result, answer.usage, plan.tools)
+                await self._learn(model, result, answer.usage, plan)
                 return answer, result, model.name
         raise AllModelsFailed(failures)
 
@@ -450,8 +464,10 @@ class LLMManager:
         return await self.provider_for(model).embed(model.model_id, list(inputs))
 
     async def _tighten(
-        self, model: ModelSpec, result: FitResult, error: ContextLengthExceeded
+        self, model: ModelSpec, result: FitResult, error: ContextLengthExceeded, caller: str
     ) -> None:
+        """What a refusal teaches: the engine's window (the model's, for everyone: the
+        engine's own statement), else the refused caller's own figures, so its retry fits."""
         limit = error.limit
         # The engine names a window smaller than the one fitted to (its -c is smaller than
         # the catalog's): that is what to fit to. When its count of the prompt was within
@@ -467,12 +483,13 @@ class LLMManager:
             limit = None  # learned as the window; the factor must not absorb it too
         if result.counted_tokens is not None:
             # Counted exactly, refused all the same: the template costs more than we think.
-            await self.calibrator.tighten_overhead(model.name)
+            await self.calibrator.tighten_overhead(model.name, caller=caller)
             return
         await self.calibrator.tighten(
             model.name,
             result.raw_estimate,
             error.prompt_tokens,
+            caller=caller,
             limit=limit,
             budget=result.budget,
             reserve=result.reserve,
@@ -483,25 +500,29 @@ class LLMManager:
         model: ModelSpec,
         result: FitResult,
         usage: Usage | None,
-        tools: list[dict[str, Any]] | None,
+        plan: Plan,
     ) -> None:
         """Learn from what the provider counted, against sizes the app made itself: the raw
         estimate is the app's own (an import's sizes are re-estimated), and the overhead
         learns only from prompts whose every part was counted (a `name`, a tool call or a
-        tool schema is not: see `countable_text`). The calibrator takes the median of recent
-        observations in bounded steps, so one caller cannot move the model's bound for
-        everyone. (llama-cpp-python reports no usage on streams: then nothing is learned,
-        and the defaults, which err high, stay.)"""
+        tool schema is not: see `countable_text`). What is learned is the plan's caller's
+        own figure; the model's shared one moves only when distinct callers agree, so one
+        caller cannot move the bound of anyone else. (llama-cpp-python reports no usage on
+        streams: then nothing is learned, and the defaults, which err high, stay.)"""
         if usage is None or not usage.prompt_tokens:
             return
-        await self.calibrator.observe(model.name, result.raw_estimate, usage.prompt_tokens)
-        if result.counted_tokens is not None and not tools:
+        caller = plan.caller
+        await self.calibrator.observe(
+            model.name, result.raw_estimate, usage.prompt_tokens, caller=caller
+        )
+        if result.counted_tokens is not None and not plan.tools:
             await self.calibrator.observe_overhead(
                 model.name,
                 result.counted_tokens,
                 result.sent_messages,
                 usage.prompt_tokens,
                 fixed=REPLY_PRIMING,
+                caller=caller,
             )
 
 

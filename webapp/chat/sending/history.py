@@ -91,7 +91,7 @@ def read_for_send(
         system_prompt=system_message,
         system_tokens=estimate_message(system_message) if system_message else 0,
         system_counts=manager.system_counts(route, system) if system else None,
-        sizers=manager.sizers(route),
+        sizers=manager.sizers(route, owner),
         newest_counts=counts,
         cut=cut,
     )
