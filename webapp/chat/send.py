@@ -22,7 +22,7 @@ from webapp.chat.sending.admission import Admission, checked_text
 from webapp.chat.sending.counting import count_newest
 from webapp.chat.sending.history import read_for_send
 from webapp.chat.sending.store import StoredTurn, insert_turn
-from webapp.chat.stored.models import Conversation, Message, Role
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.rows import check_id
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, TooManyRequests
@@ -93,6 +93,12 @@ class Sender:
         answer = await self._reader.message(owner, conversation_id, answer_id)
         if answer.role != Role.ASSISTANT or answer.finish_reason != LENGTH_CUT:
             raise InvalidInput("only an answer cut off by its length limit can be continued")
+        if answer.status != Status.COMPLETE:
+            # An import may carry any finish reason on a failed or stopped row.
+            raise Conflict(
+                f"this answer is {answer.status}, not complete: it cannot be continued; "
+                "retry it or send a message instead"
+            )
         _, rows, _ = await self._reader.page(owner, conversation_id, turns=1)
         if not rows or rows[-1].id != answer_id:
             raise Conflict("only the newest answer can be continued: send a message instead")
