@@ -15,8 +15,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.factories import EMBED, htmx_headers, user_header
+from tests.factories import EMBED, bearer_header, htmx_headers, make_account
 from tests.upstream import FakeUpstream
+from webapp.accounts.models import ADMIN, DEFAULT_SCOPES, SETTINGS
 from webapp.accounts.preferences import MAX_INSTRUCTIONS
 
 pytestmark = pytest.mark.settings(extra=EMBED)
@@ -34,10 +35,13 @@ class Clients:
 
 @pytest.fixture
 async def clients(app: Litestar, database_url: str) -> AsyncIterator[Clients]:
-    headers = {
-        name: await user_header(database_url, name, admin=admin)
-        for name, admin in (("alice", False), ("bob", False), ("root", True))
-    }
+    """Tokens that may change their user's settings (a chat token may not:
+    test_token_scopes.py)."""
+    headers = {}
+    for name, admin in (("alice", False), ("bob", False), ("root", True)):
+        scopes = (*DEFAULT_SCOPES, SETTINGS, *([ADMIN] if admin else []))
+        _, token = await make_account(database_url, name, admin=admin, scopes=scopes)
+        headers[name] = bearer_header(token)
     async with AsyncTestClient(app=app) as client:
         yield Clients(client, headers["alice"], headers["bob"], headers["root"])
 
