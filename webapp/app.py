@@ -46,6 +46,7 @@ from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
+from webapp.web.forms import StrictFormRequest
 from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
 from webapp.web.templates import STATIC, environment, template_config
 
@@ -256,6 +257,7 @@ def create_app(
             ),
         ],
         guards=[csrf_guard],
+        request_class=StrictFormRequest,
         before_send=[security_headers(partial(frame_ancestors, catalog))],
         on_startup=[start],
         on_shutdown=[stop],
