@@ -238,7 +238,7 @@ class AccountPages(Controller):
         back with the reason and what was typed."""
         form = await _form(request)
         try:
-            chosen = parse_preferences(form, catalog.configurations)
+            chosen = parse_preferences(form, catalog)
         except AppError as error:
             return await _settings_page(
                 request, accounts, catalog, new_token=None, error=error, typed=form
