@@ -34,8 +34,8 @@ from webapp.settings import Settings
 LIMIT = 100
 """The user's rate limit and the embed's per-visitor and per-address limits: more than
 the first walk spends."""
-pytestmark = [pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
-pytestmark.append(
+pytestmark = [
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
     pytest.mark.settings(
         extra=EMBED,
         rate_limit_messages=LIMIT,
@@ -43,8 +43,8 @@ pytestmark.append(
         embed_rate_limit_total=10 * LIMIT,
         import_limit=0,
         preview_rate=0,
-    )
-)
+    ),
+]
 
 MODEL_PATHS = ("/chat/completions", "/completions", "/embeddings")
 """What the fake upstream is asked when a model is called (not counting, not listing)."""
@@ -53,7 +53,8 @@ HELD = ("/stream", "/title")
 DOCUMENTS = "/schema"
 """The OpenAPI documents: built from the route table, they reach nothing."""
 LEFT_ALONE = ("/logout", "/delete", "/password", "/revoke", "/bulk", "/setup")
-"""Routes that end the session, delete or change the account: walked by no one."""
+"""Routes that end the session, delete or change the account: walked by no one (nor
+DELETEs). None of them may reach a model; a new one that does is not walked."""
 KNOWN_SENDERS = {
     "/c/{conversation_id:str}/send",
     "/c/{conversation_id:str}/continue/{answer_id:int}",
