@@ -15,6 +15,7 @@ import pytest
 from tests.factories import settings_on
 from tests.served import Gateway, gateway_on
 from tests.vendors import FakeVendors, providers_toml
+from webapp.llm.providers.base import is_image_refusal
 
 WEATHER = {
     "type": "function",
@@ -150,3 +151,18 @@ def test_a_model_that_refuses_an_image_is_a_400_naming_it(gateway: Gateway) -> N
     assert "claude-small does not accept images" in refused.value.message
     seen = client.chat.completions.create(model="claude-vision", messages=looking, max_tokens=50)
     assert seen.choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [
+        ("'claude-3-5-haiku' does not support image input.", True),
+        ("Qwen/Qwen2.5-7B-Instruct is not a multimodal model", True),
+        ("Invalid content type. image_url is only supported by certain models.", True),
+        ("This model doesn't support images", True),
+        ("prompt is too long: 5000 tokens > 4096 maximum", False),
+        ("max_tokens: Field required", False),
+    ],
+)
+def test_each_vendors_words_for_refusing_images_are_read(message: str, refused: bool) -> None:
+    assert is_image_refusal(message) is refused

@@ -175,7 +175,8 @@ class ImageRefused(ProviderError):
 _IMAGE_REFUSALS = re.compile(
     r"(does not|doesn't|do not|cannot|can't) (support|accept|take|read|process)\b.{0,40}"
     r"\b(images?|image input|vision|multimodal)\b|not a multimodal model"
-    r"|image input is not supported|images? (are|is) not supported",
+    r"|image input is not supported|images? (are|is) not supported"
+    r"|image(_url)? (input )?is only supported by",
     re.IGNORECASE,
 )
 
@@ -183,7 +184,8 @@ _IMAGE_REFUSALS = re.compile(
 def is_image_refusal(message: str) -> bool:
     """Whether a refused request's message (any vendor's words) says the model reads no
     images: Anthropic's "'claude-...' does not support image input.", vLLM's "... is not a
-    multimodal model", and the like."""
+    multimodal model", OpenAI's "image_url is only supported by certain models", and the
+    like."""
     return bool(_IMAGE_REFUSALS.search(message or ""))
 
 
