@@ -34,7 +34,7 @@ from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
 from webapp.db import Database
-from webapp.embed.pages import embed_router, frame_ancestors
+from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
 from webapp.gateway import gateway_router
@@ -46,6 +46,7 @@ from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
+from webapp.web.forms import StrictFormRequest
 from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
 from webapp.web.templates import STATIC, environment, template_config
 
@@ -172,7 +173,12 @@ def create_app(
     manager = LLMManager(
         catalog, calibrator, providers, tokenizers, transport_kind=settings.provider_transport
     )
-    chat = chat_jobs(db, manager, settings)
+    embed_quota = EmbedQuota(
+        per_client=settings.embed_rate_limit_messages,
+        per_embed=settings.embed_rate_limit_total,
+        window=timedelta(seconds=settings.rate_limit_window),
+    )
+    chat = chat_jobs(db, manager, settings, quotas=(embed_quota,))
     # How this process hears of answers other workers write (and of stops for its own).
     notices = answer_notices(
         settings.database_url, db, settings.stream_flush_interval, on_stop=chat.answers.request_stop
@@ -185,13 +191,6 @@ def create_app(
     )
     if settings.password_hashing != "standard":
         log.warning("WEBAPP_PASSWORD_HASHING=%s: fit for tests only", settings.password_hashing)
-    embed_quota = EmbedQuota(
-        db,
-        per_client=settings.embed_rate_limit_messages,
-        per_embed=settings.embed_rate_limit_total,
-        window=timedelta(seconds=settings.rate_limit_window),
-    )
-
     liveness = Liveness(settings.database_url)
 
     async def start() -> None:
@@ -226,12 +225,12 @@ def create_app(
             search,
             ConversationAdmin,
             ConversationPages,
-            embed_router(embed_quota, catalog),
+            EmbedPages,
             AccountPages,
             UserPages,
             UserAdminApi,
             AdminController,
-            gateway_router(db, settings, accounts),
+            gateway_router(db, settings, accounts, chat.admission),
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
@@ -258,6 +257,7 @@ def create_app(
             ),
         ],
         guards=[csrf_guard],
+        request_class=StrictFormRequest,
         before_send=[security_headers(partial(frame_ancestors, catalog))],
         on_startup=[start],
         on_shutdown=[stop],

@@ -37,8 +37,8 @@ from webapp.llm.window import (
     FitResult,
     Transcript,
     budget_for,
-    default_reserve,
     fit,
+    reserve_of,
     split_turns,
 )
 
@@ -196,8 +196,7 @@ class LLMManager:
         return max_tokens if max_tokens is not None else route.configuration.max_tokens
 
     def reserve_for(self, route: Route, model: ModelSpec, max_tokens: int | None) -> int:
-        chosen = self.max_tokens_for(route, max_tokens)
-        return chosen if chosen is not None else default_reserve(model)
+        return reserve_of(self.max_tokens_for(route, max_tokens), model)
 
     def serving(self, model: ModelSpec) -> ModelSpec:
         """The model as its engine runs it: its window is the smaller of the catalog's and
@@ -441,7 +440,7 @@ class LLMManager:
     ) -> tuple[CompletionResult, CompletionReport | None]:
         """A raw completion is the caller's exact text: never pruned; an overflow is reported."""
         model = self.catalog.models[model_name]
-        reserve = max_tokens if max_tokens is not None else default_reserve(model)
+        reserve = reserve_of(max_tokens, model)
         budget = budget_for(self.serving(model), reserve)
         estimate = await estimate_texts([prompt]) + REPLY_PRIMING
         report = None

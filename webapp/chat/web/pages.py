@@ -67,18 +67,13 @@ class ConversationRef:
     draft: Conversation | None = None
     """A conversation not stored yet (an embed visitor's before the first send): shown
     empty, stored by the first send. Reading a page never creates a row."""
+    address: str = ""
+    """The client's address, for the embed's quotas (counted by the send's admission)."""
 
     @property
     def internals(self) -> bool:
         """Whether the page shows token counts and model and configuration names."""
         return self.embed is None or self.embed.show_internals
-
-    async def stored_id(self, chat: ChatJobs) -> str:
-        """The conversation's id, storing the draft first if this is its first send."""
-        if self.draft is None:
-            return self.id
-        created = await chat.editor.create(self.owner, self.draft.configuration, self.draft.title)
-        return created.id
 
 
 async def form_field(request: Request[Any, Any, Any], name: str, *, required: bool = True) -> str:
@@ -177,17 +172,23 @@ class ConversationPages(Controller):
         conversation: FoundConversation,
     ) -> Template:
         content = await message_field(request, chat.settings.max_message_chars)
-        conversation_id = await conversation.stored_id(chat)
-        return _turn(
-            await chat.sender.send(conversation.owner, conversation_id, content), conversation
+        send = await chat.sender.send(
+            conversation.owner,
+            conversation.id,
+            content,
+            address=conversation.address,
+            draft=conversation.draft,
         )
+        return _turn(send, conversation)
 
     @post("/continue/{answer_id:int}")
     async def continue_answer(
         self, chat: Chat, conversation: FoundConversation, answer_id: RowId
     ) -> Template:
         """Continue on an answer cut off by its length limit: a new turn, streamed."""
-        send = await chat.sender.continue_answer(conversation.owner, conversation.id, answer_id)
+        send = await chat.sender.continue_answer(
+            conversation.owner, conversation.id, answer_id, address=conversation.address
+        )
         return _turn(send, conversation)
 
     @post("/retry/{answer_id:int}")
@@ -221,7 +222,13 @@ class ConversationPages(Controller):
     ) -> Template:
         """Send an edited user message as an alternative to its turn."""
         content = await form_field(request, "content")
-        await chat.sender.send(conversation.owner, conversation.id, content, edit_of=message_id)
+        await chat.sender.send(
+            conversation.owner,
+            conversation.id,
+            content,
+            edit_of=message_id,
+            address=conversation.address,
+        )
         return await _branch_page(chat, conversation)
 
     @post("/branch/{message_id:int}")
@@ -545,7 +552,9 @@ def larger_windows(chat: ChatJobs, window: int) -> tuple[Alternative, ...]:
 async def _regenerate(chat: ChatJobs, conversation: ConversationRef, message_id: int) -> Template:
     row = await chat.reader.message(conversation.owner, conversation.id, message_id)
     user = row if row.role == "user" else await chat.reader.user_row_of(row)
-    await chat.sender.regenerate(conversation.owner, conversation.id, id_of(user))
+    await chat.sender.regenerate(
+        conversation.owner, conversation.id, id_of(user), address=conversation.address
+    )
     return await _branch_page(chat, conversation)
 
 

@@ -8,6 +8,7 @@ anything else fails the call.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
@@ -162,6 +163,30 @@ class ContextLengthExceeded(ProviderError):
         super().__init__(message, **said)
         self.prompt_tokens = prompt_tokens
         self.limit = limit
+
+
+class ImageRefused(ProviderError):
+    """The provider refused the request for the images it holds (a model that reads no
+    images): the caller's to change, as a prompt too long is."""
+
+    default_reason = "does not accept images"
+
+
+_IMAGE_REFUSALS = re.compile(
+    r"(does not|doesn't|do not|cannot|can't) (support|accept|take|read|process)\b.{0,40}"
+    r"\b(images?|image input|vision|multimodal)\b|not a multimodal model"
+    r"|image input is not supported|images? (are|is) not supported"
+    r"|image(_url)? (input )?is only supported by",
+    re.IGNORECASE,
+)
+
+
+def is_image_refusal(message: str) -> bool:
+    """Whether a refused request's message (any vendor's words) says the model reads no
+    images: Anthropic's "'claude-...' does not support image input.", vLLM's "... is not a
+    multimodal model", OpenAI's "image_url is only supported by certain models", and the
+    like."""
+    return bool(_IMAGE_REFUSALS.search(message or ""))
 
 
 class StreamBroken(ProviderError):

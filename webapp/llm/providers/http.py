@@ -25,10 +25,12 @@ from httpx_sse import EventSource, ServerSentEvent
 
 from webapp.llm.providers.base import (
     CompletionResult,
+    ImageRefused,
     Provider,
     ProviderError,
     ProviderUnavailable,
     StreamBroken,
+    is_image_refusal,
 )
 from webapp.llm.providers.pool import ClientShards
 from webapp.llm.providers.transport import TransportKind, transport_for
@@ -107,7 +109,8 @@ def refusal(
 
     Refused credentials (401/403, or `credentials`: the vendor's kind for them) fail the
     call; an outage (no status, a 5xx, or `unavailable`: the vendor's kind for one) lets
-    a fallback try; anything else is a refused request. `shown` is the status the
+    a fallback try; a refusal of the images the request holds is `ImageRefused`; anything
+    else is a refused request. `shown` is the status the
     credentials' reason names when the vendor sent none.
     """
     if credentials or status in (401, 403):
@@ -118,6 +121,8 @@ def refusal(
     if unavailable or status is None or status >= 500:
         reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
         return ProviderUnavailable(text, status=status, reason=reason)
+    if is_image_refusal(text):
+        return ImageRefused(text, status=status)
     return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
 
 
