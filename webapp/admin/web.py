@@ -19,7 +19,14 @@ from litestar.response import Response, Template
 from webapp.accounts.guards import admin_only
 from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
-from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
+from webapp.admin.listing import (
+    LIST_PATH,
+    MAX_PER_PAGE,
+    SORTS,
+    Listing,
+    parse_listing,
+    parse_review_paging,
+)
 from webapp.admin.queries import CacheDay, LeftOutBy, Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.stored.models import Message, Role
 from webapp.chat.web.deps import Chat
@@ -217,10 +224,17 @@ class AdminController(Controller):
         }
 
     @get("/admin/c/{conversation_id:str}")
-    async def review_page(self, chat: Chat, conversation_id: FromPath[str]) -> Template:
-        review = await chat.db.read(queries.review, conversation_id)
+    async def review_page(
+        self, request: Request[Any, Any, Any], chat: Chat, conversation_id: FromPath[str]
+    ) -> Template:
+        """A page of the conversation's turns (`page`, `per_page`), and of each trimmed
+        send on it a page of its left-out spans (`spans`): what the page shows is all it
+        reads, however many turns and spans the conversation holds."""
+        paging = parse_review_paging(request.query_params)
+        review = await chat.db.read(queries.review, conversation_id, paging)
         turns = review_turns(review)
         await prerendered([view for turn in turns for view in turn.messages])
+        path = f"/admin/c/{conversation_id}"
         return Template(
             "admin/review.html",
             context={
@@ -228,5 +242,17 @@ class AdminController(Controller):
                 "conversation": review.conversation,
                 "turns": turns,
                 "list_url": LIST_PATH,
+                "paging": paging,
+                "path": path,
+                "previous_url": paging.url(path, page=paging.page - 1) if paging.page > 1 else None,
+                "next_url": paging.url(path, page=paging.page + 1)
+                if paging.page < review.pages
+                else None,
+                "earlier_spans_url": paging.url(path, spans=paging.spans - 1)
+                if paging.spans > 1
+                else None,
+                "later_spans_url": paging.url(path, spans=paging.spans + 1)
+                if any(turn.trimmed and turn.trimmed.more_spans for turn in turns)
+                else None,
             },
         )

@@ -105,10 +105,10 @@ class MessageView:
     @property
     def collapsible(self) -> bool:
         """A long paste is shown folded, with "Show more": the history stays readable."""
+        if not self.is_user:  # an answer is never folded: its text is not split either
+            return False
         content = split_attachment(self.row.content)[0]  # an attachment folds on its own
-        return self.is_user and (
-            len(content) > COLLAPSE_CHARS or content.count("\n") >= COLLAPSE_LINES
-        )
+        return len(content) > COLLAPSE_CHARS or content.count("\n") >= COLLAPSE_LINES
 
     @property
     def meter(self) -> Meter:
