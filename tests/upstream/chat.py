@@ -52,7 +52,8 @@ class ChatEndpoint(Admission):
         if len(tokens) + (max_tokens or 0) > window:
             return self._chat_overflow(window, len(tokens), max_tokens)
         engine = self.engine
-        prefill = self._prefill(model, tokens, generation)
+        slot = body.get("id_slot") if engine == "llamacpp" else None
+        prefill = self._prefill(model, tokens, generation, slot if isinstance(slot, int) else None)
 
         last = messages[-1]
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)

@@ -63,6 +63,7 @@ async def chat_completions(
         ),
         tools=tools,
         max_tokens=body.answer_limit,
+        cache_scope=f"gateway:{owner}:{body.cache_scope}" if body.cache_scope else None,
     )
     if body.stream and not tools:
         response, fit = await _stream(manager, plan, body)

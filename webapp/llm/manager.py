@@ -16,6 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from webapp.llm.affinity import CacheKeys
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
 from webapp.llm.estimator import REPLY_PRIMING, estimate_texts
@@ -107,6 +108,8 @@ class Plan:
     fit: FitResult
     tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = None
+    cache_key: str | None = None
+    """The key that keeps the call on its conversation's cache (`webapp.llm.affinity`)."""
 
 
 class AllModelsFailed(ProviderError):
@@ -142,8 +145,11 @@ class LLMManager:
         tokenizers: Tokenizers | None = None,
         *,
         transport_kind: TransportKind = "asyncio",
+        keys: CacheKeys | None = None,
     ) -> None:
         self.catalog = catalog
+        self.keys = keys or CacheKeys("")
+        """The deployment's cache keys (`Settings.secret_key`); tests may leave it out."""
         self.calibrator = calibrator
         self._providers = dict(providers or {})
         self._transport_kind = transport_kind
@@ -259,9 +265,13 @@ class LLMManager:
         *,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        cache_scope: str | None = None,
     ) -> Plan:
+        """`cache_scope` names what the call's cache key is derived from (a conversation's
+        id); without one the call carries no key."""
         fit = self.fit_for(route, route.primary, transcript, tools=tools, max_tokens=max_tokens)
-        return Plan(route, transcript, fit, tools, max_tokens)
+        key = self.keys.key(cache_scope) if cache_scope is not None else None
+        return Plan(route, transcript, fit, tools, max_tokens, key)
 
     async def count_missing(
         self, model: ModelSpec, transcript: Transcript
@@ -357,7 +367,7 @@ class LLMManager:
                     result.messages,
                     max_tokens=self.max_tokens_for(route, plan.max_tokens),
                     tools=plan.tools,
-                    info=_call_info(result),
+                    info=_call_info(result, plan.cache_key),
                     sent=sent,
                 )
                 async with aclosing(chunks):
@@ -406,7 +416,7 @@ class LLMManager:
                         result.messages,
                         max_tokens=self.max_tokens_for(route, plan.max_tokens),
                         tools=plan.tools,
-                        info=_call_info(result),
+                        info=_call_info(result, plan.cache_key),
                     )
                 except ContextLengthExceeded as error:
                     await self._tighten(model, result, error)
@@ -505,7 +515,7 @@ class LLMManager:
             )
 
 
-def _call_info(result: FitResult) -> CallInfo:
+def _call_info(result: FitResult, cache_key: str | None) -> CallInfo:
     return CallInfo(
         model=result.model,
         window=result.window,
@@ -514,6 +524,7 @@ def _call_info(result: FitResult) -> CallInfo:
         dropped_turns=result.dropped_turns,
         reserve=result.reserve,
         cache_marks=cache_marks(result.messages),
+        cache_key=cache_key,
     )
 
 

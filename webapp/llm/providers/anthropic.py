@@ -231,7 +231,7 @@ class AnthropicProvider(ChatOnlyProvider):
 
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
         body = self._body(model_id, messages, call)
-        data = await self._post_json(self.CHAT_PATH, body, model_id)
+        data = await self._post_json(self.CHAT_PATH, body, model_id, call.key)
         content = data.get("content")
         if not isinstance(content, list):
             raise self._malformed(self.CHAT_PATH, model_id, ValueError("the answer has no content"))
@@ -261,7 +261,7 @@ class AnthropicProvider(ChatOnlyProvider):
         usage: Usage | None = None
         stopped = False
         try:
-            async with self._streamed(path, body, model_id, call.sent) as response:
+            async with self._streamed(path, body, model_id, call.sent, key=call.key) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for name, event in events:
                     kind = event.get("type", name)

@@ -68,6 +68,9 @@ class CallInfo:
     """Indices of the sent messages after which the prompt is a prefix later sends keep:
     the end of the head, and the end of the prompt (the next send of the branch appends
     to it while the cut holds). A provider with explicit prompt caching marks them."""
+    cache_key: str | None = None
+    """The conversation's key (`webapp.llm.affinity`), never its id: a provider sends it
+    where its server takes one. Side calls (titles) have none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,11 @@ class ChatCall:
     info: CallInfo | None = None
     sent: Callable[[], None] | None = None
     """Called once the request is written to the engine's connection (streams only)."""
+
+    @property
+    def key(self) -> str | None:
+        """The conversation's cache key, when the call is one of its sends."""
+        return self.info.cache_key if self.info is not None else None
 
     @property
     def room(self) -> int | None:

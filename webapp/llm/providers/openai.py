@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from webapp.llm.affinity import slot_for
 from webapp.llm.providers.base import (
     ChatCall,
     ChatResult,
@@ -41,6 +42,7 @@ from webapp.llm.providers.base import (
 )
 from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, refusal, retry_after
 from webapp.llm.providers.shapes import content_text
+from webapp.llm.providers.slots import EngineSlots
 
 __all__ = [
     "OpenAIProvider",
@@ -261,12 +263,17 @@ class OpenAIProvider(HTTPProvider):
     `transport` exists for tests and unusual set-ups (a Unix socket, a mounted app).
     """
 
+    def __init__(self, base_url: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(base_url, *args, **kwargs)
+        self._slots = EngineSlots(self.base_url)
+
     # ---- the four calls --------------------------------------------------------------
 
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
-        body = self._chat_body(model_id, messages, call)
+        body = self._chat_body(model_id, messages, call) | await self._keyed(call)
         path = "chat/completions"
-        return self._chat_result(await self._post_json(path, body, model_id), path, model_id)
+        data = await self._post_json(path, body, model_id, call.key)
+        return self._chat_result(data, path, model_id)
 
     async def _stream_chat(
         self, model_id: str, messages: list[Message], call: ChatCall
@@ -276,7 +283,7 @@ class OpenAIProvider(HTTPProvider):
         Usage usually comes after the finish_reason, in a chunk with no choices, so the
         last chunk is held back until `[DONE]` (or the end of the body).
         """
-        body = self._chat_body(model_id, messages, call)
+        body = self._chat_body(model_id, messages, call) | await self._keyed(call, stream=True)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         path = "chat/completions"
@@ -284,7 +291,7 @@ class OpenAIProvider(HTTPProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with self._streamed(path, body, model_id, call.sent) as response:
+            async with self._streamed(path, body, model_id, call.sent, key=call.key) as response:
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # The server ignored "stream": it sent the whole answer at once.
                     await response.aread()
@@ -370,6 +377,24 @@ class OpenAIProvider(HTTPProvider):
         if call.tools:
             body["tools"] = call.tools
         return body
+
+    async def _keyed(self, call: ChatCall, *, stream: bool = False) -> dict[str, Any]:
+        """What a conversation's send adds to its body (side calls add nothing): its key,
+        as `id_slot` for llama.cpp (its cache is per slot) and `prompt_cache_key` for
+        other servers, unless the catalog turned keys off; and, on llama.cpp streams,
+        `return_progress`, so the prefill can be shown."""
+        if call.key is None:
+            return {}
+        slots = await self._slots.count(self._clients, self._affinity.slots)
+        fields: dict[str, Any] = {}
+        if self._affinity.in_body:
+            key = (
+                {"id_slot": slot_for(call.key, slots)} if slots else {"prompt_cache_key": call.key}
+            )
+            fields |= key
+        if slots and stream:
+            fields["return_progress"] = True
+        return fields
 
     def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
         data = super()._json_body(response, path, model_id)
