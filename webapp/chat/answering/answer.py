@@ -383,6 +383,8 @@ class AnswerWriter:
             "prompt_tokens": usage.prompt_tokens if usage is not None else None,
             "completion_tokens": usage.completion_tokens if usage is not None else None,
             "cached_tokens": usage.cached_tokens if usage is not None else None,
+            "evaluated_tokens": usage.evaluated if usage is not None else None,
+            "cache_write_tokens": usage.cache_write_tokens if usage is not None else None,
         }
         await self._flusher.finish(id_of(answer), values)
         return updated(answer, values)

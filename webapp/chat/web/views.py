@@ -133,6 +133,20 @@ class MessageView:
         return f"{min(cached, prompt):,} of {prompt:,} prompt tokens came from the engine's cache."
 
     @property
+    def cache_ledger(self) -> list[tuple[str, str]]:
+        """The answer's prompt as the engine took it: served from its cache, evaluated,
+        written to its cache; each only where the engine said it (empty: it said none)."""
+        row = self.row
+        if self.is_user or row.status == Status.STREAMING:
+            return []
+        said = (
+            ("Served from the engine's cache", row.cached_tokens),
+            ("Evaluated by the engine", row.evaluated_tokens),
+            ("Written to the engine's cache", row.cache_write_tokens),
+        )
+        return [(term, f"{count:,} tokens") for term, count in said if count is not None]
+
+    @property
     def cut_moved_words(self) -> str | None:
         """Why the cache served little this time: the send that asked moved the cut."""
         user = self.asked_by

@@ -22,6 +22,22 @@ class Usage:
     completion_tokens: int
     cached_tokens: int | None = None
     """Prompt tokens the engine served from its prompt cache; None when it does not say."""
+    evaluated_tokens: int | None = None
+    """Prompt tokens the engine says it evaluated (llama.cpp's `timings.prompt_n`,
+    Anthropic's uncached input and cache writes); None when it does not say."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the engine says it wrote to its cache (Anthropic's
+    `cache_creation_input_tokens`, OpenAI-style `cache_write_tokens`); None when it does not say."""
+
+    @property
+    def evaluated(self) -> int | None:
+        """The prompt tokens evaluated: as the engine said, else the prompt less what it
+        said its cache served; None when it said neither."""
+        if self.evaluated_tokens is not None:
+            return self.evaluated_tokens
+        if self.cached_tokens is None:
+            return None
+        return max(self.prompt_tokens - self.cached_tokens, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,6 +198,21 @@ def _cached_tokens(data: dict[str, Any]) -> int | None:
     return count_of(timings.get("cache_n")) if isinstance(timings, dict) else None
 
 
+def _ledger(data: dict[str, Any], earlier: Usage | None) -> tuple[int | None, int | None]:
+    """(evaluated, written to the cache) as a response or chunk says them, else as said
+    before: llama.cpp's `timings.prompt_n`, OpenAI-style
+    `usage.prompt_tokens_details.cache_write_tokens`."""
+    timings = data.get("timings")
+    evaluated = count_of(timings.get("prompt_n")) if isinstance(timings, dict) else None
+    usage = data.get("usage")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    written = count_of(details.get("cache_write_tokens")) if isinstance(details, dict) else None
+    if earlier is not None:
+        evaluated = evaluated if evaluated is not None else earlier.evaluated_tokens
+        written = written if written is not None else earlier.cache_write_tokens
+    return evaluated, written
+
+
 def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
     """The usage a response or stream chunk reports, or `earlier` (what the stream said
     before) when it reports none. llama.cpp may send its timings and its usage in
@@ -206,6 +221,7 @@ def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
     cached = _cached_tokens(data)
     if cached is None and earlier is not None:
         cached = earlier.cached_tokens
+    evaluated, written = _ledger(data, earlier)
     reported = data.get("usage")
     timings = data["timings"] if isinstance(data.get("timings"), dict) else {}
     if isinstance(reported, dict) and "prompt_tokens" in reported:
@@ -217,7 +233,13 @@ def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
         prompt, completion = hit + evaluated, count_of(timings.get("predicted_n")) or 0
     else:
         return earlier
-    return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
+    return Usage(
+        prompt,
+        completion,
+        cached if cached is not None and cached <= prompt else None,
+        evaluated if evaluated is not None and evaluated <= prompt else None,
+        written if written is not None and written <= prompt else None,
+    )
 
 
 def _first_choice(data: dict[str, Any]) -> dict[str, Any]:
