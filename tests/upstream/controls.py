@@ -117,6 +117,10 @@ class Controls(ServedApp):
             # (`--no-slots` answers 501), and the prompt each slot holds by model, for
             # requests that name their slot (`id_slot`).
             self.slot_count = CACHE_SLOTS
+            # llama.cpp's `return_progress`: the prompt is reported read this many tokens
+            # at a time (its batch), and a test may hold the stream once it has been.
+            self.progress_batch = 512
+            self.hold_after_progress = False
             self.slots_endpoint = True
             self._slot_prompts: dict[str, dict[int, list[int]]] = {}
 

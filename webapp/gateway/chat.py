@@ -30,6 +30,7 @@ from webapp.llm.manager import (
     Fitted,
     LLMManager,
     Plan,
+    Prefilling,
     StreamEvent,
 )
 from webapp.llm.providers.base import ProviderError
@@ -91,7 +92,7 @@ async def _stream(
     fit = plan.fit
     try:
         first: StreamEvent | None = await anext(events, None)
-        while isinstance(first, Fitted | Counted):
+        while isinstance(first, Fitted | Counted | Prefilling):
             if isinstance(first, Fitted):
                 fit = first.fit
             first = await anext(events, None)

@@ -27,6 +27,7 @@ from webapp.llm.providers.base import (
     CompletionResult,
     ContextLengthExceeded,
     Message,
+    Prefill,
     Provider,
     ProviderError,
     Usage,
@@ -85,13 +86,20 @@ class Delta:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefilling:
+    """The engine's progress through the prompt, before the answer's first token."""
+
+    progress: Prefill
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     model: str
     finish_reason: str | None
     usage: Usage | None
 
 
-StreamEvent = Counted | Fitted | Delta | Finished
+StreamEvent = Counted | Fitted | Prefilling | Delta | Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +380,12 @@ class LLMManager:
                 )
                 async with aclosing(chunks):
                     try:
+                        # The engine's progress through the prompt comes before the
+                        # answer: a failure after it can still fall back.
                         opening = await anext(chunks, None)
+                        while opening is not None and opening.progress is not None:
+                            yield Prefilling(opening.progress)
+                            opening = await anext(chunks, None)
                     except ContextLengthExceeded as error:
                         await self._tighten(model, result, error)
                         if retried:
@@ -391,6 +404,8 @@ class LLMManager:
                     usage: Usage | None = None
                     chunk = opening
                     while chunk is not None:
+                        if chunk.progress is not None:
+                            yield Prefilling(chunk.progress)
                         if chunk.text:
                             yield Delta(chunk.text)
                         finish_reason = chunk.finish_reason or finish_reason

@@ -52,12 +52,31 @@ class ChatResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefill:
+    """How far the engine has read the prompt, before the answer's first token (llama.cpp
+    streams it when asked: `return_progress`). `processed` counts the cached tokens too."""
+
+    processed: int
+    total: int
+    cached: int
+
+    def words(self) -> str:
+        """As the page says it."""
+        return (
+            f"Reading the conversation: {self.processed:,} of {self.total:,} tokens, "
+            f"{self.cached:,} from cache"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class StreamChunk:
-    """One piece of a streamed answer. Usage and finish_reason arrive on the last chunks."""
+    """One piece of a streamed answer. Usage and finish_reason arrive on the last chunks;
+    `progress`, on chunks of their own, before the first text."""
 
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    progress: Prefill | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from webapp.llm.providers.base import (
     CompletionResult,
     ContextLengthExceeded,
     Message,
+    Prefill,
     ProviderError,
     RateLimited,
     StreamChunk,
@@ -242,6 +243,19 @@ def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
     )
 
 
+def _prefill(data: dict[str, Any]) -> Prefill | None:
+    """llama.cpp's `prompt_progress` {total, cache, processed, time_ms} on a stream chunk
+    before the first token, or None (absent, or counts that do not add up)."""
+    progress = data.get("prompt_progress")
+    if not isinstance(progress, dict):
+        return None
+    total, cached = count_of(progress.get("total")), count_of(progress.get("cache"))
+    processed = count_of(progress.get("processed"))
+    if total is None or cached is None or processed is None or not cached <= total:
+        return None
+    return Prefill(min(processed, total), total, cached)
+
+
 def _first_choice(data: dict[str, Any]) -> dict[str, Any]:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -330,6 +344,8 @@ class OpenAIProvider(HTTPProvider):
                         await read_rest(events)
                         break
                     event = self._stream_event(data, path, model_id, yielded)
+                    if (read := _prefill(event)) is not None:
+                        yield StreamChunk(progress=read)
                     usage = _usage(event, usage)
                     choices = event.get("choices") or []
                     if not choices or not isinstance(choices[0], dict):
