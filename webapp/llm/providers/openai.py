@@ -20,6 +20,7 @@ message, because servers like to echo it back ("Incorrect API key provided: sk-.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import struct
@@ -299,9 +300,10 @@ class OpenAIProvider(HTTPProvider):
     `transport` exists for tests and unusual set-ups (a Unix socket, a mounted app).
     """
 
-    def __init__(self, base_url: str, *args: Any, **kwargs: Any) -> None:
-        super().__init__(base_url, *args, **kwargs)
-        self._slots = EngineSlots(self.base_url)
+    @functools.cached_property
+    def _slots(self) -> EngineSlots:
+        """The server's slots, asked once (only a conversation's send asks)."""
+        return EngineSlots(self.base_url)
 
     # ---- the four calls --------------------------------------------------------------
 
