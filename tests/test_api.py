@@ -81,7 +81,10 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
     }
     assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
     assert user["fit"]["trim_to"] == 0.75 and user["fit"]["cut_moved"] is False
-    assert set(assistant["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens"}
+    assert set(assistant["usage"]) == {
+        *("prompt_tokens", "completion_tokens", "cached_tokens"),
+        *("evaluated_tokens", "cache_write_tokens"),
+    }
     assert user["token_counts"] == {"estimate": user["estimated_tokens"]}
     assert assistant["status"] == "complete" and assistant["model"] == "small"
     assert assistant["usage"]["prompt_tokens"] > 0 and assistant["fit"] is None
