@@ -39,6 +39,7 @@ from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
 from webapp.gateway import gateway_router
 from webapp.gateway.errors import GATEWAY_PREFIX, gateway_exception_handler
+from webapp.llm.affinity import CacheKeys
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
 from webapp.llm.discovery import discover
@@ -171,7 +172,12 @@ def create_app(
     calibrator = Calibrator(db)
     tokenizers = Tokenizers()
     manager = LLMManager(
-        catalog, calibrator, providers, tokenizers, transport_kind=settings.provider_transport
+        catalog,
+        calibrator,
+        providers,
+        tokenizers,
+        transport_kind=settings.provider_transport,
+        keys=CacheKeys(settings.secret_key),
     )
     embed_quota = EmbedQuota(
         per_client=settings.embed_rate_limit_messages,

@@ -135,6 +135,10 @@ class CacheDay:
     cut_moved: int
     """Sends sized for this model whose cut moved, so the cache could not be reused past
     the head (user rows with `fit_cut_moved` true)."""
+    evaluated_tokens: int | None = None
+    """Prompt tokens the engine evaluated, over the answers that say it (None: none does)."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the engine wrote to its cache, over the answers that say it."""
 
     @property
     def share(self) -> float | None:
@@ -558,16 +562,45 @@ def prompt_cache_per_model_day(
             total(reported, col(Message.prompt_tokens)),
             total(reported, col(Message.cached_tokens)),
             total(moved_cut),
+            _said_sum(is_answer, col(Message.evaluated_tokens)),
+            _said_sum(is_answer, col(Message.cache_write_tokens)),
         )
         .where(or_(is_answer, moved_cut), _created_within(first, today))
         .group_by(literal_column("day"), literal_column("cache_model"))
     )
     rows = [
-        CacheDay(_as_date(day), name or UNKNOWN_MODEL, *(int(n) for n in counts))
-        for day, name, *counts in session.connection().execute(query).all()
+        CacheDay(
+            _as_date(day),
+            name or UNKNOWN_MODEL,
+            int(reported),
+            int(unreported),
+            int(prompt),
+            int(cached),
+            int(moved),
+            None if evaluated is None else int(evaluated),
+            None if written is None else int(written),
+        )
+        for day, name, reported, unreported, prompt, cached, moved, evaluated, written in (
+            session.connection().execute(query).all()
+        )
     ]
     # Sorted here, once NULL is UNKNOWN_MODEL: the two databases sort NULLs at opposite ends.
     return sorted(rows, key=lambda row: (-row.day.toordinal(), row.model))
+
+
+def unreported_models(days: list[CacheDay]) -> list[str]:
+    """The models whose answers, over `days`, never carried a cache report."""
+    reported: dict[str, bool] = {}
+    for row in days:
+        if row.reported or row.unreported:
+            reported[row.model] = reported.get(row.model, False) or row.reported > 0
+    return sorted(model for model, said in reported.items() if not said)
+
+
+def _said_sum(among: ColumnElement[bool], value: Any) -> ColumnElement[Any]:
+    """The sum of `value` over the rows `among` that carry one: NULL when none does (an
+    engine that never said is unknown, not 0)."""
+    return func.sum(case((and_(among, value.is_not(None)), value), else_=None))
 
 
 class _Skeleton(NamedTuple):

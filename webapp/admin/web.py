@@ -32,6 +32,7 @@ from webapp.chat.stored.models import Message, Role
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.views import MessageView
 from webapp.llm.calibration import learned_windows
+from webapp.llm.engine import UNREPORTED_CACHE
 from webapp.llm.window import runs_of
 from webapp.web.markdown import prerendered
 
@@ -65,6 +66,8 @@ def cache_dict(row: CacheDay) -> dict[str, Any]:
         "answers_with_cache_report": row.reported,
         "answers_without_cache_report": row.unreported,
         "cut_moved_sends": row.cut_moved,
+        "evaluated_tokens": row.evaluated_tokens,
+        "cache_write_tokens": row.cache_write_tokens,
     }
 
 
@@ -142,6 +145,8 @@ class AdminController(Controller):
                 "per_model_chart": per_model_chart(per_model),
                 "chart_days": CHART_DAYS,
                 "prompt_cache": prompt_cache,
+                "unreported_cache": queries.unreported_models(prompt_cache),
+                "unreported_cache_words": UNREPORTED_CACHE,
                 "learned_windows": await chat.db.read(learned_windows),
                 "configurations": sorted(catalog.configurations),
                 "models": sorted(catalog.models),
@@ -220,6 +225,10 @@ class AdminController(Controller):
             "prompt_cache": {
                 "days": CHART_DAYS,
                 "rows": [cache_dict(row) for row in prompt_cache],
+                "unreported": [
+                    {"model": model, "note": UNREPORTED_CACHE}
+                    for model in queries.unreported_models(prompt_cache)
+                ],
             },
         }
 

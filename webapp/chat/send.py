@@ -184,5 +184,7 @@ class Sender:
             planned: Plan | RoutingError = read.route
         else:
             assert read.transcript is not None, "a routed read has its transcript"
-            planned = self._manager.plan(read.route, read.transcript, caller=owner)
+            planned = self._manager.plan(
+                read.route, read.transcript, caller=owner, cache_scope=conversation_id
+            )
         return insert_turn(connection, conversation, read, planned, counts, now)

@@ -16,6 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from webapp.llm.affinity import CacheKeys
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
 from webapp.llm.estimator import REPLY_PRIMING, estimate_texts
@@ -26,6 +27,7 @@ from webapp.llm.providers.base import (
     CompletionResult,
     ContextLengthExceeded,
     Message,
+    Prefill,
     Provider,
     ProviderError,
     Usage,
@@ -84,13 +86,20 @@ class Delta:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefilling:
+    """The engine's progress through the prompt, before the answer's first token."""
+
+    progress: Prefill
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     model: str
     finish_reason: str | None
     usage: Usage | None
 
 
-StreamEvent = Counted | Fitted | Delta | Finished
+StreamEvent = Counted | Fitted | Prefilling | Delta | Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +119,8 @@ class Plan:
     caller's own figure first (`webapp.llm.calibration`)."""
     tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = None
+    cache_key: str | None = None
+    """The key that keeps the call on its conversation's cache (`webapp.llm.affinity`)."""
 
 
 class AllModelsFailed(ProviderError):
@@ -145,8 +156,11 @@ class LLMManager:
         tokenizers: Tokenizers | None = None,
         *,
         transport_kind: TransportKind = "asyncio",
+        keys: CacheKeys | None = None,
     ) -> None:
         self.catalog = catalog
+        self.keys = keys or CacheKeys("")
+        """The deployment's cache keys (`Settings.secret_key`); tests may leave it out."""
         self.calibrator = calibrator
         self._providers = dict(providers or {})
         self._transport_kind = transport_kind
@@ -264,12 +278,16 @@ class LLMManager:
         caller: str,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        cache_scope: str | None = None,
     ) -> Plan:
-        """A send of `caller`'s (its owner key), fitted to the route's first model."""
+        """A send of `caller`'s (its owner key), fitted to the route's first model.
+        `cache_scope` names what the call's cache key is derived from (a conversation's
+        id); without one the call carries no key."""
         fit = self.fit_for(
             route, route.primary, transcript, caller=caller, tools=tools, max_tokens=max_tokens
         )
-        return Plan(route, transcript, fit, caller, tools, max_tokens)
+        key = self.keys.key(cache_scope) if cache_scope is not None else None
+        return Plan(route, transcript, fit, caller, tools, max_tokens, key)
 
     async def count_missing(
         self, model: ModelSpec, transcript: Transcript
@@ -370,12 +388,17 @@ class LLMManager:
                     result.messages,
                     max_tokens=self.max_tokens_for(route, plan.max_tokens),
                     tools=plan.tools,
-                    info=_call_info(result),
+                    info=_call_info(result, plan.cache_key),
                     sent=sent,
                 )
                 async with aclosing(chunks):
                     try:
+                        # The engine's progress through the prompt comes before the
+                        # answer: a failure after it can still fall back.
                         opening = await anext(chunks, None)
+                        while opening is not None and opening.progress is not None:
+                            yield Prefilling(opening.progress)
+                            opening = await anext(chunks, None)
                     except ContextLengthExceeded as error:
                         await self._tighten(model, result, error, plan.caller)
                         if retried:
@@ -394,6 +417,8 @@ class LLMManager:
                     usage: Usage | None = None
                     chunk = opening
                     while chunk is not None:
+                        if chunk.progress is not None:
+                            yield Prefilling(chunk.progress)
                         if chunk.text:
                             yield Delta(chunk.text)
                         finish_reason = chunk.finish_reason or finish_reason
@@ -419,7 +444,7 @@ class LLMManager:
                         result.messages,
                         max_tokens=self.max_tokens_for(route, plan.max_tokens),
                         tools=plan.tools,
-                        info=_call_info(result),
+                        info=_call_info(result, plan.cache_key),
                     )
                 except ContextLengthExceeded as error:
                     await self._tighten(model, result, error, plan.caller)
@@ -525,7 +550,7 @@ class LLMManager:
             )
 
 
-def _call_info(result: FitResult) -> CallInfo:
+def _call_info(result: FitResult, cache_key: str | None) -> CallInfo:
     return CallInfo(
         model=result.model,
         window=result.window,
@@ -534,6 +559,7 @@ def _call_info(result: FitResult) -> CallInfo:
         dropped_turns=result.dropped_turns,
         reserve=result.reserve,
         cache_marks=cache_marks(result.messages),
+        cache_key=cache_key,
     )
 
 

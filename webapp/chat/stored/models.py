@@ -195,6 +195,11 @@ class Message(SQLModel, table=True):
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     """Prompt tokens the engine said it served from its prompt cache (NULL: it did not say)."""
+    evaluated_tokens: int | None = None
+    """Prompt tokens the engine evaluated, as it said them or as its prompt less its cache
+    hits (NULL: it said neither)."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the engine said it wrote to its cache (NULL: it did not say)."""
     finish_reason: str | None = Field(default=None, max_length=32)
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     feedback: int | None = Field(default=None, sa_column=Column(SmallInteger, nullable=True))

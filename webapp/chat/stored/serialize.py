@@ -55,6 +55,8 @@ def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict
             "prompt_tokens": row.prompt_tokens,
             "completion_tokens": row.completion_tokens,
             "cached_tokens": row.cached_tokens,
+            "evaluated_tokens": row.evaluated_tokens,
+            "cache_write_tokens": row.cache_write_tokens,
         }
     return {
         "id": row.id,

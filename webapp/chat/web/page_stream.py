@@ -335,7 +335,7 @@ class LiveAnswer:
         """What the turn around the answer shows, to tell when it changed (a fit made
         later, a new status, the end)."""
         user = json.dumps(message_dict(snapshot.user), default=str, sort_keys=True)
-        return (snapshot.final, snapshot.answer.status, user)
+        return (snapshot.final, snapshot.answer.status, user, snapshot.prefill)
 
     def _wake(self) -> None:
         self._woken.set()

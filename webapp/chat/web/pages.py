@@ -374,7 +374,7 @@ class ConversationPages(Controller):
                 "chat/_stream_update.html",
                 **_context(
                     conversation,
-                    answer=answer_view(snapshot.answer, snapshot.user),
+                    answer=answer_view(snapshot.answer, snapshot.user, snapshot.prefill),
                     user=message_views([snapshot.user], alternatives)[0],
                 ),
             )
