@@ -33,6 +33,7 @@ from webapp.chat.stored.titles import split_mark
 from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
+from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
 from webapp.embed.pages import embed_router, frame_ancestors
 from webapp.embed.quota import EmbedQuota
@@ -226,6 +227,8 @@ def create_app(
             search,
             ConversationAdmin,
             ConversationPages,
+            ShareApi,
+            SharePages,
             embed_router(embed_quota, catalog),
             AccountPages,
             UserPages,
