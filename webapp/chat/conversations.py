@@ -12,13 +12,14 @@ from sqlmodel import Session, col, select
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
+from webapp.chat.stored.chatgpt import Skipped, parse_chatgpt
 from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
-from webapp.chat.stored.transfer import parse_export
+from webapp.chat.stored.transfer import Imported, parse_export
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.llm.estimator import estimate_message
@@ -108,6 +109,42 @@ class ConversationEditor:
             default_configuration=self._manager.catalog.default_configuration,
             known=set(self._manager.catalog.configurations),
         )
+        (conversation,) = await self._store_imports(owner, [imported])
+        return conversation
+
+    async def import_chatgpt(
+        self, owner: str, data: list[Any]
+    ) -> tuple[list[Conversation], list[Skipped]]:
+        """ChatGPT's `conversations.json`: each conversation with a turn in it becomes one
+        of `owner`'s, all in one transaction (a bad one stores none); the others are
+        said with why they were left out."""
+        imported, skipped = parse_chatgpt(
+            data,
+            default_configuration=self._manager.catalog.default_configuration,
+            known=set(self._manager.catalog.configurations),
+        )
+        return await self._store_imports(owner, imported), skipped
+
+    async def _store_imports(self, owner: str, imports: list[Imported]) -> list[Conversation]:
+        """Store checked imports together; `prior_turns` and turn numbers recounted."""
+        prepared = [await self._imported_rows(owner, imported) for imported in imports]
+
+        def store(session: Session) -> None:
+            for conversation, rows in prepared:
+                session.add(conversation)
+                session.flush()
+                session.add_all(
+                    Message(conversation_id=conversation.id, **values) for values in rows
+                )
+
+        await self._db.write(store)
+        for conversation, _ in prepared:
+            self._recent.remember(conversation.id, conversation.configuration)
+        return [conversation for conversation, _ in prepared]
+
+    async def _imported_rows(
+        self, owner: str, imported: Imported
+    ) -> tuple[Conversation, list[dict[str, Any]]]:
         now = utcnow()
         conversation = Conversation(
             owner=owner,
@@ -139,15 +176,7 @@ class ConversationEditor:
                 turns[seq] = turns[parent]
                 values["content_html"] = str(await render_markdown_async(values["content"]))
             rows.append(values)
-
-        def store(session: Session) -> None:
-            session.add(conversation)
-            session.flush()
-            session.add_all(Message(conversation_id=conversation.id, **values) for values in rows)
-
-        await self._db.write(store)
-        self._recent.remember(conversation.id, conversation.configuration)
-        return conversation
+        return conversation, rows
 
     async def organise(
         self,

@@ -26,6 +26,7 @@ from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.attachments import with_file
 from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import Conversation, Message
 from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
@@ -321,11 +322,19 @@ class ConversationController(Controller):
         request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
-        data: JSONBody[dict[str, Any]],
+        data: JSONBody[dict[str, Any] | list[Any]],
     ) -> dict[str, Any]:
-        """A new conversation from a JSON export (`GET .../export?format=json`); 429 past
-        the caller's import quota (`WEBAPP_IMPORT_*`)."""
+        """A new conversation from a JSON export (`GET .../export?format=json`), or from
+        ChatGPT's `conversations.json` (a list): then `{imported: [ids], skipped: [{title,
+        reason}]}`, every branch kept, the one last shown active. 429 past the caller's
+        import quota (`WEBAPP_IMPORT_*`)."""
         await ImportQuota(chat.db, chat.settings).take(owner, len(await request.body()))
+        if is_chatgpt_export(data):
+            conversations, skipped = await chat.editor.import_chatgpt(owner, data)
+            return {
+                "imported": [c.id for c in conversations],
+                "skipped": [dataclasses.asdict(s) for s in skipped],
+            }
         conversation = await chat.editor.import_conversation(owner, data)
         _, rows = await chat.reader.history(owner, conversation.id)
         return conversation_dict(conversation, rows)

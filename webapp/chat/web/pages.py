@@ -26,6 +26,7 @@ from webapp.chat.send import Send
 from webapp.chat.stored.attachments import Attachment, attach, clean_name, decode_text
 from webapp.chat.stored.branches import Alternatives
 from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.web.deps import Chat, Notices
@@ -426,7 +427,8 @@ class ConversationAdmin(Controller):
     async def import_file(
         self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
-        """A JSON export chosen in the sidebar becomes a new conversation, opened at once."""
+        """A JSON export chosen in the sidebar becomes a new conversation, opened at once
+        (ChatGPT's `conversations.json`: each of its conversations, the first opened)."""
         form = await request.form()
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -439,6 +441,9 @@ class ConversationAdmin(Controller):
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             raise InvalidInput("that file is not JSON: import a conversation's export") from None
+        if is_chatgpt_export(data):  # ChatGPT's conversations.json: open the first one
+            conversations, _ = await chat.editor.import_chatgpt(owner, data)
+            return go_to(request, f"/c/{conversations[0].id}" if conversations else "/")
         conversation = await chat.editor.import_conversation(owner, data)
         return go_to(request, f"/c/{conversation.id}")
 
