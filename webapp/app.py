@@ -32,6 +32,7 @@ from webapp.chat.stored.attachments import PAPERCLIP
 from webapp.chat.stored.titles import split_mark
 from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
+from webapp.chat.web.organise_pages import OrganisePages
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
 from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
@@ -229,6 +230,7 @@ def create_app(
             ConversationPages,
             ShareApi,
             SharePages,
+            OrganisePages,
             embed_router(embed_quota, catalog),
             AccountPages,
             UserPages,

@@ -29,6 +29,7 @@ from webapp.chat.stored.budget import ImportQuota
 from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.stored.organising import clean_tag
 from webapp.chat.web.deps import Chat, Notices
 from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
@@ -160,6 +161,7 @@ class ConversationPages(Controller):
         context["streaming"] = any(r.status == "streaming" for r in rows)
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
+            context["owner_tags"] = await chat.reader.owner_tags(conversation.owner)
             context["configurations"] = configuration_dicts(chat.catalog)
             context["default_configuration"] = default_configuration(request, chat)
         return Template(self.page_template, context=context)
@@ -407,14 +409,23 @@ class ConversationAdmin(Controller):
         owner: Owner,
         offset: Annotated[int, QueryParameter(ge=0, le=10**9)],
         current: FromQuery[str] = "",
+        tag: FromQuery[str] = "",
     ) -> Template:
-        """The sidebar's next page of conversations: a day group that began on the page
-        before goes on under the heading already shown, not a second one."""
-        context = await sidebar(chat, owner, offset, current)
+        """The sidebar's next page of conversations (from 0: the list filtered anew by
+        `tag`, empty for all): a day group that began on the page before goes on under
+        the heading already shown, not a second one."""
+        wanted = clean_tag(tag) if tag else None
+        context = await sidebar(chat, owner, offset, current, wanted)
         before = (
-            await chat.reader.conversations(owner, limit=1, offset=offset - 1) if offset else []
+            await chat.reader.conversations(owner, limit=1, offset=offset - 1, tag=wanted)
+            if offset
+            else []
         )
-        context["continues"] = day_label(before[0].updated_at, utcnow()) if before else None
+        context["continues"] = (
+            (PINNED_GROUP if before[0].pinned else day_label(before[0].updated_at, utcnow()))
+            if before
+            else None
+        )
         return Template("chat/_conversation_list.html", context=context)
 
     @get("/search")
@@ -498,6 +509,9 @@ class ConversationAdmin(Controller):
         return go_to(request, "/")
 
 
+PINNED_GROUP = "Pinned"
+
+
 def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> str:
     """The configuration new conversations of the signed-in user start with."""
     catalog = chat.catalog
@@ -505,14 +519,24 @@ def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> st
     return preferred_configuration(user, catalog.configurations) or catalog.default_configuration
 
 
-async def sidebar(chat: ChatJobs, owner: str, offset: int, current_id: str) -> dict[str, Any]:
-    """One page of the sidebar: conversations grouped by day, and where the next starts."""
-    rows = await chat.reader.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+async def sidebar(
+    chat: ChatJobs, owner: str, offset: int, current_id: str, tag: str | None = None
+) -> dict[str, Any]:
+    """One page of the sidebar: pinned conversations, then the rest grouped by day, and
+    where the next page starts; only those carrying `tag` (cleaned) when given."""
+    rows = await chat.reader.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset, tag=tag)
+    shown = rows[:SIDEBAR_PAGE]
+    pinned = [c for c in shown if c.pinned]
+    groups = ([(PINNED_GROUP, pinned)] if pinned else []) + group_by_day(
+        [c for c in shown if not c.pinned], utcnow()
+    )
     return {
-        "conversations": rows[:SIDEBAR_PAGE],
-        "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),
+        "conversations": shown,
+        "groups": groups,
+        "tags": await chat.reader.tags_of([c.id for c in shown]),
         "more_offset": offset + SIDEBAR_PAGE if len(rows) > SIDEBAR_PAGE else None,
         "current_id": current_id,
+        "tag": tag,
     }
 
 
