@@ -6,6 +6,7 @@ every page touched, light and dark."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -43,7 +44,11 @@ def no_sideways_scroll(page: Page) -> None:
 
 @SIZES
 def test_pin_tag_filter_and_share_by_clicks(
-    live_server: Server, open_page: OpenPage, browser: Browser, viewport: tuple[int, int]
+    live_server: Server,
+    open_page: OpenPage,
+    browser: Browser,
+    artifacts: Path,
+    viewport: tuple[int, int],
 ) -> None:
     size = "phone" if viewport[0] < 500 else "desktop"
     tag = f"<i>trip-{size}</i>"
@@ -73,6 +78,7 @@ def test_pin_tag_filter_and_share_by_clicks(
     page.get_by_label("Tag", exact=True).select_option(tag.lower())
     expect(page.locator(f"#conv-{other}")).to_have_count(0)
     expect(page.locator(f"#conv-{first}")).to_have_count(1)
+    page.screenshot(path=str(artifacts / f"organise-sidebar-{size}.png"))
 
     # Share, open the link signed out, revoke it from the owner's page.
     page.get_by_role("link", name="Organise or share this conversation").click()
@@ -92,6 +98,7 @@ def test_pin_tag_filter_and_share_by_clicks(
         expect(reader.locator(".shared-messages")).to_contain_text(f"Notes for Rome {size}")
         expect(reader.locator("button, form, textarea")).to_have_count(0)
         no_sideways_scroll(reader)
+        reader.screenshot(path=str(artifacts / f"shared-page-{size}.png"), full_page=True)
         page.get_by_role("button", name=re.compile(f"Revoke the link to Rome {size}")).click()
         expect(page.locator(".share-list")).to_have_count(0)
         gone = reader.goto(link)
