@@ -5,6 +5,7 @@ every page touched, light and dark."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -30,6 +31,18 @@ def named(server: Server, title: str, tags: list[str] | None = None) -> str:
     response = server.api("PATCH", f"/api/conversations/{cid}", json=body)
     assert response.status_code == 200, response.text
     return cid
+
+
+def chatgpt_conversation(title: str) -> dict[str, object]:
+    """One conversation as ChatGPT's `conversations.json` holds it: a question, an answer."""
+
+    def node(key: str, parent: str | None, role: str, text: str) -> dict[str, object]:
+        message = {"author": {"role": role}, "content": {"content_type": "text", "parts": [text]}}
+        children = {"q": ["a"], "a": []}[key]
+        return {"id": key, "parent": parent, "children": children, "message": message}
+
+    mapping = {"q": node("q", None, "user", "Hello there"), "a": node("a", "q", "assistant", "Hi!")}
+    return {"title": title, "mapping": mapping, "current_node": "a"}
 
 
 def open_drawer_on_phone(page: Page) -> None:
@@ -103,13 +116,26 @@ def test_pin_tag_filter_and_share_by_clicks(
         expect(page.locator(".share-list")).to_have_count(0)
         gone = reader.goto(link)
         assert gone is not None and gone.status == 404
+
+        # A second link, listed in the settings and revoked there.
+        page.get_by_role("button", name="Create a link").click()
+        second = page.locator("[data-share-url]").get_attribute("href")
+        assert second is not None and second != link
+        page.goto("/settings")
+        revoke = page.get_by_role("button", name=re.compile(f"Revoke the link to Rome {size}"))
+        expect(revoke).to_have_count(1)
+        revoke.click()
+        expect(page).to_have_url(re.compile("/settings$"))
+        expect(page.locator("#shared-links")).to_contain_text("No shared links.")
+        gone = reader.goto(second)
+        assert gone is not None and gone.status == 404
     finally:
         anonymous.close()
 
 
 @SIZES
 def test_select_several_to_archive_unarchive_and_delete(
-    live_server: Server, open_page: OpenPage, viewport: tuple[int, int]
+    live_server: Server, open_page: OpenPage, tmp_path: Path, viewport: tuple[int, int]
 ) -> None:
     size = "phone" if viewport[0] < 500 else "desktop"
     tag = f"bulk-{size}"
@@ -144,6 +170,18 @@ def test_select_several_to_archive_unarchive_and_delete(
     listed = live_server.api("GET", f"/api/conversations?archived=all&tag={tag}").json()
     assert sorted(c["title"] for c in listed) == [f"Alpha {size}", f"Gamma {size}"]
     assert all(not c["archived"] for c in listed)
+
+    # ChatGPT's export through the sidebar's import: opened, its row says it was imported.
+    chatgpt = tmp_path / "conversations.json"
+    chatgpt.write_text(json.dumps([chatgpt_conversation(f"From ChatGPT {size}")]))
+    page.goto(f"/c/{ids[0]}")
+    open_drawer_on_phone(page)
+    page.get_by_label("Import a JSON export").set_input_files(chatgpt)
+    page.get_by_role("button", name="Import", exact=True).click()
+    page.wait_for_url(re.compile(r"/c/(?!" + re.escape(ids[0]) + r")[\w-]+$"))
+    expect(page.locator(".message.user .content")).to_have_text(["Hello there"])
+    open_drawer_on_phone(page)
+    expect(page.locator(".conversation-list .current .tag-imported")).to_have_text("imported")
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

@@ -12,6 +12,7 @@ from sqlalchemy import Column, Connection, Exists, ForeignKey, Index, String, de
 from sqlmodel import Field, SQLModel, col, select
 
 from webapp.chat.stored.models import Conversation
+from webapp.chat.stored.titles import FORK_MARK, IMPORT_MARK
 from webapp.errors import InvalidInput, refuse_nul
 
 
@@ -21,6 +22,12 @@ class Kind(StrEnum):
     ORIGINAL = "original"
     FORK = "fork"
     IMPORT = "import"
+
+
+def kind_mark(kind: str) -> str | None:
+    """The word a fork's or an import's row is tagged with (the title's mark, `titles`),
+    None for an original: one word wherever a page says where a conversation came from."""
+    return {Kind.FORK: FORK_MARK, Kind.IMPORT: IMPORT_MARK}.get(Kind(kind))
 
 
 TAG_MAX = 32
