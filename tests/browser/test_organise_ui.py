@@ -91,6 +91,12 @@ def test_pin_tag_filter_and_share_by_clicks(
     page.get_by_label("Tag", exact=True).select_option(tag.lower())
     expect(page.locator(f"#conv-{other}")).to_have_count(0)
     expect(page.locator(f"#conv-{first}")).to_have_count(1)
+    # Search within the tag: the other conversation's words are not found there.
+    page.get_by_label("Search your conversations").fill(f"Notes {size}")
+    hits = page.locator("#search-results .hit-title")
+    expect(hits.first).to_have_text(f"Rome {size}")
+    expect(page.locator("#search-results")).not_to_contain_text(f"Oslo {size}")
+    page.get_by_label("Search your conversations").fill("")
     page.screenshot(path=str(artifacts / f"organise-sidebar-{size}.png"))
 
     # Share, open the link signed out, revoke it from the owner's page.

@@ -429,9 +429,12 @@ class ConversationAdmin(Controller):
         return Template("chat/_conversation_list.html", context=context)
 
     @get("/search")
-    async def search(self, chat: Chat, owner: Owner, q: FromQuery[str] = "") -> Template:
-        """The sidebar's results as the user types; an empty box shows none."""
-        hits = await chat.reader.search(owner, q) if q.strip() else None
+    async def search(
+        self, chat: Chat, owner: Owner, q: FromQuery[str] = "", tag: FromQuery[str] = ""
+    ) -> Template:
+        """The sidebar's results as the user types (within the tag the sidebar is filtered
+        by, if any); an empty box shows none."""
+        hits = await chat.reader.search(owner, q, tag or None) if q.strip() else None
         return Template("chat/_search_results.html", context={"hits": hits, "query": q})
 
     @post("/c/import")
