@@ -151,3 +151,39 @@ async def test_search_narrowed_by_tag_says_kind_and_archived(client: AsyncTestCl
     assert {hit["conversation_id"] for hit in narrowed} == {cid}
     assert (await client.get("/api/search?q=zebra&tag=none")).json()["results"] == []
     assert (await client.get("/api/search?q=zebra&tag=" + "y" * 40)).status_code == 400
+
+
+async def test_the_pages_refuse_what_is_not_yours_and_change_nothing(
+    client: AsyncTestClient, database_url: str
+) -> None:
+    """The forms of /organise and /c/{id}/organise (a token reaches the pages too)."""
+    mine = (await new_conversation(client))["id"]
+    bob = await user_header(database_url, "bob")
+    theirs = (await client.post("/api/conversations", json={}, headers=bob)).json()["id"]
+
+    bulk = {"ids": [mine, theirs], "action": "archive"}
+    assert (await client.post("/organise/bulk", data=bulk)).status_code == 404
+    confirm = {"ids": [mine, theirs], "action": "delete"}
+    assert (await client.post("/organise/bulk", data=confirm)).status_code == 404
+    assert (await client.get(f"/c/{theirs}/organise")).status_code == 404
+    for change in ({"change": "pin"}, {"change": "add_tag", "tag": "mine now"}):
+        assert (await client.post(f"/c/{theirs}/organise", data=change)).status_code == 404
+    too_long = {"change": "add_tag", "tag": "x" * 33}
+    assert (await client.post(f"/c/{mine}/organise", data=too_long)).status_code == 400
+    assert (await client.post(f"/c/{mine}/organise", data={"change": "x"})).status_code == 400
+
+    assert set(await listed(client)) == {mine}
+    kept = (await client.get(f"/api/conversations/{theirs}", headers=bob)).json()
+    assert kept["pinned"] is False and kept["tags"] == [] and kept["archived"] is False
+    assert (await client.get(f"/api/conversations/{mine}")).json()["tags"] == []
+
+    # The confirmation names what would go; nothing goes until it is confirmed.
+    asked = await client.post("/organise/bulk", data={"ids": [mine], "action": "delete"})
+    assert asked.status_code == 200 and "Delete for good" in asked.text
+    assert await listed(client) == [mine]
+    done = await client.post(
+        "/organise/bulk",
+        data={"ids": [mine], "action": "delete", "confirmed": "yes"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and await listed(client) == []

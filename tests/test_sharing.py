@@ -130,3 +130,22 @@ async def test_listed_revoked_and_never_anothers(
     assert (
         await anonymously(client, again["url"])
     ).status_code == 404  # gone with its conversation
+
+
+async def test_the_owner_pages_refuse_anothers_conversation_and_link(
+    client: AsyncTestClient, database_url: str
+) -> None:
+    bob = await user_header(database_url, "bob")
+    theirs = (await client.post("/api/conversations", json={}, headers=bob)).json()["id"]
+    sent = await client.post(
+        f"/api/conversations/{theirs}/messages", json={"content": "bob's"}, headers=bob
+    )
+    assert sent.status_code == 201
+    link = (await client.post(f"/api/conversations/{theirs}/share", headers=bob)).json()
+
+    assert (await client.get(f"/c/{theirs}/share")).status_code == 404
+    assert (await client.post(f"/c/{theirs}/share", data={})).status_code == 404
+    assert (await client.post(f"/shares/{link['id']}/revoke", data={})).status_code == 404
+    assert (await anonymously(client, link["url"])).status_code == 200
+    assert "bob's" not in (await client.get("/settings/shares")).text
+    assert (await client.get("/api/shares", headers=bob)).json()[0]["id"] == link["id"]
