@@ -94,47 +94,47 @@ async def test_every_branch_kept_the_last_shown_active(client: AsyncTestClient) 
     assert [m["content"] for m in back.json()["messages"]][2:] == ["What to eat?", "Carbonara."]
 
 
-@pytest.mark.parametrize(
-    ("body", "words"),
-    [
-        ([trip(), "not a conversation"], "conversations[1] must be an object"),
-        ([trip(), {"title": "x", "mapping": []}], "conversations[1].mapping"),
-        (
-            [{"mapping": dict([node("a", "b", ["b"], None), node("b", "a", ["a"], None)])}],
-            "",  # a cycle with no root: nothing reached, skipped; the cycle below is refused
-        ),
-        (
-            [{"mapping": dict([node("r", None, ["a", "a"], None), node("a", "r", [], None)])}],
-            "reached twice",
-        ),
-        (
-            [
-                {
-                    "title": "big",
-                    "mapping": dict(
-                        [
-                            node("r", None, ["a"], "user", "x" * 1_000_001),
-                            node("a", "r", [], "assistant", "ok"),
-                        ]
-                    ),
-                }
-            ],
-            "longer than",
-        ),
-        ([{}] * (chatgpt.MAX_CONVERSATIONS + 1), "at most 1,000 conversations"),
-    ],
-)
-async def test_bad_files_store_nothing(
-    client: AsyncTestClient, body: list[Any], words: str
-) -> None:
-    response = await client.post(IMPORT, json=body)
-    if not words:  # reported, not refused
-        assert response.status_code == 201, response.text
-        assert response.json()["imported"] == [] and len(response.json()["skipped"]) == 1
-    else:
-        assert response.status_code == 400, response.text
-        assert words in response.json()["detail"]
-    assert await conversations(client) == []
+BAD_FILES: list[tuple[list[Any], str]] = [
+    ([trip(), "not a conversation"], "conversations[1] must be an object"),
+    ([trip(), {"title": "x", "mapping": []}], "conversations[1].mapping"),
+    (
+        [{"mapping": dict([node("a", "b", ["b"], None), node("b", "a", ["a"], None)])}],
+        "",  # a loop with no root reaches nothing: reported as skipped
+    ),
+    (
+        [{"mapping": dict([node("r", None, ["a", "a"], None), node("a", "r", [], None)])}],
+        "reached twice",
+    ),
+    (
+        [
+            {
+                "title": "big",
+                "mapping": dict(
+                    [
+                        node("r", None, ["a"], "user", "x" * 1_000_001),
+                        node("a", "r", [], "assistant", "ok"),
+                    ]
+                ),
+            }
+        ],
+        "longer than",
+    ),
+    ([{}] * (chatgpt.MAX_CONVERSATIONS + 1), "at most 1,000 conversations"),
+]
+"""Files and what the answer says (empty: a cycle with no root reaches nothing, so the
+conversation is reported skipped, not refused)."""
+
+
+async def test_bad_files_store_nothing(client: AsyncTestClient) -> None:
+    for body, words in BAD_FILES:
+        response = await client.post(IMPORT, json=body)
+        if not words:  # reported, not refused
+            assert response.status_code == 201, response.text
+            assert response.json()["imported"] == [] and len(response.json()["skipped"]) == 1
+        else:
+            assert response.status_code == 400, response.text
+            assert words in response.json()["detail"]
+        assert await conversations(client) == []
 
 
 async def test_too_many_messages_in_all_is_refused(
