@@ -24,6 +24,7 @@ def node(
     if role is not None:
         content = {"content_type": extra.pop("content_type", "text"), "parts": list(parts)}
         message = {"id": key, "author": {"role": role}, "content": content, "create_time": 1.7e9}
+        message.update(extra)
     return key, {"id": key, "message": message, "parent": parent, "children": children}
 
 
@@ -37,7 +38,8 @@ def trip() -> dict[str, Any]:
             node("u1", "sys", ["a1", "a1b"], "user", "Plan a trip to Rome"),
             node("a1", "u1", [], "assistant", "Go in spring."),
             node("a1b", "u1", ["tool", "u2", "u2b"], "assistant", "Go in autumn."),
-            node("tool", "a1b", [], "tool", "search results", content_type="code"),
+            node("tool", "a1b", ["call"], "tool", "search results", content_type="code"),
+            node("call", "tool", [], "assistant", "search(rome)", recipient="browser"),
             node("u2", "a1b", ["a2"], "user", "What to eat?"),
             node("a2", "u2", [], "assistant", "Carbonara."),
             node("u2b", "a1b", ["a2b"], "user", "Where to stay?", {"asset": "image"}),
@@ -141,7 +143,7 @@ async def test_too_many_messages_in_all_is_refused(
     client: AsyncTestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(chatgpt, "MAX_NODES", 15)
-    response = await client.post(IMPORT, json=[trip(), trip()])  # 11 nodes each
+    response = await client.post(IMPORT, json=[trip(), trip()])  # 12 nodes each
     assert response.status_code == 400 and "at most 15 messages" in response.json()["detail"]
     assert await conversations(client) == []
     assert (await client.post(IMPORT, json=[trip()])).status_code == 201

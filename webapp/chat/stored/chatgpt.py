@@ -2,7 +2,8 @@
 
 Each of its conversations is a tree of nodes (`mapping`: id -> {message, parent,
 children}); `current_node` is the leaf its owner last saw. Only what a person wrote and
-the text the assistant answered are kept: system, tool and hidden messages, and parts
+the text the assistant answered are kept: system, tool and hidden messages (and the
+assistant's calls to a tool: a `recipient` other than "all"), and parts
 that are not text (images, files), are left out, and their children hang from the nearest
 node kept. Consecutive messages of one side are joined, so every path reads as turns,
 a question then its answer (a question left unanswered at the end of a path is dropped).
@@ -65,6 +66,8 @@ def _text(where: str, message: object) -> tuple[str, str] | None:
         return None
     if content.get("content_type") not in _TEXT_TYPES:
         return None
+    if message.get("recipient") not in (None, "all"):
+        return None  # the assistant addressing a tool, not the person
     metadata = message.get("metadata")
     if isinstance(metadata, dict) and metadata.get("is_visually_hidden_from_conversation"):
         return None
