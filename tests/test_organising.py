@@ -42,6 +42,7 @@ async def test_pin_archive_and_tag(client: AsyncTestClient) -> None:
     assert await listed(client, "?archived=all") == [first, third, second]
     assert await listed(client, "?tag=WORK") == [first]
     assert await listed(client, "?tag=work&archived=all") == [first, second]
+    assert await listed(client, "?archived=&tag=") == [first, third]  # empty: the defaults
 
     read = (await client.get(f"/api/conversations/{first}")).json()
     assert read["pinned"] is True and read["tags"] == ["trips abroad", "work"]
@@ -150,6 +151,7 @@ async def test_search_narrowed_by_tag_says_kind_and_archived(client: AsyncTestCl
     narrowed = (await client.get("/api/search?q=zebra&tag=Animals")).json()["results"]
     assert {hit["conversation_id"] for hit in narrowed} == {cid}
     assert (await client.get("/api/search?q=zebra&tag=none")).json()["results"] == []
+    assert len((await client.get("/api/search?q=zebra&tag=")).json()["results"]) == len(hits)
     assert (await client.get("/api/search?q=zebra&tag=" + "y" * 40)).status_code == 400
 
 

@@ -92,7 +92,7 @@ class ConversationReader:
         """`owner`'s finished messages that contain every word of `query`, best first;
         with `tag`, only in conversations carrying it."""
         words = search_words(query)  # a bad query is refused before any database work
-        wanted = clean_tag(tag) if tag is not None else None
+        wanted = clean_tag(tag) if tag else None  # `&tag=` left empty: no filter
         return await self._db.read(
             lambda session: search_messages(session.connection(), owner, " ".join(words), wanted)
         )

@@ -145,8 +145,9 @@ async def search(
     return {"results": [dataclasses.asdict(hit) for hit in hits]}
 
 
-Listed = Annotated[Literal["true", "false", "all"], QueryParameter(name="archived")]
-"""`?archived=`: only archived conversations, only the others (the default), or all."""
+Listed = Annotated[Literal["true", "false", "all", ""], QueryParameter(name="archived")]
+"""`?archived=`: only archived conversations, only the others (the default, also when
+left empty), or all."""
 
 
 async def _organised(chat: ChatJobs, conversations: list[Conversation]) -> list[dict[str, Any]]:
@@ -254,8 +255,8 @@ class ConversationController(Controller):
     ) -> list[dict[str, Any]]:
         """Pinned first, then the most recently used; archived ones only with
         `?archived=true` (or `all`); `?tag=` only those carrying it."""
-        archived = {"true": True, "false": False, "all": None}[listed]
-        wanted = clean_tag(tag) if tag is not None else None
+        archived = {"true": True, "false": False, "": False, "all": None}[listed]
+        wanted = clean_tag(tag) if tag else None  # `?tag=` left empty: no filter
         return await _organised(
             chat, await chat.reader.conversations(owner, archived=archived, tag=wanted)
         )
