@@ -58,6 +58,8 @@ os.environ.setdefault("WEBAPP_MODEL_TITLES", "false")
 os.environ.setdefault("WEBAPP_PASSWORD_HASHING", "cheapest")
 
 TABLES = (
+    "share",
+    "conversation_tag",
     "message",
     "conversation",
     "model_calibration",

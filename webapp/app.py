@@ -29,10 +29,13 @@ from webapp.chat.answering.notify import answer_notices
 from webapp.chat.answering.reaping import Liveness, reap_at_start
 from webapp.chat.jobs import chat_jobs
 from webapp.chat.stored.attachments import PAPERCLIP
+from webapp.chat.stored.organising import kind_mark
 from webapp.chat.stored.titles import split_mark
 from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
+from webapp.chat.web.organise_pages import OrganisePages
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
+from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
 from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
@@ -53,6 +56,7 @@ from webapp.web.templates import STATIC, environment, template_config
 
 environment.globals.update(paperclip=PAPERCLIP, theme_for=theme_for)
 environment.filters["title_parts"] = split_mark
+environment.filters["kind_mark"] = kind_mark
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +236,9 @@ def create_app(
             ConversationAdmin,
             ConversationPages,
             EmbedPages,
+            ShareApi,
+            SharePages,
+            OrganisePages,
             AccountPages,
             UserPages,
             UserAdminApi,

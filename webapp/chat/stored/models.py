@@ -81,6 +81,7 @@ class Conversation(SQLModel, table=True):
     __table_args__ = (
         Index("ix_conversation_owner_updated", "owner", "updated_at"),
         Index("ix_conversation_user_id", "user_id"),
+        Index("ix_conversation_owner_listed", "owner", "archived", "pinned", "updated_at"),
         CheckConstraint(OWNER_KEYS_RULE, name="ck_conversation_owner_keys"),
     )
 
@@ -106,6 +107,20 @@ class Conversation(SQLModel, table=True):
     )
     """A pin, an unpin, a configuration or branch switch since the last send: the next
     send starts its cut afresh instead of keeping the previous send's (see llm.window)."""
+    pinned: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """Listed above the others in the sidebar and `GET /api/conversations`."""
+    archived: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """Kept, searchable, but out of the sidebar's list until unarchived."""
+    kind: str = Field(
+        default="original",
+        sa_column=Column(String(8), nullable=False, default="original", server_default="original"),
+    )
+    """Where it came from: `original`, `fork` or `import` (`organising.Kind`); unlike the
+    title's mark, a rename never loses it."""
 
 
 class Message(SQLModel, table=True):

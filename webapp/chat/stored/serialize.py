@@ -83,6 +83,8 @@ def conversation_dict(
     row: Conversation,
     messages: list[Message] | None = None,
     alternatives: Mapping[int, Alternatives] | None = None,
+    *,
+    tags: list[str] | None = None,
 ) -> dict[str, Any]:
     """A conversation; with `messages` (its active branch), each message also says its
     `alternatives` (`{index, count, ids}`, or null when it has none)."""
@@ -92,6 +94,10 @@ def conversation_dict(
         "configuration": row.configuration,
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
+        "pinned": bool(row.pinned),
+        "archived": bool(row.archived),
+        "kind": row.kind,
+        "tags": tags or [],
     }
     if messages is not None:
         alternatives = alternatives or {}

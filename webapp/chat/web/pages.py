@@ -26,8 +26,10 @@ from webapp.chat.send import Send
 from webapp.chat.stored.attachments import Attachment, attach, clean_name, decode_text
 from webapp.chat.stored.branches import Alternatives
 from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.stored.organising import clean_tag
 from webapp.chat.web.deps import Chat, Notices
 from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
@@ -154,6 +156,7 @@ class ConversationPages(Controller):
         context["streaming"] = any(r.status == "streaming" for r in rows)
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
+            context["owner_tags"] = await chat.reader.owner_tags(conversation.owner)
             context["configurations"] = configuration_dicts(chat.catalog)
             context["default_configuration"] = default_configuration(request, chat)
         return Template(self.page_template, context=context)
@@ -413,27 +416,40 @@ class ConversationAdmin(Controller):
         owner: Owner,
         offset: Annotated[int, QueryParameter(ge=0, le=10**9)],
         current: FromQuery[str] = "",
+        tag: FromQuery[str] = "",
     ) -> Template:
-        """The sidebar's next page of conversations: a day group that began on the page
-        before goes on under the heading already shown, not a second one."""
-        context = await sidebar(chat, owner, offset, current)
+        """The sidebar's next page of conversations (from 0: the list filtered anew by
+        `tag`, empty for all): a day group that began on the page before goes on under
+        the heading already shown, not a second one."""
+        wanted = clean_tag(tag) if tag else None
+        context = await sidebar(chat, owner, offset, current, wanted)
         before = (
-            await chat.reader.conversations(owner, limit=1, offset=offset - 1) if offset else []
+            await chat.reader.conversations(owner, limit=1, offset=offset - 1, tag=wanted)
+            if offset
+            else []
         )
-        context["continues"] = day_label(before[0].updated_at, utcnow()) if before else None
+        context["continues"] = (
+            (PINNED_GROUP if before[0].pinned else day_label(before[0].updated_at, utcnow()))
+            if before
+            else None
+        )
         return Template("chat/_conversation_list.html", context=context)
 
     @get("/search")
-    async def search(self, chat: Chat, owner: Owner, q: FromQuery[str] = "") -> Template:
-        """The sidebar's results as the user types; an empty box shows none."""
-        hits = await chat.reader.search(owner, q) if q.strip() else None
+    async def search(
+        self, chat: Chat, owner: Owner, q: FromQuery[str] = "", tag: FromQuery[str] = ""
+    ) -> Template:
+        """The sidebar's results as the user types (within the tag the sidebar is filtered
+        by, if any); an empty box shows none."""
+        hits = await chat.reader.search(owner, q, tag or None) if q.strip() else None
         return Template("chat/_search_results.html", context={"hits": hits, "query": q})
 
     @post("/c/import")
     async def import_file(
         self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
-        """A JSON export chosen in the sidebar becomes a new conversation, opened at once."""
+        """A JSON export chosen in the sidebar becomes a new conversation, opened at once
+        (ChatGPT's `conversations.json`: each of its conversations, the first opened)."""
         form = await request.form()
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -446,6 +462,9 @@ class ConversationAdmin(Controller):
             data = json.loads(raw)
         except (UnicodeDecodeError, ValueError):
             raise InvalidInput("that file is not JSON: import a conversation's export") from None
+        if is_chatgpt_export(data):  # ChatGPT's conversations.json: open the first one
+            conversations, _ = await chat.editor.import_chatgpt(owner, data)
+            return go_to(request, f"/c/{conversations[0].id}" if conversations else "/")
         conversation = await chat.editor.import_conversation(owner, data)
         return go_to(request, f"/c/{conversation.id}")
 
@@ -500,6 +519,9 @@ class ConversationAdmin(Controller):
         return go_to(request, "/")
 
 
+PINNED_GROUP = "Pinned"
+
+
 def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> str:
     """The configuration new conversations of the signed-in user start with."""
     catalog = chat.catalog
@@ -507,14 +529,24 @@ def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> st
     return preferred_configuration(user, catalog.configurations) or catalog.default_configuration
 
 
-async def sidebar(chat: ChatJobs, owner: str, offset: int, current_id: str) -> dict[str, Any]:
-    """One page of the sidebar: conversations grouped by day, and where the next starts."""
-    rows = await chat.reader.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+async def sidebar(
+    chat: ChatJobs, owner: str, offset: int, current_id: str, tag: str | None = None
+) -> dict[str, Any]:
+    """One page of the sidebar: pinned conversations, then the rest grouped by day, and
+    where the next page starts; only those carrying `tag` (cleaned) when given."""
+    rows = await chat.reader.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset, tag=tag)
+    shown = rows[:SIDEBAR_PAGE]
+    pinned = [c for c in shown if c.pinned]
+    groups = ([(PINNED_GROUP, pinned)] if pinned else []) + group_by_day(
+        [c for c in shown if not c.pinned], utcnow()
+    )
     return {
-        "conversations": rows[:SIDEBAR_PAGE],
-        "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),
+        "conversations": shown,
+        "groups": groups,
+        "tags": await chat.reader.tags_of([c.id for c in shown]),
         "more_offset": offset + SIDEBAR_PAGE if len(rows) > SIDEBAR_PAGE else None,
         "current_id": current_id,
+        "tag": tag,
     }
 
 

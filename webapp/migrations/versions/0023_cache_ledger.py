@@ -1,7 +1,7 @@
 """the cache ledger on answers
 
 Revision ID: 0023
-Revises: 0021
+Revises: 0022
 Create Date: 2026-12-07 05:30:00
 
 An answer keeps, beside the prompt tokens its engine served from cache, those it
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0023"
-down_revision: str | None = "0021"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
