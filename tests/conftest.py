@@ -58,6 +58,9 @@ os.environ.setdefault("WEBAPP_MODEL_TITLES", "false")
 os.environ.setdefault("WEBAPP_PASSWORD_HASHING", "cheapest")
 
 TABLES = (
+    "message_file",
+    "stored_file",
+    "file_blob",
     "message",
     "conversation",
     "model_calibration",

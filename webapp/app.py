@@ -27,6 +27,8 @@ from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
 from webapp.chat.answering.notify import answer_notices
 from webapp.chat.answering.reaping import Liveness, reap_at_start
+from webapp.chat.files.service import FileStore
+from webapp.chat.files.web import files_router
 from webapp.chat.jobs import chat_jobs
 from webapp.chat.stored.attachments import PAPERCLIP
 from webapp.chat.stored.titles import split_mark
@@ -173,6 +175,7 @@ def create_app(
         catalog, calibrator, providers, tokenizers, transport_kind=settings.provider_transport
     )
     chat = chat_jobs(db, manager, settings)
+    files = FileStore(db, settings)
     # How this process hears of answers other workers write (and of stops for its own).
     notices = answer_notices(
         settings.database_url, db, settings.stream_flush_interval, on_stop=chat.answers.request_stop
@@ -223,6 +226,7 @@ def create_app(
             list_configurations,
             ConversationController,
             TurnController,
+            files_router(files, settings.max_file_bytes),
             search,
             ConversationAdmin,
             ConversationPages,
