@@ -6,6 +6,7 @@ time limit can stop it and the event loop never waits for it."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import warnings
 from dataclasses import dataclass
@@ -135,3 +136,17 @@ def _pdf_text(name: str, data: bytes, limits: FileLimits) -> str:
     except Exception:  # a broken PDF breaks the reader in many ways
         raise InvalidInput(f"{name} is not a PDF that can be read") from None
     return "\n\n".join(page.strip() for page in pages)
+
+
+def as_sent(data: bytes, media_type: str, long_edge: int) -> str:
+    """A stored picture as a data URL, its long edge at most `long_edge` (what the
+    provider reads at most: more would be bytes for nothing)."""
+    Image.MAX_IMAGE_PIXELS = None  # a stored picture passed the cap when it was taken
+    with Image.open(BytesIO(data), formats=DECODERS) as picture:
+        if max(picture.size) > long_edge:
+            picture.thumbnail((long_edge, long_edge))
+            out = BytesIO()
+            options = {"quality": 92} if media_type in ("image/jpeg", "image/webp") else {}
+            picture.save(out, format=SAVED_AS[media_type], **options)
+            data = out.getvalue()
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"

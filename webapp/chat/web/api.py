@@ -64,6 +64,8 @@ class NewMessage:
     """A user message id: send `content` as an alternative to that turn (a new branch)."""
     attachment: TextFile | None = None
     """A text file whose text goes with `content`, under its name (as the composer's)."""
+    files: list[str] | None = None
+    """Ids of the caller's files (`POST /api/files`) the message carries, in order."""
 
 
 @dataclass
@@ -321,7 +323,7 @@ class ConversationController(Controller):
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
         content = with_file(data.content, data.attachment, chat.settings.max_message_chars)
-        send = await chat.sender.send(owner, conversation_id, content, data.edit_of)
+        send = await chat.sender.send(owner, conversation_id, content, data.edit_of, data.files)
         return await _answer(request, chat, send)
 
     @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)

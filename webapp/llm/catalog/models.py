@@ -149,6 +149,10 @@ class ModelSpec(_Spec):
     its server after loading (webapp.llm.discovery)."""
     max_output_tokens: Count | None = None
     capabilities: Annotated[Capabilities, Field(min_length=1)] = frozenset({"chat"})
+    """`vision`: the model reads pictures (a message with one goes to no other model)."""
+    image_tokens: Count | None = None
+    """What one picture costs, for an OpenAI-compatible server whose rule is not known
+    (left out: the provider's own rule, webapp.llm.images)."""
     cost_input: Cost | None = None
     cost_output: Cost | None = None
     tokenizer: Text = "auto"

@@ -7,8 +7,10 @@ Create Date: 2026-12-07 05:00:00
 A file's bytes are kept once per owner and content hash (`file_blob`); each upload is a
 `stored_file` naming its blob, with its sniffed type, its kind (text, document, image),
 its size and, for text and documents, the text the model reads; `message_file` lists a
-message's files in order. A file a message uses cannot be deleted (no cascade on that
-key); deleting a user deletes their files.
+message's files in order. A user row keeps its files as sent (`attachments`) and which
+of the send's files went and which were left out with their turns (`fit_attachments`).
+A file a message uses cannot be deleted (no cascade on that key); deleting a user
+deletes their files.
 """
 
 from collections.abc import Sequence
@@ -73,9 +75,14 @@ def upgrade() -> None:
         sa.Column("file_id", sa.String(length=32), sa.ForeignKey("stored_file.id"), nullable=False),
     )
     op.create_index("ix_message_file_file_id", "message_file", ["file_id"])
+    op.add_column("message", sa.Column("attachments", JSON, nullable=True))
+    op.add_column("message", sa.Column("fit_attachments", JSON, nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("message", schema=None) as batch_op:
+        batch_op.drop_column("fit_attachments")
+        batch_op.drop_column("attachments")
     op.drop_table("message_file")
     op.drop_table("stored_file")
     op.drop_table("file_blob")
