@@ -140,7 +140,7 @@ async def test_a_picture_to_a_model_that_cannot_see_is_refused_and_nothing_store
 
 
 async def test_a_turns_picture_is_left_out_with_it_and_the_fit_names_it(
-    client: AsyncTestClient, upstream: FakeUpstream
+    client: AsyncTestClient, upstream: FakeUpstream, database_url: str
 ) -> None:
     upstream.set_reply("ok")
     conversation = await new_conversation(client, configuration="seeing-small")
@@ -157,6 +157,10 @@ async def test_a_turns_picture_is_left_out_with_it_and_the_fit_names_it(
     assert fit["attachments_left_out"] == [photo] and fit["attachments_sent"] == []
     sent = [r for r in upstream.requests if r["path"].endswith("/chat/completions")][-1]
     assert "image_url" not in str(sent["body"]["messages"])
+    admin = await user_header(database_url, "root", admin=True)
+    review = await client.get(f"/admin/c/{conversation['id']}", headers=admin)
+    assert review.status_code == 200
+    assert "Files left out</dt><dd>photo.png, 255 tokens</dd>" in review.text
 
 
 @pytest.mark.settings(extra=SEEING)
@@ -171,3 +175,66 @@ async def test_a_file_larger_than_the_models_budget_is_refused_before_anything_i
     assert "big.txt" in detail and "1,024" in detail and "tokens" in detail, detail
     stored = await client.get(f"/api/conversations/{conversation['id']}")
     assert stored.json()["messages"] == []
+
+
+async def test_an_export_carries_the_files_and_an_import_brings_every_byte_and_count_back(
+    client: AsyncTestClient, database_url: str
+) -> None:
+    notes = await uploaded(client, "notes.md", b"# Okapi\nstripes\n")
+    photo = await uploaded(client, "photo.jpg", picture((40, 30), kind="JPEG", gps=True))
+    conversation = await new_conversation(client, configuration="seeing")
+    sent = await send(client, conversation["id"], content="Look", files=[notes, photo])
+    assert sent.status_code == 201, sent.text
+    exported = await client.get(f"/api/conversations/{conversation['id']}/export")
+    document = exported.json()
+    assert sorted(f["id"] for f in document["files"]) == sorted([notes, photo])
+
+    bob = await user_header(database_url, "bob")
+    imported = await client.post("/api/conversations/import", json=document, headers=bob)
+    assert imported.status_code == 201, imported.text
+    user = imported.json()["messages"][0]
+    original = sent.json()["user"]
+    new_ids = [a["id"] for a in user["attachments"]]
+    assert set(new_ids).isdisjoint({notes, photo})  # bob's own files now
+    assert [{**a, "id": None} for a in user["attachments"]] == [
+        {**a, "id": None} for a in original["attachments"]
+    ]
+    assert user["fit"]["attachments_sent"] == new_ids
+    for old, new in zip([notes, photo], new_ids, strict=True):
+        mine = await client.get(f"/api/files/{old}")
+        theirs = await client.get(f"/api/files/{new}", headers=bob)
+        assert theirs.status_code == 200 and theirs.content == mine.content
+
+    broken = {**document, "files": [{**document["files"][0], "data": "not base64!"}]}
+    refused = await client.post("/api/conversations/import", json=broken, headers=bob)
+    assert refused.status_code == 400 and "base64" in refused.json()["detail"]
+    missing = {**document, "files": document["files"][:1]}
+    refused = await client.post("/api/conversations/import", json=missing, headers=bob)
+    assert refused.status_code == 400, refused.text
+    listed = await client.get("/api/conversations", headers=bob)
+    assert len(listed.json()) == 1  # the refused imports left nothing behind
+
+
+async def test_the_gateway_sends_pictures_only_to_models_that_see(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    url = "data:image/png;base64," + base64.b64encode(picture()).decode("ascii")
+    asked = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": url}},
+            ],
+        }
+    ]
+    refused = await client.post("/v1/chat/completions", json={"model": "medium", "messages": asked})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "model_cannot_see" and "medium" in error["message"]
+    answered = await client.post(
+        "/v1/chat/completions", json={"model": "seeing", "messages": asked}
+    )
+    assert answered.status_code == 200, answered.text
+    sent = [r for r in upstream.requests if r["path"].endswith("/chat/completions")][-1]
+    assert sent["body"]["messages"][-1]["content"][1]["image_url"]["url"] == url

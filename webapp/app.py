@@ -226,7 +226,7 @@ def create_app(
             list_configurations,
             ConversationController,
             TurnController,
-            files_router(files, settings.max_file_bytes),
+            files_router(settings.max_file_bytes),
             search,
             ConversationAdmin,
             ConversationPages,
@@ -241,6 +241,7 @@ def create_app(
         template_config=template_config(),
         dependencies={
             "chat": Provide(lambda: chat, sync_to_thread=False),
+            "files": Provide(lambda: files, sync_to_thread=False),
             "notices": Provide(lambda: notices, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
             "accounts": Provide(lambda: accounts, sync_to_thread=False),

@@ -83,12 +83,33 @@ def _image(name: str, data: bytes, media_type: str, max_pixels: int) -> Inspecte
                 if width * height > max_pixels:
                     raise InvalidInput(_too_many_pixels(name, width, height, max_pixels))
                 picture.seek(0)
+                if not _carries_more_than_pixels(picture, media_type):
+                    return Inspected(data, media_type, _digest(data), width=width, height=height)
                 upright = ImageOps.exif_transpose(picture)
                 return _rewritten(upright, media_type)
         except (Image.DecompressionBombError, Image.DecompressionBombWarning):
             raise InvalidInput(f"{name} unpacks to more than {max_pixels:,} pixels") from None
         except (OSError, SyntaxError, ValueError, EOFError):
             raise InvalidInput(f"{name} is not a picture that can be read") from None
+
+
+PLAIN_INFO = frozenset(
+    {"dpi", "jfif", "jfif_version", "jfif_unit", "jfif_density", "progressive", "progression"}
+    | {"icc_profile", "gamma", "transparency", "aspect", "srgb", "lossless", "adobe"}
+    | {"adobe_transform", "background", "loop", "duration", "version", "compression"}
+)
+"""What a picture file may hold besides its pixels and still be kept as it came: how to
+draw it (resolution, colour profile, transparency), nothing of where or by whom."""
+
+
+def _carries_more_than_pixels(picture: Image.Image, media_type: str) -> bool:
+    """Whether the file must be written again: a GIF (its first frame is kept), or one
+    with EXIF (a position, a camera, an orientation to apply) or any text or metadata
+    chunk. A picture already clean is kept byte for byte (so an export's pictures come
+    back as they went)."""
+    if media_type == "image/gif" or picture.getexif():
+        return True
+    return bool(set(picture.info) - PLAIN_INFO)
 
 
 def _too_many_pixels(name: str, width: int, height: int, max_pixels: int) -> str:

@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 from litestar import Controller, Request, Response, Router, delete, get, post
 from litestar.datastructures import UploadFile
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.params import FromPath
 from litestar.status_codes import HTTP_201_CREATED
 
@@ -91,12 +91,11 @@ class FileController(Controller):
         await files.delete(owner, file_id)
 
 
-def files_router(store: FileStore, max_file_bytes: int) -> Router:
+def files_router(max_file_bytes: int) -> Router:
     """The files API, its requests bounded to one file's size (and its framing): a larger
     body is a 413 as soon as its length says so, before it is read."""
     return Router(
         path="/",
         route_handlers=[FileController],
         request_max_body_size=max_file_bytes + MULTIPART_OVERHEAD,
-        dependencies={"files": Provide(lambda: store, sync_to_thread=False)},
     )

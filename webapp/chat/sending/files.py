@@ -96,10 +96,13 @@ def file_tokens(
 
 
 def seeing_route(catalog: Catalog, route: Route, files: Sequence[StoredFile]) -> Route:
-    """The route a message with `files` may take: with a picture, only the models that
-    see (its first model must; the fallbacks that cannot are passed over)."""
-    if not any(f.kind == "image" for f in files):
-        return route
+    """The route a message with `files` may take (`route_for_pictures`)."""
+    return route_for_pictures(catalog, route) if has_pictures(files) else route
+
+
+def route_for_pictures(catalog: Catalog, route: Route) -> Route:
+    """The route a prompt with pictures may take: only the models that see (its first
+    model must; the fallbacks that cannot are passed over). Also the gateway's rule."""
     if VISION not in route.primary.capabilities:
         able = sorted(name for name in catalog.configurations if _sees(catalog, name))
         where = f"; configurations that can: {', '.join(able)}" if able else ""

@@ -22,6 +22,8 @@ from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.answering.answer import TEXT_PACE, Channel, Event
+from webapp.chat.files.transfer import export_files, with_files
+from webapp.chat.files.web import Files
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.attachments import with_file
@@ -181,7 +183,8 @@ async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> Asyn
         return list(session.exec(query))
 
     conversation, ends = await chat.db.read(start)
-    head = {**export_json(conversation, []), "messages": _MESSAGES_MARK}
+    files = await chat.db.read(export_files, conversation_id)
+    head = {**export_json(conversation, []), "files": files, "messages": _MESSAGES_MARK}
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
@@ -277,12 +280,13 @@ class ConversationController(Controller):
         request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
+        files: Files,
         data: JSONBody[dict[str, Any]],
     ) -> dict[str, Any]:
         """A new conversation from a JSON export (`GET .../export?format=json`); 429 past
         the caller's import quota (`WEBAPP_IMPORT_*`)."""
         await ImportQuota(chat.db, chat.settings).take(owner, len(await request.body()))
-        conversation = await chat.editor.import_conversation(owner, data)
+        conversation = await with_files(files, chat.db, chat.editor, owner, data)
         _, rows = await chat.reader.history(owner, conversation.id)
         return conversation_dict(conversation, rows)
 

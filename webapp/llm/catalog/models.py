@@ -275,6 +275,9 @@ class EmbedSpec(_Spec):
     show_internals: bool = False
     """Whether visitors see token counts and the model's and configuration's names (the
     meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
+    files: bool = False
+    """Whether visitors may attach files: off by default, and the embed offers no upload
+    yet (the files API takes signed-in users only), so a visitor attaches nothing."""
 
     @classmethod
     def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
