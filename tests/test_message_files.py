@@ -19,32 +19,21 @@ from tests.factories.files import pdf, picture
 from tests.upstream import FakeUpstream
 from webapp.llm.images import image_tokens
 
-SEEING = """
-[[models]]
-name = "seer"
-provider = "up"
-model_id = "large"
-context_window = 16384
-max_output_tokens = 400
-capabilities = ["chat", "vision"]
 
-[[models]]
-name = "seer-local"
-provider = "up"
-model_id = "medium"
-context_window = 16384
-max_output_tokens = 400
-capabilities = ["chat", "vision"]
-image_tokens = 300
+def seer(name: str, model_id: str, window: int, extra: str = "") -> str:
+    """A model that sees, served by the fake upstream as `model_id`."""
+    return (
+        f'[[models]]\nname = "{name}"\nprovider = "up"\nmodel_id = "{model_id}"\n'
+        f"context_window = {window}\nmax_output_tokens = {window // 10}\n"
+        f'capabilities = ["chat", "vision"]\n{extra}\n'
+    )
 
-[[models]]
-name = "seer-small"
-provider = "up"
-model_id = "small"
-context_window = 1024
-max_output_tokens = 100
-capabilities = ["chat", "vision"]
 
+SEEING = (
+    seer("seer", "large", 16384)
+    + seer("seer-local", "medium", 16384, "image_tokens = 300")
+    + seer("seer-small", "small", 1024)
+    + """
 [[configurations]]
 name = "seeing"
 model = "seer"
@@ -54,6 +43,7 @@ fallbacks = ["large", "seer-local"]
 name = "seeing-small"
 model = "seer-small"
 """
+)
 pytestmark = pytest.mark.settings(extra=SEEING, max_files_per_message=3)
 
 
