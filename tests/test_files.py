@@ -14,7 +14,7 @@ from PIL import Image
 from sqlalchemy import func, select
 
 from tests.dbutil import session_on
-from tests.factories import user_header
+from tests.factories import PASSWORD, csrf_from, user_header
 from tests.factories.files import GPS_IFD, pdf, picture, png_claiming
 from tests.looplag import watching_app
 from webapp.chat.files.models import FileBlob, StoredFile
@@ -86,7 +86,17 @@ async def test_files_are_kept_once_stripped_and_served_only_to_their_owner(
     assert (await client.get(f"/api/files/{sent['id']}", headers=bob)).status_code == 404
     assert (await client.delete(f"/api/files/{sent['id']}", headers=bob)).status_code == 404
     admin = await user_header(database_url, "root", admin=True)
-    assert (await client.get(f"/api/files/{sent['id']}", headers=admin)).content == got.content
+    by_token = await client.get(f"/api/files/{sent['id']}", headers=admin)
+    assert by_token.status_code == 404  # an admin's token reads its owner's files only
+    token = client.headers.pop("Authorization")
+    form = {"username": "root", "password": PASSWORD}
+    page = await client.get("/login")
+    signed = await client.post(
+        "/login", data={**form, "_csrf_token": csrf_from(page.text)}, follow_redirects=False
+    )
+    assert signed.status_code == 303  # the review's reader: an admin signed in
+    assert (await client.get(f"/api/files/{sent['id']}")).content == got.content
+    client.headers["Authorization"] = token  # alice again
 
     assert (await client.delete(f"/api/files/{sent['id']}")).status_code == 204
     assert (await client.get(f"/api/files/{sent['id']}")).status_code == 404

@@ -228,3 +228,12 @@ async def test_the_gateway_sends_pictures_only_to_models_that_see(
     assert answered.status_code == 200, answered.text
     sent = [r for r in upstream.requests if r["path"].endswith("/chat/completions")][-1]
     assert sent["body"]["messages"][-1]["content"][1]["image_url"]["url"] == url
+    text_only = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}]}]
+    plain = await client.post(
+        "/v1/chat/completions", json={"model": "seeing", "messages": text_only}
+    )
+    # Counted by the costliest rule of the models that see (seer-local's 300), not the
+    # estimator's fixed 1,600: the call without the picture is about 300 tokens less
+    # (the model's calibration may round the sum up by one).
+    estimated = answered.json()["webapp"]["estimated_tokens"]
+    assert 300 <= estimated - plain.json()["webapp"]["estimated_tokens"] <= 302

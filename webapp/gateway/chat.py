@@ -22,6 +22,7 @@ from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversat
 from webapp.gateway.deps import Cuts, Intakes, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider
 from webapp.gateway.intake import estimates
+from webapp.gateway.pictures import with_picture_estimates
 from webapp.gateway.report import fit_headers, fit_report
 from webapp.gateway.schemas import ChatCompletionRequest
 from webapp.gateway.streaming import Chunks, completion_body, replay, sse
@@ -61,11 +62,12 @@ async def chat_completions(
     route = seeing(manager.catalog, route, messages)
     tools = body.wire_tools()
     keep_from = cuts.keep_from(owner, body.model, route.primary.name, messages)
+    sized = with_picture_estimates(
+        manager.catalog, route, messages, await estimates(messages, size)
+    )
     plan = manager.plan(
         route,
-        Transcript(
-            messages=messages, estimates=await estimates(messages, size), keep_from=keep_from
-        ),
+        Transcript(messages=messages, estimates=sized, keep_from=keep_from),
         tools=tools,
         max_tokens=body.answer_limit,
     )

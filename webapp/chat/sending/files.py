@@ -84,6 +84,15 @@ def picture_tokens(catalog: Catalog, model: ModelSpec, stored: StoredFile) -> in
     )
 
 
+def costliest(catalog: Catalog, models: Sequence[ModelSpec], width: int, height: int) -> int:
+    """A picture's tokens by the costliest rule among `models` (OpenAI's without any):
+    what a prompt is bounded with, whichever of them ends up reading it."""
+    return max(
+        (image_tokens(_kind(catalog, m), width, height, m.image_tokens) for m in models),
+        default=image_tokens("openai", width, height),
+    )
+
+
 def file_tokens(
     catalog: Catalog, models: Sequence[ModelSpec], stored: StoredFile
 ) -> dict[str, int]:
@@ -146,9 +155,7 @@ def newest_message(
     models = route.models if isinstance(route, Route) else ()
     tokens = estimate_message({"role": "user", "content": text})
     for stored in pictures:
-        tokens += max(file_tokens(catalog, models, stored).values(), default=0) or image_tokens(
-            "openai", stored.width or 1, stored.height or 1
-        )
+        tokens += costliest(catalog, models, stored.width or 1, stored.height or 1)
     return {"role": "user", "content": picture_parts(text, [f.id for f in pictures])}, tokens
 
 
