@@ -5,6 +5,7 @@ a large picture and PDF never stalls the event loop."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from io import BytesIO
 
@@ -13,10 +14,12 @@ from litestar.testing import AsyncTestClient
 from PIL import Image
 from sqlalchemy import func, select
 
+from tests.catalogs import SEEING
 from tests.dbutil import session_on
 from tests.factories import PASSWORD, csrf_from, user_header
 from tests.factories.files import GPS_IFD, pdf, picture, png_claiming
 from tests.looplag import watching_app
+from tests.upstream import FakeUpstream
 from webapp.chat.files.models import FileBlob, StoredFile
 from webapp.db import Database
 
@@ -147,12 +150,25 @@ async def test_a_file_that_takes_too_long_to_read_is_refused(
     assert await counted(database_url) == (0, 0)
 
 
-async def test_reading_a_large_picture_and_pdf_does_not_stall_the_loop(
-    client: AsyncTestClient,
+@pytest.mark.settings(extra=SEEING)
+async def test_reading_a_large_picture_and_pdf_and_sending_them_does_not_stall_the_loop(
+    client: AsyncTestClient, upstream: FakeUpstream
 ) -> None:
     photo = picture((3000, 2000), kind="JPEG")
     document = pdf([f"Page {n}: " + "words " * 80 for n in range(40)])
+    made = await client.post("/api/conversations", json={"configuration": "seeing"})
     with watching_app(client) as lag:
-        assert (await upload(client, "photo.jpg", photo))[0] == 201
-        assert (await upload(client, "book.pdf", document))[0] == 201
+        status, kept_photo = await upload(client, "photo.jpg", photo)
+        assert status == 201
+        status, kept_document = await upload(client, "book.pdf", document)
+        assert status == 201
+        sent = await client.post(
+            f"/api/conversations/{made.json()['id']}/messages",
+            json={"content": "Both", "files": [kept_document["id"], kept_photo["id"]]},
+        )
+        assert sent.status_code == 201, sent.text
     assert lag.ticks > 0 and lag.busiest < STALL, f"the loop stalled {lag.busiest:.3f} s"
+    asked = [r for r in upstream.requests if r["path"].endswith("/chat/completions")][-1]
+    url = asked["body"]["messages"][-1]["content"][1]["image_url"]["url"]
+    scaled = Image.open(BytesIO(base64.b64decode(url.split(",", 1)[1])))
+    assert scaled.size == (2048, 1365)  # scaled to OpenAI's long edge before sending

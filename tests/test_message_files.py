@@ -14,36 +14,12 @@ import pytest
 from litestar.testing import AsyncTestClient
 from PIL import Image
 
+from tests.catalogs import SEEING
 from tests.factories import new_conversation, user_header
 from tests.factories.files import pdf, picture
 from tests.upstream import FakeUpstream
 from webapp.llm.images import image_tokens
 
-
-def seer(name: str, model_id: str, window: int, extra: str = "") -> str:
-    """A model that sees, served by the fake upstream as `model_id`."""
-    return (
-        f'[[models]]\nname = "{name}"\nprovider = "up"\nmodel_id = "{model_id}"\n'
-        f"context_window = {window}\nmax_output_tokens = {window // 10}\n"
-        f'capabilities = ["chat", "vision"]\n{extra}\n'
-    )
-
-
-SEEING = (
-    seer("seer", "large", 16384)
-    + seer("seer-local", "medium", 16384, "image_tokens = 300")
-    + seer("seer-small", "small", 1024)
-    + """
-[[configurations]]
-name = "seeing"
-model = "seer"
-fallbacks = ["large", "seer-local"]
-
-[[configurations]]
-name = "seeing-small"
-model = "seer-small"
-"""
-)
 pytestmark = pytest.mark.settings(extra=SEEING, max_files_per_message=3)
 
 
