@@ -96,7 +96,18 @@ async def test_a_picture_to_a_model_that_cannot_see_is_refused_and_nothing_store
     client: AsyncTestClient,
 ) -> None:
     photo = await uploaded(client, "photo.png", picture())
+    seeing = await new_conversation(client, configuration="seeing")
+    preview = f"/api/conversations/{seeing['id']}/preview"
+    bare = await client.post(preview, json={"content": "What is this?"})
+    shown = await client.post(preview, json={"content": "What is this?", "files": [photo]})
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["fit"]["attachments_sent"] == [photo]  # the meter counts it too
+    grown = shown.json()["fit"]["estimated_tokens"] - bare.json()["fit"]["estimated_tokens"]
+    assert 300 <= grown <= 302  # seer-local's figure, the costliest of the route
     conversation = await new_conversation(client, configuration="medium")
+    blind = f"/api/conversations/{conversation['id']}/preview"
+    refused = await client.post(blind, json={"content": "What is this?", "files": [photo]})
+    assert refused.status_code == 400 and "medium" in refused.json()["detail"]
     refused = await send(client, conversation["id"], content="What is this?", files=[photo])
     assert refused.status_code == 400
     detail = refused.json()["detail"]

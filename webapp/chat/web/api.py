@@ -73,6 +73,8 @@ class NewMessage:
 @dataclass
 class Preview:
     content: str
+    files: list[str] | None = None
+    """Ids of the caller's files the message would carry, counted as a send counts them."""
 
 
 @dataclass
@@ -352,7 +354,9 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
-        row, fit = await chat.previewer.preview_fit(owner, conversation_id, data.content)
+        row, fit = await chat.previewer.preview_fit(
+            owner, conversation_id, data.content, data.files
+        )
         return {**preview_dict(row), "turns_left": fit.turns_left}
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)
