@@ -165,7 +165,10 @@ def with_history_pictures(
     """The transcript with each earlier turn's pictures as parts of its message, and the
     files of every message (by index) it carries, for the fit's record."""
     ids = transcript.ids or []
-    stored = [i for i in ids if i is not None]
+    messages = transcript.messages
+    stored = [
+        i for i, m in zip(ids, messages, strict=False) if i is not None and m.get("role") == "user"
+    ]
     by_message: dict[int, list[tuple[str, str]]] = {}
     if stored:
         uses = connection.execute(
@@ -178,7 +181,7 @@ def with_history_pictures(
             by_message.setdefault(message_id, []).append((file_id, kind))
     if not by_message and not newest:
         return transcript
-    messages = list(transcript.messages)
+    messages = list(messages)
     attachments: dict[int, tuple[str, ...]] = {}
     for index, message_id in enumerate(ids):
         files = by_message.get(message_id) if message_id is not None else None
