@@ -13,11 +13,16 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 from PIL import Image
+from sqlalchemy import func, select
 
 from tests.catalogs import SEEING
-from tests.factories import new_conversation, user_header
+from tests.dbutil import session_on
+from tests.factories import bearer_header, make_account, new_conversation, user_header
 from tests.factories.files import pdf, picture
 from tests.upstream import FakeUpstream
+from webapp.accounts.service import AccountService
+from webapp.chat.files.models import FileBlob, MessageFile, StoredFile
+from webapp.db import Database
 from webapp.llm.images import image_tokens
 
 pytestmark = pytest.mark.settings(extra=SEEING, max_files_per_message=3)
@@ -224,3 +229,22 @@ async def test_the_gateway_sends_pictures_only_to_models_that_see(
     # (the model's calibration may round the sum up by one).
     estimated = answered.json()["webapp"]["estimated_tokens"]
     assert 300 <= estimated - plain.json()["webapp"]["estimated_tokens"] <= 302
+
+
+async def test_deleting_a_user_deletes_their_files_with_their_messages(
+    client: AsyncTestClient, database_url: str, accounts: AccountService
+) -> None:
+    user_id, token = await make_account(database_url, "carol")
+    carol = bearer_header(token)
+    photo = await uploaded(client, "photo.png", picture(), headers=carol)
+    made = await client.post("/api/conversations", json={"configuration": "seeing"}, headers=carol)
+    sent = await client.post(
+        f"/api/conversations/{made.json()['id']}/messages",
+        json={"content": "Look", "files": [photo]},
+        headers=carol,
+    )
+    assert sent.status_code == 201, sent.text
+    assert await accounts.delete_user(user_id)
+    async with session_on(Database(database_url)) as session:
+        for table in (StoredFile, FileBlob, MessageFile):
+            assert await session.scalar(select(func.count()).select_from(table)) == 0

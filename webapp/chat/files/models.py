@@ -58,7 +58,9 @@ class StoredFile(SQLModel, table=True):
     owner: str = Field(max_length=100)
     user_id: int | None = Field(default=None, sa_column=_user_key())
     blob_id: int = Field(
-        sa_column=Column(Integer, ForeignKey("file_blob.id"), nullable=False, index=True)
+        sa_column=Column(
+            Integer, ForeignKey("file_blob.id", ondelete="CASCADE"), nullable=False, index=True
+        )
     )
     name: str = Field(max_length=255)
     media_type: str = Field(max_length=100)
@@ -80,8 +82,9 @@ class StoredFile(SQLModel, table=True):
 
 
 class MessageFile(SQLModel, table=True):
-    """A message's files, in the order they were attached. A file a message uses cannot
-    be deleted (the foreign key has no cascade); deleting the message frees it."""
+    """A message's files, in the order they were attached. A file a message uses is not
+    deleted (`store.delete_file` refuses, 409); deleting the message frees it. The keys
+    cascade for what goes with its user: their messages and their files at once."""
 
     __tablename__ = "message_file"
 
@@ -90,5 +93,10 @@ class MessageFile(SQLModel, table=True):
     )
     position: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
     file_id: str = Field(
-        sa_column=Column(String(32), ForeignKey("stored_file.id"), nullable=False, index=True)
+        sa_column=Column(
+            String(32),
+            ForeignKey("stored_file.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        )
     )

@@ -9,8 +9,8 @@ A file's bytes are kept once per owner and content hash (`file_blob`); each uplo
 its size and, for text and documents, the text the model reads; `message_file` lists a
 message's files in order. A user row keeps its files as sent (`attachments`) and which
 of the send's files went and which were left out with their turns (`fit_attachments`).
-A file a message uses cannot be deleted (no cascade on that key); deleting a user
-deletes their files.
+A file a message uses is not deleted (the app refuses, 409); deleting a user deletes
+their messages and files at once (every key cascades).
 """
 
 from collections.abc import Sequence
@@ -49,7 +49,12 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=32), primary_key=True),
         sa.Column("owner", sa.String(length=100), nullable=False),
         _user_key(),
-        sa.Column("blob_id", sa.Integer(), sa.ForeignKey("file_blob.id"), nullable=False),
+        sa.Column(
+            "blob_id",
+            sa.Integer(),
+            sa.ForeignKey("file_blob.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("name", sa.String(length=255), nullable=False),
         sa.Column("media_type", sa.String(length=100), nullable=False),
         sa.Column("kind", sa.String(length=16), nullable=False),
@@ -72,7 +77,12 @@ def upgrade() -> None:
             primary_key=True,
         ),
         sa.Column("position", sa.Integer(), primary_key=True, autoincrement=False),
-        sa.Column("file_id", sa.String(length=32), sa.ForeignKey("stored_file.id"), nullable=False),
+        sa.Column(
+            "file_id",
+            sa.String(length=32),
+            sa.ForeignKey("stored_file.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
     )
     op.create_index("ix_message_file_file_id", "message_file", ["file_id"])
     op.add_column("message", sa.Column("attachments", JSON, nullable=True))
