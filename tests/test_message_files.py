@@ -95,6 +95,8 @@ async def test_a_message_carries_text_pdf_and_picture_to_a_model_that_sees(
     assert many.status_code == 400 and "3 files" in many.json()["detail"]
     after = await client.get(f"/api/conversations/{conversation['id']}")
     assert len(after.json()["messages"]) == 2  # the refused sends stored nothing
+    assert (await client.delete(f"/api/conversations/{conversation['id']}")).status_code == 204
+    assert (await client.delete(f"/api/files/{photo}")).status_code == 204  # used no more
 
 
 async def test_a_picture_to_a_model_that_cannot_see_is_refused_and_nothing_stored(
