@@ -84,6 +84,7 @@ async def test_a_message_carries_text_pdf_and_picture_to_a_model_that_sees(
     assert user["estimated_tokens"] >= 300  # the picture at the costliest rule
     read = await client.get(f"/api/conversations/{conversation['id']}")
     assert read.json()["messages"][0]["attachments"] == user["attachments"]
+    assert read.json()["title"] == "Look"  # what was typed, not a file's wrapper
 
     used = await client.delete(f"/api/files/{photo}")
     assert used.status_code == 409 and "photo.png" in used.json()["detail"]

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import col
 
-from webapp.chat.sending.files import LINKS, file_links, with_left_out_files
+from webapp.chat.sending.files import LINKS, file_links, title_text, with_left_out_files
 from webapp.chat.sending.history import ForSend
 from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.stored.rows import fit_columns
@@ -117,7 +117,7 @@ def _after_turn(connection: Connection, conversation: Conversation, user: Messag
     if conversation.cut_reset:  # this send started the cut afresh
         changes["cut_reset"] = False
     if user.seq == 1 and conversation.title == DEFAULT_TITLE:
-        changes["title"] = title_from(user.content)
+        changes["title"] = title_from(title_text(user.content))
     if not changes:
         return conversation
     connection.execute(
