@@ -16,7 +16,7 @@ COMPILE := $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe
 	--strip-extras --no-emit-index-url --no-emit-find-links --build-deps-for=editable \
 	$(LOCK_FLAGS)
 
-.PHONY: run test lint format lock bench bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements clean
+.PHONY: run test lint format lock bench bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,9 @@ bench-cache: $(VENV)/.installed-test
 
 bench-statements: $(VENV)/.installed-test
 	$(BIN)/python -m bench.statements
+
+bench-files: $(VENV)/.installed-test
+	$(BIN)/python -m bench.files
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) var .pytest_cache .ruff_cache

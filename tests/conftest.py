@@ -60,6 +60,9 @@ os.environ.setdefault("WEBAPP_PASSWORD_HASHING", "cheapest")
 TABLES = (
     "share",
     "conversation_tag",
+    "message_file",
+    "stored_file",
+    "file_blob",
     "message",
     "conversation",
     "model_calibration",

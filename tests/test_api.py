@@ -14,6 +14,7 @@ pytestmark = pytest.mark.settings(max_message_chars=2000)
 
 MESSAGE_FIELDS = {
     "id",
+    "attachments",
     "alternatives",
     "seq",
     "role",
@@ -78,6 +79,8 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
         "trim_to",
         "cut_moved",
         "instructions_tokens",
+        "attachments_sent",
+        "attachments_left_out",
     }
     assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
     assert user["fit"]["trim_to"] == 0.75 and user["fit"]["cut_moved"] is False

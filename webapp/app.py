@@ -27,6 +27,8 @@ from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
 from webapp.chat.answering.notify import answer_notices
 from webapp.chat.answering.reaping import Liveness, reap_at_start
+from webapp.chat.files.service import FileStore
+from webapp.chat.files.web import files_router
 from webapp.chat.jobs import chat_jobs
 from webapp.chat.stored.attachments import PAPERCLIP
 from webapp.chat.stored.organising import kind_mark
@@ -189,6 +191,7 @@ def create_app(
         window=timedelta(seconds=settings.rate_limit_window),
     )
     chat = chat_jobs(db, manager, settings, quotas=(embed_quota,))
+    files = FileStore(db, settings)
     # How this process hears of answers other workers write (and of stops for its own).
     notices = answer_notices(
         settings.database_url, db, settings.stream_flush_interval, on_stop=chat.answers.request_stop
@@ -232,6 +235,7 @@ def create_app(
             list_configurations,
             ConversationController,
             TurnController,
+            files_router(settings.max_file_bytes),
             search,
             ConversationAdmin,
             ConversationPages,
@@ -249,6 +253,7 @@ def create_app(
         template_config=template_config(),
         dependencies={
             "chat": Provide(lambda: chat, sync_to_thread=False),
+            "files": Provide(lambda: files, sync_to_thread=False),
             "notices": Provide(lambda: notices, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
             "accounts": Provide(lambda: accounts, sync_to_thread=False),

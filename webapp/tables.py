@@ -1,6 +1,7 @@
 """Every table of the app, imported in one place so Alembic and tests see the whole schema."""
 
 from webapp.accounts.models import ApiToken, LoginSession, User
+from webapp.chat.files.models import FileBlob, MessageFile, StoredFile
 from webapp.chat.stored.models import Conversation, GatewayCall, Message
 from webapp.chat.stored.organising import ConversationTag
 from webapp.chat.stored.shares import Share
@@ -13,10 +14,13 @@ __all__ = [
     "Conversation",
     "ConversationTag",
     "EmbedSend",
+    "FileBlob",
     "GatewayCall",
     "LoginSession",
     "Message",
+    "MessageFile",
     "ModelCalibration",
     "Share",
+    "StoredFile",
     "User",
 ]

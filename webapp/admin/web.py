@@ -8,7 +8,7 @@ CSRF token to carry.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Annotated, Any
 
@@ -84,6 +84,28 @@ class ReviewTurn:
     """The turns this send left out, as runs of turn numbers."""
     left_out_by: LeftOutBy | None
     """When later sends left this turn out."""
+    files_sent: list[str] = field(default_factory=list)
+    files_left_out: list[str] = field(default_factory=list)
+    """The files this send carried and left out, each named with its tokens for the fit's
+    model ("photo.png, 255 tokens")."""
+
+
+def named_files(review: Review, row: Message | None) -> tuple[list[str], list[str]]:
+    """A send's files sent and left out, by name and tokens (files a turn of this review
+    carried; a file named nowhere in it by its id)."""
+    carried = (row.fit_attachments if row is not None else None) or {}
+    known = {a["id"]: a for m in review.messages for a in m.attachments or []}
+
+    def said(file_id: str) -> str:
+        found = known.get(file_id)
+        if found is None:
+            return file_id
+        tokens = (found.get("token_counts") or {}).get(row.fit_model if row else None)
+        return f"{found['name']}, {tokens:,} tokens" if tokens is not None else found["name"]
+
+    return [said(i) for i in carried.get("sent", [])], [
+        said(i) for i in carried.get("left_out", [])
+    ]
 
 
 def left_out_spans(review: Review, turn: TrimmedTurn) -> list[tuple[int, int]]:
@@ -104,6 +126,7 @@ def review_turns(review: Review) -> list[ReviewTurn]:
     turns = []
     for seq, rows in groups:
         trimmed = by_seq.get(seq)
+        sent, left_out = named_files(review, rows[0] if rows[0].role == Role.USER else None)
         turns.append(
             ReviewTurn(
                 number=numbers.get(seq, 0),
@@ -111,6 +134,8 @@ def review_turns(review: Review) -> list[ReviewTurn]:
                 trimmed=trimmed,
                 left_out_spans=left_out_spans(review, trimmed) if trimmed else [],
                 left_out_by=left_out_by.get(seq),
+                files_sent=sent,
+                files_left_out=left_out,
             )
         )
     return turns

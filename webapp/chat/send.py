@@ -1,10 +1,8 @@
-"""Sending a message, stage by stage: count the new message with the model that will
-read it (before the lock: `sending.counting`), then in one transaction `Admission.admit`
-(the lock, the rate limit, one answer at a time), `read_for_send` (the tail, the cut, as
-much history as the budget could hold), `LLMManager.plan` (the bound, for the model
-that answers first) and `insert_turn` (the user's row with its fit, and the answer's
-placeholder). Once that commits the answer's task starts (`answering.answer`). The
-message is stored before anything can go wrong with the provider.
+"""Sending a message, stage by stage: read the files it names (`sending.files`), count it
+with the model that will read it (before the lock: `sending.counting`), then store it in
+one transaction (`sending.turn`: admitted, read, planned, inserted). Once that commits
+the answer's task starts (`answering.answer`). The message is stored before anything can
+go wrong with the provider.
 """
 
 from __future__ import annotations
@@ -12,26 +10,22 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, insert
-
 from webapp.chat.answering.answer import AnswerWriter, RunningAnswer
 from webapp.chat.answering.stopping import AnswerStopper
+from webapp.chat.files.models import StoredFile
 from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader
 from webapp.chat.sending.admission import Admission, checked_text
 from webapp.chat.sending.counting import count_newest
-from webapp.chat.sending.history import read_for_send
-from webapp.chat.sending.store import StoredTurn, insert_turn
+from webapp.chat.sending.files import has_pictures, read_files, with_text_files
+from webapp.chat.sending.turn import NewTurn, drafted, store_turn
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.rows import check_id
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, TooManyRequests
-from webapp.llm.manager import LLMManager, Plan
-from webapp.llm.routing import RoutingError
-from webapp.owners import owner_columns
+from webapp.llm.manager import LLMManager
 from webapp.settings import Settings
 from webapp.stored import id_of
-from webapp.timeutil import utcnow
 
 LENGTH_CUT = "length"
 """The finish reason of an answer that stopped at its token limit, not at its end."""
@@ -69,6 +63,7 @@ class Sender:
         conversation_id: str,
         content: object,
         edit_of: int | None = None,
+        files: object = (),
         *,
         address: str = "",
         draft: Conversation | None = None,
@@ -76,23 +71,29 @@ class Sender:
         """Store the message, bounded, and start its answer; once begun, a send finishes
         even if its caller goes away. With `edit_of` (a user message id) the message is
         an alternative to that turn, on a branch of its own, its cut fitted afresh. With
-        `draft` (an embed visitor's first send) the conversation is stored by the send's
-        own transaction, so a refused send stores nothing. `address` is the client's,
-        for the caller quotas."""
+        `files` (ids), the caller's files go with it (`sending.files`). With `draft` (an
+        embed visitor's first send) the conversation is stored by the send's own
+        transaction, so a refused send stores nothing. `address` is the client's, for the
+        caller quotas."""
         text = checked_text(content, self._settings.max_message_chars)
         if edit_of is not None:
             check_id(edit_of)
-        fresh = None
-        if draft is not None:
-            fresh = Conversation(
-                owner=owner,
-                **owner_columns(owner),
-                configuration=draft.configuration,
-                title=draft.title,
-            )
+        attached = await read_files(self._db, owner, files, self._settings.max_files_per_message)
+        text = with_text_files(text, attached, self._settings.max_message_chars)
+        fresh = None if draft is None else drafted(owner, draft)
+        if fresh is not None:
             conversation_id = fresh.id
         send = await asyncio.shield(
-            self._send(owner, conversation_id, text, edit_of, edit_of is not None, address, fresh)
+            self._send(
+                owner,
+                conversation_id,
+                text,
+                edit_of,
+                edit_of is not None,
+                attached,
+                address=address,
+                draft=fresh,
+            )
         )
         self._titler.follow(owner, send.conversation, send.user, send.running)
         return send
@@ -106,8 +107,18 @@ class Sender:
         original = await self._reader.message(owner, conversation_id, message_id)
         if original.role != Role.USER:
             raise InvalidInput("regenerate names a user's message: its turn gets a new answer")
+        ids = [a["id"] for a in original.attachments or []]
+        attached = await read_files(self._db, owner, ids, self._settings.max_files_per_message)
         return await asyncio.shield(
-            self._send(owner, conversation_id, original.content, message_id, address=address)
+            self._send(
+                owner,
+                conversation_id,
+                original.content,
+                message_id,
+                False,
+                attached,
+                address=address,
+            )
         )
 
     async def continue_answer(
@@ -140,17 +151,25 @@ class Sender:
         text: str,
         alternative_to: int | None = None,
         edit: bool = False,
+        files: list[StoredFile] | None = None,
+        *,
         address: str = "",
         draft: Conversation | None = None,
     ) -> Send:
         admission, recent = self._admission, self._reader.recent
         if draft is not None:
             recent.remember(conversation_id, draft.configuration)
-        doomed = admission.refused_lately(owner)  # sure to be refused: not worth a count
-        counts = {} if doomed else await count_newest(self._manager, recent, conversation_id, text)
-        message = (owner, conversation_id, text, counts, alternative_to, edit, address, draft)
+        # Sure to be refused: not worth a count; pictures: sized by their rules alone.
+        uncounted = admission.refused_lately(owner) or has_pictures(files or [])
+        counts = (
+            {} if uncounted else await count_newest(self._manager, recent, conversation_id, text)
+        )
+        new = NewTurn(
+            owner, conversation_id, text, counts, alternative_to, edit, files or [], address, draft
+        )
+        admit, manager = self._admission, self._manager
         try:
-            turn = await self._db.write_core(self._turn, *message, key=conversation_id)
+            turn = await self._db.write_core(store_turn, admit, manager, new, key=conversation_id)
         except TooManyRequests as refused:
             admission.remember_refusal(owner, refused)
             raise
@@ -158,33 +177,3 @@ class Sender:
         running = self.writer.start(turn.user, turn.answer, turn.planned)
         await running.on_its_way()
         return Send(turn.conversation, turn.user, turn.answer, running)
-
-    def _turn(
-        self,
-        connection: Connection,
-        owner: str,
-        conversation_id: str,
-        text: str,
-        counts: dict[str, int],
-        alternative_to: int | None,
-        edit: bool,
-        address: str,
-        draft: Conversation | None,
-    ) -> StoredTurn:
-        """The send's one transaction. A configuration that routes nowhere is the answer's
-        failure, not the send's: the message is stored all the same."""
-        now = utcnow()
-        if draft is not None:
-            connection.execute(insert(Conversation).values(draft.model_dump()))
-        conversation = self._admission.admit(connection, owner, conversation_id, now, address)
-        read = read_for_send(
-            connection, self._manager, owner, conversation, text, counts, alternative_to, edit
-        )
-        if isinstance(read.route, RoutingError):
-            planned: Plan | RoutingError = read.route
-        else:
-            assert read.transcript is not None, "a routed read has its transcript"
-            planned = self._manager.plan(
-                read.route, read.transcript, caller=owner, cache_scope=conversation_id
-            )
-        return insert_turn(connection, conversation, read, planned, counts, now)

@@ -98,6 +98,8 @@ class Transcript:
     index of the first message after what it left out (0: no cut to keep; see `fit`)."""
     positions: Positions | None = None
     """Where each message is stored, when the transcript was read from a conversation."""
+    attachments: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    """The files each message carries (by index): what a fit sent or left out with it."""
 
     def sizes(self) -> list[int]:
         return (

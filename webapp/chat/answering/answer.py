@@ -25,6 +25,7 @@ from typing import Any
 from sqlmodel import Session
 
 from webapp.chat.answering.flushing import AnswerFlusher
+from webapp.chat.answering.pictures import with_pictures
 from webapp.chat.answering.reaping import INTERRUPTED_ERROR
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
@@ -342,6 +343,8 @@ class AnswerWriter:
             raise planned
         progress.trying = planned.fit.model
         channel.publish(Event("fit", message_dict(user)))
+        seconds = self._settings.file_read_seconds
+        planned = await with_pictures(self._db, self._manager, planned, seconds)
         async for event in self._manager.stream(planned, sent):
             if isinstance(event, Counted):
                 await self._db.write(_store_counts, event.tokenizer, event.counts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -203,6 +204,16 @@ class Message(SQLModel, table=True):
     fit_instructions_tokens: int | None = None
     """Estimated tokens of the owner's custom instructions, sent with the system prompt in
     the head (NULL: the send carried none)."""
+    fit_attachments: dict[str, list[str]] | None = Field(
+        default=None, sa_column=Column(JSON_TYPE, nullable=True)
+    )
+    """`{"sent": [file id, ...], "left_out": [...]}`: the files the send carried with the
+    turns it sent, and those it left out with theirs (NULL: it carried none)."""
+    attachments: list[dict[str, Any]] | None = Field(
+        default=None, sa_column=Column(JSON_TYPE, nullable=True)
+    )
+    """On user rows: the files the message carried, as sent (id, name, media_type, size,
+    kind, token_counts by model); NULL without any. The bytes are in `stored_file`."""
 
     # What the provider said, on assistant rows.
     model: str | None = Field(default=None, max_length=100)

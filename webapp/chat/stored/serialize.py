@@ -43,6 +43,9 @@ def fit_dict(row: Message) -> dict[str, Any] | None:
     fit["left_out"] = fit["left_out"] or []
     fit["pins_left_out"] = fit["pins_left_out"] or 0
     fit["cut_moved"] = bool(fit["cut_moved"])
+    carried = row.fit_attachments or {}
+    fit["attachments_sent"] = carried.get("sent", [])
+    fit["attachments_left_out"] = carried.get("left_out", [])
     return fit
 
 
@@ -76,6 +79,7 @@ def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict
         "error": row.error,
         "feedback": feedback_word(row.feedback),
         "alternatives": _alternatives(alternatives),
+        "attachments": row.attachments or [],
     }
 
 

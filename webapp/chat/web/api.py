@@ -22,6 +22,8 @@ from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.answering.answer import TEXT_PACE, Channel, Event
+from webapp.chat.files.transfer import export_files, with_files
+from webapp.chat.files.web import Files
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.attachments import with_file
@@ -76,11 +78,15 @@ class NewMessage:
     """A user message id: send `content` as an alternative to that turn (a new branch)."""
     attachment: TextFile | None = None
     """A text file whose text goes with `content`, under its name (as the composer's)."""
+    files: list[str] | None = None
+    """Ids of the caller's files (`POST /api/files`) the message carries, in order."""
 
 
 @dataclass
 class Preview:
     content: str
+    files: list[str] | None = None
+    """Ids of the caller's files the message would carry, counted as a send counts them."""
 
 
 @dataclass
@@ -206,7 +212,8 @@ async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> Asyn
         return list(session.exec(query))
 
     conversation, ends = await chat.db.read(start)
-    head = {**export_json(conversation, []), "messages": _MESSAGES_MARK}
+    files = await chat.db.read(export_files, conversation_id)
+    head = {**export_json(conversation, []), "files": files, "messages": _MESSAGES_MARK}
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
@@ -323,6 +330,7 @@ class ConversationController(Controller):
         request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
+        files: Files,
         data: JSONBody[dict[str, Any] | list[Any]],
     ) -> dict[str, Any]:
         """A new conversation from a JSON export (`GET .../export?format=json`), or from
@@ -336,7 +344,11 @@ class ConversationController(Controller):
                 "imported": [c.id for c in conversations],
                 "skipped": [dataclasses.asdict(s) for s in skipped],
             }
-        conversation = await chat.editor.import_conversation(owner, data)
+        if not isinstance(data, dict):
+            raise InvalidInput(
+                "an import is this app's JSON export or ChatGPT's conversations.json"
+            )
+        conversation = await with_files(files, chat.db, chat.editor, owner, data)
         _, rows = await chat.reader.history(owner, conversation.id)
         return conversation_dict(conversation, rows)
 
@@ -385,7 +397,7 @@ class ConversationController(Controller):
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
         content = with_file(data.content, data.attachment, chat.settings.max_message_chars)
-        send = await chat.sender.send(owner, conversation_id, content, data.edit_of)
+        send = await chat.sender.send(owner, conversation_id, content, data.edit_of, data.files)
         return await _answer(request, chat, send)
 
     @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)
@@ -410,7 +422,9 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
-        row, fit = await chat.previewer.preview_fit(owner, conversation_id, data.content)
+        row, fit = await chat.previewer.preview_fit(
+            owner, conversation_id, data.content, data.files
+        )
         return {**preview_dict(row), "turns_left": fit.turns_left}
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)

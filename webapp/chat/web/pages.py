@@ -21,6 +21,8 @@ from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
+from webapp.chat.files.transfer import with_files
+from webapp.chat.files.web import Files
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.attachments import Attachment, attach, clean_name, decode_text
@@ -446,10 +448,11 @@ class ConversationAdmin(Controller):
 
     @post("/c/import")
     async def import_file(
-        self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
+        self, request: Request[Any, Any, Any], chat: Chat, owner: Owner, files: Files
     ) -> Response[Any]:
         """A JSON export chosen in the sidebar becomes a new conversation, opened at once
-        (ChatGPT's `conversations.json`: each of its conversations, the first opened)."""
+        (ChatGPT's `conversations.json`: each of its conversations, the first opened; an
+        export of this app's with the files it carries)."""
         form = await request.form()
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -465,7 +468,9 @@ class ConversationAdmin(Controller):
         if is_chatgpt_export(data):  # ChatGPT's conversations.json: open the first one
             conversations, _ = await chat.editor.import_chatgpt(owner, data)
             return go_to(request, f"/c/{conversations[0].id}" if conversations else "/")
-        conversation = await chat.editor.import_conversation(owner, data)
+        if not isinstance(data, dict):
+            raise InvalidInput("that file is not an export: import a conversation's JSON export")
+        conversation = await with_files(files, chat.db, chat.editor, owner, data)
         return go_to(request, f"/c/{conversation.id}")
 
     @post("/c/new")

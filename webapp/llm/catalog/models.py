@@ -168,6 +168,10 @@ class ModelSpec(_Spec):
     its server after loading (webapp.llm.discovery)."""
     max_output_tokens: Count | None = None
     capabilities: Annotated[Capabilities, Field(min_length=1)] = frozenset({"chat"})
+    """`vision`: the model reads pictures (a message with one goes to no other model)."""
+    image_tokens: Count | None = None
+    """What one picture costs, for an OpenAI-compatible server whose rule is not known
+    (left out: the provider's own rule, webapp.llm.images)."""
     cost_input: Cost | None = None
     cost_output: Cost | None = None
     tokenizer: Text = "auto"
@@ -290,6 +294,9 @@ class EmbedSpec(_Spec):
     show_internals: bool = False
     """Whether visitors see token counts and the model's and configuration's names (the
     meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
+    files: bool = False
+    """Whether visitors may attach files: off by default, and the embed offers no upload
+    yet (the files API takes signed-in users only), so a visitor attaches nothing."""
 
     @classmethod
     def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:

@@ -98,6 +98,7 @@ def to_gemini_request(
                 contents.append({"role": "user", "parts": [part], "responses": True})
             continue
         parts: list[dict[str, Any]] = [{"text": text}] if text else []
+        parts += _pictures(message.get("content"))
         if role == "assistant":
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
@@ -137,6 +138,21 @@ def _usage(metadata: Any, earlier: Usage | None = None) -> Usage | None:
     )
     cached = count_of(metadata.get("cachedContentTokenCount"))
     return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
+
+
+def _pictures(content: Any) -> list[dict[str, Any]]:
+    """OpenAI image parts given as data URLs, as Gemini's `inlineData` parts exactly as
+    Google's SDK writes them (URL-safe base64, the type as `mime_type`; the API reads
+    either spelling). A picture given by a web address has no inline form: left out."""
+    pictures = []
+    for part in content if isinstance(content, list) else []:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            url = str((part.get("image_url") or {}).get("url", ""))
+            media, _, data = url.removeprefix("data:").partition(";base64,")
+            if url.startswith("data:") and data:
+                safe = data.replace("+", "-").replace("/", "_")
+                pictures.append({"inlineData": {"data": safe, "mime_type": media}})
+    return pictures
 
 
 def _parts(data: dict[str, Any]) -> tuple[list[Any], str | None]:

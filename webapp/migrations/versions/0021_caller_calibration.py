@@ -1,7 +1,7 @@
 """each caller's own learned figures
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0020
 Create Date: 2026-12-07 05:30:00
 
 What one caller's traffic teaches (the estimate's factor, the template overhead, a
@@ -17,7 +17,7 @@ import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | None = "0019"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
