@@ -216,7 +216,7 @@ async def test_the_gateway_sends_pictures_only_to_models_that_see(
     refused = await client.post("/v1/chat/completions", json={"model": "medium", "messages": asked})
     assert refused.status_code == 400
     error = refused.json()["error"]
-    assert error["code"] == "model_cannot_see" and "medium" in error["message"]
+    assert error["code"] == "image_not_supported" and "medium" in error["message"]
     answered = await client.post(
         "/v1/chat/completions", json={"model": "seeing", "messages": asked}
     )

@@ -63,6 +63,16 @@ model = "claude-small"
 name = "claude-vision"
 model = "claude-large"
 
+[[models]]
+name = "claude-said-seeing"
+provider = "claude"
+model_id = "claude-small"
+capabilities = ["chat", "vision"]
+
+[[configurations]]
+name = "claude-wrongly-seeing"
+model = "claude-said-seeing"
+
 [[configurations]]
 name = "gemini-embed"
 model = "gemini-embedding"
@@ -144,11 +154,21 @@ def test_a_model_that_refuses_an_image_is_a_400_naming_it(gateway: Gateway) -> N
             ],
         }
     ]
+    # The catalog says the model cannot see: refused before any call.
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="claude", messages=looking, max_tokens=50)
     assert refused.value.status_code == 400
     assert refused.value.code == "image_not_supported"
-    assert "claude-small does not accept images" in refused.value.message
+    assert "claude-small cannot read pictures" in refused.value.message
+    assert "claude-vision" in refused.value.message, "it names the configurations that can"
+    # The catalog wrongly says it can: the vendor's refusal is the same 400.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="claude-wrongly-seeing", messages=looking, max_tokens=50
+        )
+    assert refused.value.status_code == 400
+    assert refused.value.code == "image_not_supported"
+    assert "claude-said-seeing does not accept images" in refused.value.message
     seen = client.chat.completions.create(model="claude-vision", messages=looking, max_tokens=50)
     assert seen.choices[0].message.content
 

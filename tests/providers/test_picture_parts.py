@@ -40,7 +40,7 @@ def sdk_anthropic_image(vendors: FakeVendors) -> dict[str, Any]:
     ) as claude:
         document = base64.b64encode(pdf(["Okapi"])).decode("ascii")
         answer = claude.messages.create(
-            model="claude-small",
+            model="claude-large",
             max_tokens=100,
             messages=[
                 {
@@ -112,7 +112,7 @@ async def test_the_providers_send_a_picture_as_the_official_sdk_does(
     if kind == "anthropic":
         expected = sdk_anthropic_image(vendors)
         llm = AnthropicProvider(vendors.base_url, api_key=ANTHROPIC_KEY, timeout=5)
-        model = "claude-small"
+        model = "claude-large"
     else:
         expected = sdk_gemini_picture(vendors)
         llm = GeminiProvider(vendors.base_url, api_key=GEMINI_KEY, timeout=5)

@@ -13,7 +13,6 @@ from tests.vendors.media import picture_or_document, picture_tokens
 from tests.vendors.rules import (
     ANTHROPIC_VISION,
     BLOCK_FRAME,
-    IMAGE_TOKENS,
     LOOKBACK,
     MAX_BREAKPOINTS,
     MESSAGE_FRAME,
@@ -107,16 +106,13 @@ class AnthropicPrompt(Controls):
                         + BLOCK_FRAME
                     )
                     key = [role, "tool_use", block.get("id"), block.get("name"), block["input"]]
-                elif kind == "image" and role == "user":
-                    model = body.get("model")
-                    if model not in ANTHROPIC_VISION:
-                        raise _Invalid(f"'{model}' does not support image input.")
-                    tokens = IMAGE_TOKENS
-                    key = [role, "image", block.get("source")]
                 elif kind == "tool_result" and role == "user":
                     tokens = self._text_tokens(block.get("content") or "") + BLOCK_FRAME
                     key = [role, "tool_result", block.get("tool_use_id"), block.get("content")]
                 elif kind in ("image", "document") and role == "user":
+                    model = body.get("model")
+                    if kind == "image" and model not in ANTHROPIC_VISION:
+                        raise _Invalid(f"'{model}' does not support image input.")
                     where = f"messages.{number}.content.{index}.{kind}.source"
                     data = picture_or_document(kind, block.get("source"), where)
                     tokens = picture_tokens(data) if kind == "image" else self.count(str(data))

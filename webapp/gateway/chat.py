@@ -148,7 +148,7 @@ def seeing(catalog: Catalog, route: Route, messages: list[Message]) -> Route:
         return route_for_pictures(catalog, route)
     except InvalidInput as refused:
         raise GatewayError(
-            400, refused.message, param="messages", code="model_cannot_see"
+            400, refused.message, param="messages", code="image_not_supported"
         ) from None
 
 
