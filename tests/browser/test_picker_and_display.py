@@ -81,6 +81,37 @@ def test_the_header_picker_switches_and_keeps_the_draft(
 
 
 @SIZES
+def test_the_header_picker_switches_with_an_empty_box_and_keeps_it(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    """A person who picks another configuration before typing anything: the switch is sent
+    (the empty, required message box must not block it), kept across a reload, and the
+    next answer comes from the new configuration's model."""
+    conversation_id = create_conversation(live_server, "tiny")
+    send_by_api(live_server, conversation_id, turn_text(1))
+    page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport)
+    box = page.locator("#composer textarea")
+    expect(box).to_have_value("")
+    listed = live_server.api("GET", "/api/configurations").json()
+    entries = listed if isinstance(listed, list) else listed["configurations"]
+    chosen = next(e for e in entries if e["name"] == largest_configuration(live_server))
+    assert chosen["serving_model"] != "tiny"
+    picker = page.locator("#conversation-configuration")
+    with page.expect_response(lambda r: r.url.endswith("/configuration")) as switched:
+        picker.select_option(chosen["name"])
+    assert switched.value.ok, switched.value.status
+    assert stored(live_server, conversation_id)["configuration"] == chosen["name"]
+
+    page.reload()
+    expect(picker).to_have_value(chosen["name"])
+    box.fill("And now?")
+    box.press("Enter")
+    answered(page, 2)
+    newest = stored(live_server, conversation_id)["messages"][-1]
+    assert newest["role"] == "assistant" and newest["model"] == chosen["serving_model"], newest
+
+
+@SIZES
 def test_the_meter_keeps_its_height_and_notes_are_calm(
     live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
 ) -> None:
