@@ -110,6 +110,22 @@ def test_the_header_picker_switches_with_an_empty_box_and_keeps_it(
     newest = stored(live_server, conversation_id)["messages"][-1]
     assert newest["role"] == "assistant" and newest["model"] == chosen["serving_model"], newest
 
+    # The sidebar's choice for new conversations is kept as Settings keeps it: the next
+    # page, and the settings page, show it.
+    if viewport[0] < 600:
+        page.locator('[data-action="toggle-sidebar"]').click()
+    try:
+        with page.expect_response(lambda r: r.url.endswith("/default-configuration")) as kept:
+            page.locator("#configuration").select_option("narrow")
+        assert kept.value.ok, kept.value.status
+        page.goto("/settings")
+        expect(page.locator("#default-configuration")).to_have_value("narrow")
+        page.goto(f"/c/{conversation_id}")
+        expect(page.locator("#configuration")).to_have_value("narrow")
+    finally:  # the shared server's user starts new conversations on the site's default again
+        reset = live_server.api("POST", "/settings/default-configuration", data={})
+        assert reset.status_code == 204, reset.text
+
 
 @SIZES
 def test_the_meter_keeps_its_height_and_notes_are_calm(

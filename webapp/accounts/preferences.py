@@ -38,10 +38,7 @@ class Preferences:
 
 def parse_preferences(form: Mapping[str, str], configurations: Collection[str]) -> Preferences:
     """The settings form, checked: InvalidInput (400) names what is wrong."""
-    configuration = form.get("default_configuration", "").strip() or None
-    if configuration is not None and configuration not in configurations:
-        known = ", ".join(configurations)
-        raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+    configuration = checked_configuration(form.get("default_configuration", ""), configurations)
     theme = form.get("theme", "system")
     if theme not in THEMES:
         raise InvalidInput(f"the theme is one of {', '.join(THEMES)}, not {theme!r}")
@@ -53,6 +50,16 @@ def parse_preferences(form: Mapping[str, str], configurations: Collection[str]) 
             f"these are {len(instructions):,}"
         )
     return Preferences(configuration, theme, instructions)
+
+
+def checked_configuration(value: str, configurations: Collection[str]) -> str | None:
+    """A chosen configuration for new conversations ("" or blank: the site's default);
+    InvalidInput (400) for one the catalog does not have."""
+    configuration = value.strip() or None
+    if configuration is not None and configuration not in configurations:
+        known = ", ".join(configurations)
+        raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+    return configuration
 
 
 def preferences_of(user: User) -> Preferences:
@@ -69,6 +76,20 @@ async def save_preferences(db: Database, user_id: int, preferences: Preferences)
                 theme=preferences.theme,
                 custom_instructions=preferences.custom_instructions,
             )
+        )
+        if done.rowcount == 0:
+            raise NotFound("no such user")
+
+    await db.write(write)
+
+
+async def save_default_configuration(db: Database, user_id: int, configuration: str | None) -> None:
+    """Only the configuration for new conversations: the sidebar's select keeps the choice
+    the way the settings page does, without touching the other settings."""
+
+    def write(session: Session) -> None:
+        done = session.connection().execute(
+            update(User).where(col(User.id) == user_id).values(default_configuration=configuration)
         )
         if done.rowcount == 0:
             raise NotFound("no such user")

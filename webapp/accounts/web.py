@@ -29,8 +29,10 @@ from webapp.accounts.preferences import (
     MAX_INSTRUCTIONS,
     THEMES,
     Preferences,
+    checked_configuration,
     parse_preferences,
     preferences_of,
+    save_default_configuration,
     save_preferences,
 )
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
@@ -237,6 +239,16 @@ class AccountPages(Controller):
             )
         await save_preferences(accounts.db, request.user.id, chosen)
         return Redirect("/settings?done=preferences", status_code=303)
+
+    @post("/settings/default-configuration", status_code=204)
+    async def save_default(
+        self, request: Request[Any, Any, Any], accounts: Accounts, catalog: ServedCatalog
+    ) -> None:
+        """The sidebar's "Configuration for new conversations": stored as the settings
+        page stores it, so the next page and the next sign-in start from it."""
+        form = await _form(request)
+        chosen = checked_configuration(form.get("configuration", ""), catalog.configurations)
+        await save_default_configuration(accounts.db, request.user.id, chosen)
 
     @post("/settings/tokens", opt=TOKEN_ROUTES)
     async def create_token(
