@@ -21,7 +21,7 @@ from webapp.chat.reading import ConversationReader
 from webapp.chat.sending.admission import Admission, checked_text
 from webapp.chat.sending.counting import count_newest
 from webapp.chat.sending.history import read_for_send
-from webapp.chat.sending.store import StoredTurn, insert_turn
+from webapp.chat.sending.store import StoredTurn, insert_turn, resume_answer
 from webapp.chat.stored.models import Conversation, Message, Role
 from webapp.chat.stored.rows import check_id
 from webapp.db import Database
@@ -35,7 +35,8 @@ from webapp.timeutil import utcnow
 LENGTH_CUT = "length"
 """The finish reason of an answer that stopped at its token limit, not at its end."""
 CONTINUE_PROMPT = "Continue exactly where your last answer stopped, without repeating it."
-"""What Continue sends: a turn of its own, so the record shows what the model was asked."""
+"""What Continue asks the model, after the cut answer. It goes with the request only: the
+continuation is appended to that answer, and nothing of the asking is stored or shown."""
 
 
 @dataclass(slots=True)
@@ -44,6 +45,8 @@ class Send:
     user: Message
     answer: Message
     running: RunningAnswer
+    continued: bool = False
+    """The answer is an earlier one going on (Continue), `user` the turn it answers."""
 
 
 class Sender:
@@ -89,14 +92,16 @@ class Sender:
 
     async def continue_answer(self, owner: str, conversation_id: str, answer_id: int) -> Send:
         """Go on with the newest answer of the shown branch, which its length limit cut
-        off: a new turn asking the model to continue, bounded like any send."""
+        off: the model is sent the history with that answer and asked to continue
+        (bounded like any send), and what it writes is appended to the same answer."""
         answer = await self._reader.message(owner, conversation_id, answer_id)
         if answer.role != Role.ASSISTANT or answer.finish_reason != LENGTH_CUT:
             raise InvalidInput("only an answer cut off by its length limit can be continued")
         _, rows, _ = await self._reader.page(owner, conversation_id, turns=1)
         if not rows or rows[-1].id != answer_id:
             raise Conflict("only the newest answer can be continued: send a message instead")
-        return await self.send(owner, conversation_id, CONTINUE_PROMPT)
+        user = await self._reader.user_row_of(answer)
+        return await asyncio.shield(self._continue(owner, conversation_id, user, answer))
 
     async def settle(self, send: Send) -> tuple[Message, Message]:
         """Wait for the answer (it goes on even if the caller goes away); both rows then."""
@@ -123,6 +128,50 @@ class Sender:
         running = self.writer.start(turn.user, turn.answer, turn.planned)
         await running.on_its_way()
         return Send(turn.conversation, turn.user, turn.answer, running)
+
+    async def _continue(
+        self, owner: str, conversation_id: str, user: Message, answer: Message
+    ) -> Send:
+        admission, recent = self._admission, self._reader.recent
+        doomed = admission.refused_lately(owner)
+        counts = (
+            {}
+            if doomed
+            else await count_newest(self._manager, recent, conversation_id, CONTINUE_PROMPT)
+        )
+        try:
+            conversation, resumed, planned = await self._db.write_core(
+                self._resumption, owner, conversation_id, answer, counts, key=conversation_id
+            )
+        except TooManyRequests as refused:
+            admission.remember_refusal(owner, refused)
+            raise
+        running = self.writer.start(user, resumed, planned, continuing=True)
+        await running.on_its_way()
+        return Send(conversation, user, resumed, running, continued=True)
+
+    def _resumption(
+        self,
+        connection: Connection,
+        owner: str,
+        conversation_id: str,
+        answer: Message,
+        counts: dict[str, int],
+    ) -> tuple[Conversation, Message, Plan | RoutingError]:
+        """A continuation's one transaction: admitted like a send, the history read with
+        the cut answer last and the request to go on after it, and the answer made
+        streaming again; no row is added."""
+        now = utcnow()
+        conversation = self._admission.admit(connection, owner, conversation_id, now)
+        read = read_for_send(
+            connection, self._manager, owner, conversation, CONTINUE_PROMPT, counts
+        )
+        if isinstance(read.route, RoutingError):
+            planned: Plan | RoutingError = read.route
+        else:
+            assert read.transcript is not None, "a routed read has its transcript"
+            planned = self._manager.plan(read.route, read.transcript)
+        return conversation, resume_answer(connection, answer, now), planned
 
     def _turn(
         self,
