@@ -90,7 +90,8 @@
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
     document.querySelectorAll('[data-action="show-left-out"]').forEach((button) => {
-      button.setAttribute("aria-expanded", String(marker.open && button.dataset.marker === marker.closest(".message").id));
+      const owner = document.getElementById(button.dataset.marker);
+      if (owner) nameShow(button, owner, marker.open && owner === marker.closest(".message"));
     });
     if (!marker.open) return;
     const spans = leftOutSpans(marker);
@@ -153,13 +154,21 @@
     show.hidden = !owner || meter.dataset.preview === "true";
     if (owner) {
       show.dataset.marker = owner.id;
-      show.setAttribute("aria-expanded", String(newest.open));
-      show.setAttribute("aria-label", `Show which turns ${owner.dataset.turnName} was sent without`);
+      nameShow(show, owner, newest.open);
     }
     const notes = line.querySelector('[data-action="show-notes"]');
     notes.hidden = markers.length < 2;
     nameNotes(notes, markers.length, owner);
     if (line.nextElementSibling !== below) box.insertBefore(line, below);
+  }
+
+  // "Show which" is a toggle: once the turns are highlighted it says "Hide which", and
+  // aria-expanded says the same to a screen reader.
+  function nameShow(show, owner, open) {
+    const verb = open ? "Hide" : "Show";
+    show.textContent = `${verb} which`;
+    show.setAttribute("aria-expanded", String(open));
+    show.setAttribute("aria-label", `${verb} which turns ${owner.dataset.turnName} was sent without`);
   }
 
   // The cut line's buttons are named after the turn they speak of ("Show which turns turn 7
@@ -562,7 +571,38 @@
     if (title && title.dataset.pageTitle) document.title = title.dataset.pageTitle;
     if (stickToBottom) scrollToBottom();
     syncComposer();
+    speak();
   });
+
+  // What a screen reader is told goes through one polite region (#announcer): the message
+  // list and the meter are not live regions, so streamed text and the meter's refreshes
+  // are not read out piece by piece. An answer is said once, when it is done; the meter
+  // only when the next send crosses into, or out of, leaving turns out.
+  const watching = new Set();
+  let leavingOut = null;
+  function announce(text) {
+    const region = document.getElementById("announcer");
+    if (region && text) region.textContent = text;
+  }
+  function speak() {
+    document.querySelectorAll('#messages [data-role="assistant"]').forEach((answer) => {
+      const id = answer.dataset.messageId;
+      if (answer.dataset.status === "streaming") watching.add(id);
+      else if (watching.delete(id)) {
+        const text = answer.querySelector(".content").textContent.trim();
+        const status = answer.querySelector(".meta .status");
+        announce(`${answer.getAttribute("aria-label")}: ${text}${status ? ` (${status.textContent.trim()})` : ""}`);
+      }
+    });
+    const meter = document.getElementById("meter");
+    if (!meter) return;
+    const now = Boolean(meter.dataset.cutWords);
+    if (leavingOut !== null && now !== leavingOut) {
+      const value = meter.querySelector(".meter-value");
+      announce(now ? meter.dataset.cutWords : (value ? value.textContent.replace(/\s+/g, " ").trim() : ""));
+    }
+    leavingOut = now;
+  }
 
   // A streamed answer's text arrives as `content` events, each with only what changed: `r`
   // replaces the whole content (a page that connects, or the stored rendering at the end),
@@ -605,6 +645,7 @@
     placeCutLine();
     if (stickToBottom) scrollToBottom();
     syncComposer();
+    speak();
   });
   document.addEventListener("htmx:sse:close", syncComposer);
 
@@ -639,6 +680,7 @@
   drawTools();
   placeCutLine();
   dropStaleContinue();
+  speak();  // what the page shows on load is the baseline: nothing is said for it
   if (!showLinkedMessage()) scrollToBottom();
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -679,12 +679,65 @@ def test_delete_needs_confirmation(
 FOCUSED = "(el => el.id || el.dataset.action || el.className || el.tagName)(document.activeElement)"
 
 
+SPOKEN = """
+window.__spoken = [];
+const region = document.getElementById("announcer");
+new MutationObserver(() => {
+  if (region.textContent) window.__spoken.push(region.textContent);
+}).observe(region, {subtree: true, childList: true, characterData: true});
+"""
+"""Everything the page's polite region is given to say, in order."""
+
+
+def test_a_screen_reader_hears_an_answer_once_and_the_meter_when_it_crosses(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    conversation_id = create_conversation(live_server, "narrow")
+    for number in (1, 2, 3):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, f"/c/{conversation_id}")
+    page.evaluate(SPOKEN)
+    # Neither the list (streamed text) nor the meter (a refresh per keystroke) is live.
+    for live in ("#messages", "#meter"):
+        element = page.locator(live)
+        assert element.get_attribute("aria-live") in (None, "off"), live
+        assert element.get_attribute("role") not in ("log", "status", "alert"), live
+    expect(page.locator("#announcer")).to_have_attribute("aria-live", "polite")
+
+    box = page.locator("#composer textarea")
+    meter = page.locator("#meter")
+    box.fill(turn_text(4) * 5)  # the next send would leave turns out
+    expect(meter).to_have_attribute("data-cut-words", re.compile(r"will no longer see"))
+    box.fill(turn_text(4) * 6)  # still leaving turns out: nothing new to say
+    box.dispatch_event("input")
+    page.wait_for_function("document.getElementById('meter').dataset.preview === 'true'")
+    expect(meter).to_have_attribute("data-cut-words", re.compile(r"will no longer see"))
+    box.fill("short again")  # back to sending everything
+    expect(meter).to_have_attribute("data-cut-words", "")
+    spoken = page.evaluate("window.__spoken")
+    assert len(spoken) == 2, spoken
+    assert spoken[0].startswith("The model will no longer see"), spoken
+    assert "Everything" in spoken[1], spoken
+
+    page.evaluate("window.__spoken = []")
+    upstream.set_reply(" ".join(f"piece{i}" for i in range(40)))
+    upstream.chunk_delay = 0.02
+    try:
+        box.press("Enter")
+        answer = answered(page, 4)
+    finally:
+        upstream.chunk_delay = 0
+    spoken = page.evaluate("window.__spoken")
+    said = [s for s in spoken if "piece" in s]
+    assert len(said) == 1 and "piece39" in said[0], spoken  # once, whole, at the end
+    assert said[0].startswith(answer.get_attribute("aria-label") or "?"), said
+
+
 def test_keyboard_only_reaches_the_composer_and_sends(
     live_server: Server, upstream: FakeUpstream, open_page: OpenPage
 ) -> None:
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
-    expect(page.locator("#messages")).to_have_attribute("aria-live", "polite")
     expect(page.locator("#composer textarea")).to_be_focused()  # type at once
 
     # From the top of the page: the skip link comes first and jumps to the message box.
