@@ -53,6 +53,30 @@
     return true;
   }
 
+  // The header's menu on a phone (Export, Delete): a button that opens and closes it;
+  // Escape or a click elsewhere closes it.
+  function toggleHeaderMenu(open) {
+    const header = document.querySelector(".chat-header");
+    const button = document.querySelector('[data-action="toggle-header-menu"]');
+    if (!header || !button) return false;
+    const was = header.classList.contains("menu-open");
+    const now = open === undefined ? !was : open;
+    header.classList.toggle("menu-open", now);
+    button.setAttribute("aria-expanded", String(now));
+    return was !== now;
+  }
+
+  // Where Enter's keys are not at hand (a phone, a touch screen), the box's placeholder is
+  // the short one: "Enter sends" means nothing on a touch keyboard.
+  const touchLike = window.matchMedia("(max-width: 767.98px), (pointer: coarse)");
+  function fitPlaceholder() {
+    const area = document.querySelector("#composer textarea[data-short-placeholder]");
+    if (!area) return;
+    if (!area.dataset.longPlaceholder) area.dataset.longPlaceholder = area.placeholder;
+    area.placeholder = touchLike.matches ? area.dataset.shortPlaceholder : area.dataset.longPlaceholder;
+  }
+  touchLike.addEventListener("change", fitPlaceholder);
+
   function stopAnswer() {
     const stop = document.querySelector('#composer [data-action="stop"]');
     if (stop && !stop.hidden) stop.click();
@@ -398,6 +422,10 @@
       return;
     }
     if (closeDrawer()) return;
+    if (toggleHeaderMenu(false)) {
+      document.querySelector('[data-action="toggle-header-menu"]').focus();
+      return;
+    }
     stopAnswer();
   });
 
@@ -516,6 +544,8 @@
     if (event.target.closest('[data-action="toggle-sidebar"]')) {
       if (!closeDrawer()) openDrawer();
     }
+    if (event.target.closest('[data-action="toggle-header-menu"]')) toggleHeaderMenu();
+    else if (!event.target.closest("#header-menu")) toggleHeaderMenu(false);
     if (event.target.closest('[data-action="close-sidebar"]')) closeDrawer();
     if (event.target.closest('[data-action="scroll-bottom"]')) {
       scrollToBottom();
@@ -680,6 +710,7 @@
   drawTools();
   placeCutLine();
   dropStaleContinue();
+  fitPlaceholder();
   speak();  // what the page shows on load is the baseline: nothing is said for it
   if (!showLinkedMessage()) scrollToBottom();
 
