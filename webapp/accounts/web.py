@@ -138,7 +138,9 @@ class AccountPages(Controller):
     async def login_form(self, accounts: Accounts, next: FromQuery[str | None] = None) -> Any:
         if not await accounts.has_users():
             return Redirect("/setup", status_code=303)
-        return Template("accounts/login.html", context={"next": safe_next(next), "error": None})
+        return Template(
+            "accounts/login.html", context={"next": safe_next(next), "username": "", "error": None}
+        )
 
     @post("/login", exclude_from_auth=True, media_type=MediaType.HTML)
     async def login(
@@ -146,6 +148,8 @@ class AccountPages(Controller):
     ) -> Any:
         form = await _form(request)
         target = safe_next(form.get("next"))
+        # A refused sign-in keeps the username typed: only the password is typed again.
+        typed = {"next": target, "username": form.get("username", "")}
         try:
             user = await accounts.authenticate(
                 form.get("username", ""),
@@ -155,14 +159,14 @@ class AccountPages(Controller):
         except TooManyRequests as refused:
             return Template(
                 "accounts/login.html",
-                context={"next": target, "error": refused.message},
+                context={**typed, "error": refused.message},
                 status_code=429,
                 headers={"Retry-After": str(refused.retry_after)},
             )
         if user is None or user.id is None:
             return Template(
                 "accounts/login.html",
-                context={"next": target, "error": "Wrong username or password."},
+                context={**typed, "error": "Wrong username or password."},
                 status_code=400,
             )
         return await _signed_in(request, accounts, settings.secret_key, user.id, target)
