@@ -544,6 +544,14 @@
     if (event.target.closest('[data-action="toggle-sidebar"]')) {
       if (!closeDrawer()) openDrawer();
     }
+    // Delete asks about the title as it is now (renamed, or named by the model since the
+    // page was drawn): the header's heading always holds the current one.
+    const deleting = event.target.closest(".delete-conversation");
+    const heading = document.querySelector("#title-form h1");
+    if (deleting && heading) {
+      const form = deleting.form;
+      form.setAttribute("hx-confirm", form.getAttribute("hx-confirm").replace(/“.*”/, `“${heading.textContent}”`));
+    }
     if (event.target.closest('[data-action="toggle-header-menu"]')) toggleHeaderMenu();
     else if (!event.target.closest("#header-menu")) toggleHeaderMenu(false);
     if (event.target.closest('[data-action="close-sidebar"]')) closeDrawer();
