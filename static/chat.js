@@ -429,6 +429,15 @@
     stopAnswer();
   });
 
+  // The paperclip (a label) is the attach control's Tab stop: Enter or Space on it opens
+  // the file chooser, as a click does.
+  document.addEventListener("keydown", (event) => {
+    const attach = event.target.closest && event.target.closest('[data-action="attach"]');
+    if (!attach || (event.key !== "Enter" && event.key !== " ")) return;
+    event.preventDefault();
+    document.getElementById(attach.htmlFor).click();
+  });
+
   document.addEventListener("keydown", (event) => {
     const area = event.target;
     if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;

@@ -762,8 +762,15 @@ def test_keyboard_only_reaches_the_composer_and_sends(
             break
     assert visited[-1] == "content", f"Tab never reached the message box: {visited}"
     page.keyboard.type("Typed with the keyboard only")
+    # The box's first Tab lands on the paperclip people see, not on the 1 px file input,
+    # and Enter there opens the file chooser.
     page.keyboard.press("Tab")
-    assert page.evaluate("document.activeElement.id") == "attachment"  # attach a file
+    assert page.evaluate("document.activeElement.dataset.action") == "attach"
+    focused = page.locator(":focus").bounding_box()
+    assert focused is not None and focused["width"] >= 24 and focused["height"] >= 24, focused
+    with page.expect_file_chooser() as chooser:
+        page.keyboard.press("Enter")
+    assert chooser.value.element.get_attribute("id") == "attachment"
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.dataset.action") == "send"
     page.keyboard.press("Enter")
