@@ -429,6 +429,26 @@
     stopAnswer();
   });
 
+  // Shortcuts (docs/usage.md): Ctrl+Shift+O (⌘⇧O) starts a new conversation, Ctrl+Shift+;
+  // (⌘⇧;) copies the newest answer, whole, as its Copy button does.
+  document.addEventListener("keydown", (event) => {
+    if (!(event.ctrlKey || event.metaKey) || !event.shiftKey || event.altKey) return;
+    if (event.code === "KeyO") {
+      const form = document.querySelector("form.new-conversation");
+      if (!form) return;
+      event.preventDefault();
+      form.requestSubmit();
+    } else if (event.code === "Semicolon") {
+      const answers = document.querySelectorAll('#messages [data-role="assistant"]');
+      const newest = answers[answers.length - 1];
+      const copy = newest && newest.querySelector('[data-action="copy"]');
+      if (!copy) return;
+      event.preventDefault();
+      copy.click();
+      announce(`Copied ${newest.dataset.turnName}.`);
+    }
+  });
+
   // The paperclip (a label) is the attach control's Tab stop: Enter or Space on it opens
   // the file chooser, as a click does.
   document.addEventListener("keydown", (event) => {

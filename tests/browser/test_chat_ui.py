@@ -784,6 +784,16 @@ def test_keyboard_only_reaches_the_composer_and_sends(
     assert text_of(messages(page, "user").last) == "And a second one"
     expect(page.locator("#composer textarea")).to_be_focused()
 
+    # Shortcuts: Ctrl+Shift+; copies the newest answer whole, Ctrl+Shift+O starts anew.
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    newest = stored(live_server, conversation_id)["messages"][-1]
+    page.keyboard.press("Control+Shift+Semicolon")
+    expect(page.locator("#announcer")).to_have_text("Copied answer 2.")
+    assert page.evaluate("navigator.clipboard.readText()") == newest["content"]
+    page.keyboard.press("Control+Shift+KeyO")
+    page.wait_for_url(re.compile(r"/c/(?!" + re.escape(conversation_id) + r")[\w-]+$"))
+    expect(page.locator("#composer textarea")).to_be_focused()
+
 
 # ---- screenshots -----------------------------------------------------------------------------
 
