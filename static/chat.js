@@ -429,6 +429,18 @@
     stopAnswer();
   });
 
+  // A box with a limit (the custom instructions in Settings) shows how much of it is used,
+  // counted as the server counts: characters (not UTF-16 units), surrounding space aside.
+  document.addEventListener("input", (event) => {
+    const box = event.target;
+    const counter = box.dataset && box.dataset.counter && document.getElementById(box.dataset.counter);
+    if (!counter) return;
+    const used = [...box.value.trim()].length;
+    const most = Number(box.dataset.max);
+    counter.textContent = `${used.toLocaleString("en")} of ${most.toLocaleString("en")} characters`;
+    counter.classList.toggle("over", used > most);
+  });
+
   // Shortcuts (docs/usage.md): Ctrl+Shift+O (⌘⇧O) starts a new conversation, Ctrl+Shift+;
   // (⌘⇧;) copies the newest answer, whole, as its Copy button does.
   document.addEventListener("keydown", (event) => {
