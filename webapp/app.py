@@ -29,16 +29,20 @@ from webapp.chat.answering.notify import answer_notices
 from webapp.chat.answering.reaping import Liveness, reap_at_start
 from webapp.chat.jobs import chat_jobs
 from webapp.chat.stored.attachments import PAPERCLIP
+from webapp.chat.stored.organising import kind_mark
 from webapp.chat.stored.titles import split_mark
 from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
+from webapp.chat.web.organise_pages import OrganisePages
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
+from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
-from webapp.embed.pages import embed_router, frame_ancestors
+from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
 from webapp.gateway import gateway_router
 from webapp.gateway.errors import GATEWAY_PREFIX, gateway_exception_handler
+from webapp.llm.affinity import CacheKeys
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
 from webapp.llm.discovery import discover
@@ -46,11 +50,13 @@ from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
+from webapp.web.forms import StrictFormRequest
 from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
 from webapp.web.templates import STATIC, environment, template_config
 
 environment.globals.update(paperclip=PAPERCLIP, theme_for=theme_for)
 environment.filters["title_parts"] = split_mark
+environment.filters["kind_mark"] = kind_mark
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +176,19 @@ def create_app(
     calibrator = Calibrator(db)
     tokenizers = Tokenizers()
     manager = LLMManager(
-        catalog, calibrator, providers, tokenizers, transport_kind=settings.provider_transport
+        catalog,
+        calibrator,
+        providers,
+        tokenizers,
+        transport_kind=settings.provider_transport,
+        keys=CacheKeys(settings.secret_key),
     )
-    chat = chat_jobs(db, manager, settings)
+    embed_quota = EmbedQuota(
+        per_client=settings.embed_rate_limit_messages,
+        per_embed=settings.embed_rate_limit_total,
+        window=timedelta(seconds=settings.rate_limit_window),
+    )
+    chat = chat_jobs(db, manager, settings, quotas=(embed_quota,))
     # How this process hears of answers other workers write (and of stops for its own).
     notices = answer_notices(
         settings.database_url, db, settings.stream_flush_interval, on_stop=chat.answers.request_stop
@@ -185,13 +201,6 @@ def create_app(
     )
     if settings.password_hashing != "standard":
         log.warning("WEBAPP_PASSWORD_HASHING=%s: fit for tests only", settings.password_hashing)
-    embed_quota = EmbedQuota(
-        db,
-        per_client=settings.embed_rate_limit_messages,
-        per_embed=settings.embed_rate_limit_total,
-        window=timedelta(seconds=settings.rate_limit_window),
-    )
-
     liveness = Liveness(settings.database_url)
 
     async def start() -> None:
@@ -226,12 +235,15 @@ def create_app(
             search,
             ConversationAdmin,
             ConversationPages,
-            embed_router(embed_quota, catalog),
+            EmbedPages,
+            ShareApi,
+            SharePages,
+            OrganisePages,
             AccountPages,
             UserPages,
             UserAdminApi,
             AdminController,
-            gateway_router(db, settings, accounts),
+            gateway_router(db, settings, accounts, chat.admission),
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
@@ -258,6 +270,7 @@ def create_app(
             ),
         ],
         guards=[csrf_guard],
+        request_class=StrictFormRequest,
         before_send=[security_headers(partial(frame_ancestors, catalog))],
         on_startup=[start],
         on_shutdown=[stop],

@@ -2,16 +2,21 @@
 
 from webapp.accounts.models import ApiToken, LoginSession, User
 from webapp.chat.stored.models import Conversation, GatewayCall, Message
+from webapp.chat.stored.organising import ConversationTag
+from webapp.chat.stored.shares import Share
 from webapp.embed.models import EmbedSend
-from webapp.llm.calibration import ModelCalibration
+from webapp.llm.calibration import CallerCalibration, ModelCalibration
 
 __all__ = [
     "ApiToken",
+    "CallerCalibration",
     "Conversation",
+    "ConversationTag",
     "EmbedSend",
     "GatewayCall",
     "LoginSession",
     "Message",
     "ModelCalibration",
+    "Share",
     "User",
 ]

@@ -9,7 +9,14 @@ from typing import Any
 from tests.vendors.cache import CacheEvent, _Blocks
 from tests.vendors.controls import Controls
 from tests.vendors.faults import _Invalid
-from tests.vendors.rules import BLOCK_FRAME, LOOKBACK, MAX_BREAKPOINTS, MESSAGE_FRAME
+from tests.vendors.rules import (
+    ANTHROPIC_VISION,
+    BLOCK_FRAME,
+    IMAGE_TOKENS,
+    LOOKBACK,
+    MAX_BREAKPOINTS,
+    MESSAGE_FRAME,
+)
 
 
 class AnthropicPrompt(Controls):
@@ -99,6 +106,12 @@ class AnthropicPrompt(Controls):
                         + BLOCK_FRAME
                     )
                     key = [role, "tool_use", block.get("id"), block.get("name"), block["input"]]
+                elif kind == "image" and role == "user":
+                    model = body.get("model")
+                    if model not in ANTHROPIC_VISION:
+                        raise _Invalid(f"'{model}' does not support image input.")
+                    tokens = IMAGE_TOKENS
+                    key = [role, "image", block.get("source")]
                 elif kind == "tool_result" and role == "user":
                     tokens = self._text_tokens(block.get("content") or "") + BLOCK_FRAME
                     key = [role, "tool_result", block.get("tool_use_id"), block.get("content")]

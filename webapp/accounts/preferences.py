@@ -19,6 +19,9 @@ from sqlmodel import Session, col, select
 from webapp.accounts.models import User
 from webapp.db import Database
 from webapp.errors import InvalidInput, NotFound, refuse_nul
+from webapp.llm.catalog import Catalog
+from webapp.llm.head_room import crowded_out
+from webapp.llm.routing import RoutingError, resolve
 from webapp.owners import USER_OWNER_PREFIX
 from webapp.prepared import Prepared
 
@@ -36,9 +39,10 @@ class Preferences:
     custom_instructions: str
 
 
-def parse_preferences(form: Mapping[str, str], configurations: Collection[str]) -> Preferences:
-    """The settings form, checked: InvalidInput (400) names what is wrong."""
-    configuration = checked_configuration(form.get("default_configuration", ""), configurations)
+def parse_preferences(form: Mapping[str, str], catalog: Catalog) -> Preferences:
+    """The settings form, checked: InvalidInput (400) names what is wrong. Instructions
+    that leave no room for a message in the configuration new conversations start with
+    are refused (`webapp.llm.head_room`), naming the smallest window they fit."""
     theme = form.get("theme", "system")
     if theme not in THEMES:
         raise InvalidInput(f"the theme is one of {', '.join(THEMES)}, not {theme!r}")
@@ -49,7 +53,23 @@ def parse_preferences(form: Mapping[str, str], configurations: Collection[str]) 
             f"custom instructions are at most {MAX_INSTRUCTIONS:,} characters; "
             f"these are {len(instructions):,}"
         )
+    configuration = checked_default(form.get("default_configuration", ""), instructions, catalog)
     return Preferences(configuration, theme, instructions)
+
+
+def checked_default(value: str, instructions: str, catalog: Catalog) -> str | None:
+    """The configuration new conversations start with, from the settings form or the
+    sidebar's select: one the catalog has ("" for the site's default), with room for a
+    message beside the user's `instructions`; InvalidInput (400) otherwise."""
+    configuration = checked_configuration(value, catalog.configurations)
+    try:
+        route = resolve(catalog, configuration or catalog.default_configuration)
+    except RoutingError:
+        route = None  # nothing to fit them to: the send will say so
+    crowded = crowded_out(catalog, route, instructions) if route else None
+    if crowded is not None:
+        raise InvalidInput(crowded)
+    return configuration
 
 
 def checked_configuration(value: str, configurations: Collection[str]) -> str | None:

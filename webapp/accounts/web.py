@@ -4,7 +4,9 @@ to sign in, set up the first admin, sign out and manage API tokens.
 A signed-in browser may do all its user may. A token may do what its scopes say
 (`webapp.accounts.models.SCOPES`): what an admin-only route needs is the admin scope,
 creating or revoking tokens needs the tokens scope (so a stolen token cannot mint
-itself a successor), everything else the chat scope. The middleware refuses a token
+itself a successor), changing the account's preferences, custom instructions or password
+the settings scope (so a chat token cannot rewrite what every send carries, or lock its
+owner out), everything else the chat scope. The middleware refuses a token
 without the scope (403) before the route runs."""
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from litestar.types import ASGIApp
 
 from webapp.accounts.deps import Accounts
 from webapp.accounts.guards import admin_only
-from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, TOKENS, User
+from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, SETTINGS, TOKENS, User
 from webapp.accounts.preferences import (
     MAX_INSTRUCTIONS,
     THEMES,
     Preferences,
-    checked_configuration,
+    checked_default,
     parse_preferences,
     preferences_of,
     save_default_configuration,
@@ -74,6 +76,8 @@ class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
 TOKEN_SCOPE = "token_scope"
 """A route handler's `opt` key: the scope a token needs there, when not the usual one."""
 TOKEN_ROUTES = {TOKEN_SCOPE: TOKENS}
+SETTINGS_ROUTES = {TOKEN_SCOPE: SETTINGS}
+"""What changes the account (preferences, custom instructions, password)."""
 REFUSALS = {
     ADMIN: (
         "this API token has no admin scope: the admin pages and API need a token made with "
@@ -84,6 +88,10 @@ REFUSALS = {
         "`webapp token create` (a token needs the tokens scope for this)"
     ),
     CHAT: "this API token has no chat scope: it is for the gateway (/v1) only",
+    SETTINGS: (
+        "this API token has no settings scope: change preferences, custom instructions and "
+        "the password on /settings, or with a token made with `--scope settings`"
+    ),
 }
 
 
@@ -228,7 +236,7 @@ class AccountPages(Controller):
             saved=done == "preferences",
         )
 
-    @post("/settings/preferences")
+    @post("/settings/preferences", opt=SETTINGS_ROUTES)
     async def save_settings(
         self, request: Request[Any, Any, Any], accounts: Accounts, catalog: ServedCatalog
     ) -> Redirect | Template:
@@ -236,7 +244,7 @@ class AccountPages(Controller):
         back with the reason and what was typed."""
         form = await _form(request)
         try:
-            chosen = parse_preferences(form, catalog.configurations)
+            chosen = parse_preferences(form, catalog)
         except AppError as error:
             return await _settings_page(
                 request, accounts, catalog, new_token=None, error=error, typed=form
@@ -251,7 +259,8 @@ class AccountPages(Controller):
         """The sidebar's "Configuration for new conversations": stored as the settings
         page stores it, so the next page and the next sign-in start from it."""
         form = await _form(request)
-        chosen = checked_configuration(form.get("configuration", ""), catalog.configurations)
+        instructions = request.user.custom_instructions
+        chosen = checked_default(form.get("configuration", ""), instructions, catalog)
         await save_default_configuration(accounts.db, request.user.id, chosen)
 
     @post("/settings/tokens", opt=TOKEN_ROUTES)

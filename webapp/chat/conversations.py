@@ -12,12 +12,14 @@ from sqlmodel import Session, col, select
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
+from webapp.chat.stored.chatgpt import Skipped, parse_chatgpt
 from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
-from webapp.chat.stored.transfer import parse_export
+from webapp.chat.stored.transfer import Imported, parse_export
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.llm.estimator import estimate_message
@@ -78,6 +80,7 @@ class ConversationEditor:
                 .where(
                     col(Conversation.owner) == owner,
                     col(Conversation.title) == DEFAULT_TITLE,
+                    col(Conversation.archived).is_(False),
                     ~has_message.exists(),
                 )
                 .order_by(col(Conversation.updated_at).desc())
@@ -106,12 +109,49 @@ class ConversationEditor:
             default_configuration=self._manager.catalog.default_configuration,
             known=set(self._manager.catalog.configurations),
         )
+        (conversation,) = await self._store_imports(owner, [imported])
+        return conversation
+
+    async def import_chatgpt(
+        self, owner: str, data: list[Any]
+    ) -> tuple[list[Conversation], list[Skipped]]:
+        """ChatGPT's `conversations.json`: each conversation with a turn in it becomes one
+        of `owner`'s, all in one transaction (a bad one stores none); the others are
+        said with why they were left out."""
+        imported, skipped = parse_chatgpt(
+            data,
+            default_configuration=self._manager.catalog.default_configuration,
+            known=set(self._manager.catalog.configurations),
+        )
+        return await self._store_imports(owner, imported), skipped
+
+    async def _store_imports(self, owner: str, imports: list[Imported]) -> list[Conversation]:
+        """Store checked imports together; `prior_turns` and turn numbers recounted."""
+        prepared = [await self._imported_rows(owner, imported) for imported in imports]
+
+        def store(session: Session) -> None:
+            for conversation, rows in prepared:
+                session.add(conversation)
+                session.flush()
+                session.add_all(
+                    Message(conversation_id=conversation.id, **values) for values in rows
+                )
+
+        await self._db.write(store)
+        for conversation, _ in prepared:
+            self._recent.remember(conversation.id, conversation.configuration)
+        return [conversation for conversation, _ in prepared]
+
+    async def _imported_rows(
+        self, owner: str, imported: Imported
+    ) -> tuple[Conversation, list[dict[str, Any]]]:
         now = utcnow()
         conversation = Conversation(
             owner=owner,
             **owner_columns(owner),
             configuration=imported.configuration,
             title=import_title(clean_title(imported.title)),
+            kind=Kind.IMPORT,
             created_at=imported.created_at or now,
             updated_at=now,
         )
@@ -136,15 +176,77 @@ class ConversationEditor:
                 turns[seq] = turns[parent]
                 values["content_html"] = str(await render_markdown_async(values["content"]))
             rows.append(values)
+        return conversation, rows
 
-        def store(session: Session) -> None:
-            session.add(conversation)
-            session.flush()
-            session.add_all(Message(conversation_id=conversation.id, **values) for values in rows)
+    async def organise(
+        self,
+        owner: str,
+        conversation_id: str,
+        *,
+        pinned: bool | None = None,
+        archived: bool | None = None,
+        tags: list[str] | None = None,
+    ) -> tuple[Conversation, list[str]]:
+        """Pin, archive and tag (`tags`: the whole set, cleaned), together or not at all;
+        the conversation and its tags after. Not a use: `updated_at` stays."""
 
-        await self._db.write(store)
-        self._recent.remember(conversation.id, conversation.configuration)
-        return conversation
+        def change(session: Session) -> tuple[Conversation, list[str]]:
+            connection = session.connection()
+            conversation = owned_in(connection, owner, conversation_id)
+            values = {
+                name: value
+                for name, value in (("pinned", pinned), ("archived", archived))
+                if value is not None
+            }
+            if values:
+                connection.execute(
+                    update(Conversation)
+                    .where(col(Conversation.id) == conversation_id)
+                    .values(**values)
+                )
+            if tags is not None:
+                set_tags(connection, conversation_id, tags)
+            now_tags = tags_of(connection, [conversation_id]).get(conversation_id, [])
+            changed = as_loaded(Conversation, {**conversation.model_dump(), **values})
+            return changed, now_tags
+
+        return await self._db.write(change)
+
+    async def bulk(self, owner: str, conversation_ids: list[str], action: BulkAction) -> int:
+        """Archive, unarchive or delete several of the owner's conversations at once: all
+        of them or, if any is not the owner's (or does not exist), none (404)."""
+        ids = list(dict.fromkeys(conversation_ids))
+        if not ids:
+            raise InvalidInput("name at least one conversation in ids")
+        if len(ids) > BULK_MAX:
+            raise InvalidInput(f"a bulk action names at most {BULK_MAX} conversations")
+
+        def owned_all(session: Session) -> None:
+            found = session.connection().execute(
+                select(func.count())
+                .select_from(Conversation)
+                .where(col(Conversation.id).in_(ids), col(Conversation.owner) == owner)
+            )
+            if found.scalar() != len(ids):
+                raise NotFound("no such conversation: one of the ids is not yours")
+
+        await self._db.read(owned_all)
+        if action == "delete":
+            for conversation_id in ids:  # its answers stop before its rows go
+                await self._stopper.halt(owner, conversation_id)
+
+        def apply(session: Session) -> int:
+            owned_all(session)  # again, in the writing transaction
+            mine = col(Conversation.id).in_(ids), col(Conversation.owner) == owner
+            connection = session.connection()
+            if action == "delete":
+                connection.execute(delete(Conversation).where(*mine))
+            else:
+                archived = action == "archive"
+                connection.execute(update(Conversation).where(*mine).values(archived=archived))
+            return len(ids)
+
+        return await self._db.write(apply)
 
     async def rename(self, owner: str, conversation_id: str, title: str) -> Conversation:
         return await self._change(owner, conversation_id, title=clean_title(title))
@@ -301,6 +403,7 @@ class ConversationEditor:
                 **owner_columns(owner),
                 configuration=source.configuration,
                 title=fork_title(source.title),
+                kind=Kind.FORK,
                 created_at=now,
                 updated_at=now,
             )

@@ -7,6 +7,8 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 - `editor`   (`conversations`)  create, import, rename, configuration, pins, branch, fork,
                                 delete, purge
 - `sender`   (`send`)           a send, stage by stage (`sending/`), regenerate, continue
+- `admission` (`sending.admission`) whether a call may reach a model: every send's, and
+                                the gateway's calls that store nothing
 - `previewer` (`sending.preview`) the fit the next send would make, for the meter
 - `stopper`  (`answering.stopping`) stop an answer wherever it is written
 - `answers`  (`answer`)         this worker's running answers and their channels
@@ -17,6 +19,7 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from webapp.chat.answering.answer import AnswerRegistry, AnswerWriter
@@ -27,6 +30,7 @@ from webapp.chat.conversations import ConversationEditor
 from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader
 from webapp.chat.send import Sender
+from webapp.chat.sending.admission import Admission, CallerQuota
 from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.sending.preview import Previewer
 from webapp.db import Database
@@ -44,6 +48,7 @@ class ChatJobs:
     reader: ConversationReader
     editor: ConversationEditor
     sender: Sender
+    admission: Admission
     previewer: Previewer
     stopper: AnswerStopper
     titler: Titler
@@ -67,7 +72,10 @@ def chat_jobs(
     manager: LLMManager,
     settings: Settings,
     answers: AnswerRegistry | None = None,
+    quotas: Sequence[CallerQuota] = (),
 ) -> ChatJobs:
+    """The jobs; `quotas` are the caller quotas every admission asks besides the owner's
+    rate limit (the embed's)."""
     answers = answers or AnswerRegistry()
     recent = RecentConfigurations()
     reaper = Reaper(db, settings.stale_stream_after)
@@ -82,7 +90,8 @@ def chat_jobs(
     )
     stopper = AnswerStopper(db, answers)
     writer = AnswerWriter(db, manager, settings, flusher, answers)
-    sender = Sender(db, manager, settings, reader, titler, writer, stopper)
+    admission = Admission(settings, quotas)
+    sender = Sender(db, manager, settings, reader, titler, writer, stopper, admission)
     previewer = Previewer(db, manager, settings, recent)
     editor = ConversationEditor(db, manager, reader, stopper)
     return ChatJobs(
@@ -93,6 +102,7 @@ def chat_jobs(
         reader,
         editor,
         sender,
+        admission,
         previewer,
         stopper,
         titler,

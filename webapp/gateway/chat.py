@@ -30,6 +30,7 @@ from webapp.llm.manager import (
     Fitted,
     LLMManager,
     Plan,
+    Prefilling,
     StreamEvent,
 )
 from webapp.llm.providers.base import ProviderError
@@ -61,8 +62,10 @@ async def chat_completions(
         Transcript(
             messages=messages, estimates=await estimates(messages, size), keep_from=keep_from
         ),
+        caller=owner,
         tools=tools,
         max_tokens=body.answer_limit,
+        cache_scope=f"gateway:{owner}:{body.cache_scope}" if body.cache_scope else None,
     )
     if body.stream and not tools:
         response, fit = await _stream(manager, plan, body)
@@ -90,7 +93,7 @@ async def _stream(
     fit = plan.fit
     try:
         first: StreamEvent | None = await anext(events, None)
-        while isinstance(first, Fitted | Counted):
+        while isinstance(first, Fitted | Counted | Prefilling):
             if isinstance(first, Fitted):
                 fit = first.fit
             first = await anext(events, None)

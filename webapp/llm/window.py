@@ -159,6 +159,11 @@ def default_reserve(model: ModelSpec) -> int:
     return max(1000, math.ceil(model.window * 0.02))
 
 
+def reserve_of(max_tokens: int | None, model: ModelSpec) -> int:
+    """The answer's room: the call's or configuration's max_tokens, else the model's."""
+    return max_tokens if max_tokens is not None else default_reserve(model)
+
+
 def budget_for(model: ModelSpec, reserve: int) -> int:
     """Prompt tokens a send may use: the window less the answer's room and a safety margin."""
     return model.window - reserve - math.ceil(model.window * SAFETY_FRACTION)

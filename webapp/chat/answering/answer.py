@@ -31,7 +31,7 @@ from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, upda
 from webapp.chat.stored.serialize import message_dict
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan
+from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
 from webapp.llm.providers.base import ProviderError, StreamBroken, Usage
 from webapp.llm.routing import RoutingError
 from webapp.settings import Settings
@@ -381,6 +381,10 @@ class AnswerWriter:
                 await self._db.write(_set_columns, id_of(user), columns)
                 user = updated(user, columns)
                 channel.publish(Event("fit", message_dict(user)))
+            elif isinstance(event, Prefilling):
+                read = event.progress
+                progress_event = {"processed": read.processed, "total": read.total}
+                channel.publish(Event("progress", progress_event | {"cached": read.cached}))
             elif isinstance(event, Delta):
                 progress.add(event.text)
                 channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
@@ -439,6 +443,8 @@ def _usage_columns(usage: Usage | None, earlier: Message | None) -> dict[str, in
         "prompt_tokens": usage.prompt_tokens if usage is not None else None,
         "completion_tokens": usage.completion_tokens if usage is not None else None,
         "cached_tokens": usage.cached_tokens if usage is not None else None,
+        "evaluated_tokens": usage.evaluated if usage is not None else None,
+        "cache_write_tokens": usage.cache_write_tokens if usage is not None else None,
     }
     if earlier is None:
         return now

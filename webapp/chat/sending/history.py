@@ -22,6 +22,7 @@ from webapp.chat.stored.rows import row_in
 from webapp.db import off_the_loop
 from webapp.errors import InvalidInput
 from webapp.llm.estimator import estimate_message
+from webapp.llm.head_room import crowded_out
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import Transcript
@@ -77,6 +78,9 @@ def read_for_send(
     if isinstance(route, RoutingError):
         return ForSend(route, tail, text, tokens)
     instructions = owner_instructions(connection, owner)
+    crowded = crowded_out(manager.catalog, route, instructions, manager.serving)
+    if crowded is not None:  # every send would overflow, and the engine refuse it
+        raise InvalidInput(crowded)
     previous = None if afresh else previous_fit(connection, conversation.id, tail)
     cut = previous.kept_from if previous and previous.model == route.primary.name else 0
     system = with_instructions(route.configuration.system_prompt, instructions)
@@ -91,7 +95,7 @@ def read_for_send(
         system_prompt=system_message,
         system_tokens=estimate_message(system_message) if system_message else 0,
         system_counts=manager.system_counts(route, system) if system else None,
-        sizers=manager.sizers(route),
+        sizers=manager.sizers(route, owner),
         newest_counts=counts,
         cut=cut,
     )

@@ -89,4 +89,5 @@ class Previewer:
         if isinstance(read.route, RoutingError):
             raise InvalidInput(str(read.route))
         assert read.transcript is not None, "a routed read has its transcript"
-        return self._manager.plan(read.route, read.transcript), read.tail.next_seq
+        plan = self._manager.plan(read.route, read.transcript, caller=owner)
+        return plan, read.tail.next_seq

@@ -81,6 +81,7 @@ class Conversation(SQLModel, table=True):
     __table_args__ = (
         Index("ix_conversation_owner_updated", "owner", "updated_at"),
         Index("ix_conversation_user_id", "user_id"),
+        Index("ix_conversation_owner_listed", "owner", "archived", "pinned", "updated_at"),
         CheckConstraint(OWNER_KEYS_RULE, name="ck_conversation_owner_keys"),
     )
 
@@ -106,6 +107,20 @@ class Conversation(SQLModel, table=True):
     )
     """A pin, an unpin, a configuration or branch switch since the last send: the next
     send starts its cut afresh instead of keeping the previous send's (see llm.window)."""
+    pinned: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """Listed above the others in the sidebar and `GET /api/conversations`."""
+    archived: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """Kept, searchable, but out of the sidebar's list until unarchived."""
+    kind: str = Field(
+        default="original",
+        sa_column=Column(String(8), nullable=False, default="original", server_default="original"),
+    )
+    """Where it came from: `original`, `fork` or `import` (`organising.Kind`); unlike the
+    title's mark, a rename never loses it."""
 
 
 class Message(SQLModel, table=True):
@@ -195,6 +210,11 @@ class Message(SQLModel, table=True):
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     """Prompt tokens the engine said it served from its prompt cache (NULL: it did not say)."""
+    evaluated_tokens: int | None = None
+    """Prompt tokens the engine evaluated, as it said them or as its prompt less its cache
+    hits (NULL: it said neither)."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the engine said it wrote to its cache (NULL: it did not say)."""
     finish_reason: str | None = Field(default=None, max_length=32)
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     feedback: int | None = Field(default=None, sa_column=Column(SmallInteger, nullable=True))

@@ -26,8 +26,10 @@ from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.attachments import with_file
 from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import Conversation, Message
+from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
 from webapp.chat.stored.rows import owned_in
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
@@ -49,6 +51,16 @@ class NewConversation:
 class ConversationChanges:
     title: str | None = None
     configuration: str | None = None
+    pinned: bool | None = None
+    archived: bool | None = None
+    tags: list[str] | None = None
+    """The whole set of tags after the change (`[]` removes them all)."""
+
+
+@dataclass
+class BulkChange:
+    ids: list[str]
+    action: BulkAction
 
 
 @dataclass
@@ -118,15 +130,30 @@ async def _with_branch(chat: ChatJobs, owner: str, conversation_id: str) -> dict
     """A conversation with its active branch and that branch's alternatives."""
     conversation, messages = await chat.reader.history(owner, conversation_id)
     alternatives = await chat.reader.alternatives_of(conversation_id, messages)
-    return conversation_dict(conversation, messages, alternatives)
+    tags = (await chat.reader.tags_of([conversation_id])).get(conversation_id)
+    return conversation_dict(conversation, messages, alternatives, tags=tags)
 
 
 @get("/api/search", tags=["conversations"])
-async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> dict[str, Any]:
+async def search(
+    chat: Chat, owner: Owner, q: FromQuery[str | None] = None, tag: FromQuery[str | None] = None
+) -> dict[str, Any]:
     """The caller's own finished messages containing every word of `q` (each word a
-    prefix), best first; `snippet` is HTML: escaped text, matches in `<mark>`."""
-    hits = await chat.reader.search(owner, q)
+    prefix), best first, in conversations carrying `tag` if given; `snippet` is HTML:
+    escaped text, matches in `<mark>`; `kind` and `archived` say which conversation."""
+    hits = await chat.reader.search(owner, q, tag)
     return {"results": [dataclasses.asdict(hit) for hit in hits]}
+
+
+Listed = Annotated[Literal["true", "false", "all", ""], QueryParameter(name="archived")]
+"""`?archived=`: only archived conversations, only the others (the default, also when
+left empty), or all."""
+
+
+async def _organised(chat: ChatJobs, conversations: list[Conversation]) -> list[dict[str, Any]]:
+    """Conversations as the API lists them, each with its tags."""
+    tags = await chat.reader.tags_of([c.id for c in conversations])
+    return [conversation_dict(c, tags=tags.get(c.id)) for c in conversations]
 
 
 EXPORT_BATCH_CHARS = 1_000_000
@@ -219,8 +246,29 @@ class ConversationController(Controller):
     tags = ("conversations",)
 
     @get("/")
-    async def list_conversations(self, chat: Chat, owner: Owner) -> list[dict[str, Any]]:
-        return [conversation_dict(c) for c in await chat.reader.conversations(owner)]
+    async def list_conversations(
+        self,
+        chat: Chat,
+        owner: Owner,
+        listed: Listed = "false",
+        tag: FromQuery[str | None] = None,
+    ) -> list[dict[str, Any]]:
+        """Pinned first, then the most recently used; archived ones only with
+        `?archived=true` (or `all`); `?tag=` only those carrying it."""
+        archived = {"true": True, "false": False, "": False, "all": None}[listed]
+        wanted = clean_tag(tag) if tag else None  # `?tag=` left empty: no filter
+        return await _organised(
+            chat, await chat.reader.conversations(owner, archived=archived, tag=wanted)
+        )
+
+    @post("/bulk", status_code=HTTP_200_OK)
+    async def bulk_change(
+        self, chat: Chat, owner: Owner, data: JSONBody[BulkChange]
+    ) -> dict[str, Any]:
+        """Archive, unarchive or delete several conversations: all of them, or none if
+        any id is not the caller's (404)."""
+        done = await chat.editor.bulk(owner, data.ids, data.action)
+        return {"action": data.action, "count": done}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_conversation(
@@ -275,11 +323,19 @@ class ConversationController(Controller):
         request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
-        data: JSONBody[dict[str, Any]],
+        data: JSONBody[dict[str, Any] | list[Any]],
     ) -> dict[str, Any]:
-        """A new conversation from a JSON export (`GET .../export?format=json`); 429 past
-        the caller's import quota (`WEBAPP_IMPORT_*`)."""
+        """A new conversation from a JSON export (`GET .../export?format=json`), or from
+        ChatGPT's `conversations.json` (a list): then `{imported: [ids], skipped: [{title,
+        reason}]}`, every branch kept, the one last shown active. 429 past the caller's
+        import quota (`WEBAPP_IMPORT_*`)."""
         await ImportQuota(chat.db, chat.settings).take(owner, len(await request.body()))
+        if is_chatgpt_export(data):
+            conversations, skipped = await chat.editor.import_chatgpt(owner, data)
+            return {
+                "imported": [c.id for c in conversations],
+                "skipped": [dataclasses.asdict(s) for s in skipped],
+            }
         conversation = await chat.editor.import_conversation(owner, data)
         _, rows = await chat.reader.history(owner, conversation.id)
         return conversation_dict(conversation, rows)
@@ -292,16 +348,24 @@ class ConversationController(Controller):
         conversation_id: FromPath[str],
         data: JSONBody[ConversationChanges],
     ) -> dict[str, Any]:
-        if data.title is None and data.configuration is None:
-            raise InvalidInput("nothing to change: send a title or a configuration")
-        # Both are checked before either is applied: a bad half changes nothing.
+        if all(value is None for value in dataclasses.astuple(data)):
+            raise InvalidInput(
+                "nothing to change: send a title, a configuration, pinned, archived or tags"
+            )
+        # All are checked before any is applied: a bad part changes nothing.
         title = clean_title(data.title) if data.title is not None else None
+        tags = clean_tags(data.tags) if data.tags is not None else None
         if data.configuration is not None:
             chat.editor.check_configuration(data.configuration)
+        await chat.reader.get(owner, conversation_id)  # another's: 404 before any change
+        if data.configuration is not None:
             await chat.editor.set_configuration(owner, conversation_id, data.configuration)
         if title is not None:
             await chat.editor.rename(owner, conversation_id, title)
-        return conversation_dict(await chat.reader.get(owner, conversation_id))
+        conversation, now_tags = await chat.editor.organise(
+            owner, conversation_id, pinned=data.pinned, archived=data.archived, tags=tags
+        )
+        return conversation_dict(conversation, tags=now_tags)
 
     @delete("/{conversation_id:str}", status_code=204)
     async def delete_conversation(

@@ -187,7 +187,7 @@ class GeminiProvider(ChatOnlyProvider):
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
         body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
         path = self._path(model_id, "generateContent")
-        data = await self._post_json(path, body, model_id)
+        data = await self._post_json(path, body, model_id, call.key)
         parts, reason = _parts(data)
         if not parts and reason is None:
             raise self._blocked(data, path, model_id)
@@ -222,7 +222,7 @@ class GeminiProvider(ChatOnlyProvider):
         usage: Usage | None = None
         try:
             async with self._streamed(
-                path, body, model_id, call.sent, params={"alt": "sse"}
+                path, body, model_id, call.sent, params={"alt": "sse"}, key=call.key
             ) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for _, data in events:
