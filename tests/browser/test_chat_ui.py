@@ -648,7 +648,8 @@ def test_new_conversation_rename_and_delete(
     title.press("Enter")
     expect(page.locator("#title-hint")).to_have_text("Renamed.")
     assert stored(live_server, created)["title"] == "Rivers and bridges"
-    expect(page.locator(".conversation-list .current a")).to_have_text("Rivers and bridges")
+    renamed_row = page.locator(".conversation-list .current a[aria-current=page]")
+    expect(renamed_row).to_have_text("Rivers and bridges")
     # No reload: Delete names the title as renamed, not the one the page was drawn with.
 
     prompts: list[str] = []
