@@ -53,6 +53,30 @@
     return true;
   }
 
+  // The header's menu on a phone (Export, Delete): a button that opens and closes it;
+  // Escape or a click elsewhere closes it.
+  function toggleHeaderMenu(open) {
+    const header = document.querySelector(".chat-header");
+    const button = document.querySelector('[data-action="toggle-header-menu"]');
+    if (!header || !button) return false;
+    const was = header.classList.contains("menu-open");
+    const now = open === undefined ? !was : open;
+    header.classList.toggle("menu-open", now);
+    button.setAttribute("aria-expanded", String(now));
+    return was !== now;
+  }
+
+  // Where Enter's keys are not at hand (a phone, a touch screen), the box's placeholder is
+  // the short one: "Enter sends" means nothing on a touch keyboard.
+  const touchLike = window.matchMedia("(max-width: 767.98px), (pointer: coarse)");
+  function fitPlaceholder() {
+    const area = document.querySelector("#composer textarea[data-short-placeholder]");
+    if (!area) return;
+    if (!area.dataset.longPlaceholder) area.dataset.longPlaceholder = area.placeholder;
+    area.placeholder = touchLike.matches ? area.dataset.shortPlaceholder : area.dataset.longPlaceholder;
+  }
+  touchLike.addEventListener("change", fitPlaceholder);
+
   function stopAnswer() {
     const stop = document.querySelector('#composer [data-action="stop"]');
     if (stop && !stop.hidden) stop.click();
@@ -90,7 +114,8 @@
   function highlightLeftOut(marker) {
     document.querySelectorAll(".message.left-out").forEach((el) => el.classList.remove("left-out"));
     document.querySelectorAll('[data-action="show-left-out"]').forEach((button) => {
-      button.setAttribute("aria-expanded", String(marker.open && button.dataset.marker === marker.closest(".message").id));
+      const owner = document.getElementById(button.dataset.marker);
+      if (owner) nameShow(button, owner, marker.open && owner === marker.closest(".message"));
     });
     if (!marker.open) return;
     const spans = leftOutSpans(marker);
@@ -153,13 +178,21 @@
     show.hidden = !owner || meter.dataset.preview === "true";
     if (owner) {
       show.dataset.marker = owner.id;
-      show.setAttribute("aria-expanded", String(newest.open));
-      show.setAttribute("aria-label", `Show which turns ${owner.dataset.turnName} was sent without`);
+      nameShow(show, owner, newest.open);
     }
     const notes = line.querySelector('[data-action="show-notes"]');
     notes.hidden = markers.length < 2;
     nameNotes(notes, markers.length, owner);
     if (line.nextElementSibling !== below) box.insertBefore(line, below);
+  }
+
+  // "Show which" is a toggle: once the turns are highlighted it says "Hide which", and
+  // aria-expanded says the same to a screen reader.
+  function nameShow(show, owner, open) {
+    const verb = open ? "Hide" : "Show";
+    show.textContent = `${verb} which`;
+    show.setAttribute("aria-expanded", String(open));
+    show.setAttribute("aria-label", `${verb} which turns ${owner.dataset.turnName} was sent without`);
   }
 
   // The cut line's buttons are named after the turn they speak of ("Show which turns turn 7
@@ -389,7 +422,52 @@
       return;
     }
     if (closeDrawer()) return;
+    if (toggleHeaderMenu(false)) {
+      document.querySelector('[data-action="toggle-header-menu"]').focus();
+      return;
+    }
     stopAnswer();
+  });
+
+  // A box with a limit (the custom instructions in Settings) shows how much of it is used,
+  // counted as the server counts: characters (not UTF-16 units), surrounding space aside.
+  document.addEventListener("input", (event) => {
+    const box = event.target;
+    const counter = box.dataset && box.dataset.counter && document.getElementById(box.dataset.counter);
+    if (!counter) return;
+    const used = [...box.value.trim()].length;
+    const most = Number(box.dataset.max);
+    counter.textContent = `${used.toLocaleString("en")} of ${most.toLocaleString("en")} characters`;
+    counter.classList.toggle("over", used > most);
+  });
+
+  // Shortcuts (docs/usage.md): Ctrl+Shift+O (⌘⇧O) starts a new conversation, Ctrl+Shift+;
+  // (⌘⇧;) copies the newest answer, whole, as its Copy button does.
+  document.addEventListener("keydown", (event) => {
+    if (!(event.ctrlKey || event.metaKey) || !event.shiftKey || event.altKey) return;
+    if (event.code === "KeyO") {
+      const form = document.querySelector("form.new-conversation");
+      if (!form) return;
+      event.preventDefault();
+      form.requestSubmit();
+    } else if (event.code === "Semicolon") {
+      const answers = document.querySelectorAll('#messages [data-role="assistant"]');
+      const newest = answers[answers.length - 1];
+      const copy = newest && newest.querySelector('[data-action="copy"]');
+      if (!copy) return;
+      event.preventDefault();
+      copy.click();
+      announce(`Copied ${newest.dataset.turnName}.`);
+    }
+  });
+
+  // The paperclip (a label) is the attach control's Tab stop: Enter or Space on it opens
+  // the file chooser, as a click does.
+  document.addEventListener("keydown", (event) => {
+    const attach = event.target.closest && event.target.closest('[data-action="attach"]');
+    if (!attach || (event.key !== "Enter" && event.key !== " ")) return;
+    event.preventDefault();
+    document.getElementById(attach.htmlFor).click();
   });
 
   document.addEventListener("keydown", (event) => {
@@ -507,6 +585,16 @@
     if (event.target.closest('[data-action="toggle-sidebar"]')) {
       if (!closeDrawer()) openDrawer();
     }
+    // Delete asks about the title as it is now (renamed, or named by the model since the
+    // page was drawn): the header's heading always holds the current one.
+    const deleting = event.target.closest(".delete-conversation");
+    const heading = document.querySelector("#title-form h1");
+    if (deleting && heading) {
+      const form = deleting.form;
+      form.setAttribute("hx-confirm", form.getAttribute("hx-confirm").replace(/“.*”/, `“${heading.textContent}”`));
+    }
+    if (event.target.closest('[data-action="toggle-header-menu"]')) toggleHeaderMenu();
+    else if (!event.target.closest("#header-menu")) toggleHeaderMenu(false);
     if (event.target.closest('[data-action="close-sidebar"]')) closeDrawer();
     if (event.target.closest('[data-action="scroll-bottom"]')) {
       scrollToBottom();
@@ -562,7 +650,38 @@
     if (title && title.dataset.pageTitle) document.title = title.dataset.pageTitle;
     if (stickToBottom) scrollToBottom();
     syncComposer();
+    speak();
   });
+
+  // What a screen reader is told goes through one polite region (#announcer): the message
+  // list and the meter are not live regions, so streamed text and the meter's refreshes
+  // are not read out piece by piece. An answer is said once, when it is done; the meter
+  // only when the next send crosses into, or out of, leaving turns out.
+  const watching = new Set();
+  let leavingOut = null;
+  function announce(text) {
+    const region = document.getElementById("announcer");
+    if (region && text) region.textContent = text;
+  }
+  function speak() {
+    document.querySelectorAll('#messages [data-role="assistant"]').forEach((answer) => {
+      const id = answer.dataset.messageId;
+      if (answer.dataset.status === "streaming") watching.add(id);
+      else if (watching.delete(id)) {
+        const text = answer.querySelector(".content").textContent.trim();
+        const status = answer.querySelector(".meta .status");
+        announce(`${answer.getAttribute("aria-label")}: ${text}${status ? ` (${status.textContent.trim()})` : ""}`);
+      }
+    });
+    const meter = document.getElementById("meter");
+    if (!meter) return;
+    const now = Boolean(meter.dataset.cutWords);
+    if (leavingOut !== null && now !== leavingOut) {
+      const value = meter.querySelector(".meter-value");
+      announce(now ? meter.dataset.cutWords : (value ? value.textContent.replace(/\s+/g, " ").trim() : ""));
+    }
+    leavingOut = now;
+  }
 
   // A streamed answer's text arrives as `content` events, each with only what changed: `r`
   // replaces the whole content (a page that connects, or the stored rendering at the end),
@@ -605,6 +724,7 @@
     placeCutLine();
     if (stickToBottom) scrollToBottom();
     syncComposer();
+    speak();
   });
   document.addEventListener("htmx:sse:close", syncComposer);
 
@@ -639,6 +759,8 @@
   drawTools();
   placeCutLine();
   dropStaleContinue();
+  fitPlaceholder();
+  speak();  // what the page shows on load is the baseline: nothing is said for it
   if (!showLinkedMessage()) scrollToBottom();
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -12,15 +12,24 @@ import pytest
 from tests.catalogs import write_upstream_catalog
 from tests.factories import PASSWORD, run
 from tests.upstream import FakeUpstream
+from webapp.migrate import head_revision, upgrade
 from webapp.web import heap
 
 
 def test_migrate_creates_the_schema_and_is_idempotent(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'fresh' / 'webapp.db'}"
+    said = []
     for _ in range(2):
         result = run("migrate", env={"WEBAPP_DATABASE_URL": url})
         assert result.returncode == 0, result.stderr
-        assert "up to date" in result.stdout
+        said.append(result.stdout)
+    assert said[0].startswith("created the schema") and "up to date" not in said[0], said
+    assert said[1].startswith("the schema is up to date"), said
+    older = f"sqlite+aiosqlite:///{tmp_path / 'older' / 'webapp.db'}"
+    (tmp_path / "older").mkdir()
+    assert upgrade(older, "0018") is None
+    result = run("migrate", env={"WEBAPP_DATABASE_URL": older})
+    assert result.stdout.startswith(f"upgraded the schema from revision 0018 to {head_revision()}")
     import sqlite3
 
     tables = {

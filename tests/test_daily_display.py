@@ -79,11 +79,12 @@ def test_over_the_window_is_said_once() -> None:
     assert "Over" not in words and "do not fit" in words
 
 
-def test_the_cut_line_does_not_say_the_opening_exchange_is_unseen() -> None:
-    for preview in (False, True):
-        words = cut_line_words(36, preview=preview)
-        assert "no longer sees" not in words and "opening exchange still" in words
-        assert "36 earlier turns" in words
+def test_the_cut_line_says_it_in_plain_words_short_enough_for_one_line() -> None:
+    assert cut_line_words(11) == "The model no longer sees the 11 turns above"
+    assert cut_line_words(1) == "The model no longer sees the turn above"
+    preview = cut_line_words(1200, preview=True)
+    assert preview == "The model will no longer see the 1,200 turns above"
+    assert all(len(cut_line_words(n, preview=p)) <= 52 for n in (1, 99999) for p in (False, True))
 
 
 async def test_new_conversation_reuses_an_empty_one(client: AsyncTestClient) -> None:

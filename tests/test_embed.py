@@ -243,3 +243,8 @@ async def test_visitors_see_no_internals_unless_the_embed_shows_them(
     opened, opened_html, _ = shown["open"]
     assert "Everything was sent to small" in opened and "tokens for the prompt" in opened
     assert 'class="badge"' in opened_html
+    # Visitors get no meter (nor its previews), unless the embed shows internals.
+    meter_tag = re.compile(r'(<div id="meter"[^>]*>)')
+    typing = 'hx-trigger="input changed delay:400ms"'  # the box's preview as it is typed
+    assert " hidden>" in found(meter_tag, closed_html) and typing not in closed_html
+    assert " hidden>" not in found(meter_tag, opened_html) and typing in opened_html

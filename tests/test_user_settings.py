@@ -175,6 +175,18 @@ async def test_a_refused_settings_form_keeps_what_was_typed(
     assert 'data-theme="system"' in page.text, "nothing of a refused form is stored"
 
 
+async def test_the_sidebars_choice_is_stored_and_an_unknown_one_refused(clients: Clients) -> None:
+    path = "/settings/default-configuration"
+    refused = await clients.app.post(path, data={"configuration": "nope"}, headers=clients.alice)
+    assert refused.status_code == 400 and "unknown configuration" in refused.text
+    page = await clients.app.get("/settings", headers=clients.alice)
+    assert '<option value="" selected>' in page.text, "nothing of a refused choice is stored"
+    kept = await clients.app.post(path, data={"configuration": "small"}, headers=clients.alice)
+    assert kept.status_code == 204, kept.text
+    page = await clients.app.get("/settings", headers=clients.alice)
+    assert '<option value="small" selected>' in page.text
+
+
 async def test_thumbs_are_stored_toggled_and_filter_the_review(clients: Clients) -> None:
     app, alice = clients.app, clients.alice
     made = await app.post("/api/conversations", json={"configuration": "medium"}, headers=alice)

@@ -38,11 +38,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from webapp.migrate import upgrade
+    from webapp.migrate import head_revision, upgrade, upgrade_report
 
     settings = Settings()
-    upgrade(settings.database_url)
-    print(f"database is up to date: {settings.database_url}")
+    before = upgrade(settings.database_url)
+    print(f"{upgrade_report(before, head_revision())}: {settings.database_url}")
     return 0
 
 

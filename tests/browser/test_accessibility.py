@@ -3,6 +3,8 @@ and phone width (chat, trimmed chat, settings, the admin pages, sign-in, the emb
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -129,8 +131,10 @@ def test_keyboard_only_search_opens_a_hit_and_the_cut_line_opens(
     page.keyboard.press("Enter")
     expect(page.locator(".message.found")).to_be_in_viewport()
 
-    show = page.locator("#cut-line").get_by_role("button", name="Show which")
+    show = page.locator('#cut-line [data-action="show-left-out"]')
+    expect(show).to_have_accessible_name(re.compile("^Show which"))
     show.focus()
     page.keyboard.press("Enter")
     expect(page.locator(".message.left-out").first).to_be_visible()
     expect(show).to_have_attribute("aria-expanded", "true")
+    expect(show).to_have_accessible_name(re.compile("^Hide which"))

@@ -40,6 +40,11 @@ def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, sqlite
     page.click("button[type=submit]")
     expect(page.locator("form#composer")).to_be_visible()
     expect(page.get_by_text("Trimmed conversations")).to_be_visible()
+    # Setting up signed the admin in: that is a sign-in, not "never".
+    page.goto("/admin/users")
+    owner = page.locator("tr", has=page.get_by_role("rowheader", name="owner (you)"))
+    expect(owner).not_to_contain_text("never")
+    page.goto("/")
     page.click("text=Sign out")
     expect(page).to_have_url(f"{server.url}/login")
     page.goto("/setup")
@@ -48,8 +53,10 @@ def test_first_run_setup_then_sign_in(browser: Browser, servers: Servers, sqlite
     page.fill('input[name="password"]', "wrong password")
     page.click("button[type=submit]")
     expect(page.locator(".inline-error")).to_contain_text("Wrong username or password")
-    page.fill('input[name="username"]', "owner")
-    page.fill('input[name="password"]', PASSWORD)
+    # The username stays; only the password is typed again, where the focus already is.
+    expect(page.locator('input[name="username"]')).to_have_value("owner")
+    expect(page.locator('input[name="password"]')).to_be_focused()
+    page.keyboard.type(PASSWORD)
     page.click("button[type=submit]")
     expect(page.locator("form#composer")).to_be_visible()
 

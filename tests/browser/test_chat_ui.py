@@ -631,7 +631,12 @@ def test_new_conversation_rename_and_delete(
     send_by_api(live_server, first, "not empty: New conversation stores a new one")
     page = open_page(live_server, f"/c/{first}")
 
-    page.locator("#configuration").select_option("tiny")
+    # The sidebar's choice is kept for the user's next conversations (as Settings keeps
+    # it): the shared server's user goes back to the site's default right away.
+    with page.expect_response(lambda r: r.url.endswith("/default-configuration")):
+        page.locator("#configuration").select_option("tiny")
+    reset = live_server.api("POST", "/settings/default-configuration", data={})
+    assert reset.status_code == 204, reset.text
     page.locator(".new-conversation button[type=submit]").click()
     page.wait_for_url(re.compile(r"/c/(?!" + re.escape(first) + r")[\w-]+$"))
     created = page.url.rsplit("/", 1)[1]
@@ -643,9 +648,9 @@ def test_new_conversation_rename_and_delete(
     title.press("Enter")
     expect(page.locator("#title-hint")).to_have_text("Renamed.")
     assert stored(live_server, created)["title"] == "Rivers and bridges"
-    page.reload()
-    expect(page.locator("#title")).to_have_value("Rivers and bridges")
-    expect(page.locator(".conversation-list .current a")).to_have_text("Rivers and bridges")
+    renamed_row = page.locator(".conversation-list .current a[aria-current=page]")
+    expect(renamed_row).to_have_text("Rivers and bridges")
+    # No reload: Delete names the title as renamed, not the one the page was drawn with.
 
     prompts: list[str] = []
 
@@ -679,12 +684,65 @@ def test_delete_needs_confirmation(
 FOCUSED = "(el => el.id || el.dataset.action || el.className || el.tagName)(document.activeElement)"
 
 
+SPOKEN = """
+window.__spoken = [];
+const region = document.getElementById("announcer");
+new MutationObserver(() => {
+  if (region.textContent) window.__spoken.push(region.textContent);
+}).observe(region, {subtree: true, childList: true, characterData: true});
+"""
+"""Everything the page's polite region is given to say, in order."""
+
+
+def test_a_screen_reader_hears_an_answer_once_and_the_meter_when_it_crosses(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage
+) -> None:
+    conversation_id = create_conversation(live_server, "narrow")
+    for number in (1, 2, 3):
+        send_by_api(live_server, conversation_id, turn_text(number))
+    page = open_page(live_server, f"/c/{conversation_id}")
+    page.evaluate(SPOKEN)
+    # Neither the list (streamed text) nor the meter (a refresh per keystroke) is live.
+    for live in ("#messages", "#meter"):
+        element = page.locator(live)
+        assert element.get_attribute("aria-live") in (None, "off"), live
+        assert element.get_attribute("role") not in ("log", "status", "alert"), live
+    expect(page.locator("#announcer")).to_have_attribute("aria-live", "polite")
+
+    box = page.locator("#composer textarea")
+    meter = page.locator("#meter")
+    box.fill(turn_text(4) * 5)  # the next send would leave turns out
+    expect(meter).to_have_attribute("data-cut-words", re.compile(r"will no longer see"))
+    box.fill(turn_text(4) * 6)  # still leaving turns out: nothing new to say
+    box.dispatch_event("input")
+    page.wait_for_function("document.getElementById('meter').dataset.preview === 'true'")
+    expect(meter).to_have_attribute("data-cut-words", re.compile(r"will no longer see"))
+    box.fill("short again")  # back to sending everything
+    expect(meter).to_have_attribute("data-cut-words", "")
+    spoken = page.evaluate("window.__spoken")
+    assert len(spoken) == 2, spoken
+    assert spoken[0].startswith("The model will no longer see"), spoken
+    assert "Everything" in spoken[1], spoken
+
+    page.evaluate("window.__spoken = []")
+    upstream.set_reply(" ".join(f"piece{i}" for i in range(40)))
+    upstream.chunk_delay = 0.02
+    try:
+        box.press("Enter")
+        answer = answered(page, 4)
+    finally:
+        upstream.chunk_delay = 0
+    spoken = page.evaluate("window.__spoken")
+    said = [s for s in spoken if "piece" in s]
+    assert len(said) == 1 and "piece39" in said[0], spoken  # once, whole, at the end
+    assert said[0].startswith(answer.get_attribute("aria-label") or "?"), said
+
+
 def test_keyboard_only_reaches_the_composer_and_sends(
     live_server: Server, upstream: FakeUpstream, open_page: OpenPage
 ) -> None:
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
-    expect(page.locator("#messages")).to_have_attribute("aria-live", "polite")
     expect(page.locator("#composer textarea")).to_be_focused()  # type at once
 
     # From the top of the page: the skip link comes first and jumps to the message box.
@@ -705,8 +763,15 @@ def test_keyboard_only_reaches_the_composer_and_sends(
             break
     assert visited[-1] == "content", f"Tab never reached the message box: {visited}"
     page.keyboard.type("Typed with the keyboard only")
+    # The box's first Tab lands on the paperclip people see, not on the 1 px file input,
+    # and Enter there opens the file chooser.
     page.keyboard.press("Tab")
-    assert page.evaluate("document.activeElement.id") == "attachment"  # attach a file
+    assert page.evaluate("document.activeElement.dataset.action") == "attach"
+    focused = page.locator(":focus").bounding_box()
+    assert focused is not None and focused["width"] >= 24 and focused["height"] >= 24, focused
+    with page.expect_file_chooser() as chooser:
+        page.keyboard.press("Enter")
+    assert chooser.value.element.get_attribute("id") == "attachment"
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.dataset.action") == "send"
     page.keyboard.press("Enter")
@@ -718,6 +783,16 @@ def test_keyboard_only_reaches_the_composer_and_sends(
     page.keyboard.press("Enter")
     answered(page, 2)
     assert text_of(messages(page, "user").last) == "And a second one"
+    expect(page.locator("#composer textarea")).to_be_focused()
+
+    # Shortcuts: Ctrl+Shift+; copies the newest answer whole, Ctrl+Shift+O starts anew.
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    newest = stored(live_server, conversation_id)["messages"][-1]
+    page.keyboard.press("Control+Shift+Semicolon")
+    expect(page.locator("#announcer")).to_have_text("Copied answer 2.")
+    assert page.evaluate("navigator.clipboard.readText()") == newest["content"]
+    page.keyboard.press("Control+Shift+KeyO")
+    page.wait_for_url(re.compile(r"/c/(?!" + re.escape(conversation_id) + r")[\w-]+$"))
     expect(page.locator("#composer textarea")).to_be_focused()
 
 

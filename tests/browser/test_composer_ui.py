@@ -1,7 +1,7 @@
 """The composer and Continue in a real Chromium, at desktop and phone sizes: the box grows
 with what is typed (up to a limit), Enter while an answer streams says why nothing was
 sent and keeps the text, and Continue on an answer cut off by its length limit goes on in
-a new turn."""
+the same answer: one message, one Copy that copies all of it, one rating."""
 
 from __future__ import annotations
 
@@ -50,20 +50,28 @@ def test_the_composer_grows_says_why_enter_waits_and_continue_goes_on(
 
     expect(answer).to_contain_text("Cut off at its length limit")
     upstream.set_reply("and that is all.")
+    first_part = stored(live_server, conversation_id)["messages"][1]["content"]
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     go_on = answer.get_by_role("button", name="Continue")
     if viewport[0] < 500:
         box_of = go_on.bounding_box()
         assert box_of is not None and box_of["height"] >= 44, box_of
     go_on.click()
-    second = answered(page, 2)
-    expect(second).to_contain_text("and that is all.")
+    joined = answered(page, 1)  # the same answer, streamed again in its place
+    expect(joined).to_contain_text("and that is all.")
     expect(box).to_have_value("my next question")  # Continue leaves the draft alone
     rows = stored(live_server, conversation_id)["messages"]
-    assert [r["role"] for r in rows] == ["user", "assistant", "user", "assistant"]
-    assert rows[1]["finish_reason"] == "length" and rows[3]["finish_reason"] == "stop"
-    expect(second.get_by_role("button", name="Continue")).to_have_count(0)
-    # Used, it is gone: only the newest answer could be continued (the server says 409).
-    expect(answer.get_by_role("button", name="Continue")).to_have_count(0)
-    expect(answer).to_contain_text("Cut off at its length limit")
+    assert [r["role"] for r in rows] == ["user", "assistant"], "no turn of its own"
+    assert rows[1]["content"] == first_part + "and that is all."
+    assert rows[1]["finish_reason"] == "stop"
+    expect(messages(page, "user")).to_have_count(1)
+    expect(page.locator("#messages")).not_to_contain_text("Continue exactly")
+    expect(joined).not_to_contain_text("Cut off at its length limit")
+    expect(joined.get_by_role("button", name="Continue")).to_have_count(0)
+    expect(joined.get_by_role("button", name="Copy answer 1")).to_have_count(1)
+    expect(joined.get_by_role("button", name="Good answer")).to_have_count(1)
+    joined.get_by_role("button", name="Copy answer 1").click()
+    assert page.evaluate("navigator.clipboard.readText()") == rows[1]["content"]
     page.reload()
+    expect(messages(page, "assistant")).to_have_count(1)
     expect(page.get_by_role("button", name="Continue")).to_have_count(0)

@@ -83,8 +83,8 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     expect(page.locator("#messages [data-dropped-turns]")).to_have_count(len(trimmed))
     line = page.locator("#messages .cut-line")
     expect(line).to_have_count(1)
-    words = f"Above this line: {newest['dropped_turns']} earlier turns left out of the newest send"
-    expect(line).to_contain_text(words)
+    words = f"The model no longer sees the {newest['dropped_turns']} turns above"
+    expect(line.locator(".cut-words")).to_have_text(words)
     expect(line).to_have_attribute("role", "note")
     # ... right below the last message the newest trimmed send left out.
     boundary = max(last for _, last in newest["fit"]["left_out"])
@@ -102,10 +102,16 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     page.wait_for_timeout(300)
     after = line.bounding_box()
     assert before and after and abs(after["y"] - before["y"]) < 5, (before, after)
-    expect(line.get_by_role("button", name="Show which")).to_have_attribute("aria-expanded", "true")
+    # A real toggle: its words and aria-expanded say what a press does now.
+    toggle = line.locator('[data-action="show-left-out"]')
+    expect(toggle).to_have_text("Hide which")
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    expect(toggle).to_have_accessible_name(re.compile(r"^Hide which turns turn \d+ was sent"))
     page.screenshot(path=str(artifacts / "trimmed-cut-line.png"))
-    line.get_by_role("button", name="Show which").click()
+    toggle.click()
     expect(highlighted).to_have_count(0)
+    expect(toggle).to_have_text("Show which")
+    expect(toggle).to_have_attribute("aria-expanded", "false")
 
     # A new trimmed send moves the line to its own boundary: still one line.
     page.locator("#composer textarea").fill(turn_text(13))
@@ -114,8 +120,8 @@ def test_one_cut_line_in_plain_words_and_opening_it_keeps_the_view(
     rows = stored(live_server, conversation_id)["messages"]
     latest = [r for r in rows if r["role"] == "user"][-1]
     expect(line).to_have_count(1)
-    expect(line).to_contain_text(
-        f"Above this line: {latest['dropped_turns']} earlier turns left out of the newest send"
+    expect(line.locator(".cut-words")).to_have_text(
+        f"The model no longer sees the {latest['dropped_turns']} turns above"
     )
     boundary = max(last for _, last in latest["fit"]["left_out"])
     expect(line.locator("xpath=preceding-sibling::article[1]")).to_have_attribute(

@@ -192,13 +192,45 @@ def test_a_phone_has_thumb_sized_controls_and_nothing_cut_off(
         box = control.bounding_box()
         assert box is not None, name
         assert box["width"] >= THUMB and box["height"] >= THUMB, (name, box)
-    # Export, the configuration and Delete are in reach; nothing leaves the screen.
-    for shown in ("#export-links", "#conversation-configuration", ".delete-conversation"):
+    # One header row: the drawer's button, the title (ellipsised, not cut mid-glyph), the
+    # configuration and a menu holding Export and Delete; nothing leaves the screen.
+    row = [
+        page.locator(selector)
+        for selector in (".drawer-toggle", "#title", "#conversation-configuration")
+    ] + [page.get_by_role("button", name="More: export, delete")]
+    middles = []
+    for part in row:
+        expect(part).to_be_in_viewport(ratio=1)
+        box = part.bounding_box()
+        assert box is not None
+        middles.append(box["y"] + box["height"] / 2)
+    assert max(middles) - min(middles) < 8, middles
+    header = page.locator(".chat-header").bounding_box()
+    assert header is not None and header["height"] < 64, header
+    assert page.locator("#title").evaluate("e => getComputedStyle(e).textOverflow") == "ellipsis"
+    menu = page.get_by_role("button", name="More: export, delete")
+    for hidden in ("#export-links", ".delete-conversation"):
+        expect(page.locator(hidden)).to_be_hidden()
+    menu.click()
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    for shown in ("#export-links", ".delete-conversation"):
         expect(page.locator(shown)).to_be_in_viewport(ratio=1)
+    page.keyboard.press("Escape")
+    expect(page.locator(".delete-conversation")).to_be_hidden()
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    expect(menu).to_be_focused()
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE[0]
 
-    # While an answer streams, Stop takes Send's place and the box keeps its width.
+    # The composer takes the width, with a short placeholder (no keys on a touch keyboard);
+    # the meter is one line.
     area = page.locator("#composer textarea")
+    assert area.bounding_box()["width"] >= PHONE[0] - 40  # type: ignore[index]
+    placeholder = area.get_attribute("placeholder") or ""
+    assert placeholder and "Enter" not in placeholder, placeholder
+    meter_box = page.locator("#meter").bounding_box()
+    assert meter_box is not None and meter_box["height"] <= 26, meter_box
+
+    # While an answer streams, Stop takes Send's place and the box keeps its width.
     width = area.bounding_box()["width"]  # type: ignore[index]
     upstream.set_reply(" ".join(f"word{n}" for n in range(80)))
     upstream.chunk_delay = 0.1
@@ -229,6 +261,36 @@ def test_a_phone_has_thumb_sized_controls_and_nothing_cut_off(
         expect(target).to_be_in_viewport()
         box = target.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + min(box["width"], 40) <= PHONE[0]
+
+
+@pytest.mark.parametrize("viewport", [(1280, 800), PHONE], ids=["desktop", "phone"])
+def test_the_embed_greets_without_a_band_and_shows_visitors_no_meter(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    page = open_page(live_server, "/embed/help", viewport=viewport)
+    greeting = page.locator(".greeting")
+    expect(greeting).to_have_text("Hello from the help desk.")
+    expect(page.locator("#meter")).to_be_hidden()  # the catalog's embed shows no internals
+    box = page.locator("#composer textarea")
+    if viewport == PHONE:
+        assert "Enter" not in (box.get_attribute("placeholder") or "")
+    for number in (1, 2, 3, 4):
+        box.fill(f"Question {number}: " + "tell me about the shop's opening hours " * 4)
+        box.press("Enter")
+        answered(page, number)
+    # The greeting opens the conversation and scrolls with it: nothing sits over a message.
+    messages_box = page.locator("#messages")
+    messages_box.evaluate("e => { e.scrollTop = e.scrollHeight / 3; }")
+    expect(messages_box.locator(".greeting")).to_have_count(1)
+    seen = greeting.bounding_box()
+    for message in page.locator("#messages .message").all():
+        other = message.bounding_box()
+        assert seen is not None and other is not None
+        overlap = min(seen["y"] + seen["height"], other["y"] + other["height"]) - max(
+            seen["y"], other["y"]
+        )
+        assert overlap <= 0, (seen, other)
+    expect(page.locator("#meter")).to_be_hidden()
 
 
 def test_the_embed_takes_no_focus_from_its_host_page(

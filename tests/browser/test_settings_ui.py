@@ -46,7 +46,11 @@ def test_settings_theme_every_page_and_a_refused_form_keeps_the_text(
     form.get_by_label("Configuration for new conversations").select_option("medium")
     form.get_by_label("Dark").check()
     instructions = form.get_by_label("Custom instructions")
+    counter = page.locator("#instructions-count")
+    expect(instructions).to_have_accessible_description(re.compile(r"0 of 4,000 characters$"))
     instructions.fill("x" * 4001)
+    expect(counter).to_have_text("4,001 of 4,000 characters")
+    expect(counter).to_have_class(re.compile(r"\bover\b"))
     form.get_by_role("button", name="Save settings").click()
     # Refused: the reason beside the form, and what was typed still there.
     expect(page.locator("#settings-error")).to_contain_text("at most 4,000 characters")
@@ -55,6 +59,8 @@ def test_settings_theme_every_page_and_a_refused_form_keeps_the_text(
     assert not is_dark(page), "nothing of a refused form is applied"
 
     instructions.fill("Answer briefly.")
+    expect(counter).to_have_text("15 of 4,000 characters")
+    expect(counter).not_to_have_class(re.compile(r"\bover\b"))
     form.get_by_role("button", name="Save settings").click()
     expect(page.get_by_role("status")).to_have_text("Settings saved.")
     assert is_dark(page)

@@ -13,6 +13,7 @@ it opened, is out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import delete, exists, text, update
@@ -138,6 +139,13 @@ class UserManagement:
             revoke_all_tokens(session, user_id)
 
         await self.accounts.db.write(change)
+
+    async def list_with_last_admin(self) -> tuple[Sequence[User], int | None]:
+        """Every account, and the id of the only active admin when there is just one: the
+        account whose rights and access the page does not offer to take (`LAST_ADMIN`)."""
+        users = await self.list()
+        admins = [user.id for user in users if user.is_admin and user.active]
+        return users, admins[0] if len(admins) == 1 else None
 
     async def active_admins(self) -> int:
         query = select(User.id).where(col(User.is_admin), col(User.active))

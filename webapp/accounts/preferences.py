@@ -43,10 +43,6 @@ def parse_preferences(form: Mapping[str, str], catalog: Catalog) -> Preferences:
     """The settings form, checked: InvalidInput (400) names what is wrong. Instructions
     that leave no room for a message in the configuration new conversations start with
     are refused (`webapp.llm.head_room`), naming the smallest window they fit."""
-    configuration = form.get("default_configuration", "").strip() or None
-    if configuration is not None and configuration not in catalog.configurations:
-        known = ", ".join(catalog.configurations)
-        raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
     theme = form.get("theme", "system")
     if theme not in THEMES:
         raise InvalidInput(f"the theme is one of {', '.join(THEMES)}, not {theme!r}")
@@ -57,6 +53,15 @@ def parse_preferences(form: Mapping[str, str], catalog: Catalog) -> Preferences:
             f"custom instructions are at most {MAX_INSTRUCTIONS:,} characters; "
             f"these are {len(instructions):,}"
         )
+    configuration = checked_default(form.get("default_configuration", ""), instructions, catalog)
+    return Preferences(configuration, theme, instructions)
+
+
+def checked_default(value: str, instructions: str, catalog: Catalog) -> str | None:
+    """The configuration new conversations start with, from the settings form or the
+    sidebar's select: one the catalog has ("" for the site's default), with room for a
+    message beside the user's `instructions`; InvalidInput (400) otherwise."""
+    configuration = checked_configuration(value, catalog.configurations)
     try:
         route = resolve(catalog, configuration or catalog.default_configuration)
     except RoutingError:
@@ -64,7 +69,17 @@ def parse_preferences(form: Mapping[str, str], catalog: Catalog) -> Preferences:
     crowded = crowded_out(catalog, route, instructions) if route else None
     if crowded is not None:
         raise InvalidInput(crowded)
-    return Preferences(configuration, theme, instructions)
+    return configuration
+
+
+def checked_configuration(value: str, configurations: Collection[str]) -> str | None:
+    """A chosen configuration for new conversations ("" or blank: the site's default);
+    InvalidInput (400) for one the catalog does not have."""
+    configuration = value.strip() or None
+    if configuration is not None and configuration not in configurations:
+        known = ", ".join(configurations)
+        raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
+    return configuration
 
 
 def preferences_of(user: User) -> Preferences:
@@ -81,6 +96,20 @@ async def save_preferences(db: Database, user_id: int, preferences: Preferences)
                 theme=preferences.theme,
                 custom_instructions=preferences.custom_instructions,
             )
+        )
+        if done.rowcount == 0:
+            raise NotFound("no such user")
+
+    await db.write(write)
+
+
+async def save_default_configuration(db: Database, user_id: int, configuration: str | None) -> None:
+    """Only the configuration for new conversations: the sidebar's select keeps the choice
+    the way the settings page does, without touching the other settings."""
+
+    def write(session: Session) -> None:
+        done = session.connection().execute(
+            update(User).where(col(User.id) == user_id).values(default_configuration=configuration)
         )
         if done.rowcount == 0:
             raise NotFound("no such user")

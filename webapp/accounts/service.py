@@ -197,7 +197,8 @@ class AccountService:
         return user
 
     async def create_first_admin(self, username: str, password: str) -> User:
-        """Make the first account, an admin; `Conflict` once any account exists.
+        """Make the first account, an admin, signed in as it is made (its last sign-in is
+        now, not "never"); `Conflict` once any account exists.
 
         This is what an unauthenticated set-up page calls, so it must not let a
         second caller in: the row is inserted by one `INSERT ... SELECT ...
@@ -211,6 +212,7 @@ class AccountService:
         check_password(password)
         password_hash = await self.passwords.hash(password)
         key = username_key(username)
+        now = utcnow()  # made by the set-up page, which signs its maker in at once
 
         def insert_first(session: Session) -> User:
             connection = session.connection()
@@ -223,11 +225,11 @@ class AccountService:
                 literal(key, String()),
                 literal(password_hash, String()),
                 literal(True, Boolean()),
-                literal(utcnow(), DateTime(timezone=True)),
+                literal(now, DateTime(timezone=True)),
+                literal(now, DateTime(timezone=True)),
             ).where(~select(User.id).exists())
-            statement = insert(User).from_select(
-                ["username", "username_key", "password_hash", "is_admin", "created_at"], values
-            )
+            columns = ["username", "username_key", "password_hash", "is_admin", "created_at"]
+            statement = insert(User).from_select([*columns, "last_login_at"], values)
             result = connection.execute(statement)
             if result.rowcount != 1:
                 raise Conflict("an account already exists: sign in instead")

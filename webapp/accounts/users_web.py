@@ -93,10 +93,12 @@ async def _users_page(
 ) -> Template:
     """The users page; after a refused form, again with the reason and what was typed (a
     password is never sent back), answered with the error's 4xx status, not a bare page."""
+    users, last_admin = await UserManagement(accounts).list_with_last_admin()
     return Template(
         "admin/users.html",
         context={
-            "users": await UserManagement(accounts).list(),
+            "users": users,
+            "last_admin": last_admin,
             "notice": notice,
             "form_error": error.message if error else None,
             "typed": typed or {},

@@ -31,8 +31,10 @@ from webapp.accounts.preferences import (
     MAX_INSTRUCTIONS,
     THEMES,
     Preferences,
+    checked_default,
     parse_preferences,
     preferences_of,
+    save_default_configuration,
     save_preferences,
 )
 from webapp.accounts.service import SESSION_LIFETIME, AccountService
@@ -144,7 +146,9 @@ class AccountPages(Controller):
     async def login_form(self, accounts: Accounts, next: FromQuery[str | None] = None) -> Any:
         if not await accounts.has_users():
             return Redirect("/setup", status_code=303)
-        return Template("accounts/login.html", context={"next": safe_next(next), "error": None})
+        return Template(
+            "accounts/login.html", context={"next": safe_next(next), "username": "", "error": None}
+        )
 
     @post("/login", exclude_from_auth=True, media_type=MediaType.HTML)
     async def login(
@@ -152,6 +156,8 @@ class AccountPages(Controller):
     ) -> Any:
         form = await _form(request)
         target = safe_next(form.get("next"))
+        # A refused sign-in keeps the username typed: only the password is typed again.
+        typed = {"next": target, "username": form.get("username", "")}
         try:
             user = await accounts.authenticate(
                 form.get("username", ""),
@@ -161,14 +167,14 @@ class AccountPages(Controller):
         except TooManyRequests as refused:
             return Template(
                 "accounts/login.html",
-                context={"next": target, "error": refused.message},
+                context={**typed, "error": refused.message},
                 status_code=429,
                 headers={"Retry-After": str(refused.retry_after)},
             )
         if user is None or user.id is None:
             return Template(
                 "accounts/login.html",
-                context={"next": target, "error": "Wrong username or password."},
+                context={**typed, "error": "Wrong username or password."},
                 status_code=400,
             )
         return await _signed_in(request, accounts, settings.secret_key, user.id, target)
@@ -245,6 +251,17 @@ class AccountPages(Controller):
             )
         await save_preferences(accounts.db, request.user.id, chosen)
         return Redirect("/settings?done=preferences", status_code=303)
+
+    @post("/settings/default-configuration", status_code=204)
+    async def save_default(
+        self, request: Request[Any, Any, Any], accounts: Accounts, catalog: ServedCatalog
+    ) -> None:
+        """The sidebar's "Configuration for new conversations": stored as the settings
+        page stores it, so the next page and the next sign-in start from it."""
+        form = await _form(request)
+        instructions = request.user.custom_instructions
+        chosen = checked_default(form.get("configuration", ""), instructions, catalog)
+        await save_default_configuration(accounts.db, request.user.id, chosen)
 
     @post("/settings/tokens", opt=TOKEN_ROUTES)
     async def create_token(

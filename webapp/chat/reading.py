@@ -10,12 +10,15 @@ from webapp.chat.answering.reaping import Reaper
 from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.stored.branches import Alternatives, alternatives, newest_on_branch, whole_branch
 from webapp.chat.stored.history import read_branch
-from webapp.chat.stored.models import Conversation, Message, Role
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.organising import ConversationTag, clean_tag, tagged, tags_of
 from webapp.chat.stored.rows import check_id
 from webapp.chat.stored.search import Hit, search_messages, search_words
 from webapp.db import Database
-from webapp.errors import NotFound
+from webapp.errors import Conflict, InvalidInput, NotFound
+
+LENGTH_CUT = "length"
+"""The finish reason of an answer that stopped at its token limit, not at its end."""
 
 
 class ConversationReader:
@@ -180,6 +183,25 @@ class ConversationReader:
             return row
 
         return await self._db.read(read)
+
+    async def continuable(
+        self, owner: str, conversation_id: str, answer_id: int
+    ) -> tuple[Message, Message]:
+        """The newest answer of the shown branch, which its length limit cut off, and the
+        user turn it answers: what Continue may go on with (a clear 4xx otherwise)."""
+        answer = await self.message(owner, conversation_id, answer_id)
+        if answer.role != Role.ASSISTANT or answer.finish_reason != LENGTH_CUT:
+            raise InvalidInput("only an answer cut off by its length limit can be continued")
+        if answer.status != Status.COMPLETE:
+            # An import may carry any finish reason on a failed or stopped row.
+            raise Conflict(
+                f"this answer is {answer.status}, not complete: it cannot be continued; "
+                "retry it or send a message instead"
+            )
+        _, rows, _ = await self.page(owner, conversation_id, turns=1)
+        if not rows or rows[-1].id != answer_id:
+            raise Conflict("only the newest answer can be continued: send a message instead")
+        return await self.user_row_of(answer), answer
 
     async def user_row_of(self, answer: Message) -> Message:
         """The user row an answer answers: always the row just before it."""

@@ -8,6 +8,7 @@ go wrong with the provider.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 from webapp.chat.answering.answer import AnswerWriter, RunningAnswer
@@ -18,19 +19,14 @@ from webapp.chat.reading import ConversationReader
 from webapp.chat.sending.admission import Admission, checked_text
 from webapp.chat.sending.counting import count_newest
 from webapp.chat.sending.files import has_pictures, read_files, with_text_files
-from webapp.chat.sending.turn import NewTurn, drafted, store_turn
-from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.sending.turn import CONTINUE_PROMPT, NewTurn, drafted, resume_turn, store_turn
+from webapp.chat.stored.models import Conversation, Message, Role
 from webapp.chat.stored.rows import check_id
 from webapp.db import Database
-from webapp.errors import Conflict, InvalidInput, TooManyRequests
+from webapp.errors import InvalidInput
 from webapp.llm.manager import LLMManager
 from webapp.settings import Settings
 from webapp.stored import id_of
-
-LENGTH_CUT = "length"
-"""The finish reason of an answer that stopped at its token limit, not at its end."""
-CONTINUE_PROMPT = "Continue exactly where your last answer stopped, without repeating it."
-"""What Continue sends: a turn of its own, so the record shows what the model was asked."""
 
 
 @dataclass(slots=True)
@@ -39,6 +35,8 @@ class Send:
     user: Message
     answer: Message
     running: RunningAnswer
+    continued: bool = False
+    """The answer is an earlier one going on (Continue), `user` the turn it answers."""
 
 
 class Sender:
@@ -78,23 +76,13 @@ class Sender:
         text = checked_text(content, self._settings.max_message_chars)
         if edit_of is not None:
             check_id(edit_of)
-        attached = await read_files(self._db, owner, files, self._settings.max_files_per_message)
+        attached = await self._files(owner, files)
         text = with_text_files(text, attached, self._settings.max_message_chars)
         fresh = None if draft is None else drafted(owner, draft)
-        if fresh is not None:
-            conversation_id = fresh.id
-        send = await asyncio.shield(
-            self._send(
-                owner,
-                conversation_id,
-                text,
-                edit_of,
-                edit_of is not None,
-                attached,
-                address=address,
-                draft=fresh,
-            )
-        )
+        conversation_id = conversation_id if fresh is None else fresh.id
+        edit = edit_of is not None
+        new = NewTurn(owner, conversation_id, text, {}, edit_of, edit, attached, address, fresh)
+        send = await asyncio.shield(self._send(new))
         self._titler.follow(owner, send.conversation, send.user, send.running)
         return send
 
@@ -107,73 +95,55 @@ class Sender:
         original = await self._reader.message(owner, conversation_id, message_id)
         if original.role != Role.USER:
             raise InvalidInput("regenerate names a user's message: its turn gets a new answer")
-        ids = [a["id"] for a in original.attachments or []]
-        attached = await read_files(self._db, owner, ids, self._settings.max_files_per_message)
-        return await asyncio.shield(
-            self._send(
-                owner,
-                conversation_id,
-                original.content,
-                message_id,
-                False,
-                attached,
-                address=address,
-            )
-        )
+        attached = await self._files(owner, [a["id"] for a in original.attachments or []])
+        text = original.content
+        new = NewTurn(owner, conversation_id, text, {}, message_id, False, attached, address)
+        return await asyncio.shield(self._send(new))
 
     async def continue_answer(
         self, owner: str, conversation_id: str, answer_id: int, *, address: str = ""
     ) -> Send:
         """Go on with the newest answer of the shown branch, which its length limit cut
-        off: a new turn asking the model to continue, bounded (and admitted) like any send."""
-        answer = await self._reader.message(owner, conversation_id, answer_id)
-        if answer.role != Role.ASSISTANT or answer.finish_reason != LENGTH_CUT:
-            raise InvalidInput("only an answer cut off by its length limit can be continued")
-        if answer.status != Status.COMPLETE:
-            # An import may carry any finish reason on a failed or stopped row.
-            raise Conflict(
-                f"this answer is {answer.status}, not complete: it cannot be continued; "
-                "retry it or send a message instead"
-            )
-        _, rows, _ = await self._reader.page(owner, conversation_id, turns=1)
-        if not rows or rows[-1].id != answer_id:
-            raise Conflict("only the newest answer can be continued: send a message instead")
-        return await self.send(owner, conversation_id, CONTINUE_PROMPT, address=address)
+        off: the model is sent the history with that answer and asked to continue
+        (bounded and admitted like any send), and what it writes is appended to the same
+        answer."""
+        user, answer = await self._reader.continuable(owner, conversation_id, answer_id)
+        return await asyncio.shield(self._continue(owner, conversation_id, user, answer, address))
 
     async def settle(self, send: Send) -> tuple[Message, Message]:
         """Wait for the answer (it goes on even if the caller goes away); both rows then."""
         return await self._stopper.settle(send.running.task, id_of(send.user), id_of(send.answer))
 
-    async def _send(
-        self,
-        owner: str,
-        conversation_id: str,
-        text: str,
-        alternative_to: int | None = None,
-        edit: bool = False,
-        files: list[StoredFile] | None = None,
-        *,
-        address: str = "",
-        draft: Conversation | None = None,
-    ) -> Send:
-        admission, recent = self._admission, self._reader.recent
-        if draft is not None:
-            recent.remember(conversation_id, draft.configuration)
-        # Sure to be refused: not worth a count; pictures: sized by their rules alone.
-        uncounted = admission.refused_lately(owner) or has_pictures(files or [])
-        counts = (
-            {} if uncounted else await count_newest(self._manager, recent, conversation_id, text)
-        )
-        new = NewTurn(
-            owner, conversation_id, text, counts, alternative_to, edit, files or [], address, draft
-        )
-        admit, manager = self._admission, self._manager
-        try:
-            turn = await self._db.write_core(store_turn, admit, manager, new, key=conversation_id)
-        except TooManyRequests as refused:
-            admission.remember_refusal(owner, refused)
-            raise
+    async def _files(self, owner: str, ids: object) -> list[StoredFile]:
+        return await read_files(self._db, owner, ids, self._settings.max_files_per_message)
+
+    async def _send(self, new: NewTurn) -> Send:
+        recent, conversation_id = self._reader.recent, new.conversation_id
+        if new.draft is not None:
+            recent.remember(conversation_id, new.draft.configuration)
+        if not has_pictures(new.files):  # pictures are sized by their rules alone
+            counts = await self._counts(new.owner, conversation_id, new.text)
+            new = dataclasses.replace(new, counts=counts)
+        admit, key = self._admission, conversation_id
+        turn = await admit.run(self._db, new.owner, store_turn, admit, self._manager, new, key=key)
         recent.remember(conversation_id, turn.conversation.configuration)
         running = self.writer.start(turn.user, turn.answer, turn.planned)
         await running.on_its_way()
         return Send(turn.conversation, turn.user, turn.answer, running)
+
+    async def _continue(
+        self, owner: str, conversation_id: str, user: Message, answer: Message, address: str
+    ) -> Send:
+        counts = await self._counts(owner, conversation_id, CONTINUE_PROMPT)
+        asked = (self._admission, self._manager, owner, answer, counts, address)
+        run = self._admission.run
+        resumed = await run(self._db, owner, resume_turn, *asked, key=conversation_id)
+        running = self.writer.start(user, resumed.answer, resumed.planned, continuing=True)
+        await running.on_its_way()
+        return Send(resumed.conversation, user, resumed.answer, running, continued=True)
+
+    async def _counts(self, owner: str, conversation_id: str, text: str) -> dict[str, int]:
+        """The new text's exact counts; none for a caller sure to be refused."""
+        if self._admission.refused_lately(owner):
+            return {}
+        return await count_newest(self._manager, self._reader.recent, conversation_id, text)

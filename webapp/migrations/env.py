@@ -43,6 +43,9 @@ def run_migrations(connection: Connection) -> None:
         render_as_batch=sqlite,
         compare_type=True,
     )
+    # What the schema was before: `webapp migrate` says whether it created, upgraded or
+    # found it current (webapp.migrate.upgrade reads it back).
+    config.attributes["from_revision"] = context.get_context().get_current_revision()
     with context.begin_transaction():
         context.run_migrations()
         if sqlite:

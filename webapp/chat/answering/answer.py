@@ -33,7 +33,7 @@ from webapp.chat.stored.serialize import message_dict
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
-from webapp.llm.providers.base import ProviderError, StreamBroken
+from webapp.llm.providers.base import ProviderError, StreamBroken, Usage
 from webapp.llm.routing import RoutingError
 from webapp.settings import Settings
 from webapp.stored import id_of
@@ -153,6 +153,9 @@ class RunningAnswer:
     sent: asyncio.Future[None]
     """Settled once the answer's request is on its way to the engine, or the answer ended
     without one."""
+    prefix: str = ""
+    """The text the answer had before this run (a continuation's earlier part): the
+    channel's deltas carry only what follows it."""
 
     async def on_its_way(self, limit: float | None = None) -> None:
         """Wait (at most `limit` seconds, `REQUEST_HEAD_START` by default) until the
@@ -172,9 +175,11 @@ class AnswerRegistry:
         self,
         answer_id: int,
         run: Callable[[Channel, asyncio.Event, Callable[[], None]], Coroutine[Any, Any, None]],
+        prefix: str = "",
     ) -> RunningAnswer:
         """Run an answer in a task of its own: `run(channel, stop, sent)`, where `sent` is
-        called when its request has been written (see `RunningAnswer.sent`)."""
+        called when its request has been written (see `RunningAnswer.sent`); `prefix` is
+        the text it goes on from."""
         channel = Channel()
         stop = asyncio.Event()
         sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -182,7 +187,7 @@ class AnswerRegistry:
             run(channel, stop, lambda: _settle(sent)), name=f"answer-{answer_id}"
         )
         task.add_done_callback(lambda _: _settle(sent))
-        running = RunningAnswer(answer_id, channel, task, stop, sent)
+        running = RunningAnswer(answer_id, channel, task, stop, sent, prefix)
         self._running[answer_id] = running
         task.add_done_callback(lambda _: self._running.pop(answer_id, None))
         return running
@@ -221,6 +226,13 @@ class Progress:
     """The model the latest fit was sized for: the one being asked now."""
     model: str | None = None
     """The model whose text this is, once any arrived."""
+    earlier: Message | None = None
+    """The answer as it stood before this run, when this run continues it: its text
+    begins this one's, its usage is added to this run's."""
+
+    @classmethod
+    def continuing(cls, answer: Message) -> Progress:
+        return cls(parts=[answer.content], length=len(answer.content), earlier=answer)
 
     def add(self, text: str) -> None:
         self.model = self.model or self.trying
@@ -272,11 +284,23 @@ class AnswerWriter:
         self._flusher = flusher
         self._answers = answers
 
-    def start(self, user: Message, answer: Message, planned: Plan | RoutingError) -> RunningAnswer:
-        """Write the answer to a stored turn in a task of this worker's own (`write`)."""
+    def start(
+        self,
+        user: Message,
+        answer: Message,
+        planned: Plan | RoutingError,
+        *,
+        continuing: bool = False,
+    ) -> RunningAnswer:
+        """Write the answer to a stored turn in a task of this worker's own (`write`);
+        `continuing`: go on from the answer's stored text, in the same row."""
+        progress = Progress.continuing(answer) if continuing else Progress()
         return self._answers.start(
             id_of(answer),
-            lambda channel, stop, sent: self.write(user, answer, planned, channel, stop, sent),
+            lambda channel, stop, sent: self.write(
+                user, answer, planned, channel, stop, sent, progress
+            ),
+            prefix=progress.text,
         )
 
     async def write(
@@ -287,12 +311,14 @@ class AnswerWriter:
         channel: Channel,
         stop: asyncio.Event,
         sent: Callable[[], None] | None = None,
+        progress: Progress | None = None,
     ) -> None:
         """The whole answer, from the provider's first byte to the stored final row; whoever
         watches hears the end (`done` or `error`), even when the end could not be stored.
-        `sent` is called when the request to the engine has been written."""
+        `sent` is called when the request to the engine has been written; `progress`
+        holds the earlier part of an answer this run continues."""
         assert answer.id is not None
-        progress = Progress()
+        progress = progress or Progress()
         reader = asyncio.create_task(self._read_provider(user, planned, progress, channel, sent))
         # The text so far is written with every other answer's (`flushing`); that is also
         # the answer's heartbeat, and how a stop made by another worker is noticed.
@@ -352,6 +378,8 @@ class AnswerWriter:
                 # A fit made after the send's own: a fallback model's, a retry's, or one
                 # made once history was counted.
                 progress.trying = event.fit.model
+                if progress.earlier is not None:
+                    continue  # the turn's facts are its own send's, not a continuation's
                 columns = fit_columns(event.fit, planned.transcript)
                 await self._db.write(_set_columns, id_of(user), columns)
                 user = updated(user, columns)
@@ -375,6 +403,9 @@ class AnswerWriter:
         finished = progress.finished
         usage = finished.usage if finished is not None else None
         served_by = finished.model if finished is not None else progress.model
+        earlier = progress.earlier
+        if served_by is None and earlier is not None:
+            served_by = earlier.model
         values: dict[str, object] = {
             "token_counts": await self._count_answer(served_by, text),
             "content": text,
@@ -387,11 +418,7 @@ class AnswerWriter:
             ),
             "model": served_by,
             "finish_reason": finished.finish_reason if finished is not None else None,
-            "prompt_tokens": usage.prompt_tokens if usage is not None else None,
-            "completion_tokens": usage.completion_tokens if usage is not None else None,
-            "cached_tokens": usage.cached_tokens if usage is not None else None,
-            "evaluated_tokens": usage.evaluated if usage is not None else None,
-            "cache_write_tokens": usage.cache_write_tokens if usage is not None else None,
+            **_usage_columns(usage, earlier),
         }
         await self._flusher.finish(id_of(answer), values)
         return updated(answer, values)
@@ -410,3 +437,23 @@ class AnswerWriter:
             log.warning("could not count an answer with %s: %s", tokenizer.id, error)
             return None
         return {tokenizer.id: count}
+
+
+def _usage_columns(usage: Usage | None, earlier: Message | None) -> dict[str, int | None]:
+    """The answer's usage: this run's, plus the earlier parts' when it continues an
+    answer (each part was a request of its own, and each is paid for)."""
+    now = {
+        "prompt_tokens": usage.prompt_tokens if usage is not None else None,
+        "completion_tokens": usage.completion_tokens if usage is not None else None,
+        "cached_tokens": usage.cached_tokens if usage is not None else None,
+        "evaluated_tokens": usage.evaluated if usage is not None else None,
+        "cache_write_tokens": usage.cache_write_tokens if usage is not None else None,
+    }
+    if earlier is None:
+        return now
+    return {name: _added(count, getattr(earlier, name)) for name, count in now.items()}
+
+
+def _added(a: int | None, b: int | None) -> int | None:
+    """Two parts' counts together; None only if neither part has one."""
+    return None if a is None and b is None else (a or 0) + (b or 0)

@@ -141,8 +141,11 @@ class AnswerFlusher:
         self._telling: asyncio.Task[None] | None = None
 
     def track(self, answer_id: int, text: Callable[[], str], stop: asyncio.Event) -> None:
-        """Flush `text()` for this answer until it finishes; set `stop` if it is stopped."""
-        self._tracked[answer_id] = _Tracked(text, stop, 0, time.monotonic())
+        """Flush `text()` for this answer until it finishes; set `stop` if it is stopped.
+        What `text()` holds already (a continued answer's stored part) is neither
+        written nor announced again."""
+        known = len(text())
+        self._tracked[answer_id] = _Tracked(text, stop, known, time.monotonic(), known)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="flusher")
         if self._announce and (self._telling is None or self._telling.done()):

@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, TypeVar, TypeVarTuple
 
 from sqlalchemy import Connection, bindparam, update
 from sqlmodel import col, select
@@ -35,7 +35,7 @@ from webapp.chat.stored.budget import (
     record_use,
 )
 from webapp.chat.stored.models import Conversation, Message, Status
-from webapp.db import as_loaded
+from webapp.db import CoreWork, Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import OWNERS_KEPT
 from webapp.owners import EMBED_OWNER_PREFIX
@@ -73,6 +73,10 @@ class CallerQuota(Protocol):
         owners the quota is not about pass untouched."""
 
 
+Args = TypeVarTuple("Args")
+Stored = TypeVar("Stored")
+
+
 class Admission:
     """The rules a call to a model is admitted by: the owner's rate limit, the caller
     quotas, and one answer at a time per conversation."""
@@ -88,6 +92,17 @@ class Admission:
         engine to count its message."""
         until = self._refused_until.get(owner)
         return until is not None and time.monotonic() < until
+
+    async def run(
+        self, db: Database, owner: str, work: CoreWork[*Args, Stored], *args: *Args, key: str
+    ) -> Stored:
+        """`work`, a send's one transaction, which admits it (`admit`); a refusal is
+        remembered, so the owner's next try is not counted before it is refused again."""
+        try:
+            return await db.write_core(work, *args, key=key)
+        except TooManyRequests as refused:
+            self.remember_refusal(owner, refused)
+            raise
 
     def remember_refusal(self, owner: str, refused: TooManyRequests) -> None:
         self._refused_until[owner] = time.monotonic() + refused.retry_after

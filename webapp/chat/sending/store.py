@@ -1,4 +1,5 @@
-"""The send's third stage: the turn's rows, written in one statement.
+"""The send's third stage: the turn's rows, written in one statement (or, for a
+continuation, the answer it goes on with made streaming again).
 
 `insert_turn` is the one place a send writes: the user's row with the facts of its fit
 (what was kept, what was left out, for which model), the answer's placeholder after it,
@@ -19,9 +20,10 @@ from sqlmodel import col
 from webapp.chat.sending.files import LINKS, file_links, title_text, with_left_out_files
 from webapp.chat.sending.history import ForSend
 from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
-from webapp.chat.stored.rows import fit_columns
+from webapp.chat.stored.rows import fit_columns, updated
 from webapp.chat.stored.titles import DEFAULT_TITLE, title_from
 from webapp.db import as_loaded
+from webapp.errors import Conflict
 from webapp.llm.estimator import estimate_text
 from webapp.llm.manager import Plan
 from webapp.llm.routing import RoutingError
@@ -107,6 +109,25 @@ def insert_turn(
         with_id = dataclasses.replace(transcript, ids=[*(transcript.ids or [])[:-1], user.id])
         planned = dataclasses.replace(planned, transcript=with_id)
     return StoredTurn(_after_turn(connection, conversation, user), user, answer, planned)
+
+
+def resume_answer(connection: Connection, answer: Message, now: datetime) -> Message:
+    """The answer a continuation goes on with, streaming again in the same row: its text
+    stays (the continuation is appended to it), no turn is added. Conflict if it changed
+    since it was read (another continuation, a stop, a new branch shown)."""
+    done = connection.execute(
+        update(Message)
+        .where(
+            col(Message.id) == answer.id,
+            col(Message.status) == Status.COMPLETE,
+            col(Message.finish_reason) == answer.finish_reason,
+            col(Message.content) == answer.content,
+        )
+        .values(status=Status.STREAMING, error=None, updated_at=now)
+    )
+    if done.rowcount == 0:
+        raise Conflict("that answer changed meanwhile: reload to see it")
+    return updated(answer, {"status": Status.STREAMING, "error": None, "updated_at": now})
 
 
 def _after_turn(connection: Connection, conversation: Conversation, user: Message) -> Conversation:

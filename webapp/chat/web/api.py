@@ -465,9 +465,11 @@ class TurnController(Controller):
     async def continue_answer(
         self, request: Request[Any, Any, Any], chat: Chat, turn: Turn
     ) -> ASGIApp:
-        """Continue an answer cut off by its length limit (`finish_reason` "length"): a new
-        turn asking the model to go on, bounded like any send; 201 {user, assistant}, or
-        streamed with `Accept: text/event-stream`."""
+        """Continue an answer cut off by its length limit (`finish_reason` "length"): the
+        model is asked to go on, bounded like any send, and its text is appended to that
+        answer (the same id, no new turn); 201 {user, assistant} (the turn's question, the
+        answer now longer), or streamed with `Accept: text/event-stream` (its deltas only
+        the appended text)."""
         return await _answer(request, chat, await chat.sender.continue_answer(*turn))
 
     @put("/feedback", status_code=HTTP_200_OK)

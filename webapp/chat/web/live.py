@@ -148,7 +148,7 @@ async def snapshots_of(
             async for snapshot in snapshots:
                 yield snapshot
         return
-    text = ""
+    text = running.prefix  # a continuation's earlier part: its deltas carry only the rest
     # A page loaded mid-answer already shows the text flushed so far: replaying the channel
     # from its start must not show less than that (the text would jump back, then regrow).
     floor = len(answer.content)

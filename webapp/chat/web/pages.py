@@ -190,7 +190,8 @@ class ConversationPages(Controller):
     async def continue_answer(
         self, chat: Chat, conversation: FoundConversation, answer_id: RowId
     ) -> Template:
-        """Continue on an answer cut off by its length limit: a new turn, streamed."""
+        """Continue on an answer cut off by its length limit: the same answer, streaming
+        again in its place with the continuation appended."""
         send = await chat.sender.continue_answer(
             conversation.owner, conversation.id, answer_id, address=conversation.address
         )
@@ -640,6 +641,7 @@ def _turn(send: Send, conversation: ConversationRef) -> Template:
             conversation,
             conversation=send.conversation,
             embed=conversation.embed,
-            messages=message_views([send.user, send.answer]),
+            # A continuation shows only its answer, again in its place: no new turn.
+            messages=message_views([send.user, send.answer])[1 if send.continued else 0 :],
         ),
     )

@@ -188,13 +188,13 @@ def cut_moved_words(trim_to: float | None, *, fact: bool = False) -> str:
 
 
 def cut_line_words(dropped: int, *, preview: bool = False) -> str:
-    """The cut line's words: the turns between the opening exchange and the line were left
-    out, and the opening exchange above them still goes with every send."""
-    turns = plural(dropped, "earlier turn", "earlier turns")
-    verb = "the next send will leave out" if preview else "left out of the newest send"
+    """The cut line's words, plain and short enough for one line on a phone: the turns
+    between the opening exchange and the line are not sent (that the opening exchange
+    still is, the trimmed turn's note says)."""
+    turns = "the turn above" if dropped == 1 else f"the {dropped:,} turns above"
     if preview:
-        return f"Above this line: {turns} {verb} (the opening exchange still goes)"
-    return f"Above this line: {turns} {verb} (the opening exchange still went)"
+        return f"The model will no longer see {turns}"
+    return f"The model no longer sees {turns}"
 
 
 def answer_view(
