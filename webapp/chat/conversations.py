@@ -3,12 +3,14 @@ another branch, fork, delete, purge. Sending a message is `send`'s job."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, col, select
 
+from webapp.chat.answering.notify import announce_title
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
@@ -17,7 +19,7 @@ from webapp.chat.stored.history import is_replayable, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
-from webapp.chat.stored.transfer import parse_export
+from webapp.chat.stored.transfer import Imported, decode_export, parse_export
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.llm.estimator import estimate_message
@@ -25,6 +27,43 @@ from webapp.llm.manager import LLMManager
 from webapp.owners import owner_columns
 from webapp.timeutil import utcnow
 from webapp.web.markdown import render_markdown_async
+
+IMPORT_CHUNK_ROWS = 500
+"""Rows an import writes per statement: on PostgreSQL each statement's rows are made
+ready on the loop, so a chunk is a short step, not the whole import."""
+
+
+def _import_rows(
+    data: bytes | object, default_configuration: str, known: set[str], now: datetime
+) -> tuple[Imported, list[dict[str, Any]]]:
+    """The export checked whole (`parse_export`), and every message's column values, each
+    row with the same keys (one statement writes many): `prior_turns` speaks of each
+    row's own branch, the replayable turns on the path up to the row it continues (`upto`,
+    by seq; 0 is the very start)."""
+    imported = parse_export(
+        decode_export(data) if isinstance(data, bytes) else data,
+        default_configuration=default_configuration,
+        known=known,
+    )
+    rows: list[dict[str, Any]] = []
+    upto = {0: 0}
+    turns = {0: 0}  # the same for user rows, failed turns included: turn numbers
+    for values in imported.messages:
+        values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
+        seq = values["seq"]
+        parent = values["parent_seq"] if values["parent_seq"] is not None else seq - 1
+        if values["estimated_tokens"] is None:
+            values["estimated_tokens"] = estimate_message(values)
+        if values["role"] == Role.USER:
+            values["prior_turns"] = upto[parent]
+            upto[seq] = upto[parent]
+            values["turn_number"] = turns[seq] = turns[parent] + 1
+        else:
+            upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
+            turns[seq] = turns[parent]
+        rows.append(values)
+    columns = set().union(*rows) | {"content_html"} if rows else set()
+    return imported, [{column: row.get(column) for column in columns} for row in rows]
 
 
 class ConversationEditor:
@@ -98,15 +137,18 @@ class ConversationEditor:
         self._recent.remember(found.id, found.configuration)
         return found
 
-    async def import_conversation(self, owner: str, data: object) -> Conversation:
+    async def import_conversation(self, owner: str, data: bytes | object) -> Conversation:
         """A new conversation of `owner` holding a JSON export's messages and fit facts,
-        as they were; `prior_turns` is recounted, answers are rendered once more."""
-        imported = parse_export(
-            data,
-            default_configuration=self._manager.catalog.default_configuration,
-            known=set(self._manager.catalog.configurations),
-        )
+        as they were; `prior_turns` is recounted, answers are rendered once more. `data`:
+        the export's bytes, or its decoded JSON. Decoding, checking and laying out the
+        rows run on a thread (20,000 messages are a second of CPU), the rows are written
+        a chunk at a time, and answers render as `render_markdown_async` renders them: no
+        step holds the loop for long, whatever the import's size."""
+        catalog = self._manager.catalog
         now = utcnow()
+        imported, rows = await asyncio.to_thread(
+            _import_rows, data, catalog.default_configuration, set(catalog.configurations), now
+        )
         conversation = Conversation(
             owner=owner,
             **owner_columns(owner),
@@ -116,31 +158,20 @@ class ConversationEditor:
             updated_at=now,
         )
         conversation.active_seq = imported.active_seq
-        # prior_turns speaks of each row's own branch: the replayable turns on the path up
-        # to the row it continues (`upto`, by seq; 0 is the very start).
-        rows: list[dict[str, Any]] = []
-        upto = {0: 0}
-        turns = {0: 0}  # the same for user rows, failed turns included: turn numbers
-        for values in imported.messages:
-            values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
-            seq = values["seq"]
-            parent = values["parent_seq"] if values["parent_seq"] is not None else seq - 1
-            if values["estimated_tokens"] is None:
-                values["estimated_tokens"] = estimate_message(values)
-            if values["role"] == Role.USER:
-                values["prior_turns"] = upto[parent]
-                upto[seq] = upto[parent]
-                values["turn_number"] = turns[seq] = turns[parent] + 1
-            else:
-                upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
-                turns[seq] = turns[parent]
+        for values in rows:
+            if values["role"] == Role.ASSISTANT:
                 values["content_html"] = str(await render_markdown_async(values["content"]))
-            rows.append(values)
 
         def store(session: Session) -> None:
             session.add(conversation)
             session.flush()
-            session.add_all(Message(conversation_id=conversation.id, **values) for values in rows)
+            connection = session.connection()
+            for start in range(0, len(rows), IMPORT_CHUNK_ROWS):
+                chunk = rows[start : start + IMPORT_CHUNK_ROWS]
+                connection.execute(
+                    insert(Message),
+                    [{**values, "conversation_id": conversation.id} for values in chunk],
+                )
 
         await self._db.write(store)
         self._recent.remember(conversation.id, conversation.configuration)
@@ -158,6 +189,8 @@ class ConversationEditor:
                 setattr(conversation, name, value)
             conversation.updated_at = utcnow()
             session.add(conversation)
+            if "title" in values:  # the pages waiting for a title, in every worker
+                announce_title(session.connection(), conversation_id)
             return conversation
 
         return await self._db.write(change)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -17,8 +19,6 @@ from litestar.response.base import ASGIResponse
 from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
-from sqlalchemy import func
-from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.answering.answer import TEXT_PACE, Channel, Event
@@ -27,13 +27,19 @@ from webapp.chat.send import Send
 from webapp.chat.stored.attachments import with_file
 from webapp.chat.stored.budget import ImportQuota
 from webapp.chat.stored.feedback import feedback_value
-from webapp.chat.stored.models import Conversation, Message
-from webapp.chat.stored.rows import owned_in
+from webapp.chat.stored.models import Conversation
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
-from webapp.chat.stored.transfer import export_json, export_markdown
+from webapp.chat.stored.transfer import (
+    export_batch,
+    export_json,
+    export_markdown,
+    export_message,
+    export_plan,
+)
 from webapp.chat.web.deps import Chat
 from webapp.errors import InvalidInput
+from webapp.limits import Places
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream, frame
 from webapp.web.params import RowId
@@ -129,64 +135,31 @@ async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> d
     return {"results": [dataclasses.asdict(hit) for hit in hits]}
 
 
-EXPORT_BATCH_CHARS = 1_000_000
-"""About how much text a JSON export reads, holds and encodes at a time (at least one
-message): a client that reads slowly (or not at all, until the write deadline drops it)
-holds one batch, not the whole conversation twice over (rows, then their JSON)."""
 _MESSAGES_MARK = "\x00messages\x00"
 
 
-def _batches(sizes: list[tuple[int, int]]) -> list[int]:
-    """The last seq of each batch, from (seq, characters) in seq order."""
-    ends: list[int] = []
-    held = 0
-    for seq, size in sizes:
-        if ends and held + size <= EXPORT_BATCH_CHARS:
-            ends[-1] = seq
-            held += size
-        else:
-            ends.append(seq)
-            held = size
-    return ends
-
-
-async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> AsyncIterator[bytes]:
+async def _json_export(
+    chat: ChatJobs, plan: tuple[Conversation, list[int]], place: ExitStack[bool | None]
+) -> AsyncIterator[bytes]:
     """`export_json`'s document, as bytes, in pieces: its head, then the messages a batch
-    at a time, up to the newest there was when the export began (so `active_seq` names a
-    leaf of what is exported, whatever is sent meanwhile)."""
+    at a time (`transfer.batch_ends`), up to the newest there was when the export began
+    (so `active_seq` names a leaf of what is exported, whatever is sent meanwhile)."""
+    with place:
+        async for piece in _json_pieces(chat, *plan):
+            yield piece
 
-    def start(session: Session) -> tuple[Conversation, list[int]]:
-        connection = session.connection()
-        conversation = owned_in(connection, owner, conversation_id)
-        size = func.length(Message.content) + func.coalesce(func.length(Message.error), 0)
-        sizes = connection.execute(
-            select(col(Message.seq), size)
-            .where(Message.conversation_id == conversation_id)
-            .order_by(col(Message.seq))
-        ).all()
-        return conversation, _batches([(seq, chars) for seq, chars in sizes])
 
-    def batch(session: Session, after: int, last: int) -> list[Message]:
-        query = (
-            select(Message)
-            .where(
-                Message.conversation_id == conversation_id,
-                col(Message.seq) > after,
-                col(Message.seq) <= last,
-            )
-            .order_by(col(Message.seq))
-        )
-        return list(session.exec(query))
-
-    conversation, ends = await chat.db.read(start)
+async def _json_pieces(
+    chat: ChatJobs, conversation: Conversation, ends: list[int]
+) -> AsyncIterator[bytes]:
     head = {**export_json(conversation, []), "messages": _MESSAGES_MARK}
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
     for last in ends:
-        rows = await chat.db.read(batch, after, last)
-        for message in export_json(conversation, rows)["messages"]:
-            yield comma + encode_json(message)
+        rows = await chat.db.read(export_batch, conversation.id, after, last)
+        for row in rows:
+            yield comma + encode_json(export_message(row))
             comma = b","
         after = last
     yield b"]" + end
@@ -207,6 +180,25 @@ Turn = NamedDependency[TurnRef]
 
 async def path_turn(owner: Owner, conversation_id: FromPath[str], message_id: RowId) -> TurnRef:
     return TurnRef(owner, conversation_id, message_id)
+
+
+EXPORTS = Places()
+"""The exports this process is writing, by owner (each worker caps its own)."""
+
+
+def exporting(owner: str, cap: int) -> AbstractContextManager[None]:
+    """A place among the owner's exports in flight, for as long as one is written to its
+    client, or TooManyRequests past `cap` (0: no cap)."""
+    return EXPORTS.hold(
+        owner,
+        cap,
+        f"you already have {cap} exports on their way; "
+        "wait for one to finish (or close it) and try again",
+    )
+
+
+def _attachment(conversation: Conversation, extension: str) -> str:
+    return f'attachment; filename="{download_name(conversation.title)}.{extension}"'
 
 
 def download_name(title: str) -> str:
@@ -254,19 +246,26 @@ class ConversationController(Controller):
     ) -> Response[Any]:
         """The whole conversation: `json` (every message of every branch with its fit facts,
         for import) or `markdown` (the branch shown, to read). Served as a download named
-        after the title."""
-        name = download_name((await chat.reader.get(owner, conversation_id)).title)
-        if export_format == "markdown":
-            conversation, rows = await chat.reader.history(owner, conversation_id)  # the one shown
-            return Response(
-                export_markdown(conversation, rows),
-                media_type="text/markdown; charset=utf-8",
-                headers={"Content-Disposition": f'attachment; filename="{name}.md"'},
-            )
+        after the title; 429 past the caller's exports in flight (`WEBAPP_EXPORTS_PER_USER`)."""
+        place = ExitStack()
+        place.enter_context(exporting(owner, chat.settings.exports_per_user))
+        try:
+            if export_format == "markdown":
+                with place:  # the one shown, built whole
+                    conversation, rows = await chat.reader.history(owner, conversation_id)
+                    return Response(
+                        export_markdown(conversation, rows),
+                        media_type="text/markdown; charset=utf-8",
+                        headers={"Content-Disposition": _attachment(conversation, "md")},
+                    )
+            plan = await chat.db.read(export_plan, owner, conversation_id)
+        except BaseException:
+            place.close()
+            raise
         return Stream(  # every branch, read and sent a batch at a time
-            _json_export(chat, owner, conversation_id),
+            _json_export(chat, plan, place),
             media_type=MediaType.JSON,
-            headers={"Content-Disposition": f'attachment; filename="{name}.json"'},
+            headers={"Content-Disposition": _attachment(plan[0], "json")},
         )
 
     @post("/import", status_code=HTTP_201_CREATED)
@@ -275,14 +274,17 @@ class ConversationController(Controller):
         request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
-        data: JSONBody[dict[str, Any]],
-    ) -> dict[str, Any]:
-        """A new conversation from a JSON export (`GET .../export?format=json`); 429 past
-        the caller's import quota (`WEBAPP_IMPORT_*`)."""
-        await ImportQuota(chat.db, chat.settings).take(owner, len(await request.body()))
-        conversation = await chat.editor.import_conversation(owner, data)
-        _, rows = await chat.reader.history(owner, conversation.id)
-        return conversation_dict(conversation, rows)
+    ) -> ASGIApp:
+        """A new conversation from a JSON export (`GET .../export?format=json`) sent as the
+        body; 429 past the caller's import quota (`WEBAPP_IMPORT_*`). The body is decoded
+        and checked off the event loop (`ConversationEditor.import_conversation`)."""
+        raw = await request.body()
+        await ImportQuota(chat.db, chat.settings).take(owner, len(raw))
+        conversation = await chat.editor.import_conversation(owner, raw)
+        _, rows = await chat.reader.history_by_pages(owner, conversation.id)
+        # As long as the import: read a page at a time, made into JSON on a thread.
+        body = await asyncio.to_thread(lambda: encode_json(conversation_dict(conversation, rows)))
+        return ASGIResponse(body=body, status_code=HTTP_201_CREATED, media_type=MediaType.JSON)
 
     @patch("/{conversation_id:str}")
     async def update_conversation(

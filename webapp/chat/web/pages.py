@@ -7,7 +7,6 @@ differs, which a `conversation` dependency decides per controller.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -435,11 +434,7 @@ class ConversationAdmin(Controller):
         if len(raw) > MAX_IMPORT_BYTES:
             raise InvalidInput(f"an import file is at most {MAX_IMPORT_BYTES // 2**20} MB")
         await ImportQuota(chat.db, chat.settings).take(owner, len(raw))
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, ValueError):
-            raise InvalidInput("that file is not JSON: import a conversation's export") from None
-        conversation = await chat.editor.import_conversation(owner, data)
+        conversation = await chat.editor.import_conversation(owner, raw)
         return go_to(request, f"/c/{conversation.id}")
 
     @post("/c/new")
