@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -252,3 +253,24 @@ async def test_an_import_of_twenty_thousand_messages_never_holds_the_loop(
     assert len(imported.json()["messages"]) == MAX_MESSAGES
     assert lag.ticks > 0
     assert lag.busiest < STALL, f"the import held the loop for {lag.busiest:.2f} s of CPU"
+
+
+async def test_a_long_markdown_export_is_whole_across_its_batches(client: AsyncTestClient) -> None:
+    """The Markdown export is read and sent a batch of the branch at a time (issue 43)."""
+    messages = 2 * EXPORT_BATCH_ROWS + 6
+    data = {
+        "format": "webapp.conversation",
+        "version": 1,
+        "conversation": {"title": "Many turns"},
+        "messages": [
+            {"seq": seq, "role": "user" if seq % 2 else "assistant", "content": f"text {seq}  "}
+            for seq in range(1, messages + 1)
+        ],
+    }
+    imported = await client.post("/api/conversations/import", json=data)
+    assert imported.status_code == 201, imported.text
+    text = (await export(client, imported.json()["id"], "markdown")).text
+    assert text.startswith("# Many turns (imported)\n\nConfiguration: ")
+    assert text.count("## You\n\ntext ") == text.count("## Assistant\n\ntext ") == messages // 2
+    assert [int(n) for n in re.findall(r"text (\d+)", text)] == list(range(1, messages + 1))
+    assert text.endswith(f"text {messages}\n")

@@ -67,6 +67,15 @@ def newest_on_branch(
     return [_message(row) for row in rows]
 
 
+def oldest_on_branch(
+    connection: Connection, conversation_id: str, branch: Branch, start: int, limit: int
+) -> list[Message]:
+    """Up to `limit` rows of `branch` from seq `start` on, oldest first."""
+    parts = branch.oldest_first(start)
+    rows = rows_on_branch(connection, _OLDEST_IN, conversation_id, parts, limit)
+    return [_message(row) for row in rows]
+
+
 def whole_branch(connection: Connection, conversation_id: str, branch: Branch) -> list[Message]:
     """Every row of `branch`, oldest first."""
     parts = branch.oldest_first(branch.first)

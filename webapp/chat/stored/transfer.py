@@ -22,7 +22,9 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlmodel import Session, col, select
 
+from webapp.chat.stored.branches import oldest_on_branch
 from webapp.chat.stored.feedback import feedback_value
+from webapp.chat.stored.history import Branch, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.rows import owned_in
 from webapp.chat.stored.serialize import (
@@ -137,6 +139,22 @@ def export_plan(
     return conversation, batch_ends([(seq, nbytes) for seq, nbytes in sizes])
 
 
+def markdown_plan(
+    session: Session, owner: str, conversation_id: str
+) -> tuple[Conversation, Branch]:
+    """The owner's conversation and its active branch, for the Markdown export."""
+    connection = session.connection()
+    conversation = owned_in(connection, owner, conversation_id)
+    return conversation, read_branch(connection, conversation_id, conversation.active_seq)
+
+
+def markdown_batch(
+    session: Session, conversation_id: str, branch: Branch, start: int
+) -> list[Message]:
+    """The next `EXPORT_BATCH_ROWS` messages of the branch from seq `start` on."""
+    return oldest_on_branch(session.connection(), conversation_id, branch, start, EXPORT_BATCH_ROWS)
+
+
 def export_batch(session: Session, conversation_id: str, after: int, last: int) -> list[Message]:
     """The messages of one batch: seqs after `after`, up to `last`."""
     query = (
@@ -151,29 +169,31 @@ def export_batch(session: Session, conversation_id: str, after: int, last: int) 
     return list(session.exec(query))
 
 
-def export_markdown(conversation: Conversation, rows: list[Message]) -> str:
-    """The conversation as a person reads it: who said what, and where the model was sent
-    less than the whole history."""
-    lines = [
-        f"# {conversation.title}",
-        "",
-        f"Configuration: {conversation.configuration} · started {_iso(conversation.created_at)}",
-        "",
-    ]
-    for row in rows:
-        if row.role == Role.USER:
-            lines.append("## You")
-            if row.dropped_turns:
-                words = left_out_words(row.dropped_turns, row.fit_pins_dropped or 0, row.fit_model)
-                lines += ["", f"> ✂ Sent without older history: {words}."]
-        else:
-            served = f" ({row.model})" if row.model else ""
-            lines.append(f"## Assistant{served}")
-            label = STATUS_LABELS.get(Status(row.status))
-            if label:
-                lines += ["", f"*{label}{': ' + row.error if row.error else ''}*"]
-        lines += ["", row.content, ""]
-    return "\n".join(lines).rstrip() + "\n"
+def markdown_head(conversation: Conversation) -> str:
+    """The Markdown export's head: the title and what the conversation is. The export is
+    the conversation as a person reads it (who said what, and where the model was sent
+    less than the whole history): the head, then each message of the branch shown
+    (`markdown_turn`), joined by a newline, its trailing space cut to one newline."""
+    what = f"Configuration: {conversation.configuration} · started {_iso(conversation.created_at)}"
+    return f"# {conversation.title}\n\n{what}\n"
+
+
+def markdown_turn(row: Message) -> str:
+    """One message of the Markdown export: who, any trim marker or status, the text."""
+    lines: list[str] = []
+    if row.role == Role.USER:
+        lines.append("## You")
+        if row.dropped_turns:
+            words = left_out_words(row.dropped_turns, row.fit_pins_dropped or 0, row.fit_model)
+            lines += ["", f"> ✂ Sent without older history: {words}."]
+    else:
+        served = f" ({row.model})" if row.model else ""
+        lines.append(f"## Assistant{served}")
+        label = STATUS_LABELS.get(Status(row.status))
+        if label:
+            lines += ["", f"*{label}{': ' + row.error if row.error else ''}*"]
+    lines += ["", row.content, ""]
+    return "\n".join(lines)
 
 
 # ---- import -----------------------------------------------------------------------------

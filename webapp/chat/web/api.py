@@ -27,15 +27,19 @@ from webapp.chat.send import Send
 from webapp.chat.stored.attachments import with_file
 from webapp.chat.stored.budget import ImportQuota
 from webapp.chat.stored.feedback import feedback_value
+from webapp.chat.stored.history import Branch
 from webapp.chat.stored.models import Conversation
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
 from webapp.chat.stored.transfer import (
     export_batch,
     export_json,
-    export_markdown,
     export_message,
     export_plan,
+    markdown_batch,
+    markdown_head,
+    markdown_plan,
+    markdown_turn,
 )
 from webapp.chat.web.deps import Chat
 from webapp.errors import InvalidInput
@@ -149,6 +153,22 @@ async def _json_export(
             yield piece
 
 
+async def _markdown_export(
+    chat: ChatJobs, shown: tuple[Conversation, Branch], place: ExitStack[bool | None]
+) -> AsyncIterator[bytes]:
+    """The Markdown export (`transfer.markdown_head`), a batch of the branch at a time;
+    the last piece is held back to end the text with one newline."""
+    conversation, branch = shown
+    with place:
+        pending, start = markdown_head(conversation), branch.first
+        while rows := await chat.db.read(markdown_batch, conversation.id, branch, start):
+            for row in rows:
+                yield pending.encode()
+                pending = "\n" + markdown_turn(row)
+            start = rows[-1].seq + 1
+        yield (pending.rstrip() + "\n").encode()
+
+
 async def _json_pieces(
     chat: ChatJobs, conversation: Conversation, ends: list[int]
 ) -> AsyncIterator[bytes]:
@@ -251,13 +271,13 @@ class ConversationController(Controller):
         place.enter_context(exporting(owner, chat.settings.exports_per_user))
         try:
             if export_format == "markdown":
-                with place:  # the one shown, built whole
-                    conversation, rows = await chat.reader.history(owner, conversation_id)
-                    return Response(
-                        export_markdown(conversation, rows),
-                        media_type="text/markdown; charset=utf-8",
-                        headers={"Content-Disposition": _attachment(conversation, "md")},
-                    )
+                await chat.reaper.reap_stale(conversation_id)
+                shown = await chat.db.read(markdown_plan, owner, conversation_id)
+                return Stream(  # the branch shown, read and sent a batch at a time
+                    _markdown_export(chat, shown, place),
+                    media_type="text/markdown; charset=utf-8",
+                    headers={"Content-Disposition": _attachment(shown[0], "md")},
+                )
             plan = await chat.db.read(export_plan, owner, conversation_id)
         except BaseException:
             place.close()
