@@ -228,23 +228,26 @@ def test_export_batches_are_bounded_in_rows_and_in_bytes() -> None:
     assert batch_ends([(1, 10 * EXPORT_BATCH_BYTES), (2, 5)]) == [1, 2]  # one row at least
 
 
+def turns_export(title: str, messages: int, content: str) -> dict[str, Any]:
+    """An export of `messages` short messages, each `content` with its seq in it."""
+    return {
+        "format": "webapp.conversation",
+        "version": 1,
+        "conversation": {"title": title},
+        "messages": [
+            {"seq": seq, "role": "user" if seq % 2 else "assistant", "content": content.format(seq)}
+            for seq in range(1, messages + 1)
+        ],
+    }
+
+
 async def test_an_import_of_twenty_thousand_messages_never_holds_the_loop(
     client: AsyncTestClient,
 ) -> None:
     """A 20,000-message import (the most one may hold) held the loop up to 1 s (issue 43):
     the JSON decoded, checked and laid out on the loop, and the answer's JSON too. Now each
     of those runs on a thread, and the rows are written a chunk at a time."""
-    body = json.dumps(
-        {
-            "format": "webapp.conversation",
-            "version": 1,
-            "conversation": {"title": "Quick exchanges"},
-            "messages": [
-                {"seq": seq, "role": "user" if seq % 2 else "assistant", "content": f"line {seq}"}
-                for seq in range(1, MAX_MESSAGES + 1)
-            ],
-        }
-    ).encode()
+    body = json.dumps(turns_export("Quick exchanges", MAX_MESSAGES, "line {}")).encode()
     with watching_app(client) as lag:
         imported = await client.post(
             "/api/conversations/import", content=body, headers={"Content-Type": "application/json"}
@@ -258,15 +261,7 @@ async def test_an_import_of_twenty_thousand_messages_never_holds_the_loop(
 async def test_a_long_markdown_export_is_whole_across_its_batches(client: AsyncTestClient) -> None:
     """The Markdown export is read and sent a batch of the branch at a time (issue 43)."""
     messages = 2 * EXPORT_BATCH_ROWS + 6
-    data = {
-        "format": "webapp.conversation",
-        "version": 1,
-        "conversation": {"title": "Many turns"},
-        "messages": [
-            {"seq": seq, "role": "user" if seq % 2 else "assistant", "content": f"text {seq}  "}
-            for seq in range(1, messages + 1)
-        ],
-    }
+    data = turns_export("Many turns", messages, "text {}  ")
     imported = await client.post("/api/conversations/import", json=data)
     assert imported.status_code == 201, imported.text
     text = (await export(client, imported.json()["id"], "markdown")).text
