@@ -375,7 +375,7 @@ async def test_exports_in_flight_are_capped_per_user(serve: Serve, sqlite_url: s
             assert "already have 2 exports on their way" in refused.text
             assert (await api.get(path + "?format=markdown")).status_code == 429
             # Another user's export is not refused for alice's.
-            theirs = await imported_export(other, export)
+            theirs = await imported_export(other, big_export(2, 10))
             assert (await other.get(theirs)).status_code == 200
             # One of alice's clients goes: its place comes back.
             stalled.pop().close()
