@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
+from weakref import WeakKeyDictionary
 
 from litestar import Controller, MediaType, Request, Response, delete, get, patch, post, put
 from litestar.di import NamedDependency, Provide
@@ -28,7 +29,7 @@ from webapp.chat.stored.attachments import with_file
 from webapp.chat.stored.budget import ImportQuota
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.history import Branch
-from webapp.chat.stored.models import Conversation
+from webapp.chat.stored.models import Conversation, Message
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
 from webapp.chat.stored.transfer import (
@@ -140,6 +141,26 @@ async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> d
 
 
 _MESSAGES_MARK = "\x00messages\x00"
+ENCODING_AT_ONCE = 2
+"""Exports' batches a process reads and encodes at once: forty exports started together
+took turns with every other request a batch each (the database's reader threads, then the
+loop), so a request waited for forty batches (seconds); now for two at most, and the
+exports wait for one another instead."""
+_encoders: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = WeakKeyDictionary()
+
+
+def _export_turn() -> asyncio.Semaphore:
+    """A turn among this loop's exports to read and encode a batch (`ENCODING_AT_ONCE`)."""
+    loop = asyncio.get_running_loop()
+    return _encoders.get(loop) or _encoders.setdefault(loop, asyncio.Semaphore(ENCODING_AT_ONCE))
+
+
+def _json_batch(rows: list[Message]) -> bytes:
+    return b",".join(encode_json(export_message(row)) for row in rows)
+
+
+def _markdown_batch(rows: list[Message]) -> str:
+    return "\n".join(map(markdown_turn, rows))
 
 
 async def _json_export(
@@ -161,10 +182,14 @@ async def _markdown_export(
     conversation, branch = shown
     with place:
         pending, start = markdown_head(conversation), branch.first
-        while rows := await chat.db.read(markdown_batch, conversation.id, branch, start):
-            for row in rows:
-                yield pending.encode()
-                pending = "\n" + markdown_turn(row)
+        while True:
+            async with _export_turn():
+                rows = await chat.db.read(markdown_batch, conversation.id, branch, start)
+                text = _markdown_batch(rows)
+            if not rows:
+                break
+            yield pending.encode()
+            pending = "\n" + text
             start = rows[-1].seq + 1
         yield (pending.rstrip() + "\n").encode()
 
@@ -177,11 +202,11 @@ async def _json_pieces(
     yield before + b"["
     after, comma = 0, b""
     for last in ends:
-        rows = await chat.db.read(export_batch, conversation.id, after, last)
-        for row in rows:
-            yield comma + encode_json(export_message(row))
-            comma = b","
-        after = last
+        async with _export_turn():
+            rows = await chat.db.read(export_batch, conversation.id, after, last)
+            piece = _json_batch(rows)
+        yield comma + piece
+        comma, after = b",", last
     yield b"]" + end
 
 
