@@ -43,6 +43,8 @@ from webapp.llm.routing import Route
 from webapp.llm.window import FitResult, Transcript
 from webapp.migrate import upgrade
 
+CALLER = "user:1"
+"""Whose sends are fitted: a caller with no figure of its own, sized by the shared one."""
 TURNS = 10_000
 FORKS = 100
 PIN_EVERY = 500
@@ -158,7 +160,7 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
             newest,
             newest_tokens,
             budget=manager.largest_budget(route),
-            sizers=manager.sizers(route),
+            sizers=manager.sizers(route, CALLER),
             cut=previous.kept_from if previous is not None else 0,
         )
 
@@ -168,7 +170,7 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
 
         async def bounded(route: Route = route, model: ModelSpec = model) -> None:
             transcript = await db.write(load, route)
-            manager.fit_for(route, model, transcript)
+            manager.fit_for(route, model, transcript, caller=CALLER)
 
         async def naive(route: Route = route, model: ModelSpec = model) -> FitResult:
             query = (
@@ -181,7 +183,9 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
             messages = [{"role": r["role"], "content": r["content"]} for r in rows] + [newest]
             estimates = [r["estimated_tokens"] for r in rows] + [newest_tokens]
             pinned = tuple(2 * i for i, r in enumerate(rows[::2]) if r["pinned"])
-            return manager.fit_for(route, model, Transcript(messages, estimates, pinned=pinned))
+            return manager.fit_for(
+                route, model, Transcript(messages, estimates, pinned=pinned), caller=CALLER
+            )
 
         naive_fits[name] = naive
         results[f"fit-and-load, {model.window:,}-token model"] = await timed(bounded, 200)
@@ -190,7 +194,7 @@ async def measure(url: str, conversation_id: str, newest_seq: int) -> dict[str, 
     for name in ("big", "small"):
         route = manager.route(name)
         transcript = await db.write(load, route)
-        result = manager.fit_for(route, route.primary, transcript)
+        result = manager.fit_for(route, route.primary, transcript, caller=CALLER)
         everything = await naive_fits[name]()
         assert result.messages == everything.messages, "bounded and naive fits disagree"
         print(

@@ -214,3 +214,29 @@ model = "guess"
 trim_to = 1.0
 """
     )
+
+
+def seer(name: str, model_id: str, window: int, extra: str = "") -> str:
+    """A model that sees, served by the fake upstream as `model_id`."""
+    return (
+        f'[[models]]\nname = "{name}"\nprovider = "up"\nmodel_id = "{model_id}"\n'
+        f"context_window = {window}\nmax_output_tokens = {window // 10}\n"
+        f'capabilities = ["chat", "vision"]\n{extra}\n'
+    )
+
+
+SEEING = (  # `extra` for the fake upstream's catalog: models that see, and their routes
+    seer("seer", "large", 16384)
+    + seer("seer-local", "medium", 16384, "image_tokens = 300")
+    + seer("seer-small", "small", 1024)
+    + """
+[[configurations]]
+name = "seeing"
+model = "seer"
+fallbacks = ["large", "seer-local"]
+
+[[configurations]]
+name = "seeing-small"
+model = "seer-small"
+"""
+)

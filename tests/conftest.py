@@ -58,9 +58,15 @@ os.environ.setdefault("WEBAPP_MODEL_TITLES", "false")
 os.environ.setdefault("WEBAPP_PASSWORD_HASHING", "cheapest")
 
 TABLES = (
+    "share",
+    "conversation_tag",
+    "message_file",
+    "stored_file",
+    "file_blob",
     "message",
     "conversation",
     "model_calibration",
+    "caller_calibration",
     "api_token",
     "login_session",
     "sign_in_attempt",

@@ -24,6 +24,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from tests.catalogs import CLOSED_PORT_URL
 from tests.dbutil import session_on
 from tests.factories import admin_client, settings_for
+from webapp import cli
 from webapp.accounts.models import User
 from webapp.admin import queries
 from webapp.admin.queries import UNKNOWN_MODEL, CacheDay
@@ -47,6 +48,8 @@ class Answer:
     prompt: int | None
     cached: int | None
     status: Status = Status.COMPLETE
+    evaluated: int | None = None
+    written: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,14 @@ SEEDED: dict[tuple[date, time], list[Answer | UserSend]] = {
         UserSend("beta", cut_moved=None),
         Answer("beta", 900, None),
         UserSend(None, cut_moved=True),  # a send whose model was never known
+        UserSend("large", cut_moved=False),
+        Answer("large", 300, None),  # an engine that never reports its cache
     ],
     (NEWER, EARLY): [
         UserSend("alpha", cut_moved=False),
-        Answer("alpha", 400, 300),
+        Answer("alpha", 400, 300, evaluated=100),
         UserSend("alpha", cut_moved=False),
-        Answer("alpha", 600, 450),
+        Answer("alpha", 600, 450, evaluated=150, written=20),
         UserSend("beta", cut_moved=True),
         Answer("beta", 500, 125),
         UserSend("beta", cut_moved=False),
@@ -88,11 +93,12 @@ SEEDED: dict[tuple[date, time], list[Answer | UserSend]] = {
 }
 
 WANT = [
-    CacheDay(NEWER, "alpha", 2, 0, 1000, 750, 0),
+    CacheDay(NEWER, "alpha", 2, 0, 1000, 750, 0, evaluated_tokens=250, cache_write_tokens=20),
     CacheDay(NEWER, "beta", 1, 0, 500, 125, 1),
     CacheDay(OLDER, UNKNOWN_MODEL, 0, 0, 0, 0, 1),
     CacheDay(OLDER, "alpha", 2, 1, 2000, 800, 2),
     CacheDay(OLDER, "beta", 0, 2, 0, 0, 0),
+    CacheDay(OLDER, "large", 0, 1, 0, 0, 0),
 ]
 """Newest day first, then by model: the exact figures of SEEDED."""
 
@@ -123,6 +129,8 @@ def seeded_rows(conversation_id: str) -> list[Message]:
                     prompt_tokens=row.prompt,
                     completion_tokens=10 if row.prompt is not None else None,
                     cached_tokens=row.cached,
+                    evaluated_tokens=row.evaluated,
+                    cache_write_tokens=row.written,
                     **common,
                 )
             )
@@ -201,6 +209,7 @@ async def test_the_share_per_model_and_day_is_exact(seeded: Seeded) -> None:
         (OLDER, UNKNOWN_MODEL): None,
         (OLDER, "alpha"): 0.4,
         (OLDER, "beta"): None,
+        (OLDER, "large"): None,
     }
 
 
@@ -252,13 +261,21 @@ async def test_the_page_shows_the_table(client: AsyncTestClient) -> None:
     table = html.split('id="prompt-cache"', 1)[1].split("</table>", 1)[0]
     assert table.count("data-cache-day=") == len(WANT)
     newer, older = NEWER.isoformat(), OLDER.isoformat()
-    assert cells(html, NEWER, "alpha")[1:] == ["alpha", "75.0%", "750", "1,000", "2", "0", "0"]
-    assert cells(html, NEWER, "beta")[2:] == ["25.0%", "125", "500", "1", "0", "1"]
-    assert cells(html, OLDER, "alpha")[2:] == ["40.0%", "800", "2,000", "2", "1", "2"]
-    assert cells(html, OLDER, "beta")[2:] == ["—", "—", "—", "0", "2", "0"], "unknown, not 0%"
+    assert cells(html, NEWER, "alpha")[1:] == [
+        *("alpha", "75.0%", "750", "1,000", "2", "0", "0", "250", "20")
+    ]
+    assert cells(html, NEWER, "beta")[2:] == ["25.0%", "125", "500", "1", "0", "1", "—", "—"]
+    assert cells(html, OLDER, "alpha")[2:] == ["40.0%", "800", "2,000", "2", "1", "2", "—", "—"]
+    assert cells(html, OLDER, "beta")[2:] == [*("—", "—", "—", "0", "2", "0", "—", "—")], (
+        "unknown, not 0%"
+    )
+    # large's engine never said what its cache served: the review names the flags.
+    note = html.split('id="unreported-cache">', 1)[1].split("</p>", 1)[0]
+    assert note.startswith("large:") and "--enable-prompt-tokens-details" in note
+    assert "--enable-cache-report" in note and "beta" not in note
     assert f'<time datetime="{newer}">{newer}</time>' in table
     assert table.index(newer) < table.index(older), "newest day first"
-    assert table.count('class="number"') == 6 * len(WANT), "every figure right-aligned"
+    assert table.count('class="number"') == 8 * len(WANT), "every figure right-aligned"
 
 
 async def test_the_api_has_it_beside_the_list(client: AsyncTestClient) -> None:
@@ -277,8 +294,26 @@ async def test_the_api_has_it_beside_the_list(client: AsyncTestClient) -> None:
             "answers_with_cache_report": row.reported,
             "answers_without_cache_report": row.unreported,
             "cut_moved_sends": row.cut_moved,
+            "evaluated_tokens": row.evaluated_tokens,
+            "cache_write_tokens": row.cache_write_tokens,
         }
         for row in WANT
     ]
+    assert [entry["model"] for entry in cache["unreported"]] == ["large"]
     beta = next(r for r in cache["rows"] if (r["day"], r["model"]) == (OLDER.isoformat(), "beta"))
     assert beta["cached_share"] is None and beta["answers_without_cache_report"] == 2
+
+
+def test_check_config_names_the_flag_where_the_engine_reports_nothing(
+    seeded: Seeded, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process (the command's own start is tested elsewhere): its database is
+    the seeded one."""
+    monkeypatch.setenv("WEBAPP_DATABASE_URL", seeded.url)
+    assert cli.main(["check-config", str(seeded.settings.config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index(next(line for line in lines if "model 'large':" in line))
+    following = lines[at + 1 : at + 5]
+    assert any("note:" in line and "--enable-cache-report" in line for line in following)
+    flagged = [line for line in lines if "--enable-prompt-tokens-details" in line]
+    assert len(flagged) == 1, "only the model whose answers never said"

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.settings(max_message_chars=2000)
 
 MESSAGE_FIELDS = {
     "id",
+    "attachments",
     "alternatives",
     "seq",
     "role",
@@ -78,10 +79,15 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
         "trim_to",
         "cut_moved",
         "instructions_tokens",
+        "attachments_sent",
+        "attachments_left_out",
     }
     assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
     assert user["fit"]["trim_to"] == 0.75 and user["fit"]["cut_moved"] is False
-    assert set(assistant["usage"]) == {"prompt_tokens", "completion_tokens", "cached_tokens"}
+    assert set(assistant["usage"]) == {
+        *("prompt_tokens", "completion_tokens", "cached_tokens"),
+        *("evaluated_tokens", "cache_write_tokens"),
+    }
     assert user["token_counts"] == {"estimate": user["estimated_tokens"]}
     assert assistant["status"] == "complete" and assistant["model"] == "small"
     assert assistant["usage"]["prompt_tokens"] > 0 and assistant["fit"] is None
@@ -116,6 +122,32 @@ async def test_streamed_send_emits_fit_deltas_and_done(
             assert event_id is not None, "every delta says where it ends"
             offsets.append(int(event_id))
     assert offsets == sorted(offsets) and offsets[-1] == len(text)
+
+
+async def test_streamed_send_reports_the_engines_reading_of_the_prompt(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    """llama.cpp reports its prefill: `progress` events {processed, total, cached} come
+    before the first piece of text."""
+    upstream.set_engine("llamacpp")
+    upstream.progress_batch = 8
+    conversation = await new_conversation(client)
+    response = await client.post(
+        f"/api/conversations/{conversation['id']}/messages",
+        json={"content": "Stream please, " * 10},
+        headers={"Accept": "text/event-stream"},
+    )
+    assert response.status_code == 201
+    events = parse_sse(response.text)
+    names = [name for name, _, _ in events]
+    read = [data for name, data, _ in events if name == "progress"]
+    assert len(read) > 1 and names.index("delta") > max(
+        i for i, name in enumerate(names) if name == "progress"
+    )
+    record = upstream.cache_log[-1]
+    total = record.prompt_tokens
+    assert read[-1] == {"processed": total, "total": total, "cached": record.cached_tokens}
+    assert all(set(data) == {"processed", "total", "cached"} for data in read)
 
 
 async def test_streamed_failure_ends_with_an_error_event(

@@ -150,3 +150,41 @@ async def test_nul_characters_are_refused_not_stored(
     renamed = await api.patch(f"/api/conversations/{cid}", json={"title": NUL})
     assert renamed.status_code == 400
     assert (await api.get(f"/api/conversations/{cid}")).json()["messages"] == []
+
+
+UNREADABLE_FORMS = {
+    "invalid UTF-8, escaped": ("application/x-www-form-urlencoded", b"content=%ff%fe+hi"),
+    "invalid UTF-8, raw": ("application/x-www-form-urlencoded", b"content=\xff\xfe hi"),
+    "an unknown charset": ("application/x-www-form-urlencoded; charset=klingon", b"content=hi"),
+    "a multipart body in an unknown charset": (
+        "multipart/form-data; boundary=XX; charset=klingon",
+        b'--XX\r\nContent-Disposition: form-data; name="content"\r\n\r\nhi\r\n--XX--\r\n',
+    ),
+}
+
+
+@pytest.mark.parametrize("body", UNREADABLE_FORMS.values(), ids=list(UNREADABLE_FORMS))
+async def test_a_form_its_charset_cannot_read_is_a_400_and_stores_nothing(
+    callers: dict[str, AsyncTestClient], body: tuple[str, bytes]
+) -> None:
+    """The attack: such forms were read with U+FFFD in place of the bytes (or the charset
+    ignored) and stored as if typed. A charset the form names is honoured."""
+    content_type, data = body
+    api, browser, visitor = callers["token"], callers["session"], callers["visitor"]
+    cid = (await api.post("/api/conversations", json={})).json()["id"]
+    for client, path in [
+        (browser, f"/c/{cid}/send"),
+        (browser, "/settings/preferences"),
+        (visitor, "/embed/support/send"),
+    ]:
+        refused = await client.post(path, content=data, headers={"content-type": content_type})
+        assert refused.status_code == 400, (path, refused.status_code)
+        assert "not valid in its encoding" in refused.text
+    assert (await api.get(f"/api/conversations/{cid}")).json()["messages"] == []
+    latin = await browser.post(
+        f"/c/{cid}/rename",
+        content=b"title=caf%E9",
+        headers={"content-type": "application/x-www-form-urlencoded; charset=latin-1"},
+    )
+    assert latin.status_code < 400, latin.text
+    assert (await api.get(f"/api/conversations/{cid}")).json()["title"] == "café"

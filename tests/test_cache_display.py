@@ -102,6 +102,8 @@ def turn(
     moved: bool = False,
     trim_to: float = 0.75,
     status: Status = Status.COMPLETE,
+    evaluated: int | None = None,
+    written: int | None = None,
 ) -> str:
     user = Message(
         id=1,
@@ -130,6 +132,8 @@ def turn(
         prompt_tokens=prompt,
         completion_tokens=9,
         cached_tokens=cached,
+        evaluated_tokens=evaluated,
+        cache_write_tokens=written,
     )
     views = message_views([user, answer])
     return "".join(
@@ -139,6 +143,23 @@ def turn(
 
 def notes(html: str) -> list[str]:
     return [" ".join(markup.unescape(found).split()) for found in CACHE_NOTE.findall(html)]
+
+
+LEDGER = re.compile(r'<details class="cache-ledger"><summary>Prompt cache</summary>(.*?)</details>')
+
+
+def test_the_turns_details_keep_the_cache_ledger() -> None:
+    """Served, evaluated, written: each as the engine said it, in a closed details."""
+    (ledger,) = LEDGER.findall(turn(1380, evaluated=35, written=1200))
+    assert ledger == (
+        "<dl><dt>Served from the engine&#39;s cache</dt><dd>1,380 tokens</dd>"
+        "<dt>Evaluated by the engine</dt><dd>35 tokens</dd>"
+        "<dt>Written to the engine&#39;s cache</dt><dd>1,200 tokens</dd></dl>"
+    )
+    (partial,) = LEDGER.findall(turn(None, evaluated=1415))
+    assert "Evaluated by the engine" in partial and "Served" not in partial
+    assert LEDGER.findall(turn(None)) == [], "the engine said nothing"
+    assert LEDGER.findall(turn(5, evaluated=9, status=Status.STREAMING)) == []
 
 
 def test_the_note_says_what_came_from_the_cache() -> None:
@@ -276,3 +297,34 @@ async def test_the_preview_meter_counts_the_turns_left_as_the_fit_does(
     # The meter of the last send (the empty box's) keeps the line, without a count.
     empty = await client.post(f"/c/{conversation['id']}/preview", data={"content": " "})
     assert "Last send" in empty.text and ahead_of(empty.text) == ("", "")
+
+
+async def test_each_answer_keeps_the_engines_ledger(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    """llama.cpp's timings on the answer (prompt_n evaluated, cache_n served) are stored
+    on the row, shown by the API and carried by the export; an engine that says nothing
+    of its cache leaves them null."""
+    upstream.set_engine("llamacpp")
+    conversation = await new_conversation(client)
+    base = f"/api/conversations/{conversation['id']}"
+    for text in ("first question " * 20, "second question"):
+        response = await client.post(f"{base}/messages", json={"content": text})
+        assert response.status_code == 201, response.text
+    answer = (await client.get(base)).json()["messages"][-1]
+    record = upstream.cache_log[-1]
+    assert answer["usage"]["cached_tokens"] == record.cached_tokens > 0
+    assert answer["usage"]["evaluated_tokens"] == record.prompt_tokens - record.cached_tokens
+    assert answer["usage"]["cache_write_tokens"] is None, "llama.cpp does not say"
+    exported = (await client.get(f"{base}/export")).json()
+    assert exported["messages"][-1]["usage"] == answer["usage"]
+    imported = await client.post("/api/conversations/import", json=exported)
+    assert imported.status_code == 201, imported.text
+    copy = (await client.get(f"/api/conversations/{imported.json()['id']}")).json()
+    assert copy["messages"][-1]["usage"] == answer["usage"], "an import keeps the ledger"
+
+    upstream.set_engine("llama-cpp-python")  # no usage on streams: nothing said
+    response = await client.post(f"{base}/messages", json={"content": "third question"})
+    assert response.status_code == 201, response.text
+    silent = (await client.get(base)).json()["messages"][-1]
+    assert silent["usage"] is None or silent["usage"]["evaluated_tokens"] is None

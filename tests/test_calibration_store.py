@@ -9,6 +9,8 @@ import pytest
 from webapp.db import Args, Database, Result, Work
 from webapp.llm.calibration import FACTOR_STEP, MARGIN, Calibrator
 
+CALLER = "user:1"
+
 
 async def test_answers_finishing_together_store_one_row_that_a_restart_reads(
     database_url: str,
@@ -19,16 +21,20 @@ async def test_answers_finishing_together_store_one_row_that_a_restart_reads(
         # would insert the model's row; none may fail for it.
         learners = [Calibrator(db) for _ in range(50)]
         await asyncio.gather(
-            *(c.observe("fresh", raw_estimate=100, prompt_tokens=150) for c in learners)
+            *(
+                c.observe("fresh", raw_estimate=100, prompt_tokens=150, caller=CALLER)
+                for c in learners
+            )
         )
         restarted = Calibrator(db)
         await restarted.load()
-        # One observation each: one bounded step toward 1.5 x MARGIN.
-        assert restarted.factor("fresh") == pytest.approx(1 + FACTOR_STEP)
-        await learners[0].observe_overhead("fresh", 500, 10, 573, fixed=3)
+        # One observation each: one bounded step toward 1.5 x MARGIN, the caller's own.
+        assert restarted.factor("fresh", CALLER) == pytest.approx(1 + FACTOR_STEP)
+        assert restarted.factor("fresh") == 1.0, "one caller is no agreement"
+        await learners[0].observe_overhead("fresh", 500, 10, 573, fixed=3, caller=CALLER)
         restarted = Calibrator(db)
         await restarted.load()
-        assert restarted.overhead("fresh") == 8, "an update of the same row is kept too"
+        assert restarted.overhead("fresh", CALLER) == 8, "an update of the same row is kept too"
     finally:
         await db.dispose()
 
@@ -54,15 +60,15 @@ async def test_answers_finishing_together_write_once_with_the_newest_values(
         calibrator = Calibrator(db)
         await asyncio.gather(
             *(
-                calibrator.observe("busy", raw_estimate=100, prompt_tokens=100 + i)
+                calibrator.observe("busy", raw_estimate=100, prompt_tokens=100 + i, caller=CALLER)
                 for i in range(200)
             )
         )
         assert db.writes == 2
         restarted = Calibrator(db)
         await restarted.load()
-        assert restarted.factor("busy") == pytest.approx(calibrator.factor("busy"))
-        # The median of the last observations, reached in bounded steps.
-        assert 2.9 * MARGIN <= restarted.factor("busy") <= 2.99 * MARGIN
+        assert restarted.factor("busy", CALLER) == pytest.approx(calibrator.factor("busy", CALLER))
+        # The median of the caller's last observations, reached in bounded steps.
+        assert 2.9 * MARGIN <= restarted.factor("busy", CALLER) <= 2.99 * MARGIN
     finally:
         await db.dispose()

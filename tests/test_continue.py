@@ -59,3 +59,40 @@ async def test_continue_goes_on_in_a_new_bounded_turn(
     assert foreign.status_code == 404
     on_page = await client.post(f"/c/{conversation['id']}/continue/{answer['id']}", headers=HTMX)
     assert on_page.status_code == 409
+
+
+@pytest.mark.parametrize("status", ["failed", "stopped", "interrupted"])
+async def test_an_answer_that_did_not_complete_cannot_be_continued(
+    client: AsyncTestClient, upstream: FakeUpstream, status: str
+) -> None:
+    """An import may carry a length cut on an answer that failed (or was stopped): there is
+    no whole answer to go on from, so Continue is a clear 409, the model is not asked."""
+    export = {
+        "format": "webapp.conversation",
+        "version": 1,
+        "conversation": {"title": "cut", "configuration": "short"},
+        "messages": [
+            {"seq": 1, "role": "user", "content": "Tell me a lot"},
+            {
+                "seq": 2,
+                "role": "assistant",
+                "content": "word word",
+                "status": status,
+                "finish_reason": "length",
+                "error": "the provider failed" if status == "failed" else None,
+            },
+        ],
+    }
+    imported = await client.post("/api/conversations/import", json=export)
+    assert imported.status_code == 201, imported.text
+    conversation = imported.json()
+    answer = conversation["messages"][-1]
+    assert (answer["status"], answer["finish_reason"]) == (status, "length")
+    asked = len(upstream.requests)
+    base = f"/api/conversations/{conversation['id']}"
+    refused = await client.post(f"{base}/messages/{answer['id']}/continue")
+    assert refused.status_code == 409, refused.text
+    assert f"this answer is {status}" in refused.json()["detail"]
+    on_page = await client.post(f"/c/{conversation['id']}/continue/{answer['id']}", headers=HTMX)
+    assert on_page.status_code == 409
+    assert len(upstream.requests) == asked, "the model is not asked"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.catalogs import engine_toml
 from tests.counting import corpus, counting_service
-from tests.factories import OWNER, say
+from tests.factories import CALLER, OWNER, say
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import Status
@@ -246,7 +246,7 @@ async def test_with_exact_counts_a_send_the_engine_refuses_never_happens(
         try:
             route = manager.route("gemma")
             pinned = tuple(2 * p for p in pins if 0 < 2 * p < len(messages) - 1)
-            plan = manager.plan(route, Transcript(messages, pinned=pinned))
+            plan = manager.plan(route, Transcript(messages, pinned=pinned), caller=CALLER)
             before = len(chats(engine_upstream))
             answer, fitted, _ = await manager.chat(plan)
             assert len(chats(engine_upstream)) == before + 1, "refused, then retried"

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 from litestar import Litestar
-from sqlalchemy import func
+from sqlalchemy import func, text
 from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -20,6 +20,7 @@ from webapp.chat.stored.models import Conversation
 from webapp.db import Database, create_engine
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import TooManyRequests
+from webapp.timeutil import utcnow
 
 pytestmark = pytest.mark.settings(extra=EMBED, embed_rate_limit_messages=3)
 
@@ -100,18 +101,28 @@ async def test_fresh_visitor_ids_do_not_reset_the_quota(app: Litestar, database_
     assert await conversations(database_url) == 3, "a refused send stores no conversation"
 
 
+async def embed_send(db: Database, quota: EmbedQuota, embed: str, address: str) -> None:
+    """One send through `embed` from `address`, counted as the send's admission counts it."""
+    owner = f"embed:{embed}:visitor"
+    await db.write(lambda session: quota.take(session.connection(), owner, address, utcnow()))
+
+
 async def test_an_embed_has_a_ceiling_over_all_addresses(database_url: str) -> None:
     engine = Database(database_url)
-    quota = EmbedQuota(engine, per_client=2, per_embed=5, window=timedelta(minutes=1))
+    quota = EmbedQuota(per_client=2, per_embed=5, window=timedelta(minutes=1))
     try:
         for address in range(5):
-            await quota.take("support", f"10.0.0.{address}")
+            await embed_send(engine, quota, "support", f"10.0.0.{address}")
         with pytest.raises(TooManyRequests, match="through this chat"):
-            await quota.take("support", "10.0.0.99")
-        await quota.take("other", "10.0.0.99")  # each embed has its own ceiling
-        await quota.take("other", "10.0.0.99")
+            await embed_send(engine, quota, "support", "10.0.0.99")
+        await embed_send(engine, quota, "other", "10.0.0.99")  # each embed has its own ceiling
+        await embed_send(engine, quota, "other", "10.0.0.99")
         with pytest.raises(TooManyRequests, match="from your address"):
-            await quota.take("other", "10.0.0.99")
+            await embed_send(engine, quota, "other", "10.0.0.99")
+        # A signed-in user's sends are not the embed's to count.
+        await engine.write(
+            lambda session: quota.take(session.connection(), "user:1", "10.0.0.99", utcnow())
+        )
     finally:
         await engine.dispose()
 
@@ -145,6 +156,50 @@ async def test_regenerating_and_editing_count_as_sends(app: Litestar) -> None:
         assert refused.status_code == 429, refused.text
         fork = await client.post(f"/embed/support/fork/{user_id}", headers=headers)
         assert fork.status_code in (400, 404)
+
+
+async def cut_at_its_length_limit(database_url: str, html: str) -> int:
+    """The answer a turn's HTML shows, once written, marked as cut at its length limit
+    (as a reply past max_tokens is): the answer Continue goes on from."""
+    answer_id = int(found(ANSWER, html))
+    db = Database(database_url)
+    query = text("SELECT status FROM message WHERE id = :a")
+    change = text("UPDATE message SET finish_reason = 'length' WHERE id = :a")
+    try:
+        for _ in range(200):
+            status = await db.read(lambda s: s.connection().execute(query, {"a": answer_id}).one())
+            if status[0] != "streaming":
+                break
+            await asyncio.sleep(0.05)
+        await db.write(lambda s: s.connection().execute(change, {"a": answer_id}))
+    finally:
+        await db.dispose()
+    return answer_id
+
+
+async def test_continue_counts_against_the_addresss_quota(
+    app: Litestar, database_url: str, upstream: FakeUpstream
+) -> None:
+    """The attack: Continue through an embed skipped the per-address quota (3 here), so one
+    address went on past it with a visitor whose own count was under the limit."""
+    async with Client(app=app) as client:
+        page = await client.get("/embed/support")
+        mine = htmx_headers(page.text)
+        sent = await client.post("/embed/support/send", data={"content": "hi"}, headers=mine)
+        assert sent.status_code == 200, sent.text
+        other = htmx_headers((await client.get("/embed/support")).text)
+        assert other != mine, "another visitor from the same address"
+        second = await client.post("/embed/support/send", data={"content": "hi"}, headers=other)
+        assert second.status_code == 200, second.text
+        answer_id = await cut_at_its_length_limit(database_url, sent.text)
+        went_on = await client.post(f"/embed/support/continue/{answer_id}", headers=mine)
+        assert went_on.status_code == 200, went_on.text  # the address's third send
+        answer_id = await cut_at_its_length_limit(database_url, went_on.text)
+        asked = len(upstream.requests)
+        refused = await client.post(f"/embed/support/continue/{answer_id}", headers=mine)
+        assert refused.status_code == 429, refused.text
+        assert "from your address" in refused.text
+        assert len(upstream.requests) == asked, "the model is not asked"
 
 
 OPEN_EMBED = """

@@ -109,6 +109,19 @@ def test_a_transcript_that_fits_is_sent_whole(gateway: Gateway, upstream: FakeUp
     assert report["dropped_turns"] == 0 and report["model"] == "large"
     assert report["left_out"] == []
     assert upstream.requests[-1]["body"]["messages"] == messages
+    assert "prompt_cache_key" not in upstream.requests[-1]["body"], "the caller gave none"
+
+
+def test_a_stateless_call_carries_a_key_only_when_the_caller_gave_one(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    client = gateway.client()
+    messages = long_transcript(turns=1, words=5)
+    for given in ({"prompt_cache_key": "mine"}, {"prompt_cache_key": "mine"}, {"user": "mine"}):
+        client.chat.completions.create(model="large", messages=messages, extra_body=given)
+    first, again, by_user = (r["body"].get("prompt_cache_key") for r in upstream.requests[-3:])
+    assert first and first == again and "mine" not in first, "derived, and the same each call"
+    assert by_user and by_user != first
 
 
 def test_a_fallback_model_refits_against_its_own_window(

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.catalogs import upstream_catalog
 from tests.dbutil import written
+from tests.factories import CALLER
 from tests.upstream import FakeUpstream
 from webapp.chat.stored.history import Tail, load_transcript, read_tail
 from webapp.chat.stored.models import Conversation, Message, Status
@@ -99,7 +100,7 @@ def fit_everything(
         [e for _, u, a in full for e in (u["estimated_tokens"], a["estimated_tokens"])]
         + [estimate_message(newest)],
     )
-    return manager.fit_for(route, route.primary, everything)
+    return manager.fit_for(route, route.primary, everything, caller=CALLER)
 
 
 async def bounded_fit(
@@ -120,7 +121,7 @@ async def bounded_fit(
         return tail, transcript
 
     tail, transcript = await written(engine, load)
-    return tail, transcript, manager.fit_for(route, route.primary, transcript)
+    return tail, transcript, manager.fit_for(route, route.primary, transcript, caller=CALLER)
 
 
 @pytest.mark.parametrize("model", ["small", "medium", "large"])
@@ -275,7 +276,7 @@ async def test_a_branch_loads_like_fitting_that_branch_whole(
                 ] == seqs
                 assert tail.next_seq == max(by_seq) + 1 and tail.prior_turns == len(full)
                 assert tail.parent_seq == (None if leaf == max(by_seq) else leaf)
-                fast = manager.fit_for(route, route.primary, transcript)
+                fast = manager.fit_for(route, route.primary, transcript, caller=CALLER)
                 slow = fit_everything(manager, route, full, newest)
                 assert (fast.messages, fast.dropped_turns) == (slow.messages, slow.dropped_turns)
     finally:

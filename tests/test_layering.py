@@ -184,10 +184,11 @@ def test_a_top_level_module_is_a_node_of_its_own() -> None:
     assert node_of("webapp.llm") == "llm"
 
 
-CHAT_LAYERS = ("web", "", "sending", "answering", "stored")
+CHAT_LAYERS = ("web", "", "sending", "answering", "files", "stored")
 """`webapp.chat`'s folders, top down: the routes and pages, the jobs beside them (its
 top-level modules: the send's orchestrator, reading, editing, naming), the send's
-stages, an answer's life, and what is stored. Each may import only those below it."""
+stages, an answer's life, the files a message carries (their own API with them), and
+what is stored. Each may import only those below it."""
 
 
 def chat_layer(module: str) -> int | None:
@@ -218,5 +219,6 @@ def test_the_chat_layers_are_read_from_the_path() -> None:
     assert chat_layer("webapp.chat.web.pages") == 0
     assert chat_layer("webapp.chat.send") == chat_layer("webapp.chat.jobs") == 1
     assert chat_layer("webapp.chat.sending.store") == 2
-    assert chat_layer("webapp.chat.stored") == 4
+    assert chat_layer("webapp.chat.files.store") == 4
+    assert chat_layer("webapp.chat.stored") == 5
     assert chat_layer("webapp.llm.manager") is None

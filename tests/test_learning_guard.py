@@ -1,12 +1,15 @@
-"""No single caller steers what a model learns for everyone (issue 22).
+"""No single caller steers what a model learns for everyone (issues 22 and 43).
 
-The per-model template overhead and estimate factor are shared by every user of the
-model. A gateway call with a long `name`, or an imported conversation with forged
-`token_counts` / `estimated_tokens`, used to move them far in one answer, and another
-user's next send left out four times the turns. Now they learn only from prompts the
-app sized itself, follow the median of the recent observations, and move a bounded
-step per observation. Against the fake engine over real HTTP (llama.cpp's /tokenize:
-exact counts), on SQLite and PostgreSQL."""
+A gateway call with a long `name`, or an imported conversation with forged
+`token_counts` / `estimated_tokens`, used to move the model's template overhead and
+estimate factor far in one answer, and another user's next send left out four times the
+turns (issue 22); two calls asking for almost the whole window were refused, and each
+refusal doubled the shared overhead (issue 43). Now they learn only from prompts the app
+sized itself, what a caller's prompts teach is that caller's own figure (the model's
+shared one moves only when distinct callers agree: tests/test_learning_per_caller.py),
+and a caller's own figure follows the median of its recent observations in bounded
+steps. Against the fake engine over real HTTP (llama.cpp's /tokenize: exact counts), on
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from webapp.llm.calibration import (
     DEFAULT_OVERHEAD,
     FACTOR_STEP,
     MARGIN,
+    MAX_OVERHEAD,
     OVERHEAD_STEP,
     RECENT,
     Calibrator,
@@ -35,6 +39,7 @@ from webapp.llm.calibration import (
 from webapp.llm.catalog import load_catalog
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager
+from webapp.llm.providers.base import ContextLengthExceeded
 from webapp.llm.tokenizers import Tokenizers
 from webapp.llm.window import Transcript
 
@@ -133,7 +138,7 @@ async def test_a_gateway_call_with_a_long_name_does_not_move_another_users_trim(
         ChatMessage(role="user", content="hi", name=name).wire(),
     ]
     manager = chat.manager
-    plan = manager.plan(manager.route("small"), Transcript(messages=messages))
+    plan = manager.plan(manager.route("small"), Transcript(messages=messages), caller=OTHER)
     answer, fit, _ = await manager.chat(plan)
     assert answer.usage is not None and answer.usage.prompt_tokens > 400, "the engine counted it"
     # The name was not counted by the tokenizer, so the estimate sized that message.
@@ -142,6 +147,31 @@ async def test_a_gateway_call_with_a_long_name_does_not_move_another_users_trim(
     assert calibrator.overhead("small") <= overhead, "the shared overhead did not rise"
     after = await left_out(chat, conversation_id)
     assert abs(after - before) <= 1, (before, after)
+
+
+async def test_refusals_asking_for_the_whole_window_do_not_move_another_users_trim(
+    chat: ChatJobs,
+) -> None:
+    """Issue 43's attack: a call whose `max_tokens` leaves its prompt no room is refused
+    twice (the refusal and the re-fitted retry), and each refusal of an exactly counted
+    prompt doubled the model's shared overhead: two calls took it to its cap, and another
+    user's next send left out far more turns. The refusals tighten the caller's own
+    figure now; another user's cut is what it was."""
+    conversation_id = await long_conversation(chat)
+    calibrator = chat.manager.calibrator
+    shared = calibrator.overhead("small")
+    before = await left_out(chat, conversation_id)
+    assert before > 10
+
+    manager = chat.manager
+    for _ in range(2):
+        hi = Transcript(messages=[{"role": "user", "content": "hi"}])
+        plan = manager.plan(manager.route("small"), hi, caller=OTHER, max_tokens=1020)
+        with pytest.raises(ContextLengthExceeded):
+            await manager.chat(plan)
+    assert calibrator.overhead("small", OTHER) == MAX_OVERHEAD, "the caller's own figure paid"
+    assert calibrator.overhead("small") == shared, "the shared figure did not move"
+    assert await left_out(chat, conversation_id) == before
 
 
 def forged_export(turns: int) -> dict[str, Any]:
@@ -219,8 +249,8 @@ async def overheads(calibrator: Calibrator, per_message: float, times: int) -> i
     tokens each, plus 3 of priming."""
     for _ in range(times):
         prompt = round(500 + 10 * per_message + 3)
-        await calibrator.observe_overhead("m", 500, 10, prompt, fixed=3)
-    return calibrator.overhead("m")
+        await calibrator.observe_overhead("m", 500, 10, prompt, fixed=3, caller=OWNER)
+    return calibrator.overhead("m", OWNER)
 
 
 async def test_one_outlier_is_outvoted_and_a_first_one_moves_a_bounded_step() -> None:
@@ -235,23 +265,25 @@ async def test_one_outlier_is_outvoted_and_a_first_one_moves_a_bounded_step() ->
     assert await overheads(calibrator, 4, 1) == settled
 
     fresh = Calibrator()
-    assert await fresh.observe_overhead("m", 0, 1, 10_000, fixed=3) == DEFAULT_OVERHEAD + (
-        OVERHEAD_STEP
-    ), "a new model's first observation moves one bounded step"
+    assert await fresh.observe_overhead(
+        "m", 0, 1, 10_000, fixed=3, caller=OWNER
+    ) == DEFAULT_OVERHEAD + (OVERHEAD_STEP), (
+        "a new model's first observation moves one bounded step"
+    )
 
-    await calibrator.observe("m", raw_estimate=100, prompt_tokens=100)
+    await calibrator.observe("m", raw_estimate=100, prompt_tokens=100, caller=OWNER)
     for _ in range(40):
-        await calibrator.observe("m", raw_estimate=100, prompt_tokens=100)
-    factor = calibrator.factor("m")
+        await calibrator.observe("m", raw_estimate=100, prompt_tokens=100, caller=OWNER)
+    factor = calibrator.factor("m", OWNER)
     assert factor == pytest.approx(MARGIN)
-    await calibrator.observe("m", raw_estimate=100, prompt_tokens=10_000)
-    assert calibrator.factor("m") == pytest.approx(factor), "a high one is outvoted"
-    await calibrator.observe("m", raw_estimate=100, prompt_tokens=1)
-    assert calibrator.factor("m") >= factor * (1 - DECAY), "a low one moves it a tenth"
-    await calibrator.observe("m", raw_estimate=100, prompt_tokens=100)
-    assert calibrator.factor("m") == pytest.approx(factor), "and the next answer undoes it"
-    await fresh.observe("f", raw_estimate=100, prompt_tokens=10_000)
-    assert fresh.factor("f") == pytest.approx(1 + FACTOR_STEP)
+    await calibrator.observe("m", raw_estimate=100, prompt_tokens=10_000, caller=OWNER)
+    assert calibrator.factor("m", OWNER) == pytest.approx(factor), "a high one is outvoted"
+    await calibrator.observe("m", raw_estimate=100, prompt_tokens=1, caller=OWNER)
+    assert calibrator.factor("m", OWNER) >= factor * (1 - DECAY), "a low one moves it a tenth"
+    await calibrator.observe("m", raw_estimate=100, prompt_tokens=100, caller=OWNER)
+    assert calibrator.factor("m", OWNER) == pytest.approx(factor), "and the next answer undoes it"
+    await fresh.observe("f", raw_estimate=100, prompt_tokens=10_000, caller=OWNER)
+    assert fresh.factor("f", OWNER) == pytest.approx(1 + FACTOR_STEP)
 
 
 async def test_a_real_change_is_still_learned_in_bounded_steps() -> None:
@@ -266,10 +298,10 @@ async def test_a_real_change_is_still_learned_in_bounded_steps() -> None:
     assert seen[-1] == 13  # 12.5, rounded up
     # And a factor: the estimate undercounts this model by half.
     for _ in range(40):
-        await calibrator.observe("m", raw_estimate=100, prompt_tokens=100)
+        await calibrator.observe("m", raw_estimate=100, prompt_tokens=100, caller=OWNER)
     factors = []
     for _ in range(RECENT):
-        await calibrator.observe("m", raw_estimate=100, prompt_tokens=150)
-        factors.append(calibrator.factor("m"))
+        await calibrator.observe("m", raw_estimate=100, prompt_tokens=150, caller=OWNER)
+        factors.append(calibrator.factor("m", OWNER))
     assert all(b <= a * (1 + FACTOR_STEP) + 1e-9 for a, b in pairwise(factors))
     assert factors[-1] == pytest.approx(1.5 * MARGIN)

@@ -23,7 +23,6 @@ from webapp.db import Database, create_engine
 from webapp.embed.models import EmbedSend
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import TooManyRequests
-from webapp.gateway.errors import GatewayError
 from webapp.gateway.limits import RateLimit
 from webapp.limits import SlidingWindow, advisory_lock, try_advisory_lock
 from webapp.timeutil import utcnow
@@ -137,10 +136,11 @@ async def a_send(db: Database, now: datetime) -> int:
 
 async def a_gateway_call(db: Database, now: datetime) -> int:
     await rows_at(db, GatewayCall, now, owner="user:1", kind="call", size=0, called_at=None)
-    with pytest.raises(GatewayError) as refused:
-        await RateLimit(db, 2, 60).admit("user:1")
-    assert "made 2 calls" in str(refused.value)
-    return int(refused.value.headers["Retry-After"])
+    admission = Admission(settings_on(db.url, None, rate_limit_messages=2, rate_limit_window=60))
+    with pytest.raises(TooManyRequests) as refused:
+        await RateLimit(db, admission).admit("user:1")
+    assert "sent 2 messages in the last 60 seconds" in str(refused.value)
+    return refused.value.retry_after
 
 
 async def an_import(db: Database, now: datetime) -> int:
@@ -155,9 +155,11 @@ async def an_import(db: Database, now: datetime) -> int:
 
 async def an_embed_send(db: Database, now: datetime) -> int:
     await rows_at(db, EmbedSend, now, embed_name="support", client="10.0.0.1", sent_at=None)
-    quota = EmbedQuota(db, per_client=2, per_embed=0, window=timedelta(seconds=60))
+    quota = EmbedQuota(per_client=2, per_embed=0, window=timedelta(seconds=60))
     with pytest.raises(TooManyRequests) as refused:
-        await quota.take("support", "10.0.0.1")
+        await db.write(
+            lambda session: quota.take(session.connection(), "embed:support:v", "10.0.0.1", now)
+        )
     assert "2 messages were sent from your address" in str(refused.value)
     return refused.value.retry_after
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.catalogs import upstream_catalog
-from tests.factories import collect, finished, long_transcript
+from tests.factories import CALLER, collect, finished, long_transcript
 from tests.upstream import FakeUpstream, count_chat_tokens
 from webapp.llm.calibration import (
     DEFAULT_OVERHEAD,
@@ -138,8 +138,10 @@ async def test_tool_calls_are_bounded_with_their_schemas_counted(
     transcript = long_transcript(40)
     transcript.messages[-1]["content"] = "please use tool weather for Oslo"
     route = manager.route("small")
-    plain = await manager.chat(manager.plan(route, transcript))
-    answer, fit, model = await manager.chat(manager.plan(route, transcript, tools=[TOOL] * 6))
+    plain = await manager.chat(manager.plan(route, transcript, caller=CALLER))
+    answer, fit, model = await manager.chat(
+        manager.plan(route, transcript, caller=CALLER, tools=[TOOL] * 6)
+    )
     assert fit.dropped_turns > plain[1].dropped_turns
     assert answer.tool_calls and answer.tool_calls[0]["function"]["name"] == "weather"
     body = upstream.requests[-1]["body"]
@@ -207,47 +209,54 @@ async def test_calibration_learns_from_reported_usage(
     upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     manager = LLMManager(upstream_catalog(tmp_path, upstream), Calibrator())
-    await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=150)
-    assert manager.calibrator.factor("small") == pytest.approx(1 + FACTOR_STEP), "one step up"
+    calibrator = manager.calibrator
+    await calibrator.observe("small", 100, 150, caller=CALLER)
+    assert calibrator.factor("small", CALLER) == pytest.approx(1 + FACTOR_STEP), "one step up"
     for _ in range(2):
-        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=150)
-    assert manager.calibrator.factor("small") == pytest.approx(1.5 * 1.05), "then the rest"
+        await calibrator.observe("small", 100, 150, caller=CALLER)
+    assert calibrator.factor("small", CALLER) == pytest.approx(1.5 * 1.05), "then the rest"
     for _ in range(RECENT):
-        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=10_000)
-    assert manager.calibrator.factor("small") == MAX_FACTOR, "bounded above"
+        await calibrator.observe("small", 100, 10_000, caller=CALLER)
+    assert calibrator.factor("small", CALLER) == MAX_FACTOR, "bounded above"
     # An over-count lowers the factor slowly, below 1.0 too (the estimate is 2.5x high on
     # some scripts), but only within bounds; and only once the recent answers agree.
     for _ in range(RECENT // 2 + 1):
-        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=50)
-    once = manager.calibrator.factor("small")
+        await calibrator.observe("small", 100, 50, caller=CALLER)
+    once = calibrator.factor("small", CALLER)
     assert MAX_FACTOR * 0.8 < once < MAX_FACTOR, "one over-count moves it a little"
     for _ in range(200):
-        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=50)
-    assert manager.calibrator.factor("small") == pytest.approx(0.5 * 1.05, rel=0.05)
+        await calibrator.observe("small", 100, 50, caller=CALLER)
+    assert calibrator.factor("small", CALLER) == pytest.approx(0.5 * 1.05, rel=0.05)
     for _ in range(200):
-        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=5)
-    assert manager.calibrator.factor("small") == MIN_FACTOR, "bounded below"
+        await calibrator.observe("small", 100, 5, caller=CALLER)
+    assert calibrator.factor("small", CALLER) == MIN_FACTOR, "bounded below"
     # An under-count raises it a bounded step per answer, once the recent answers agree.
     for _ in range(2 * RECENT):
-        await manager.calibrator.observe("small", raw_estimate=100, prompt_tokens=120)
-    assert manager.calibrator.factor("small") == pytest.approx(1.2 * 1.05)
+        await calibrator.observe("small", 100, 120, caller=CALLER)
+    assert calibrator.factor("small", CALLER) == pytest.approx(1.2 * 1.05)
 
 
 async def test_template_overhead_is_learned_both_ways_and_bounded() -> None:
     calibrator = Calibrator()
-    assert calibrator.overhead("m") == DEFAULT_OVERHEAD
+    assert calibrator.overhead("m", CALLER) == DEFAULT_OVERHEAD
+
+    async def observe(prompt: int, *, content: int = 500, messages: int = 10) -> int:
+        return await calibrator.observe_overhead(
+            "m", content, messages, prompt, fixed=3, caller=CALLER
+        )
+
     # 10 messages, 500 content tokens, the provider counted 573: 7 per message (+3 priming).
-    assert await calibrator.observe_overhead("m", 500, 10, 573, fixed=3) == 8  # 7.0 + 0.5 up
-    assert await calibrator.observe_overhead("m", 500, 10, 503, fixed=3) == 8, "falls slowly"
+    assert await observe(573) == 8  # 7.0 + 0.5 up
+    assert await observe(503) == 8, "falls slowly"
     for _ in range(100):
-        await calibrator.observe_overhead("m", 500, 10, 503, fixed=3)
-    assert calibrator.overhead("m") == 1, "settles just above what is observed (0)"
-    assert await calibrator.observe_overhead("m", 500, 10, 603, fixed=3) == 1, "one is outvoted"
+        await observe(503)
+    assert calibrator.overhead("m", CALLER) == 1, "settles just above what is observed (0)"
+    assert await observe(603) == 1, "one is outvoted"
     for _ in range(RECENT):
-        await calibrator.observe_overhead("m", 500, 10, 603, fixed=3)
-    assert calibrator.overhead("m") == 11, "up, a bounded step per answer, once they agree"
-    assert await calibrator.observe_overhead("m", 0, 1, 10_000, fixed=3) == 11
+        await observe(603)
+    assert calibrator.overhead("m", CALLER) == 11, "up, a bounded step per answer, once they agree"
+    assert await observe(10_000, content=0, messages=1) == 11
     for _ in range(RECENT * 40):
-        await calibrator.observe_overhead("m", 0, 1, 10_000, fixed=3)
-    assert calibrator.overhead("m") == MAX_OVERHEAD, "bounded above"
-    assert await calibrator.tighten_overhead("m") == MAX_OVERHEAD
+        await observe(10_000, content=0, messages=1)
+    assert calibrator.overhead("m", CALLER) == MAX_OVERHEAD, "bounded above"
+    assert await calibrator.tighten_overhead("m", caller=CALLER) == MAX_OVERHEAD

@@ -74,6 +74,10 @@ async def test_the_model_names_the_conversation_after_its_first_answer(
             f"/api/conversations/{named}/messages", json={"content": "and May?"}, headers=auth
         )
         assert more.status_code == 201 and len(chat_calls(upstream)) == 3
+        # The conversation's sends carry its key (derived, not its id); the title none.
+        key = calls[0]["prompt_cache_key"]
+        assert key and named not in key and chat_calls(upstream)[2]["prompt_cache_key"] == key
+        assert "prompt_cache_key" not in calls[1]
 
         # A rename made while the title call is on its way is kept.
         upstream.stall(0.5, count=2)

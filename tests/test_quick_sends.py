@@ -13,8 +13,9 @@ import pytest
 
 from tests.factories import OWNER, say
 from webapp import db as database
+from webapp.chat import send
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.send import Sender
+from webapp.chat.sending import turn
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 """PostgreSQL has no loop path: every write is a unit of its own."""
@@ -27,14 +28,15 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     # Every unit counts as quick, however loaded the machine: the rows alone decide.
     monkeypatch.setattr(database, "QUICK_UNIT", 60.0)
     ended: list[str] = []
-    store = Sender._turn
+    store = turn.store_turn
 
-    def recorded(self: Sender, *args: Any) -> Any:
-        result = store(self, *args)
+    def recorded(*args: Any) -> Any:
+        result = store(*args)
         ended.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
         return result
 
-    monkeypatch.setattr(Sender, "_turn", recorded)
+    # The send calls it by the name it imported.
+    monkeypatch.setattr(send, "store_turn", recorded)
     return ended
 
 

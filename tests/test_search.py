@@ -44,7 +44,8 @@ async def test_finds_questions_and_answers_by_word_prefix_with_marked_snippets(
     hits = await search(client, "budap")
     assert {hit["conversation_id"] for hit in hits} == {trips["id"]}
     assert answer["id"] in {hit["message_id"] for hit in hits}  # the answer was indexed
-    assert all(set(hit) == {"conversation_id", "message_id", "title", "snippet"} for hit in hits)
+    keys = {"conversation_id", "message_id", "title", "snippet", "kind", "archived"}
+    assert all(set(hit) == keys for hit in hits)
     assert all(hit["title"] == "Trips" for hit in hits)
     assert all("<mark>Budapest</mark>" in hit["snippet"] for hit in hits), hits
 

@@ -15,8 +15,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from tests.factories import EMBED, htmx_headers, user_header
+from tests.factories import EMBED, bearer_header, htmx_headers, make_account
 from tests.upstream import FakeUpstream
+from webapp.accounts.models import ADMIN, DEFAULT_SCOPES, SETTINGS
 from webapp.accounts.preferences import MAX_INSTRUCTIONS
 
 pytestmark = pytest.mark.settings(extra=EMBED)
@@ -34,10 +35,13 @@ class Clients:
 
 @pytest.fixture
 async def clients(app: Litestar, database_url: str) -> AsyncIterator[Clients]:
-    headers = {
-        name: await user_header(database_url, name, admin=admin)
-        for name, admin in (("alice", False), ("bob", False), ("root", True))
-    }
+    """Tokens that may change their user's settings (a chat token may not:
+    test_token_scopes.py)."""
+    headers = {}
+    for name, admin in (("alice", False), ("bob", False), ("root", True)):
+        scopes = (*DEFAULT_SCOPES, SETTINGS, *([ADMIN] if admin else []))
+        _, token = await make_account(database_url, name, admin=admin, scopes=scopes)
+        headers[name] = bearer_header(token)
     async with AsyncTestClient(app=app) as client:
         yield Clients(client, headers["alice"], headers["bob"], headers["root"])
 
@@ -227,3 +231,41 @@ async def test_thumbs_are_stored_toggled_and_filter_the_review(clients: Clients)
     assert conversation_id in html.text and '<option value="down" selected>' in html.text
     review = await app.get(f"/admin/c/{conversation_id}", headers=root)
     assert 'data-feedback="down"' in review.text
+
+
+async def test_instructions_that_leave_no_room_are_refused_and_named(
+    clients: Clients, upstream: FakeUpstream
+) -> None:
+    """The attack: instructions larger than a model's window were saved, and every send
+    then failed with nothing naming them. They are refused when saved (naming the smallest
+    window they fit), and a send into a configuration they crowd out is a 400 naming them,
+    before anything is stored or asked of the model."""
+    instructions = "Please answer in great detail. " * 125  # about 1,100 tokens
+    refused = await save(clients, default_configuration="small", custom_instructions=instructions)
+    assert refused.status_code == 400, refused.text
+    assert "your custom instructions (about" in refused.text
+    assert "configuration &#39;small&#39; (model small, a window of 1,024 tokens" in refused.text
+    assert "the smallest window they fit (3,072 tokens)" in refused.text
+    saved = await save(clients, default_configuration="medium", custom_instructions=instructions)
+    assert saved.status_code == 303, saved.text
+
+    made = await clients.app.post(
+        "/api/conversations", json={"configuration": "small"}, headers=clients.alice
+    )
+    base = f"/api/conversations/{made.json()['id']}"
+    asked = len(upstream.requests)
+    sent = await clients.app.post(f"{base}/messages", json={"content": "hi"}, headers=clients.alice)
+    assert sent.status_code == 400, sent.text
+    assert "your custom instructions" in sent.json()["detail"]
+    assert "configuration 'small'" in sent.json()["detail"]
+    assert len(upstream.requests) == asked, "the model is not asked"
+    stored = await clients.app.get(base, headers=clients.alice)
+    assert stored.json()["messages"] == [], "nothing is stored"
+    switched = await clients.app.patch(
+        base, json={"configuration": "medium"}, headers=clients.alice
+    )
+    assert switched.status_code == 200, switched.text
+    answered = await clients.app.post(
+        f"{base}/messages", json={"content": "hi"}, headers=clients.alice
+    )
+    assert answered.status_code == 201, answered.text

@@ -28,18 +28,24 @@ from webapp.admin.web import AdminController
 from webapp.chat.answering.answer import AnswerRegistry
 from webapp.chat.answering.notify import answer_notices
 from webapp.chat.answering.reaping import Liveness, reap_at_start
+from webapp.chat.files.service import FileStore
+from webapp.chat.files.web import files_router
 from webapp.chat.jobs import chat_jobs
 from webapp.chat.stored.attachments import PAPERCLIP
+from webapp.chat.stored.organising import kind_mark
 from webapp.chat.stored.titles import split_mark
 from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
+from webapp.chat.web.organise_pages import OrganisePages
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
+from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
-from webapp.embed.pages import embed_router, frame_ancestors
+from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
 from webapp.gateway import gateway_router
 from webapp.gateway.errors import GATEWAY_PREFIX, gateway_exception_handler
+from webapp.llm.affinity import CacheKeys
 from webapp.llm.calibration import Calibrator
 from webapp.llm.describe import configuration_dicts
 from webapp.llm.discovery import discover
@@ -47,11 +53,13 @@ from webapp.llm.manager import LLMManager
 from webapp.llm.providers.base import Provider
 from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
+from webapp.web.forms import StrictFormRequest
 from webapp.web.security import CSRFAnchorMiddleware, csrf_guard, security_headers
 from webapp.web.templates import STATIC, environment, template_config
 
 environment.globals.update(paperclip=PAPERCLIP, theme_for=theme_for)
 environment.filters["title_parts"] = split_mark
+environment.filters["kind_mark"] = kind_mark
 
 log = logging.getLogger(__name__)
 
@@ -171,15 +179,26 @@ def create_app(
     calibrator = Calibrator(db)
     tokenizers = Tokenizers()
     manager = LLMManager(
-        catalog, calibrator, providers, tokenizers, transport_kind=settings.provider_transport
+        catalog,
+        calibrator,
+        providers,
+        tokenizers,
+        transport_kind=settings.provider_transport,
+        keys=CacheKeys(settings.secret_key),
     )
+    embed_quota = EmbedQuota(
+        per_client=settings.embed_rate_limit_messages,
+        per_embed=settings.embed_rate_limit_total,
+        window=timedelta(seconds=settings.rate_limit_window),
+    )
+    files = FileStore(db, settings)
     answers = AnswerRegistry()
     # How this process hears of answers and titles other workers write (and of stops for
     # its own answers).
     notices = answer_notices(
         settings.database_url, db, settings.stream_flush_interval, on_stop=answers.request_stop
     )
-    chat = chat_jobs(db, manager, settings, answers, notices)
+    chat = chat_jobs(db, manager, settings, answers, notices, quotas=(embed_quota,))
     accounts = AccountService(
         db,
         failures_allowed=settings.sign_in_failures_allowed,
@@ -188,13 +207,6 @@ def create_app(
     )
     if settings.password_hashing != "standard":
         log.warning("WEBAPP_PASSWORD_HASHING=%s: fit for tests only", settings.password_hashing)
-    embed_quota = EmbedQuota(
-        db,
-        per_client=settings.embed_rate_limit_messages,
-        per_embed=settings.embed_rate_limit_total,
-        window=timedelta(seconds=settings.rate_limit_window),
-    )
-
     liveness = Liveness(settings.database_url)
 
     async def start() -> None:
@@ -226,20 +238,25 @@ def create_app(
             list_configurations,
             ConversationController,
             TurnController,
+            files_router(settings.max_file_bytes),
             search,
             ConversationAdmin,
             ConversationPages,
-            embed_router(embed_quota, catalog),
+            EmbedPages,
+            ShareApi,
+            SharePages,
+            OrganisePages,
             AccountPages,
             UserPages,
             UserAdminApi,
             AdminController,
-            gateway_router(db, settings, accounts),
+            gateway_router(db, settings, accounts, chat.admission),
             create_static_files_router(path="/static", directories=[STATIC]),
         ],
         template_config=template_config(),
         dependencies={
             "chat": Provide(lambda: chat, sync_to_thread=False),
+            "files": Provide(lambda: files, sync_to_thread=False),
             "notices": Provide(lambda: notices, sync_to_thread=False),
             "owner": Provide(owner_of, sync_to_thread=False),
             "accounts": Provide(lambda: accounts, sync_to_thread=False),
@@ -261,6 +278,7 @@ def create_app(
             ),
         ],
         guards=[csrf_guard],
+        request_class=StrictFormRequest,
         before_send=[security_headers(partial(frame_ancestors, catalog))],
         on_startup=[start],
         on_shutdown=[stop],

@@ -78,6 +78,7 @@ def _report_models(catalog: Catalog) -> Catalog:
     import asyncio
 
     from webapp.llm.discovery import WindowSource, discover
+    from webapp.llm.engine import UNREPORTED_CACHE
     from webapp.llm.tokenizers import Tokenizers
 
     async def inspect() -> tuple[Catalog, dict[str, WindowSource], dict[str, str]]:
@@ -93,7 +94,7 @@ def _report_models(catalog: Catalog) -> Catalog:
 
     logging.getLogger("webapp.llm").addHandler(logging.NullHandler())
     found, sources, tokenizers = asyncio.run(inspect())
-    learned = _learned_windows()
+    learned, unreported = _stored_facts()
     for name, source in sources.items():
         print(f"  model {name!r}: window {source.window:,} ({source.source})")
         if learned.get(name, source.window) < source.window:
@@ -104,36 +105,47 @@ def _report_models(catalog: Catalog) -> Catalog:
         print(f"    tokenizer: {tokenizers[name]}")
         for note in source.notes:
             print(f"    warning: {note}")
+        if name in unreported:
+            print(f"    note: {UNREPORTED_CACHE}")
     return found
 
 
-def _learned_windows() -> dict[str, int]:
-    """The windows the app learned from engines' refusals, as stored in its database;
-    none when there is no database yet or it cannot be read (within a few seconds)."""
+def _stored_facts() -> tuple[dict[str, int], set[str]]:
+    """What the app's database knows of the models: the windows it learned from engines'
+    refusals, and the models whose answers of the last days carried no prompt cache
+    report; nothing when there is no database yet or it cannot be read (within a few
+    seconds)."""
     import asyncio
     from pathlib import Path
 
     from sqlalchemy.engine import make_url
+    from sqlmodel import Session
 
+    from webapp.admin.queries import prompt_cache_per_model_day, unreported_models
+    from webapp.admin.web import CHART_DAYS
     from webapp.db import Database
     from webapp.llm.calibration import learned_windows
 
     url = Settings().database_url
     database = make_url(url).database
     if make_url(url).get_backend_name() == "sqlite" and not (database and Path(database).exists()):
-        return {}
+        return {}, set()
 
-    async def read() -> dict[str, int]:
+    def facts(session: Session) -> tuple[dict[str, int], set[str]]:
+        days = prompt_cache_per_model_day(session, CHART_DAYS)
+        return dict(learned_windows(session)), set(unreported_models(days))
+
+    async def read() -> tuple[dict[str, int], set[str]]:
         db = Database(url)
         try:
-            return dict(await asyncio.wait_for(db.read(learned_windows), 5))
+            return await asyncio.wait_for(db.read(facts), 5)
         finally:
             await db.dispose()
 
     try:
         return asyncio.run(read())
     except Exception:  # check-config checks the file; the database is a bonus
-        return {}
+        return {}, set()
 
 
 def cmd_purge(args: argparse.Namespace) -> int:

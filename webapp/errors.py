@@ -47,6 +47,12 @@ class NotFound(AppError):
     status_code = 404
 
 
+class TooLarge(AppError):
+    """Too large to take: a file past its size cap, or past its owner's storage quota."""
+
+    status_code = 413
+
+
 class Conflict(AppError):
     status_code = 409
 

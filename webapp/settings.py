@@ -30,6 +30,21 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(default=100_000, gt=0)
     """The largest message a user may send, in characters."""
 
+    max_file_bytes: int = Field(default=20 * 2**20, gt=0)
+    """The largest file a user may upload (`POST /api/files`), in bytes; a larger one is
+    refused with a 413 and nothing is stored."""
+
+    max_files_per_message: int = Field(default=10, gt=0)
+    """The most files one message may carry."""
+
+    user_file_quota_bytes: int = Field(default=500 * 2**20, ge=0)
+    """What one user's files may take in all, in bytes (each distinct content counted
+    once); an upload past it is refused with a 413. 0: no quota."""
+
+    file_read_seconds: float = Field(default=30.0, gt=0)
+    """How long reading one upload may take (decoding an image, extracting a PDF's text,
+    in a child process); a file that takes longer is refused with a 422."""
+
     model_titles: bool = True
     """After a conversation's first answer, ask its model for a short title (one call of
     a few tokens, which the model's provider may bill); off, the first message's clean cut

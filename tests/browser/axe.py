@@ -21,11 +21,16 @@ _RUN = """async () => {
 }"""
 
 
-def severe_violations(page: Page | Frame) -> list[dict[str, Any]]:
-    """axe's serious and critical findings on what `page` shows now."""
+def violations(page: Page | Frame, impacts: tuple[str, ...]) -> list[dict[str, Any]]:
+    """axe's findings of these impacts on what `page` shows now."""
     if not page.evaluate("typeof window.axe !== 'undefined'"):
         page.add_script_tag(path=str(AXE))
-    return [v for v in page.evaluate(_RUN) if v["impact"] in SEVERE]
+    return [v for v in page.evaluate(_RUN) if v["impact"] in impacts]
+
+
+def severe_violations(page: Page | Frame) -> list[dict[str, Any]]:
+    """axe's serious and critical findings on what `page` shows now."""
+    return violations(page, SEVERE)
 
 
 def assert_accessible(page: Page | Frame, where: str) -> None:

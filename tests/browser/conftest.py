@@ -35,6 +35,7 @@ from tests.conftest import empty_tables
 from tests.factories import make_account
 from tests.live_server import ServerProcess, free_port
 from tests.upstream import FakeUpstream
+from webapp.accounts.models import DEFAULT_SCOPES, SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -118,9 +119,15 @@ def outside_playwright(call: Callable[..., T], *args: Any) -> T:
 
 
 def create_account(database_url: str) -> str:
-    """The test user (an admin) and an API token for it; returns the token."""
+    """The test user (an admin) and an API token for it that may also change its settings
+    (the tests put them back); returns the token."""
     made = make_account(
-        database_url, USERNAME, password=PASSWORD, admin=True, token_name="browser tests"
+        database_url,
+        USERNAME,
+        password=PASSWORD,
+        admin=True,
+        token_name="browser tests",
+        scopes=(*DEFAULT_SCOPES, SETTINGS),
     )
     _, token = asyncio.run(made)
     return token

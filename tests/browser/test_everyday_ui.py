@@ -171,7 +171,7 @@ def test_export_from_the_header_and_import_from_the_sidebar(
     exported = tmp_path / "export.json"
     exported.write_bytes(Path(download.value.path()).read_bytes())
 
-    page.get_by_label("Import a conversation (JSON export)").set_input_files(exported)
+    page.get_by_label("Import a JSON export").set_input_files(exported)
     page.get_by_role("button", name="Import", exact=True).click()
     page.wait_for_url(re.compile(r"/c/(?!" + re.escape(conversation_id) + r")[\w-]+$"))
     expect(messages(page, "user").locator(".content")).to_have_text(["Where is the Louvre?"])
@@ -181,7 +181,7 @@ def test_export_from_the_header_and_import_from_the_sidebar(
     wrong = tmp_path / "wrong.json"
     wrong.write_text('{"hello": "world"}')
     before = len(live_server.api("GET", "/api/conversations").json())
-    page.get_by_label("Import a conversation (JSON export)").set_input_files(wrong)
+    page.get_by_label("Import a JSON export").set_input_files(wrong)
     page.get_by_role("button", name="Import", exact=True).click()
     expect(page.locator("body")).to_contain_text("not a conversation export")
     assert len(live_server.api("GET", "/api/conversations").json()) == before
@@ -234,7 +234,9 @@ def test_while_an_answer_streams_the_box_types_escape_stops_and_the_title_follow
     expect(page.locator(".empty-state")).not_to_be_visible()
     # The first exchange names the conversation everywhere, without a reload.
     expect(page.locator("#title")).to_have_value("Plan a trip to Lisbon")
-    expect(page.locator(f"#conv-{conversation_id}")).to_have_text("Plan a trip to Lisbon")
+    expect(page.locator(f"#conv-{conversation_id} .conv-title")).to_have_text(
+        "Plan a trip to Lisbon"
+    )
     expect(page).to_have_title("Plan a trip to Lisbon · Chat")
 
     expect(page.locator('[data-action="stop"]')).to_be_visible()

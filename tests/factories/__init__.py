@@ -13,8 +13,8 @@ and `cli` (the command line).
 from __future__ import annotations
 
 from tests.factories.admin import admin_client, user_from_header
-from tests.factories.cli import WEBAPP, run, run_on
-from tests.factories.manager import collect, finished, long_transcript
+from tests.factories.cli import WEBAPP, run, run_in_child, run_on
+from tests.factories.manager import CALLER, collect, finished, long_transcript
 from tests.factories.rows import writing_answers
 from tests.factories.service import OWNER, build_service, close_service, probed_service, say
 from tests.factories.settings import (
@@ -49,6 +49,7 @@ from tests.factories.web import (
 )
 
 __all__ = [
+    "CALLER",
     "EMBED",
     "OWNER",
     "PASSWORD",
@@ -77,6 +78,7 @@ __all__ = [
     "parse_sse",
     "probed_service",
     "run",
+    "run_in_child",
     "run_on",
     "say",
     "service_settings",

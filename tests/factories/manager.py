@@ -7,6 +7,9 @@ from typing import Any
 from webapp.llm.manager import Finished, Fitted, LLMManager, StreamEvent
 from webapp.llm.window import Transcript
 
+CALLER = "user:1"
+"""Whose sends the manager's tests make: what they teach is this caller's own figure."""
+
 
 def long_transcript(turns: int, words: int = 30) -> Transcript:
     """A system prompt and `turns` exchanges of about `words` words each, then a question."""
@@ -19,10 +22,14 @@ def long_transcript(turns: int, words: int = 30) -> Transcript:
 
 
 async def collect(
-    manager: LLMManager, configuration: str, transcript: Transcript, **kw: Any
+    manager: LLMManager,
+    configuration: str,
+    transcript: Transcript,
+    caller: str = CALLER,
+    **kw: Any,
 ) -> list[StreamEvent]:
     """Every fit in the order it was made (the plan's first), then what the stream said."""
-    plan = manager.plan(manager.route(configuration), transcript, **kw)
+    plan = manager.plan(manager.route(configuration), transcript, caller=caller, **kw)
     return [Fitted(plan.fit)] + [event async for event in manager.stream(plan)]
 
 

@@ -63,12 +63,12 @@ ANSWERS: dict[str, tuple[dict[str, Any], Usage | None]] = {
         {"usage": usage(prompt_tokens_details=None)},
         Usage(100, 5, None),
     ),
-    "llama.cpp": ({"usage": usage(), "timings": timings(90, 10)}, Usage(100, 5, 90)),
+    "llama.cpp": ({"usage": usage(), "timings": timings(90, 10)}, Usage(100, 5, 90, 10)),
     "llama.cpp, newer: both": (
         {"usage": usage(**details(90)), "timings": timings(90, 10)},
-        Usage(100, 5, 90),
+        Usage(100, 5, 90, 10),
     ),
-    "llama.cpp timings without usage": ({"timings": timings(90, 10, 7)}, Usage(100, 7, 90)),
+    "llama.cpp timings without usage": ({"timings": timings(90, 10, 7)}, Usage(100, 7, 90, 10)),
     "no engine says": ({"usage": usage()}, Usage(100, 5, None)),
     "no usage at all": ({}, None),
     "negative": ({"usage": usage(**details(-1))}, Usage(100, 5, None)),
@@ -82,15 +82,27 @@ ANSWERS: dict[str, tuple[dict[str, Any], Usage | None]] = {
         Usage(100, 5, None),
     ),
     "timings not an object": ({"usage": usage(), "timings": "fast"}, Usage(100, 5, None)),
-    "cache_n broken": ({"usage": usage(), "timings": timings("90", 10)}, Usage(100, 5, None)),
+    "cache_n broken": ({"usage": usage(), "timings": timings("90", 10)}, Usage(100, 5, None, 10)),
     "cache_n more than the prompt": (
         {"usage": usage(), "timings": timings(150, 10)},
-        Usage(100, 5, None),
+        Usage(100, 5, None, 10),
     ),
     "timings without usage, prompt_n broken": ({"timings": timings(90, None)}, None),
     "bad details, good timings": (
         {"usage": usage(**details(-5)), "timings": timings(90, 10)},
-        Usage(100, 5, 90),
+        Usage(100, 5, 90, 10),
+    ),
+    "openai-style cache writes": (
+        {
+            "usage": usage(
+                2000, prompt_tokens_details={"cached_tokens": 0, "cache_write_tokens": 1900}
+            )
+        },
+        Usage(2000, 5, 0, None, 1900),
+    ),
+    "cache writes more than the prompt": (
+        {"usage": usage(prompt_tokens_details={"cache_write_tokens": 101})},
+        Usage(100, 5, None),
     ),
 }
 
@@ -144,7 +156,7 @@ async def test_cached_tokens_of_a_completion() -> None:
     answer = {"choices": [choice], "usage": usage(), "timings": timings(60, 40)}
     async with OpenAIProvider("http://engine.test/v1", transport=serving(answer)) as provider:
         result = await provider.complete("m", "x")
-    assert result.usage == Usage(100, 5, 60)
+    assert result.usage == Usage(100, 5, 60, 40)
 
 
 @pytest.mark.parametrize("name", ANSWERS)
@@ -178,13 +190,13 @@ async def test_timings_and_usage_in_different_chunks_are_combined() -> None:
         chunk({}, "stop", timings=timings(90, 10)),
         chunk(None, usage=usage(100, 6)),
     ]
-    assert (await final_chunk(serving(events=events))).usage == Usage(100, 6, 90)
+    assert (await final_chunk(serving(events=events))).usage == Usage(100, 6, 90, 10)
     events = [
         chunk({"content": "Hi."}),
         chunk({}, "stop", usage=usage(100, 6)),
         chunk(None, usage=None, timings=timings(90, 10, 6)),
     ]
-    assert (await final_chunk(serving(events=events))).usage == Usage(100, 6, 90)
+    assert (await final_chunk(serving(events=events))).usage == Usage(100, 6, 90, 10)
 
 
 async def test_a_stream_that_says_nothing_has_no_usage() -> None:

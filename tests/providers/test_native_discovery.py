@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import run
+from tests.factories import run_in_child
 from tests.vendors import KEY_ENV, FakeVendors, providers_toml
 from webapp.llm.catalog import load_catalog
 from webapp.llm.tokenizers import EndpointTokenizer, Tokenizers, TokenizerUnavailable
@@ -54,7 +54,7 @@ def test_check_config_shows_discovered_windows_and_exact_counts(
     """The command as a shell runs it (a process of its own), against the fakes; its output
     is the sample in docs/providers.md."""
     database = f"sqlite+aiosqlite:///{tmp_path / 'none.db'}"
-    result = run(
+    result = run_in_child(
         "check-config",
         str(native_catalog(vendors, tmp_path)),
         env={**KEY_ENV, "WEBAPP_DATABASE_URL": database},

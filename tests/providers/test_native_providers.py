@@ -274,6 +274,11 @@ async def test_a_pure_append_reads_the_previous_prompt_and_a_moved_cut_the_head(
     assert first is not None and append is not None and after_cut is not None
     assert first.cached_tokens == 0
     assert append.cached_tokens == first.prompt_tokens  # the whole previous prompt
+    # The ledger: the first prompt written to the cache and evaluated whole; the append
+    # evaluates (and writes) only what follows what it read.
+    assert first.cache_write_tokens and first.evaluated_tokens == first.prompt_tokens
+    assert append.evaluated_tokens == append.prompt_tokens - append.cached_tokens
+    assert append.cache_write_tokens and append.cache_write_tokens <= append.evaluated_tokens
     log = vendors.cache_log
     head_tokens = log[-1].read
     assert 0 < head_tokens < append.cached_tokens and after_cut.cached_tokens == head_tokens

@@ -236,9 +236,13 @@ def test_gemini_sdk_calls_a_function_and_sends_its_response(gemini: genai.Client
     )
     assert answer.function_calls and answer.function_calls[0].name == "get_weather"
     assert answer.function_calls[0].args == {"city": "echo"}
-    contents = [
+    reply = answer.candidates[0].content  # type: ignore[index]
+    assert reply is not None
+    # Typed as one list type: with Pillow installed the SDK's `contents` also takes
+    # pictures, and a list of mixed items matches none of its list types.
+    contents: list[genai_types.Content] = [
         genai_types.Content(role="user", parts=[genai_types.Part(text="Weather in Oslo?")]),
-        answer.candidates[0].content,  # type: ignore[index]
+        reply,
         genai_types.Content(
             role="user",
             parts=[
@@ -302,5 +306,5 @@ def test_gemini_sdk_embeds_a_batch(vendors: FakeVendors, gemini: genai.Client) -
     [request] = [r for r in vendors.requests if r["path"].endswith(":batchEmbedContents")]
     assert len(request["body"]["requests"]) == 3
     with pytest.raises(genai_errors.ClientError) as refused:
-        gemini.models.embed_content(model="gemini-small", contents=["not an embedder"])
+        gemini.models.embed_content(model="gemini-small", contents="not an embedder")
     assert refused.value.code == 404

@@ -26,8 +26,13 @@ class Admission(Controls):
 
     # ---- the prefix cache ------------------------------------------------------------------
 
-    def _prefill(self, model: str, tokens: list[int], generation: int) -> _Prefill:
+    def _prefill(
+        self, model: str, tokens: list[int], generation: int, slot: int | None = None
+    ) -> _Prefill:
         """Look the prompt up in the model's prefix cache, and remember it there.
+
+        A request that names its `slot` (llama.cpp's `id_slot`) finds only what that slot
+        holds, and leaves its prompt there: llama.cpp's cache is per slot.
 
         Of the last CACHE_SLOTS prompts, the one sharing the longest prefix with this one
         is replaced by it when they share at least half of it (as llama.cpp picks the
@@ -40,19 +45,32 @@ class Admission(Controls):
         with self._lock:
             if generation != self._generation:
                 return _Prefill(len(tokens), 0, 0.0)
+            if slot is not None:
+                held = self._slot_prompts.setdefault(model, {})
+                shared = _shared_prefix(held.get(slot, []), tokens)
+                held[slot] = tokens
+                return self._found(model, tokens, shared, minimum, unit)
             slots = self._prefix_cache.setdefault(model, [])
             shared, best = 0, None
-            for index, slot in enumerate(slots):
-                if (length := _shared_prefix(slot, tokens)) > shared:
+            for index, held_prompt in enumerate(slots):
+                if (length := _shared_prefix(held_prompt, tokens)) > shared:
                     shared, best = length, index
             if best is not None and 2 * shared >= len(slots[best]):
                 slots.pop(best)
             slots.insert(0, tokens)
             del slots[CACHE_SLOTS:]
-            cached = max(0, min(shared, len(tokens) - 1)) // unit * unit
-            cached = cached if cached >= minimum else 0
-            self._cache_log.append(CacheRecord(model, len(tokens), cached))
-            seconds = self._prefill_per_token * (len(tokens) - cached)
+            return self._found(model, tokens, shared, minimum, unit)
+
+    def _found(
+        self, model: str, tokens: list[int], shared: int, minimum: int, unit: int
+    ) -> _Prefill:
+        """What a prompt sharing `shared` tokens with the cache is served (under the lock):
+        all but the last token at most (an engine computes one to answer), in the
+        engine's unit, from its least; logged."""
+        cached = max(0, min(shared, len(tokens) - 1)) // unit * unit
+        cached = cached if cached >= minimum else 0
+        self._cache_log.append(CacheRecord(model, len(tokens), cached))
+        seconds = self._prefill_per_token * (len(tokens) - cached)
         return _Prefill(len(tokens), cached, seconds)
 
     def _usage(self, engine: str, prefill: _Prefill, completion_tokens: int) -> dict[str, Any]:

@@ -52,7 +52,8 @@ class ChatEndpoint(Admission):
         if len(tokens) + (max_tokens or 0) > window:
             return self._chat_overflow(window, len(tokens), max_tokens)
         engine = self.engine
-        prefill = self._prefill(model, tokens, generation)
+        slot = body.get("id_slot") if engine == "llamacpp" else None
+        prefill = self._prefill(model, tokens, generation, slot if isinstance(slot, int) else None)
 
         last = messages[-1]
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
@@ -123,6 +124,7 @@ class ChatEndpoint(Admission):
             include_usage,
             prefill,
             engine == "llamacpp",
+            engine == "llamacpp" and body.get("return_progress") is True,
         )
         return _EventStream(_verbose(events) if verbose else events)
 
@@ -138,9 +140,11 @@ class ChatEndpoint(Admission):
         include_usage: bool,
         prefill: _Prefill,
         timed: bool,
+        progress: bool = False,
     ) -> AsyncIterator[bytes]:
         """The stream; `timed` (llama.cpp) adds `timings` to its last chunk: the usage
-        chunk when usage was asked for, else the one with finish_reason."""
+        chunk when usage was asked for, else the one with finish_reason. With `progress`
+        (llama.cpp asked for `return_progress`) the prompt's reading comes first."""
 
         def event(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             data: dict[str, Any] = {
@@ -186,7 +190,10 @@ class ChatEndpoint(Admission):
             deltas = [{"content": piece} for piece in _pieces(text)]
 
         break_after = self._take_break()
-        if prefill.seconds:
+        if progress:
+            async for reading in self._progress_events(event({"role": "assistant"}), prefill):
+                yield reading
+        elif prefill.seconds:
             await asyncio.sleep(prefill.seconds)
         generating = time.perf_counter()
         yield chunk({"role": "assistant", "content": "" if tool_call is None else None})
@@ -221,3 +228,23 @@ class ChatEndpoint(Admission):
         for data in last:
             yield _sse(data)
         yield _sse("[DONE]")
+
+    async def _progress_events(
+        self, opening: dict[str, Any], prefill: _Prefill
+    ) -> AsyncIterator[bytes]:
+        """llama.cpp's reading of the prompt: a chunk per batch, each the opening chunk (an
+        assistant delta with no content) with `prompt_progress` {total, cache, processed,
+        time_ms}; `processed` counts the cached tokens too. The prefill's time is spread
+        over them; `hold_after_progress` then holds the stream until `end_stalls`."""
+        total, cached = prefill.prompt_tokens, prefill.cached_tokens
+        opening["choices"][0]["delta"]["content"] = None
+        steps = [*range(cached + self.progress_batch, total, self.progress_batch), total]
+        started = time.perf_counter()
+        for processed in steps:
+            if prefill.seconds:
+                await asyncio.sleep(prefill.seconds / len(steps))
+            elapsed = int((time.perf_counter() - started) * 1000)
+            reading = {"total": total, "cache": cached, "processed": processed, "time_ms": elapsed}
+            yield _sse(opening | {"prompt_progress": reading})
+        if self.hold_after_progress:
+            await self._stalled(60)

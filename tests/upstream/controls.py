@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.upstream.cache import CacheRecord
+from tests.upstream.cache import CACHE_SLOTS, CacheRecord
 from tests.upstream.faults import _Break, _Failure, _Stall
 from tests.upstream.server import ServedApp
 from tests.upstream.vocab import (
@@ -113,6 +113,16 @@ class Controls(ServedApp):
             # vLLM's --enable-prompt-tokens-details: without it vLLM reports no cached
             # tokens. vLLM's own default is off; here it is on until a test turns it off.
             self.enable_prompt_tokens_details = True
+            # llama.cpp's slots: how many `/slots` lists, whether it answers at all
+            # (`--no-slots` answers 501), and the prompt each slot holds by model, for
+            # requests that name their slot (`id_slot`).
+            self.slot_count = CACHE_SLOTS
+            # llama.cpp's `return_progress`: the prompt is reported read this many tokens
+            # at a time (its batch), and a test may hold the stream once it has been.
+            self.progress_batch = 512
+            self.hold_after_progress = False
+            self.slots_endpoint = True
+            self._slot_prompts: dict[str, dict[int, list[int]]] = {}
 
     def fail_next(
         self,

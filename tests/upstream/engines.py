@@ -100,11 +100,31 @@ class EngineEndpoints(Admission):
         return JSONResponse(
             {
                 "default_generation_settings": {"n_ctx": window, "params": {"n_predict": -1}},
-                "total_slots": 1,
+                "total_slots": self.slot_count,
                 "model_path": f"/models/{name}.gguf",
                 "chat_template": "{{ messages }}",
             }
         )
+
+    async def _slots(self, request: Request) -> Response:
+        """llama.cpp `/slots`: one object per slot (the fields a client may read), or its
+        501 when started with `--no-slots`."""
+        if self.engine != "llamacpp":
+            return _not_found()
+        await self._record(request)
+        if not self.slots_endpoint:
+            error = {
+                "code": 501,
+                "message": "This server does not support slots endpoint.",
+                "type": "not_supported_error",
+            }
+            return JSONResponse({"error": error}, status_code=501)
+        window = next(iter(self.models.values()), 0)
+        slots = [
+            {"id": slot, "id_task": -1, "n_ctx": window, "is_processing": False}
+            for slot in range(self.slot_count)
+        ]
+        return JSONResponse(slots)
 
     async def _ollama_show(self, request: Request) -> Response:
         """Ollama `/api/show`: the model's own context_length in model_info, and num_ctx in

@@ -45,6 +45,7 @@ class FakeUpstream(EngineEndpoints, ChatEndpoint, CompletionEndpoints):
                 Route("/tokenize", self._tokenize, methods=["POST"]),
                 Route("/extras/tokenize", self._tokenize, methods=["POST"]),
                 Route("/props", self._props, methods=["GET"]),
+                Route("/slots", self._slots, methods=["GET"]),
                 Route("/api/show", self._ollama_show, methods=["POST"]),
                 Route("/api/v0/models", self._lmstudio_models, methods=["GET"]),
             ]

@@ -9,7 +9,14 @@ from typing import Any
 from tests.vendors.cache import CacheEvent, _Blocks
 from tests.vendors.controls import Controls
 from tests.vendors.faults import _Invalid
-from tests.vendors.rules import BLOCK_FRAME, LOOKBACK, MAX_BREAKPOINTS, MESSAGE_FRAME
+from tests.vendors.media import picture_or_document, picture_tokens
+from tests.vendors.rules import (
+    ANTHROPIC_VISION,
+    BLOCK_FRAME,
+    LOOKBACK,
+    MAX_BREAKPOINTS,
+    MESSAGE_FRAME,
+)
 
 
 class AnthropicPrompt(Controls):
@@ -102,6 +109,14 @@ class AnthropicPrompt(Controls):
                 elif kind == "tool_result" and role == "user":
                     tokens = self._text_tokens(block.get("content") or "") + BLOCK_FRAME
                     key = [role, "tool_result", block.get("tool_use_id"), block.get("content")]
+                elif kind in ("image", "document") and role == "user":
+                    model = body.get("model")
+                    if kind == "image" and model not in ANTHROPIC_VISION:
+                        raise _Invalid(f"'{model}' does not support image input.")
+                    where = f"messages.{number}.content.{index}.{kind}.source"
+                    data = picture_or_document(kind, block.get("source"), where)
+                    tokens = picture_tokens(data) if kind == "image" else self.count(str(data))
+                    key = [role, kind, hash(data)]
                 else:
                     raise _Invalid(
                         f"messages.{number}.content.{index}.type: unexpected block type "

@@ -11,6 +11,7 @@ from typing import Any
 from tests.vendors.cache import CacheEvent
 from tests.vendors.controls import Controls
 from tests.vendors.faults import _Invalid
+from tests.vendors.media import gemini_picture_tokens, inline_picture
 from tests.vendors.rules import BLOCK_FRAME, EMBEDDING_SIZE, MESSAGE_FRAME
 
 
@@ -69,6 +70,11 @@ class GeminiPrompt(Controls):
                 call = part.get("functionCall") or part.get("function_call") or {}
                 tokens += [2] * BLOCK_FRAME + self._vocabulary.encode(
                     str(call.get("name")) + json.dumps(call.get("args") or {})
+                )
+            elif "inlineData" in part or "inline_data" in part:
+                inline = part.get("inlineData") or part.get("inline_data") or {}
+                tokens += [4] * gemini_picture_tokens(
+                    inline_picture(inline, f"GenerateContentRequest.{where}.parts[{index}]")
                 )
             elif "functionResponse" in part or "function_response" in part:
                 answer = part.get("functionResponse") or part.get("function_response") or {}

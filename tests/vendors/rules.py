@@ -8,6 +8,10 @@ ANTHROPIC_MODELS: dict[str, tuple[int, int]] = {
     "claude-large": (200_000, 64_000),
 }
 """Model id -> (max_input_tokens, max_tokens)."""
+ANTHROPIC_VISION = frozenset({"claude-large"})
+"""Claude models that read images; the others refuse a request holding one (400)."""
+IMAGE_TOKENS = 1600
+"""What an image costs a model that reads it (Anthropic's for a 1,092 x 1,092 image)."""
 GEMINI_MODELS: dict[str, tuple[int, int]] = {
     "gemini-small": (4096, 1024),
     "gemini-large": (1_048_576, 65_536),

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DEFAULT_TOKEN_NAME = "cli"
-SCOPE_NAMES = ("chat", "gateway", "admin", "tokens")
+SCOPE_NAMES = ("chat", "gateway", "admin", "tokens", "settings")
 """As `webapp.accounts.models.SCOPES` (not imported: `webapp --help` stays quick)."""
 DEFAULT_SCOPE_NAMES = ("chat", "gateway")
 
@@ -76,7 +76,8 @@ def add_token_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "what the token may do, instead of the default "
             f"({' and '.join(DEFAULT_SCOPE_NAMES)}); repeat for several: "
             + ", ".join(SCOPE_NAMES)
-            + " (create and revoke tokens)"
+            + " (tokens: create and revoke tokens; settings: change preferences, custom "
+            "instructions and the password)"
         ),
     )
     create.set_defaults(run=cmd_token_create)

@@ -31,14 +31,18 @@ CLIENT_MAX_LENGTH = 64
 
 # What an API token may do. A signed-in browser may do everything its user may.
 CHAT = "chat"
-"""The JSON API and the pages: conversations, search, one's own settings."""
+"""The JSON API and the pages: conversations, search, reading one's own settings."""
 GATEWAY = "gateway"
 """The OpenAI-compatible gateway under /v1."""
 ADMIN = "admin"
 """What only admins may do (the admin pages and /api/admin); only an admin's token has it."""
 TOKENS = "tokens"
 """Creating and revoking the account's tokens: without it a token can never mint another."""
-SCOPES = (CHAT, GATEWAY, ADMIN, TOKENS)
+SETTINGS = "settings"
+"""Changing the account's settings (preferences, custom instructions, password): a chat
+token, which a script holds, cannot rewrite what every later send carries or lock its
+owner out."""
+SCOPES = (CHAT, GATEWAY, ADMIN, TOKENS, SETTINGS)
 DEFAULT_SCOPES = (CHAT, GATEWAY)
 """What a token gets unless more is asked for when it is made."""
 SCOPES_MAX_LENGTH = 100

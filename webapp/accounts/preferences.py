@@ -19,6 +19,9 @@ from sqlmodel import Session, col, select
 from webapp.accounts.models import User
 from webapp.db import Database
 from webapp.errors import InvalidInput, NotFound, refuse_nul
+from webapp.llm.catalog import Catalog
+from webapp.llm.head_room import crowded_out
+from webapp.llm.routing import RoutingError, resolve
 from webapp.owners import USER_OWNER_PREFIX
 from webapp.prepared import Prepared
 
@@ -36,11 +39,13 @@ class Preferences:
     custom_instructions: str
 
 
-def parse_preferences(form: Mapping[str, str], configurations: Collection[str]) -> Preferences:
-    """The settings form, checked: InvalidInput (400) names what is wrong."""
+def parse_preferences(form: Mapping[str, str], catalog: Catalog) -> Preferences:
+    """The settings form, checked: InvalidInput (400) names what is wrong. Instructions
+    that leave no room for a message in the configuration new conversations start with
+    are refused (`webapp.llm.head_room`), naming the smallest window they fit."""
     configuration = form.get("default_configuration", "").strip() or None
-    if configuration is not None and configuration not in configurations:
-        known = ", ".join(configurations)
+    if configuration is not None and configuration not in catalog.configurations:
+        known = ", ".join(catalog.configurations)
         raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
     theme = form.get("theme", "system")
     if theme not in THEMES:
@@ -52,6 +57,13 @@ def parse_preferences(form: Mapping[str, str], configurations: Collection[str]) 
             f"custom instructions are at most {MAX_INSTRUCTIONS:,} characters; "
             f"these are {len(instructions):,}"
         )
+    try:
+        route = resolve(catalog, configuration or catalog.default_configuration)
+    except RoutingError:
+        route = None  # nothing to fit them to: the send will say so
+    crowded = crowded_out(catalog, route, instructions) if route else None
+    if crowded is not None:
+        raise InvalidInput(crowded)
     return Preferences(configuration, theme, instructions)
 
 

@@ -16,6 +16,7 @@ from webapp.accounts.deps import Accounts
 from webapp.accounts.guards import admin_only
 from webapp.accounts.management import Changes, UserManagement, user_dict
 from webapp.accounts.service import AccountService
+from webapp.accounts.web import SETTINGS_ROUTES
 from webapp.errors import AppError, InvalidInput
 from webapp.web.params import RowId
 from webapp.web.security import SESSION_COOKIE
@@ -145,7 +146,7 @@ class UserPages(Controller):
             return await _users_page(accounts, error=error, failed_user=user_id)
         return Redirect(f"/admin/users?done={action}", status_code=303)
 
-    @post("/settings/password")
+    @post("/settings/password", opt=SETTINGS_ROUTES)
     async def change_password(
         self, request: Request[Any, Any, Any], accounts: Accounts
     ) -> Redirect:

@@ -4,7 +4,9 @@ to sign in, set up the first admin, sign out and manage API tokens.
 A signed-in browser may do all its user may. A token may do what its scopes say
 (`webapp.accounts.models.SCOPES`): what an admin-only route needs is the admin scope,
 creating or revoking tokens needs the tokens scope (so a stolen token cannot mint
-itself a successor), everything else the chat scope. The middleware refuses a token
+itself a successor), changing the account's preferences, custom instructions or password
+the settings scope (so a chat token cannot rewrite what every send carries, or lock its
+owner out), everything else the chat scope. The middleware refuses a token
 without the scope (403) before the route runs."""
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from litestar.types import ASGIApp
 
 from webapp.accounts.deps import Accounts
 from webapp.accounts.guards import admin_only
-from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, TOKENS, User
+from webapp.accounts.models import ADMIN, CHAT, DEFAULT_SCOPES, SETTINGS, TOKENS, User
 from webapp.accounts.preferences import (
     MAX_INSTRUCTIONS,
     THEMES,
@@ -72,6 +74,8 @@ class SessionOrTokenAuth(AbstractAuthenticationMiddleware):
 TOKEN_SCOPE = "token_scope"
 """A route handler's `opt` key: the scope a token needs there, when not the usual one."""
 TOKEN_ROUTES = {TOKEN_SCOPE: TOKENS}
+SETTINGS_ROUTES = {TOKEN_SCOPE: SETTINGS}
+"""What changes the account (preferences, custom instructions, password)."""
 REFUSALS = {
     ADMIN: (
         "this API token has no admin scope: the admin pages and API need a token made with "
@@ -82,6 +86,10 @@ REFUSALS = {
         "`webapp token create` (a token needs the tokens scope for this)"
     ),
     CHAT: "this API token has no chat scope: it is for the gateway (/v1) only",
+    SETTINGS: (
+        "this API token has no settings scope: change preferences, custom instructions and "
+        "the password on /settings, or with a token made with `--scope settings`"
+    ),
 }
 
 
@@ -222,7 +230,7 @@ class AccountPages(Controller):
             saved=done == "preferences",
         )
 
-    @post("/settings/preferences")
+    @post("/settings/preferences", opt=SETTINGS_ROUTES)
     async def save_settings(
         self, request: Request[Any, Any, Any], accounts: Accounts, catalog: ServedCatalog
     ) -> Redirect | Template:
@@ -230,7 +238,7 @@ class AccountPages(Controller):
         back with the reason and what was typed."""
         form = await _form(request)
         try:
-            chosen = parse_preferences(form, catalog.configurations)
+            chosen = parse_preferences(form, catalog)
         except AppError as error:
             return await _settings_page(
                 request, accounts, catalog, new_token=None, error=error, typed=form

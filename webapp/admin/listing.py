@@ -163,3 +163,53 @@ def parse_listing(params: Mapping[str, str | None]) -> Listing:
         page=_whole_number(params, "page", 1),
         per_page=_whole_number(params, "per_page", DEFAULT_PER_PAGE),
     )
+
+
+REVIEW_PER_PAGE = 50
+"""Turns of the history one review page shows, unless asked otherwise."""
+REVIEW_MAX_PER_PAGE = 200
+SPANS_PER_PAGE = 100
+"""Stored left-out spans of each send one review page shows: an import may carry 100,000,
+and the review reads and draws only a page of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewPaging:
+    """Which part of one conversation the review shows: a page of its turns, and of each
+    send's left-out spans a page. `per_page` (and `spans_per_page`) None: all of them (the
+    query layer's default, for its callers that want the whole record)."""
+
+    page: int = 1
+    per_page: int | None = None
+    spans: int = 1
+    spans_per_page: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_range("page", self.page, MAX_PAGE)
+        _check_range("spans", self.spans, MAX_PAGE)
+        if self.per_page is not None:
+            _check_range("per_page", self.per_page, REVIEW_MAX_PER_PAGE)
+        if self.spans_per_page is not None:
+            _check_range("spans_per_page", self.spans_per_page, MAX_PAGE)
+
+    def url(self, path: str, **changes: Any) -> str:
+        """`path` with this paging's query string (defaults left out), `changes` applied."""
+        paging = replace(self, **changes)
+        values = {
+            "page": paging.page if paging.page != 1 else None,
+            "per_page": paging.per_page if paging.per_page != REVIEW_PER_PAGE else None,
+            "spans": paging.spans if paging.spans != 1 else None,
+        }
+        query = urlencode({key: value for key, value in values.items() if value is not None})
+        return f"{path}?{query}" if query else path
+
+
+def parse_review_paging(params: Mapping[str, str | None]) -> ReviewPaging:
+    """The review page's paging from its query parameters (`page`, `per_page`, `spans`);
+    InvalidInput (400) names any bad one."""
+    return ReviewPaging(
+        page=_whole_number(params, "page", 1),
+        per_page=_whole_number(params, "per_page", REVIEW_PER_PAGE),
+        spans=_whole_number(params, "spans", 1),
+        spans_per_page=SPANS_PER_PAGE,
+    )

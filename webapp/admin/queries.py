@@ -6,10 +6,12 @@ page, never the number of stored messages. The same statements run on SQLite and
 PostgreSQL; the one place they differ, the UTC calendar day of a timestamp, is chosen
 by dialect in `_utc_day`, and every per-day figure (trims, the prompt cache) buckets by it.
 
-The review page is the one place that reads a whole history, because showing it whole
-is its purpose. Which turns a send left out is read from the spans the send stored
-(`fit_left_out`), the same record the chat highlights: nothing is re-derived, so the
-review can never disagree with what was sent, whatever rule sent it.
+The review of one conversation reads a page of it (issue 43): the text of the page's turns
+only, and of the spans stored on each send a page, picked out of the stored JSON by the
+database; of the rest of the history only each row's seq, role, parent, status and model
+(turn numbers need them). Which turns a send left out is read from the spans the send
+stored (`fit_left_out`), the same record the chat highlights: nothing is re-derived, so
+the review can never disagree with what was sent, whatever rule sent it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -35,12 +37,12 @@ from sqlalchemy import (
     or_,
 )
 from sqlalchemy import select as sa_select
-from sqlalchemy.orm import aliased
+from sqlalchemy import text as sa_text
+from sqlalchemy.orm import aliased, defer
 from sqlmodel import Session, col, select
 
 from webapp.accounts.models import User, username_key
-from webapp.admin.listing import Listing
-from webapp.chat.stored.branches import parent_of
+from webapp.admin.listing import Listing, ReviewPaging
 from webapp.chat.stored.feedback import FEEDBACK
 from webapp.chat.stored.history import is_replayable
 from webapp.chat.stored.models import Conversation, Message, Role, Status
@@ -133,6 +135,10 @@ class CacheDay:
     cut_moved: int
     """Sends sized for this model whose cut moved, so the cache could not be reused past
     the head (user rows with `fit_cut_moved` true)."""
+    evaluated_tokens: int | None = None
+    """Prompt tokens the engine evaluated, over the answers that say it (None: none does)."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the engine wrote to its cache, over the answers that say it."""
 
     @property
     def share(self) -> float | None:
@@ -169,9 +175,18 @@ class TrimmedTurn:
     """The trimmed user row's sequence number."""
     dropped_turns: int
     spans: tuple[tuple[int, int], ...]
-    """What this send left out, as stored: inclusive [first_seq, last_seq] spans."""
+    """What this send left out, as stored: inclusive [first_seq, last_seq] spans (in a
+    review read by pages, the page of them it shows, from `spans_from`)."""
     fit: FitFacts
     pins_dropped: int = 0
+    spans_total: int | None = None
+    """How many spans the send stored (None: `spans` are all of them)."""
+    spans_from: int = 0
+    """The index of the first of `spans` among the send's stored spans."""
+
+    @property
+    def more_spans(self) -> bool:
+        return self.spans_total is not None and self.spans_from + len(self.spans) < self.spans_total
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,14 +205,29 @@ class Review:
     conversation: Conversation
     owner_name: str
     messages: list[Message]
-    """The whole stored history, oldest first."""
+    """The stored history the review shows, oldest first: all of it, or a page of turns."""
     trimmed: list[TrimmedTurn]
+    """The trimmed sends among `messages`."""
     models: list[str]
     turn_numbers: dict[int, int]
     """User seq -> its turn's number as people count them (1 for the first message)."""
     sendable: list[int] = field(default_factory=list)
     """User seqs of the turns whose answer is replayed, oldest first: the turns a send
     can leave out (a failed turn inside a stored span was never sent, so it is not)."""
+    covering: list[TrimmedTurn] | None = None
+    """Every trimmed send (oldest first) with the stored spans that reach `messages`: who
+    left the shown turns out (None: `trimmed` says it, the review being whole)."""
+    stored_messages: int = 0
+    turns: int = 0
+    """Turns of the whole history (the pages' count)."""
+    trimmed_sends: int = 0
+    """Trimmed sends of the whole history."""
+    paging: ReviewPaging = field(default_factory=ReviewPaging)
+
+    @property
+    def pages(self) -> int:
+        per_page = self.paging.per_page
+        return max(1, math.ceil(self.turns / per_page)) if per_page else 1
 
     def left_out(self, turn: TrimmedTurn) -> list[int]:
         """User seqs of the sendable turns inside `turn`'s stored spans, oldest first."""
@@ -220,7 +250,7 @@ class Review:
         users = self.sendable
         intervals = [
             (turn.seq, bisect_left(users, first), bisect_right(users, last))
-            for turn in self.trimmed
+            for turn in (self.trimmed if self.covering is None else self.covering)
             for first, last in turn.spans
         ]
         delta = [0] * (len(users) + 1)
@@ -532,71 +562,263 @@ def prompt_cache_per_model_day(
             total(reported, col(Message.prompt_tokens)),
             total(reported, col(Message.cached_tokens)),
             total(moved_cut),
+            _said_sum(is_answer, col(Message.evaluated_tokens)),
+            _said_sum(is_answer, col(Message.cache_write_tokens)),
         )
         .where(or_(is_answer, moved_cut), _created_within(first, today))
         .group_by(literal_column("day"), literal_column("cache_model"))
     )
     rows = [
-        CacheDay(_as_date(day), name or UNKNOWN_MODEL, *(int(n) for n in counts))
-        for day, name, *counts in session.connection().execute(query).all()
+        CacheDay(
+            _as_date(day),
+            name or UNKNOWN_MODEL,
+            int(reported),
+            int(unreported),
+            int(prompt),
+            int(cached),
+            int(moved),
+            None if evaluated is None else int(evaluated),
+            None if written is None else int(written),
+        )
+        for day, name, reported, unreported, prompt, cached, moved, evaluated, written in (
+            session.connection().execute(query).all()
+        )
     ]
     # Sorted here, once NULL is UNKNOWN_MODEL: the two databases sort NULLs at opposite ends.
     return sorted(rows, key=lambda row: (-row.day.toordinal(), row.model))
 
 
-def review(session: Session, conversation_id: str) -> Review:
-    """The whole history of one conversation and, for each trimmed send, what it left out."""
+def unreported_models(days: list[CacheDay]) -> list[str]:
+    """The models whose answers, over `days`, never carried a cache report."""
+    reported: dict[str, bool] = {}
+    for row in days:
+        if row.reported or row.unreported:
+            reported[row.model] = reported.get(row.model, False) or row.reported > 0
+    return sorted(model for model, said in reported.items() if not said)
+
+
+def _said_sum(among: ColumnElement[bool], value: Any) -> ColumnElement[Any]:
+    """The sum of `value` over the rows `among` that carry one: NULL when none does (an
+    engine that never said is unknown, not 0)."""
+    return func.sum(case((and_(among, value.is_not(None)), value), else_=None))
+
+
+class _Skeleton(NamedTuple):
+    """What the review reads of every row: no text, no spans."""
+
+    seq: int
+    role: str
+    parent_seq: int | None
+    status: str
+    has_text: bool
+    model: str | None
+
+
+def review(session: Session, conversation_id: str, paging: ReviewPaging | None = None) -> Review:
+    """One conversation's stored history and, for each trimmed send, what it left out:
+    all of it, or (with `paging`) a page of its turns and a page of each send's spans.
+
+    Of the rows outside the page only their seq, role, parent, status and model are read
+    (turn numbers and which turns were sendable need them); of the stored spans, the page
+    of spans of each send shown, and those of the other sends that reach the page's turns,
+    picked out by the database from the JSON it stores."""
+    paging = paging or ReviewPaging()
     conversation = session.get(Conversation, conversation_id)
     if conversation is None:
         raise NotFound("no such conversation")
+    in_conversation = col(Message.conversation_id) == conversation_id
+    connection = session.connection()
+    skeleton = [
+        _Skeleton(*row)
+        for row in connection.execute(
+            sa_select(
+                col(Message.seq),
+                col(Message.role),
+                col(Message.parent_seq),
+                col(Message.status),
+                col(Message.content) != "",
+                col(Message.model),
+            )
+            .where(in_conversation)
+            .order_by(col(Message.seq))
+        ).all()
+    ]
+    starts = [row.seq for index, row in enumerate(skeleton) if row.role == Role.USER or index == 0]
+    low, high = _page_window(starts, skeleton[-1].seq if skeleton else 0, paging)
     query = (
         select(Message)
-        .where(col(Message.conversation_id) == conversation_id)
+        .options(defer(Message.fit_left_out))  # type: ignore[arg-type]
+        .where(in_conversation, col(Message.seq) >= low, col(Message.seq) <= high)
         .order_by(col(Message.seq))
     )
     messages = list(session.exec(query).all())
     username = _username(session, conversation.user_id)
 
+    shown = [row for row in messages if row.role == Role.USER and row.dropped_turns]
+    spans_from = (paging.spans - 1) * (paging.spans_per_page or 0)
+    spans_of = _send_spans(connection, conversation_id, low, high, paging, spans_from)
+    totals = _span_counts(connection, conversation_id, [row.seq for row in shown])
+    limited = paging.spans_per_page is not None
     trimmed = [
         TrimmedTurn(
             row.seq,
             row.dropped_turns or 0,
-            tuple((first, last) for first, last in row.fit_left_out or []),
+            tuple(spans_of.get(row.seq, ())),
             FitFacts.of(row),
             row.fit_pins_dropped or 0,
+            spans_total=totals.get(row.seq, 0) if limited else None,
+            spans_from=spans_from,
         )
-        for row in messages
-        if row.role == Role.USER and row.dropped_turns
+        for row in shown
     ]
-    users = [m.seq for m in messages if m.role == Role.USER]
-    by_seq = {m.seq: m for m in messages}
+    covering = [
+        TrimmedTurn(seq, 0, tuple(spans), FitFacts(None, None, None, None, None, None))
+        for seq, spans in _covering_spans(connection, conversation_id, low, high).items()
+    ]
+    by_seq = {row.seq: row for row in skeleton}
     sendable = [
-        seq
-        for seq in users
-        if (answer := by_seq.get(seq + 1)) is not None
+        row.seq
+        for row in skeleton
+        if row.role == Role.USER
+        and (answer := by_seq.get(row.seq + 1)) is not None
         and answer.role == Role.ASSISTANT
-        and is_replayable(answer.status, answer.content)
+        and is_replayable(answer.status, "x" if answer.has_text else "")
     ]
-    models = sorted({m.model for m in messages if m.role == Role.ASSISTANT and m.model})
+    models = sorted({row.model for row in skeleton if row.role == Role.ASSISTANT and row.model})
+    trimmed_sends = session.exec(
+        select(func.count()).where(
+            in_conversation, col(Message.role) == Role.USER, col(Message.dropped_turns) > 0
+        )
+    ).one()
     return Review(
         conversation=conversation,
         owner_name=owner_name(conversation.owner, username),
         messages=messages,
         trimmed=trimmed,
         models=models,
-        turn_numbers=turn_numbers(messages),
+        turn_numbers=turn_numbers(skeleton),
         sendable=sendable,
+        covering=covering,
+        stored_messages=len(skeleton),
+        turns=len(starts),
+        trimmed_sends=trimmed_sends,
+        paging=paging,
     )
 
 
-def turn_numbers(messages: list[Message]) -> dict[int, int]:
+def _page_window(starts: list[int], last: int, paging: ReviewPaging) -> tuple[int, int]:
+    """The first and last seq of the page's turns (`starts`: each turn's first seq)."""
+    if paging.per_page is None or not starts:
+        return 1, last
+    first = (paging.page - 1) * paging.per_page
+    if first >= len(starts):
+        if paging.page > 1:
+            raise NotFound(f"the review has {math.ceil(len(starts) / paging.per_page)} pages")
+        return 1, last
+    stop = first + paging.per_page
+    return starts[first], starts[stop] - 1 if stop < len(starts) else last
+
+
+_SPANS_FROM = {
+    "sqlite": (
+        "FROM message m, json_each(CASE WHEN json_type(m.fit_left_out) = 'array'"
+        " THEN m.fit_left_out ELSE '[]' END) j",
+        "CAST(j.key AS INTEGER)",
+        "json_extract(j.value, '$[0]')",
+        "json_extract(j.value, '$[1]')",
+    ),
+    "postgresql": (
+        "FROM message m CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN"
+        " jsonb_typeof(m.fit_left_out) = 'array' THEN m.fit_left_out ELSE '[]'::jsonb END)"
+        " WITH ORDINALITY AS j(span, ordinal)",
+        "(j.ordinal - 1)",
+        "(j.span ->> 0)::integer",
+        "(j.span ->> 1)::integer",
+    ),
+}
+"""The stored spans of a conversation's trimmed sends, one row each, read by the database
+from the JSON it stores (SQLite's `json_each`, PostgreSQL's `jsonb_array_elements`): the
+index of the span in its send, its first and its last seq."""
+
+_TRIMMED_SENDS = "m.conversation_id = :conversation AND m.role = 'user' AND m.dropped_turns > 0"
+
+
+def _spans_sql(connection: Any, where: str, order: str) -> Any:
+    source, index, first, last = _SPANS_FROM[connection.dialect.name]
+    return sa_text(
+        f"SELECT m.seq, {index} AS ix, {first} AS first_seq, {last} AS last_seq {source}"
+        f" WHERE {_TRIMMED_SENDS} AND {where} ORDER BY {order}"
+    )
+
+
+def _send_spans(
+    connection: Any,
+    conversation_id: str,
+    low: int,
+    high: int,
+    paging: ReviewPaging,
+    spans_from: int,
+) -> dict[int, list[tuple[int, int]]]:
+    """The page of spans of each trimmed send between seqs `low` and `high`."""
+    _, index, _, _ = _SPANS_FROM[connection.dialect.name]
+    stop = spans_from + paging.spans_per_page if paging.spans_per_page is not None else None
+    window = f"m.seq >= :low AND m.seq <= :high AND {index} >= :start"
+    if stop is not None:
+        window += f" AND {index} < :stop"
+    statement = _spans_sql(connection, window, "m.seq, ix")
+    found: dict[int, list[tuple[int, int]]] = {}
+    parameters = {
+        "conversation": conversation_id,
+        "low": low,
+        "high": high,
+        "start": spans_from,
+        "stop": stop,
+    }
+    for seq, _, first, last in connection.execute(statement, parameters):
+        found.setdefault(seq, []).append((first, last))
+    return found
+
+
+def _covering_spans(
+    connection: Any, conversation_id: str, low: int, high: int
+) -> dict[int, list[tuple[int, int]]]:
+    """Each trimmed send's stored spans that reach seqs `low` to `high`, sends oldest
+    first (a send leaves out only what came before it: sends after `low`)."""
+    _, _, first, last = _SPANS_FROM[connection.dialect.name]
+    reach = f"m.seq > :low AND {first} <= :high AND {last} >= :low"
+    statement = _spans_sql(connection, reach, "m.seq, ix")
+    found: dict[int, list[tuple[int, int]]] = {}
+    parameters = {"conversation": conversation_id, "low": low, "high": high}
+    for seq, _, first_seq, last_seq in connection.execute(statement, parameters):
+        found.setdefault(seq, []).append((first_seq, last_seq))
+    return found
+
+
+def _span_counts(connection: Any, conversation_id: str, seqs: list[int]) -> dict[int, int]:
+    """How many spans each of the sends at `seqs` stored."""
+    if not seqs:
+        return {}
+    length = {
+        "sqlite": "json_array_length(m.fit_left_out)",
+        "postgresql": "jsonb_array_length(m.fit_left_out)",
+    }[connection.dialect.name]
+    kind = {"sqlite": "json_type", "postgresql": "jsonb_typeof"}[connection.dialect.name]
+    statement = sa_text(
+        f"SELECT m.seq, CASE WHEN {kind}(m.fit_left_out) = 'array' THEN {length} ELSE 0 END"
+        f" FROM message m WHERE {_TRIMMED_SENDS} AND m.seq >= :low AND m.seq <= :high"
+    )
+    parameters = {"conversation": conversation_id, "low": min(seqs), "high": max(seqs)}
+    return {seq: count for seq, count in connection.execute(statement, parameters)}
+
+
+def turn_numbers(skeleton: list[_Skeleton]) -> dict[int, int]:
     """User seq -> its turn's number on its own branch (an alternative to turn 5 is turn 5
     too), from the parent pointers: every branch of the record is shown, each counted as
     the user saw it."""
     numbers: dict[int, int] = {}
-    for row in messages:  # by seq: a row's parent comes before it
+    for row in skeleton:  # by seq: a row's parent comes before it
         if row.role == Role.USER:
-            parent = parent_of(row)  # the answer this turn follows; its question is one before
+            parent = row.parent_seq if row.parent_seq is not None else row.seq - 1
             numbers[row.seq] = numbers.get(parent - 1, 0) + 1
     return numbers
 

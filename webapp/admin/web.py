@@ -8,7 +8,7 @@ CSRF token to carry.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Annotated, Any
 
@@ -19,12 +19,20 @@ from litestar.response import Response, Template
 from webapp.accounts.guards import admin_only
 from webapp.admin import queries
 from webapp.admin.chart import per_day_chart, per_model_chart
-from webapp.admin.listing import LIST_PATH, MAX_PER_PAGE, SORTS, Listing, parse_listing
+from webapp.admin.listing import (
+    LIST_PATH,
+    MAX_PER_PAGE,
+    SORTS,
+    Listing,
+    parse_listing,
+    parse_review_paging,
+)
 from webapp.admin.queries import CacheDay, LeftOutBy, Page, Review, TrimmedRow, TrimmedTurn
 from webapp.chat.stored.models import Message, Role
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.views import MessageView
 from webapp.llm.calibration import learned_windows
+from webapp.llm.engine import UNREPORTED_CACHE
 from webapp.llm.window import runs_of
 from webapp.web.markdown import prerendered
 
@@ -58,6 +66,8 @@ def cache_dict(row: CacheDay) -> dict[str, Any]:
         "answers_with_cache_report": row.reported,
         "answers_without_cache_report": row.unreported,
         "cut_moved_sends": row.cut_moved,
+        "evaluated_tokens": row.evaluated_tokens,
+        "cache_write_tokens": row.cache_write_tokens,
     }
 
 
@@ -74,6 +84,28 @@ class ReviewTurn:
     """The turns this send left out, as runs of turn numbers."""
     left_out_by: LeftOutBy | None
     """When later sends left this turn out."""
+    files_sent: list[str] = field(default_factory=list)
+    files_left_out: list[str] = field(default_factory=list)
+    """The files this send carried and left out, each named with its tokens for the fit's
+    model ("photo.png, 255 tokens")."""
+
+
+def named_files(review: Review, row: Message | None) -> tuple[list[str], list[str]]:
+    """A send's files sent and left out, by name and tokens (files a turn of this review
+    carried; a file named nowhere in it by its id)."""
+    carried = (row.fit_attachments if row is not None else None) or {}
+    known = {a["id"]: a for m in review.messages for a in m.attachments or []}
+
+    def said(file_id: str) -> str:
+        found = known.get(file_id)
+        if found is None:
+            return file_id
+        tokens = (found.get("token_counts") or {}).get(row.fit_model if row else None)
+        return f"{found['name']}, {tokens:,} tokens" if tokens is not None else found["name"]
+
+    return [said(i) for i in carried.get("sent", [])], [
+        said(i) for i in carried.get("left_out", [])
+    ]
 
 
 def left_out_spans(review: Review, turn: TrimmedTurn) -> list[tuple[int, int]]:
@@ -94,6 +126,7 @@ def review_turns(review: Review) -> list[ReviewTurn]:
     turns = []
     for seq, rows in groups:
         trimmed = by_seq.get(seq)
+        sent, left_out = named_files(review, rows[0] if rows[0].role == Role.USER else None)
         turns.append(
             ReviewTurn(
                 number=numbers.get(seq, 0),
@@ -101,6 +134,8 @@ def review_turns(review: Review) -> list[ReviewTurn]:
                 trimmed=trimmed,
                 left_out_spans=left_out_spans(review, trimmed) if trimmed else [],
                 left_out_by=left_out_by.get(seq),
+                files_sent=sent,
+                files_left_out=left_out,
             )
         )
     return turns
@@ -135,6 +170,8 @@ class AdminController(Controller):
                 "per_model_chart": per_model_chart(per_model),
                 "chart_days": CHART_DAYS,
                 "prompt_cache": prompt_cache,
+                "unreported_cache": queries.unreported_models(prompt_cache),
+                "unreported_cache_words": UNREPORTED_CACHE,
                 "learned_windows": await chat.db.read(learned_windows),
                 "configurations": sorted(catalog.configurations),
                 "models": sorted(catalog.models),
@@ -213,14 +250,25 @@ class AdminController(Controller):
             "prompt_cache": {
                 "days": CHART_DAYS,
                 "rows": [cache_dict(row) for row in prompt_cache],
+                "unreported": [
+                    {"model": model, "note": UNREPORTED_CACHE}
+                    for model in queries.unreported_models(prompt_cache)
+                ],
             },
         }
 
     @get("/admin/c/{conversation_id:str}")
-    async def review_page(self, chat: Chat, conversation_id: FromPath[str]) -> Template:
-        review = await chat.db.read(queries.review, conversation_id)
+    async def review_page(
+        self, request: Request[Any, Any, Any], chat: Chat, conversation_id: FromPath[str]
+    ) -> Template:
+        """A page of the conversation's turns (`page`, `per_page`), and of each trimmed
+        send on it a page of its left-out spans (`spans`): what the page shows is all it
+        reads, however many turns and spans the conversation holds."""
+        paging = parse_review_paging(request.query_params)
+        review = await chat.db.read(queries.review, conversation_id, paging)
         turns = review_turns(review)
         await prerendered([view for turn in turns for view in turn.messages])
+        path = f"/admin/c/{conversation_id}"
         return Template(
             "admin/review.html",
             context={
@@ -228,5 +276,17 @@ class AdminController(Controller):
                 "conversation": review.conversation,
                 "turns": turns,
                 "list_url": LIST_PATH,
+                "paging": paging,
+                "path": path,
+                "previous_url": paging.url(path, page=paging.page - 1) if paging.page > 1 else None,
+                "next_url": paging.url(path, page=paging.page + 1)
+                if paging.page < review.pages
+                else None,
+                "earlier_spans_url": paging.url(path, spans=paging.spans - 1)
+                if paging.spans > 1
+                else None,
+                "later_spans_url": paging.url(path, spans=paging.spans + 1)
+                if any(turn.trimmed and turn.trimmed.more_spans for turn in turns)
+                else None,
             },
         )

@@ -4,7 +4,7 @@ another branch, fork, delete, purge. Sending a message is `send`'s job."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, insert, update
@@ -14,9 +14,11 @@ from webapp.chat.answering.notify import announce_title
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
+from webapp.chat.stored.chatgpt import Skipped, parse_chatgpt
 from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.stored.transfer import Imported, decode_export, parse_export
@@ -31,39 +33,6 @@ from webapp.web.markdown import render_markdown_async
 IMPORT_CHUNK_ROWS = 500
 """Rows an import writes per statement: on PostgreSQL each statement's rows are made
 ready on the loop, so a chunk is a short step, not the whole import."""
-
-
-def _import_rows(
-    data: bytes | object, default_configuration: str, known: set[str], now: datetime
-) -> tuple[Imported, list[dict[str, Any]]]:
-    """The export checked whole (`parse_export`), and every message's column values, each
-    row with the same keys (one statement writes many): `prior_turns` speaks of each
-    row's own branch, the replayable turns on the path up to the row it continues (`upto`,
-    by seq; 0 is the very start)."""
-    imported = parse_export(
-        decode_export(data) if isinstance(data, bytes) else data,
-        default_configuration=default_configuration,
-        known=known,
-    )
-    rows: list[dict[str, Any]] = []
-    upto = {0: 0}
-    turns = {0: 0}  # the same for user rows, failed turns included: turn numbers
-    for values in imported.messages:
-        values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
-        seq = values["seq"]
-        parent = values["parent_seq"] if values["parent_seq"] is not None else seq - 1
-        if values["estimated_tokens"] is None:
-            values["estimated_tokens"] = estimate_message(values)
-        if values["role"] == Role.USER:
-            values["prior_turns"] = upto[parent]
-            upto[seq] = upto[parent]
-            values["turn_number"] = turns[seq] = turns[parent] + 1
-        else:
-            upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
-            turns[seq] = turns[parent]
-        rows.append(values)
-    columns = set().union(*rows) | {"content_html"} if rows else set()
-    return imported, [{column: row.get(column) for column in columns} for row in rows]
 
 
 class ConversationEditor:
@@ -117,6 +86,7 @@ class ConversationEditor:
                 .where(
                     col(Conversation.owner) == owner,
                     col(Conversation.title) == DEFAULT_TITLE,
+                    col(Conversation.archived).is_(False),
                     ~has_message.exists(),
                 )
                 .order_by(col(Conversation.updated_at).desc())
@@ -140,42 +110,164 @@ class ConversationEditor:
     async def import_conversation(self, owner: str, data: bytes | object) -> Conversation:
         """A new conversation of `owner` holding a JSON export's messages and fit facts,
         as they were; `prior_turns` is recounted, answers are rendered once more. `data`:
-        the export's bytes, or its decoded JSON. Decoding, checking and laying out the
-        rows run on a thread (20,000 messages are a second of CPU), the rows are written
-        a chunk at a time, and answers render as `render_markdown_async` renders them: no
-        step holds the loop for long, whatever the import's size."""
+        the export's bytes, or its decoded JSON. Decoding and checking run on a thread
+        (20,000 messages are a second of CPU), the rows are written a chunk at a time,
+        and answers render as `render_markdown_async` renders them: no step holds the
+        loop for long, whatever the import's size."""
         catalog = self._manager.catalog
-        now = utcnow()
-        imported, rows = await asyncio.to_thread(
-            _import_rows, data, catalog.default_configuration, set(catalog.configurations), now
+        imported = await asyncio.to_thread(
+            lambda: parse_export(
+                decode_export(data) if isinstance(data, bytes) else data,
+                default_configuration=catalog.default_configuration,
+                known=set(catalog.configurations),
+            )
         )
+        (conversation,) = await self._store_imports(owner, [imported])
+        return conversation
+
+    async def import_chatgpt(
+        self, owner: str, data: list[Any]
+    ) -> tuple[list[Conversation], list[Skipped]]:
+        """ChatGPT's `conversations.json`: each conversation with a turn in it becomes one
+        of `owner`'s, all in one transaction (a bad one stores none); the others are
+        said with why they were left out."""
+        catalog = self._manager.catalog
+        imported, skipped = await asyncio.to_thread(
+            parse_chatgpt,
+            data,
+            default_configuration=catalog.default_configuration,
+            known=set(catalog.configurations),
+        )
+        return await self._store_imports(owner, imported), skipped
+
+    async def _store_imports(self, owner: str, imports: list[Imported]) -> list[Conversation]:
+        """Store checked imports together; `prior_turns` and turn numbers recounted."""
+        prepared = [await self._imported_rows(owner, imported) for imported in imports]
+
+        def store(session: Session) -> None:
+            for conversation, rows in prepared:
+                session.add(conversation)
+                session.flush()
+                connection = session.connection()
+                for start in range(0, len(rows), IMPORT_CHUNK_ROWS):
+                    chunk = rows[start : start + IMPORT_CHUNK_ROWS]
+                    connection.execute(
+                        insert(Message),
+                        [{**values, "conversation_id": conversation.id} for values in chunk],
+                    )
+
+        await self._db.write(store)
+        for conversation, _ in prepared:
+            self._recent.remember(conversation.id, conversation.configuration)
+        return [conversation for conversation, _ in prepared]
+
+    async def _imported_rows(
+        self, owner: str, imported: Imported
+    ) -> tuple[Conversation, list[dict[str, Any]]]:
+        now = utcnow()
         conversation = Conversation(
             owner=owner,
             **owner_columns(owner),
             configuration=imported.configuration,
             title=import_title(clean_title(imported.title)),
+            kind=Kind.IMPORT,
             created_at=imported.created_at or now,
             updated_at=now,
         )
         conversation.active_seq = imported.active_seq
-        for values in rows:
-            if values["role"] == Role.ASSISTANT:
+        # prior_turns speaks of each row's own branch: the replayable turns on the path up
+        # to the row it continues (`upto`, by seq; 0 is the very start).
+        rows: list[dict[str, Any]] = []
+        upto = {0: 0}
+        turns = {0: 0}  # the same for user rows, failed turns included: turn numbers
+        for values in imported.messages:
+            values = {**values, "created_at": values["created_at"] or now, "updated_at": now}
+            seq = values["seq"]
+            parent = values["parent_seq"] if values["parent_seq"] is not None else seq - 1
+            if values["estimated_tokens"] is None:
+                values["estimated_tokens"] = estimate_message(values)
+            if values["role"] == Role.USER:
+                values["prior_turns"] = upto[parent]
+                upto[seq] = upto[parent]
+                values["turn_number"] = turns[seq] = turns[parent] + 1
+            else:
+                upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
+                turns[seq] = turns[parent]
                 values["content_html"] = str(await render_markdown_async(values["content"]))
+            rows.append(values)
+        # Every row with the same keys: one statement writes many.
+        columns = set().union(*rows) if rows else set()
+        return conversation, [{column: row.get(column) for column in columns} for row in rows]
 
-        def store(session: Session) -> None:
-            session.add(conversation)
-            session.flush()
+    async def organise(
+        self,
+        owner: str,
+        conversation_id: str,
+        *,
+        pinned: bool | None = None,
+        archived: bool | None = None,
+        tags: list[str] | None = None,
+    ) -> tuple[Conversation, list[str]]:
+        """Pin, archive and tag (`tags`: the whole set, cleaned), together or not at all;
+        the conversation and its tags after. Not a use: `updated_at` stays."""
+
+        def change(session: Session) -> tuple[Conversation, list[str]]:
             connection = session.connection()
-            for start in range(0, len(rows), IMPORT_CHUNK_ROWS):
-                chunk = rows[start : start + IMPORT_CHUNK_ROWS]
+            conversation = owned_in(connection, owner, conversation_id)
+            values = {
+                name: value
+                for name, value in (("pinned", pinned), ("archived", archived))
+                if value is not None
+            }
+            if values:
                 connection.execute(
-                    insert(Message),
-                    [{**values, "conversation_id": conversation.id} for values in chunk],
+                    update(Conversation)
+                    .where(col(Conversation.id) == conversation_id)
+                    .values(**values)
                 )
+            if tags is not None:
+                set_tags(connection, conversation_id, tags)
+            now_tags = tags_of(connection, [conversation_id]).get(conversation_id, [])
+            changed = as_loaded(Conversation, {**conversation.model_dump(), **values})
+            return changed, now_tags
 
-        await self._db.write(store)
-        self._recent.remember(conversation.id, conversation.configuration)
-        return conversation
+        return await self._db.write(change)
+
+    async def bulk(self, owner: str, conversation_ids: list[str], action: BulkAction) -> int:
+        """Archive, unarchive or delete several of the owner's conversations at once: all
+        of them or, if any is not the owner's (or does not exist), none (404)."""
+        ids = list(dict.fromkeys(conversation_ids))
+        if not ids:
+            raise InvalidInput("name at least one conversation in ids")
+        if len(ids) > BULK_MAX:
+            raise InvalidInput(f"a bulk action names at most {BULK_MAX} conversations")
+
+        def owned_all(session: Session) -> None:
+            found = session.connection().execute(
+                select(func.count())
+                .select_from(Conversation)
+                .where(col(Conversation.id).in_(ids), col(Conversation.owner) == owner)
+            )
+            if found.scalar() != len(ids):
+                raise NotFound("no such conversation: one of the ids is not yours")
+
+        await self._db.read(owned_all)
+        if action == "delete":
+            for conversation_id in ids:  # its answers stop before its rows go
+                await self._stopper.halt(owner, conversation_id)
+
+        def apply(session: Session) -> int:
+            owned_all(session)  # again, in the writing transaction
+            mine = col(Conversation.id).in_(ids), col(Conversation.owner) == owner
+            connection = session.connection()
+            if action == "delete":
+                connection.execute(delete(Conversation).where(*mine))
+            else:
+                archived = action == "archive"
+                connection.execute(update(Conversation).where(*mine).values(archived=archived))
+            return len(ids)
+
+        return await self._db.write(apply)
 
     async def rename(self, owner: str, conversation_id: str, title: str) -> Conversation:
         return await self._change(owner, conversation_id, title=clean_title(title))
@@ -334,6 +426,7 @@ class ConversationEditor:
                 **owner_columns(owner),
                 configuration=source.configuration,
                 title=fork_title(source.title),
+                kind=Kind.FORK,
                 created_at=now,
                 updated_at=now,
             )

@@ -7,6 +7,8 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 - `editor`   (`conversations`)  create, import, rename, configuration, pins, branch, fork,
                                 delete, purge
 - `sender`   (`send`)           a send, stage by stage (`sending/`), regenerate, continue
+- `admission` (`sending.admission`) whether a call may reach a model: every send's, and
+                                the gateway's calls that store nothing
 - `previewer` (`sending.preview`) the fit the next send would make, for the meter
 - `stopper`  (`answering.stopping`) stop an answer wherever it is written
 - `answers`  (`answer`)         this worker's running answers and their channels
@@ -17,6 +19,7 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from webapp.chat.answering.answer import AnswerRegistry, AnswerWriter
@@ -28,6 +31,7 @@ from webapp.chat.conversations import ConversationEditor
 from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader
 from webapp.chat.send import Sender
+from webapp.chat.sending.admission import Admission, CallerQuota
 from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.sending.preview import Previewer
 from webapp.db import Database
@@ -45,6 +49,7 @@ class ChatJobs:
     reader: ConversationReader
     editor: ConversationEditor
     sender: Sender
+    admission: Admission
     previewer: Previewer
     stopper: AnswerStopper
     titler: Titler
@@ -72,8 +77,11 @@ def chat_jobs(
     settings: Settings,
     answers: AnswerRegistry | None = None,
     notices: AnswerNotices | None = None,
+    quotas: Sequence[CallerQuota] = (),
 ) -> ChatJobs:
-    """`notices`: the process's (`answer_notices`); without, a poll of its own (scripts)."""
+    """The jobs; `notices`: the process's (`answer_notices`), without, a poll of its own
+    (scripts); `quotas` are the caller quotas every admission asks besides the owner's
+    rate limit (the embed's)."""
     answers = answers or AnswerRegistry()
     notices = notices or PollingNotices(db, settings.stream_flush_interval)
     recent = RecentConfigurations()
@@ -96,7 +104,8 @@ def chat_jobs(
     )
     stopper = AnswerStopper(db, answers)
     writer = AnswerWriter(db, manager, settings, flusher, answers)
-    sender = Sender(db, manager, settings, reader, titler, writer, stopper)
+    admission = Admission(settings, quotas)
+    sender = Sender(db, manager, settings, reader, titler, writer, stopper, admission)
     previewer = Previewer(db, manager, settings, recent)
     editor = ConversationEditor(db, manager, reader, stopper)
     return ChatJobs(
@@ -107,6 +116,7 @@ def chat_jobs(
         reader,
         editor,
         sender,
+        admission,
         previewer,
         stopper,
         titler,

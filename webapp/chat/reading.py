@@ -11,6 +11,7 @@ from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.stored.branches import Alternatives, alternatives, newest_on_branch, whole_branch
 from webapp.chat.stored.history import read_branch
 from webapp.chat.stored.models import Conversation, Message, Role
+from webapp.chat.stored.organising import ConversationTag, clean_tag, tagged, tags_of
 from webapp.chat.stored.rows import check_id
 from webapp.chat.stored.search import Hit, search_messages, search_words
 from webapp.db import Database
@@ -37,13 +38,30 @@ class ConversationReader:
         return await self._db.read(self.owned, owner, conversation_id)
 
     async def conversations(
-        self, owner: str, limit: int = 200, offset: int = 0
+        self,
+        owner: str,
+        limit: int = 200,
+        offset: int = 0,
+        *,
+        archived: bool | None = False,
+        tag: str | None = None,
     ) -> list[Conversation]:
+        """Pinned first, then the most recently used. `archived`: only those archived
+        (True), only those not (False, the sidebar's), or both (None); `tag` (cleaned):
+        only those carrying it."""
+
         def read(session: Session) -> list[Conversation]:
+            query = select(Conversation).where(Conversation.owner == owner)
+            if archived is not None:
+                query = query.where(col(Conversation.archived) == archived)
+            if tag is not None:
+                query = query.where(tagged(tag))
             query = (
-                select(Conversation)
-                .where(Conversation.owner == owner)
-                .order_by(col(Conversation.updated_at).desc(), col(Conversation.id))
+                query.order_by(
+                    col(Conversation.pinned).desc(),
+                    col(Conversation.updated_at).desc(),
+                    col(Conversation.id),
+                )
                 .offset(offset)
                 .limit(limit)
             )
@@ -51,11 +69,32 @@ class ConversationReader:
 
         return await self._db.read(read)
 
-    async def search(self, owner: str, query: object) -> list[Hit]:
-        """`owner`'s finished messages that contain every word of `query`, best first."""
+    async def tags_of(self, conversation_ids: list[str]) -> dict[str, list[str]]:
+        """Each conversation's tags (of conversations already found to be the caller's)."""
+        return await self._db.read(lambda session: tags_of(session.connection(), conversation_ids))
+
+    async def owner_tags(self, owner: str) -> list[str]:
+        """Every tag on `owner`'s conversations, once each, alphabetically: the filter's."""
+
+        def read(session: Session) -> list[str]:
+            query = (
+                select(ConversationTag.tag)
+                .join(Conversation, col(Conversation.id) == ConversationTag.conversation_id)
+                .where(Conversation.owner == owner)
+                .distinct()
+                .order_by(col(ConversationTag.tag))
+            )
+            return list(session.exec(query))
+
+        return await self._db.read(read)
+
+    async def search(self, owner: str, query: object, tag: str | None = None) -> list[Hit]:
+        """`owner`'s finished messages that contain every word of `query`, best first;
+        with `tag`, only in conversations carrying it."""
         words = search_words(query)  # a bad query is refused before any database work
+        wanted = clean_tag(tag) if tag else None  # `&tag=` left empty: no filter
         return await self._db.read(
-            lambda session: search_messages(session.connection(), owner, " ".join(words))
+            lambda session: search_messages(session.connection(), owner, " ".join(words), wanted)
         )
 
     async def record(self, owner: str, conversation_id: str) -> tuple[Conversation, list[Message]]:

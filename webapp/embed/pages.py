@@ -4,34 +4,29 @@ A visitor is the random id the CSRF layer gives every embed browser (a `Partitio
 cookie where the browser keeps one in a cross-site frame, else the signed id the page
 carries and htmx sends back): it owns one conversation per embed, so a reload keeps the
 conversation while the browser keeps the id, and a visitor can only ever reach their own.
-Reading creates nothing: the conversation is stored by the visitor's first send, and
-every send first passes the embed's quotas (see `quota.py`).
+Reading creates nothing: the conversation is stored by the visitor's first send, in
+the send's own transaction, and every send passes the embed's quotas in its admission
+(see `quota.py`): a refused send stores nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Router
-from litestar.connection import ASGIConnection
+from litestar import Request
 from litestar.di import Provide
-from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath
-from litestar.types import Guard
 
 from webapp.accounts.service import digest
 from webapp.chat.stored.models import Conversation
 from webapp.chat.stored.titles import clean_title
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.pages import ConversationPages, ConversationRef
-from webapp.embed.quota import EmbedQuota
 from webapp.errors import NotFound
 from webapp.llm.catalog import Catalog
 from webapp.owners import EMBED_OWNER_PREFIX
 
 EMBED_PATH = "/embed/"
-SENDING_HANDLERS = frozenset({"send", "retry", "regenerate", "edit"})
-"""The embed's handlers that send a message to the model: what the quotas count."""
 
 
 def visitor_owner(embed_name: str, visitor: str) -> str:
@@ -59,47 +54,23 @@ async def visitor_conversation(
         raise NotFound("no such embed")
     owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
     base = f"{EMBED_PATH}{spec.name}"
+    address = request.client.host if request.client else ""
     existing = await chat.reader.conversations(owner, limit=1)
     if existing:
-        return ConversationRef(owner, existing[0].id, base, spec)
+        return ConversationRef(owner, existing[0].id, base, spec, address=address)
     draft = Conversation(
         id="",
         owner=owner,
         configuration=spec.configuration,
         title=clean_title(spec.title or spec.name),
     )
-    return ConversationRef(owner, "", base, spec, draft=draft)
-
-
-def embed_quota(quota: EmbedQuota, catalog: Catalog) -> Guard:
-    """Before a send through an embed (after the CSRF check, before anything is stored):
-    refuse it when the client address or the embed has sent too much. A guard takes no
-    dependencies, so it is made with its quota, and with the catalog whose embeds it
-    counts (discovery at start changes the models, never the embeds)."""
-
-    async def within_quota(
-        connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
-    ) -> None:
-        if handler.handler_name not in SENDING_HANDLERS:
-            return
-        name = embed_name_of(connection.scope["path"])
-        if name is None or name not in catalog.embeds:
-            return
-        client = connection.client.host if connection.client else ""
-        await quota.take(name, client)
-
-    return within_quota
+    return ConversationRef(owner, "", base, spec, draft=draft, address=address)
 
 
 class EmbedPages(ConversationPages):
-    """Served only through `embed_router`, which puts the quota in front of every send."""
+    """The conversation pages for an embed's visitor (the quotas are the send's admission)."""
 
     path = "/embed/{embed_name:str}"
     dependencies = {"conversation": Provide(visitor_conversation)}  # noqa: RUF012
     page_template = "embed/page.html"
     opt = {"exclude_from_auth": True}  # noqa: RUF012
-
-
-def embed_router(quota: EmbedQuota, catalog: Catalog) -> Router:
-    """The embed pages, each send through them counted against `quota` first."""
-    return Router(path="/", route_handlers=[EmbedPages], guards=[embed_quota(quota, catalog)])

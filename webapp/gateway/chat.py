@@ -15,14 +15,18 @@ from typing import Any
 from litestar import Request, post
 from litestar.types import ASGIApp
 
+from webapp.chat.sending.files import route_for_pictures
 from webapp.chat.web.deps import Chat
+from webapp.errors import InvalidInput
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
 from webapp.gateway.deps import Cuts, Intakes, json_response, resolve_route
 from webapp.gateway.errors import GatewayError, from_provider
 from webapp.gateway.intake import estimates
+from webapp.gateway.pictures import with_picture_estimates
 from webapp.gateway.report import fit_headers, fit_report
 from webapp.gateway.schemas import ChatCompletionRequest
 from webapp.gateway.streaming import Chunks, completion_body, replay, sse
+from webapp.llm.catalog import Catalog
 from webapp.llm.manager import (
     Counted,
     Delta,
@@ -30,9 +34,11 @@ from webapp.llm.manager import (
     Fitted,
     LLMManager,
     Plan,
+    Prefilling,
     StreamEvent,
 )
-from webapp.llm.providers.base import ProviderError
+from webapp.llm.providers.base import Message, ProviderError
+from webapp.llm.routing import Route
 from webapp.llm.window import FitResult, Transcript
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream
@@ -54,15 +60,19 @@ async def chat_completions(
     if conversation_id is not None:
         return await answer_in_conversation(chat, owner, conversation_id.strip(), body)
     messages = [message.wire() for message in body.messages]
+    route = seeing(manager.catalog, route, messages)
     tools = body.wire_tools()
     keep_from = cuts.keep_from(owner, body.model, route.primary.name, messages)
+    sized = with_picture_estimates(
+        manager.catalog, route, messages, await estimates(messages, size)
+    )
     plan = manager.plan(
         route,
-        Transcript(
-            messages=messages, estimates=await estimates(messages, size), keep_from=keep_from
-        ),
+        Transcript(messages=messages, estimates=sized, keep_from=keep_from),
+        caller=owner,
         tools=tools,
         max_tokens=body.answer_limit,
+        cache_scope=f"gateway:{owner}:{body.cache_scope}" if body.cache_scope else None,
     )
     if body.stream and not tools:
         response, fit = await _stream(manager, plan, body)
@@ -90,7 +100,7 @@ async def _stream(
     fit = plan.fit
     try:
         first: StreamEvent | None = await anext(events, None)
-        while isinstance(first, Fitted | Counted):
+        while isinstance(first, Fitted | Counted | Prefilling):
             if isinstance(first, Fitted):
                 fit = first.fit
             first = await anext(events, None)
@@ -127,6 +137,26 @@ async def _relay(
         finished.finish_reason if finished else None, finished.usage if finished else None
     ):
         yield data
+
+
+def seeing(catalog: Catalog, route: Route, messages: list[Message]) -> Route:
+    """With a picture in the prompt, only the route's models that see; OpenAI's 400 when
+    the first cannot (`sending.files.route_for_pictures`, the chat's rule)."""
+    if not any(part_types(m) & {"image_url"} for m in messages):
+        return route
+    try:
+        return route_for_pictures(catalog, route)
+    except InvalidInput as refused:
+        raise GatewayError(
+            400, refused.message, param="messages", code="image_not_supported"
+        ) from None
+
+
+def part_types(message: Message) -> set[str]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return set()
+    return {str(part.get("type")) for part in content if isinstance(part, dict)}
 
 
 def _error_event(error: GatewayError) -> bytes:

@@ -154,7 +154,7 @@ async def _stream(
     events = aiter(send.running.channel.follow())
     first: Event | None = None
     async for event in events:
-        if event.name != "fit":
+        if event.name not in ("fit", "progress"):  # the answer's own events only
             first = event
             break
     user = await chat.reader.message(owner, send.conversation.id, id_of(send.user))

@@ -24,7 +24,12 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from webapp.errors import AppError, TooManyRequests
 from webapp.llm.manager import AllModelsFailed
-from webapp.llm.providers.base import ContextLengthExceeded, ProviderError, RateLimited
+from webapp.llm.providers.base import (
+    ContextLengthExceeded,
+    ImageRefused,
+    ProviderError,
+    RateLimited,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +107,15 @@ def too_many(message: str, retry_after: int, code: str = "rate_limit_exceeded") 
 def from_provider(error: ProviderError, model: str, param: str = "messages") -> GatewayError:
     """An upstream failure as the caller should see it: named by our model name, never by
     the provider's address (that goes to the log). A prompt the model refused as too long
-    is the caller's to shorten (400); a rate-limited upstream asks the caller to wait
+    is the caller's to shorten, images a model does not read the caller's to leave out
+    (400); a rate-limited upstream asks the caller to wait
     (429); anything else is the gateway's upstream failing (502/503)."""
     log.warning("gateway call failed: %s", error.message)
     public = error.public(model)
     if isinstance(error, ContextLengthExceeded):
         return GatewayError(400, public, param=param, code="context_length_exceeded")
+    if isinstance(error, ImageRefused):
+        return GatewayError(400, public, param=param, code="image_not_supported")
     retry_after = getattr(error, "retry_after", None)
     if isinstance(error, RateLimited) or (
         isinstance(error, AllModelsFailed) and error.status == 429

@@ -15,6 +15,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 
 from webapp.accounts.service import AccountService
+from webapp.chat.sending.admission import Admission
 from webapp.chat.web.deps import Chat
 from webapp.db import Database
 from webapp.gateway.auth import bearer_token_auth
@@ -59,10 +60,12 @@ async def read_model(chat: Chat, name: FromPath[str]) -> dict[str, Any]:
     raise model_not_found(name)
 
 
-def gateway_router(db: Database, settings: Settings, accounts: AccountService) -> Router:
+def gateway_router(
+    db: Database, settings: Settings, accounts: AccountService, admission: Admission
+) -> Router:
     """The /v1 router: bearer tokens only (checked by `accounts`), OpenAI-shaped errors,
-    the chat's rate limit, bodies bounded in bytes and in messages (`webapp.gateway.intake`)."""
-    limit = RateLimit(db, settings.rate_limit_messages, settings.rate_limit_window)
+    the chat's admission, bodies bounded in bytes and in messages (`webapp.gateway.intake`)."""
+    limit = RateLimit(db, admission)
     intake = Intake(limit, settings.gateway_max_messages)
     cuts = StatelessCuts()
     return Router(

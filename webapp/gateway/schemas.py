@@ -105,6 +105,16 @@ class ChatCompletionRequest(_Lenient):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] | None = None
+    prompt_cache_key: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    user: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+
+    @property
+    def cache_scope(self) -> str | None:
+        """What the caller keeps its calls together by (its `prompt_cache_key`, else its
+        `user`), or None: a stateless call carries a key only when the caller gave one."""
+        if self.prompt_cache_key:
+            return f"key:{self.prompt_cache_key}"
+        return f"user:{self.user}" if self.user else None
 
     @property
     def answer_limit(self) -> int | None:

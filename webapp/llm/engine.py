@@ -20,6 +20,15 @@ PROBE_TIMEOUT = 2.0
 or the start of the app."""
 
 
+UNREPORTED_CACHE = (
+    "its engine reported no prompt cache figures: vLLM reports them when started with "
+    "--enable-prompt-tokens-details, SGLang with --enable-cache-report (llama.cpp's "
+    "llama-server always does)"
+)
+"""What a model whose answers carry no cache figures is told, by check-config and the
+admin review: the server flag that turns them on."""
+
+
 def server_root(base_url: str) -> str:
     """The server root of an OpenAI-style `base_url`: a trailing ``/v1`` is stripped."""
     root = base_url.rstrip("/")

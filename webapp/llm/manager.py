@@ -16,6 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from webapp.llm.affinity import CacheKeys
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
 from webapp.llm.estimator import REPLY_PRIMING, estimate_texts
@@ -26,6 +27,7 @@ from webapp.llm.providers.base import (
     CompletionResult,
     ContextLengthExceeded,
     Message,
+    Prefill,
     Provider,
     ProviderError,
     Usage,
@@ -37,8 +39,8 @@ from webapp.llm.window import (
     FitResult,
     Transcript,
     budget_for,
-    default_reserve,
     fit,
+    reserve_of,
     split_turns,
 )
 
@@ -84,13 +86,20 @@ class Delta:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefilling:
+    """The engine's progress through the prompt, before the answer's first token."""
+
+    progress: Prefill
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     model: str
     finish_reason: str | None
     usage: Usage | None
 
 
-StreamEvent = Counted | Fitted | Delta | Finished
+StreamEvent = Counted | Fitted | Prefilling | Delta | Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +114,13 @@ class Plan:
     route: Route
     transcript: Transcript
     fit: FitResult
+    caller: str
+    """Whose send it is (the owner key): what its answer or refusal teaches is this
+    caller's own figure first (`webapp.llm.calibration`)."""
     tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = None
+    cache_key: str | None = None
+    """The key that keeps the call on its conversation's cache (`webapp.llm.affinity`)."""
 
 
 class AllModelsFailed(ProviderError):
@@ -142,8 +156,11 @@ class LLMManager:
         tokenizers: Tokenizers | None = None,
         *,
         transport_kind: TransportKind = "asyncio",
+        keys: CacheKeys | None = None,
     ) -> None:
         self.catalog = catalog
+        self.keys = keys or CacheKeys("")
+        """The deployment's cache keys (`Settings.secret_key`); tests may leave it out."""
         self.calibrator = calibrator
         self._providers = dict(providers or {})
         self._transport_kind = transport_kind
@@ -159,18 +176,18 @@ class LLMManager:
         ids = (self.tokenizer_for(model) for model in route.models)
         return list(dict.fromkeys(t.id for t in ids if t.exact))
 
-    def sizers(self, route: Route) -> list[tuple[str | None, float, int]]:
-        """How each model of the route sizes a message: (exact tokenizer id or None, the
-        estimate's factor, template overhead per counted message). A history walk keeps
-        reading while any model could still take more."""
+    def sizers(self, route: Route, caller: str) -> list[tuple[str | None, float, int]]:
+        """How each model of the route sizes a message of `caller`'s: (exact tokenizer id
+        or None, the estimate's factor, template overhead per counted message). A history
+        walk keeps reading while any model could still take more."""
         sizers = []
         for model in route.models:
             tokenizer = self.tokenizer_for(model)
             sizers.append(
                 (
                     tokenizer.id if tokenizer.exact else None,
-                    self.calibrator.factor(model.name),
-                    self.calibrator.overhead(model.name),
+                    self.calibrator.factor(model.name, caller),
+                    self.calibrator.overhead(model.name, caller),
                 )
             )
         return sizers
@@ -193,8 +210,7 @@ class LLMManager:
         return max_tokens if max_tokens is not None else route.configuration.max_tokens
 
     def reserve_for(self, route: Route, model: ModelSpec, max_tokens: int | None) -> int:
-        chosen = self.max_tokens_for(route, max_tokens)
-        return chosen if chosen is not None else default_reserve(model)
+        return reserve_of(self.max_tokens_for(route, max_tokens), model)
 
     def serving(self, model: ModelSpec) -> ModelSpec:
         """The model as its engine runs it: its window is the smaller of the catalog's and
@@ -217,9 +233,11 @@ class LLMManager:
         model: ModelSpec,
         transcript: Transcript,
         *,
+        caller: str,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
     ) -> FitResult:
+        """`transcript` fitted to `model`, sized by `caller`'s figures."""
         tokenizer = self.tokenizer_for(model)
         counts = transcript.counts.get(tokenizer.id) if tokenizer.exact else None
         if counts is not None and all(count is None for count in counts):
@@ -236,9 +254,9 @@ class LLMManager:
             tools,
             self.reserve_for(route, model, max_tokens),
             estimates=transcript.estimates,
-            calibration=self.calibrator.factor(model.name),
+            calibration=self.calibrator.factor(model.name, caller),
             counts=counts,
-            overhead=self.calibrator.overhead(model.name),
+            overhead=self.calibrator.overhead(model.name, caller),
             pinned=transcript.pinned,
             counted_by=counted_by,
             trim_to=route.configuration.trim_to,
@@ -257,11 +275,19 @@ class LLMManager:
         route: Route,
         transcript: Transcript,
         *,
+        caller: str,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        cache_scope: str | None = None,
     ) -> Plan:
-        fit = self.fit_for(route, route.primary, transcript, tools=tools, max_tokens=max_tokens)
-        return Plan(route, transcript, fit, tools, max_tokens)
+        """A send of `caller`'s (its owner key), fitted to the route's first model.
+        `cache_scope` names what the call's cache key is derived from (a conversation's
+        id); without one the call carries no key."""
+        fit = self.fit_for(
+            route, route.primary, transcript, caller=caller, tools=tools, max_tokens=max_tokens
+        )
+        key = self.keys.key(cache_scope) if cache_scope is not None else None
+        return Plan(route, transcript, fit, caller, tools, max_tokens, key)
 
     async def count_missing(
         self, model: ModelSpec, transcript: Transcript
@@ -328,7 +354,12 @@ class LLMManager:
         if first and transcript is plan.transcript:
             return transcript, plan.fit, None
         result = self.fit_for(
-            plan.route, model, transcript, tools=plan.tools, max_tokens=plan.max_tokens
+            plan.route,
+            model,
+            transcript,
+            caller=plan.caller,
+            tools=plan.tools,
+            max_tokens=plan.max_tokens,
         )
         return transcript, result, counted
 
@@ -357,14 +388,19 @@ class LLMManager:
                     result.messages,
                     max_tokens=self.max_tokens_for(route, plan.max_tokens),
                     tools=plan.tools,
-                    info=_call_info(result),
+                    info=_call_info(result, plan.cache_key),
                     sent=sent,
                 )
                 async with aclosing(chunks):
                     try:
+                        # The engine's progress through the prompt comes before the
+                        # answer: a failure after it can still fall back.
                         opening = await anext(chunks, None)
+                        while opening is not None and opening.progress is not None:
+                            yield Prefilling(opening.progress)
+                            opening = await anext(chunks, None)
                     except ContextLengthExceeded as error:
-                        await self._tighten(model, result, error)
+                        await self._tighten(model, result, error, plan.caller)
                         if retried:
                             raise
                         retried = True
@@ -381,12 +417,14 @@ class LLMManager:
                     usage: Usage | None = None
                     chunk = opening
                     while chunk is not None:
+                        if chunk.progress is not None:
+                            yield Prefilling(chunk.progress)
                         if chunk.text:
                             yield Delta(chunk.text)
                         finish_reason = chunk.finish_reason or finish_reason
                         usage = chunk.usage or usage
                         chunk = await anext(chunks, None)
-                await self._learn(model, result, usage, plan.tools)
+                await self._learn(model, result, usage, plan)
                 yield Finished(model.name, finish_reason, usage)
                 return
         raise AllModelsFailed(failures)
@@ -406,10 +444,10 @@ class LLMManager:
                         result.messages,
                         max_tokens=self.max_tokens_for(route, plan.max_tokens),
                         tools=plan.tools,
-                        info=_call_info(result),
+                        info=_call_info(result, plan.cache_key),
                     )
                 except ContextLengthExceeded as error:
-                    await self._tighten(model, result, error)
+                    await self._tighten(model, result, error, plan.caller)
                     if attempt:
                         raise
                     continue
@@ -418,7 +456,7 @@ class LLMManager:
                         raise
                     failures.append((model.name, error))
                     break
-                await self._learn(model, result, answer.usage, plan.tools)
+                await self._learn(model, result, answer.usage, plan)
                 return answer, result, model.name
         raise AllModelsFailed(failures)
 
@@ -427,7 +465,7 @@ class LLMManager:
     ) -> tuple[CompletionResult, CompletionReport | None]:
         """A raw completion is the caller's exact text: never pruned; an overflow is reported."""
         model = self.catalog.models[model_name]
-        reserve = max_tokens if max_tokens is not None else default_reserve(model)
+        reserve = reserve_of(max_tokens, model)
         budget = budget_for(self.serving(model), reserve)
         estimate = await estimate_texts([prompt]) + REPLY_PRIMING
         report = None
@@ -450,8 +488,10 @@ class LLMManager:
         return await self.provider_for(model).embed(model.model_id, list(inputs))
 
     async def _tighten(
-        self, model: ModelSpec, result: FitResult, error: ContextLengthExceeded
+        self, model: ModelSpec, result: FitResult, error: ContextLengthExceeded, caller: str
     ) -> None:
+        """What a refusal teaches: the engine's window (the model's, for everyone: the
+        engine's own statement), else the refused caller's own figures, so its retry fits."""
         limit = error.limit
         # The engine names a window smaller than the one fitted to (its -c is smaller than
         # the catalog's): that is what to fit to. When its count of the prompt was within
@@ -467,12 +507,13 @@ class LLMManager:
             limit = None  # learned as the window; the factor must not absorb it too
         if result.counted_tokens is not None:
             # Counted exactly, refused all the same: the template costs more than we think.
-            await self.calibrator.tighten_overhead(model.name)
+            await self.calibrator.tighten_overhead(model.name, caller=caller)
             return
         await self.calibrator.tighten(
             model.name,
             result.raw_estimate,
             error.prompt_tokens,
+            caller=caller,
             limit=limit,
             budget=result.budget,
             reserve=result.reserve,
@@ -483,29 +524,33 @@ class LLMManager:
         model: ModelSpec,
         result: FitResult,
         usage: Usage | None,
-        tools: list[dict[str, Any]] | None,
+        plan: Plan,
     ) -> None:
         """Learn from what the provider counted, against sizes the app made itself: the raw
         estimate is the app's own (an import's sizes are re-estimated), and the overhead
         learns only from prompts whose every part was counted (a `name`, a tool call or a
-        tool schema is not: see `countable_text`). The calibrator takes the median of recent
-        observations in bounded steps, so one caller cannot move the model's bound for
-        everyone. (llama-cpp-python reports no usage on streams: then nothing is learned,
-        and the defaults, which err high, stay.)"""
+        tool schema is not: see `countable_text`). What is learned is the plan's caller's
+        own figure; the model's shared one moves only when distinct callers agree, so one
+        caller cannot move the bound of anyone else. (llama-cpp-python reports no usage on
+        streams: then nothing is learned, and the defaults, which err high, stay.)"""
         if usage is None or not usage.prompt_tokens:
             return
-        await self.calibrator.observe(model.name, result.raw_estimate, usage.prompt_tokens)
-        if result.counted_tokens is not None and not tools:
+        caller = plan.caller
+        await self.calibrator.observe(
+            model.name, result.raw_estimate, usage.prompt_tokens, caller=caller
+        )
+        if result.counted_tokens is not None and not plan.tools:
             await self.calibrator.observe_overhead(
                 model.name,
                 result.counted_tokens,
                 result.sent_messages,
                 usage.prompt_tokens,
                 fixed=REPLY_PRIMING,
+                caller=caller,
             )
 
 
-def _call_info(result: FitResult) -> CallInfo:
+def _call_info(result: FitResult, cache_key: str | None) -> CallInfo:
     return CallInfo(
         model=result.model,
         window=result.window,
@@ -514,6 +559,7 @@ def _call_info(result: FitResult) -> CallInfo:
         dropped_turns=result.dropped_turns,
         reserve=result.reserve,
         cache_marks=cache_marks(result.messages),
+        cache_key=cache_key,
     )
 
 

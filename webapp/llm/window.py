@@ -98,6 +98,8 @@ class Transcript:
     index of the first message after what it left out (0: no cut to keep; see `fit`)."""
     positions: Positions | None = None
     """Where each message is stored, when the transcript was read from a conversation."""
+    attachments: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    """The files each message carries (by index): what a fit sent or left out with it."""
 
     def sizes(self) -> list[int]:
         return (
@@ -157,6 +159,11 @@ def default_reserve(model: ModelSpec) -> int:
     if model.max_output_tokens:
         return model.max_output_tokens
     return max(1000, math.ceil(model.window * 0.02))
+
+
+def reserve_of(max_tokens: int | None, model: ModelSpec) -> int:
+    """The answer's room: the call's or configuration's max_tokens, else the model's."""
+    return max_tokens if max_tokens is not None else default_reserve(model)
 
 
 def budget_for(model: ModelSpec, reserve: int) -> int:

@@ -13,8 +13,13 @@ text in the open block, which is re-rendered and compared, never shown wrong.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
+THREAD_CHARS = 50_000
+"""Past this many characters to read, `finished_end_async` reads them in a thread: it reads
+a line at a time (a megabyte of short lines is a fifth of a second), which the event loop
+must not wait for."""
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})")
 _FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*$")
 _MATH_FENCE = re.compile(r" {0,3}\$\$")
@@ -53,3 +58,10 @@ def finished_end(text: str, start: int = 0) -> int:
                 in_math = not rest.rstrip().endswith("$$")
         position = newline + 1
     return end
+
+
+async def finished_end_async(text: str, start: int = 0) -> int:
+    """`finished_end` for the event loop: a long stretch is read in a thread."""
+    if len(text) - start <= THREAD_CHARS:
+        return finished_end(text, start)
+    return await asyncio.to_thread(finished_end, text, start)

@@ -44,6 +44,7 @@ _RAW_HEADERS = [
 _END: HTTPResponseBodyEvent = {"type": "http.response.body", "body": b"", "more_body": False}
 
 _LINES = re.compile(r"\r\n|\r|\n")
+_NEXT_LINE = "\ndata: "
 
 
 def frame(data: str, event: str | None = None, event_id: str | None = None) -> bytes:
@@ -55,7 +56,8 @@ def frame(data: str, event: str | None = None, event_id: str | None = None) -> b
         head += f"id: {event_id}\n"
     if "\n" not in data and "\r" not in data:
         return f"{head}data: {data}\n\n".encode()
-    return (head + "".join(f"data: {line}\n" for line in _LINES.split(data)) + "\n").encode()
+    # Each line as `data: <line>\n`, in one substitution (not a Python step per line).
+    return f"{head}data: {_LINES.sub(_NEXT_LINE, data)}\n\n".encode()
 
 
 def ping_frame() -> bytes:

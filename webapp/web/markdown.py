@@ -22,7 +22,7 @@ import asyncio
 import logging
 import re
 from contextvars import ContextVar
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import nh3
 from markdown_it import MarkdownIt
@@ -108,15 +108,31 @@ def _focusable_pre(match: re.Match[str]) -> str:
     return f'<pre tabindex="0" role="group" aria-label="{name}"><code{code_class}>'
 
 
+def _sub_closed(pattern: re.Pattern[str], replace: Any, html: str, closer: str) -> str:
+    """`pattern.sub(replace, html)` for a pattern that ends with `closer` after a lazy
+    `(.*?)`: only the text up to the last `closer` is searched. A search past it could
+    never match, and each opener there would read the rest of the text to find that out:
+    the square of the text's length for a text of openers. Before it, each try stops at
+    the next closer, which a match then consumes."""
+    end = html.rfind(closer)
+    if end < 0:
+        return html
+    end += len(closer)
+    return pattern.sub(replace, html[:end]) + html[end:]
+
+
 def scrollable_parts_focusable(html: str) -> str:
     """Code blocks and tables scroll sideways rather than squeeze or break their text; a
     keyboard reaches what scrolls only if it can take the focus, so each is a named,
-    focusable group. Idempotent, so answers stored before this rule get it when shown."""
+    focusable group. Idempotent, so answers stored before this rule get it when shown.
+    Linear (it runs on the loop each time a page shows a stored answer)."""
     html = _BARE_PRE.sub(_focusable_pre, html)
-    return _BARE_TABLE.sub(
+    return _sub_closed(
+        _BARE_TABLE,
         r'<div class="table-scroll" tabindex="0" role="group" aria-label="Table">'
         r"<table>\1</table></div>",
         html,
+        "</table>",
     )
 
 
@@ -147,7 +163,8 @@ def render_here(text: str) -> Markup:
     """Sanitized HTML for `text`, made in this thread: the rules themselves, run by
     `render_markdown` for short texts and by the render workers for the rest."""
     clean = _cleaner.clean(_markdown.render(text))
-    return Markup(scrollable_parts_focusable(_CODE_BLOCK.sub(_with_copy_control, clean)))
+    with_copy = _sub_closed(_CODE_BLOCK, _with_copy_control, clean, "</code></pre>")
+    return Markup(scrollable_parts_focusable(with_copy))
 
 
 def renders_inline(text: str, *, colour: bool = True) -> bool:
@@ -158,16 +175,15 @@ def renders_inline(text: str, *, colour: bool = True) -> bool:
 
 
 def plain_html(text: str) -> Markup:
-    """The text as escaped paragraphs: what a text that could not be rendered shows."""
-    paragraphs = (part for part in _BLANK_LINE.split(text) if part.strip())
-    return Markup("".join(f"<p>{_with_breaks(part)}</p>" for part in paragraphs))
+    """The text as escaped paragraphs: what a text that could not be rendered shows (on
+    the loop, for a text a worker could not render in time: every step runs at C speed,
+    never a Python step per paragraph or line)."""
+    parts = filter(str.strip, _BLANK_LINE.split(str(escape(text))))
+    paragraphs = "</p><p>".join(parts).replace("\n", "<br>\n")
+    return Markup(f"<p>{paragraphs}</p>" if paragraphs else "")
 
 
 _BLANK_LINE = re.compile(r"\n(?:[ \t]*\n)+")
-
-
-def _with_breaks(part: str) -> str:
-    return str(escape(part)).replace("\n", "<br>\n")
 
 
 def _from_worker(html: str | None, text: str) -> Markup:

@@ -25,13 +25,14 @@ from typing import Any
 from sqlmodel import Session
 
 from webapp.chat.answering.flushing import AnswerFlusher
+from webapp.chat.answering.pictures import with_pictures
 from webapp.chat.answering.reaping import INTERRUPTED_ERROR
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
 from webapp.chat.stored.serialize import message_dict
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
-from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan
+from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
 from webapp.llm.providers.base import ProviderError, StreamBroken
 from webapp.llm.routing import RoutingError
 from webapp.settings import Settings
@@ -342,6 +343,8 @@ class AnswerWriter:
             raise planned
         progress.trying = planned.fit.model
         channel.publish(Event("fit", message_dict(user)))
+        seconds = self._settings.file_read_seconds
+        planned = await with_pictures(self._db, self._manager, planned, seconds)
         async for event in self._manager.stream(planned, sent):
             if isinstance(event, Counted):
                 await self._db.write(_store_counts, event.tokenizer, event.counts)
@@ -353,6 +356,10 @@ class AnswerWriter:
                 await self._db.write(_set_columns, id_of(user), columns)
                 user = updated(user, columns)
                 channel.publish(Event("fit", message_dict(user)))
+            elif isinstance(event, Prefilling):
+                read = event.progress
+                progress_event = {"processed": read.processed, "total": read.total}
+                channel.publish(Event("progress", progress_event | {"cached": read.cached}))
             elif isinstance(event, Delta):
                 progress.add(event.text)
                 channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
@@ -383,6 +390,8 @@ class AnswerWriter:
             "prompt_tokens": usage.prompt_tokens if usage is not None else None,
             "completion_tokens": usage.completion_tokens if usage is not None else None,
             "cached_tokens": usage.cached_tokens if usage is not None else None,
+            "evaluated_tokens": usage.evaluated if usage is not None else None,
+            "cache_write_tokens": usage.cache_write_tokens if usage is not None else None,
         }
         await self._flusher.finish(id_of(answer), values)
         return updated(answer, values)

@@ -1,17 +1,25 @@
-"""The send's first stage: whether it may go, decided under the conversation's lock.
+"""Whether a call may reach a model: the one admission every sending route goes through.
 
-`Admission.admit` takes the lock (a row lock on PostgreSQL, the write lock on SQLite) by
-touching the conversation, counts the owner's recent sends and gateway calls in the
-same statement, refuses a send past the rate limit or into a conversation whose answer
-is still being written, and records the send it lets through. Everything after it in
-the transaction reads rows no other send can change before this one is stored.
+A send (a page's or the API's message, an edit, a regenerate or retry, a Continue, an
+embed visitor's, a gateway call with `x-conversation-id`) is admitted by
+`Admission.admit`, the first statement of its transaction: it takes the conversation's
+lock (a row lock on PostgreSQL, the write lock on SQLite) by touching the conversation,
+counts the owner's recent sends and gateway calls in the same statement, refuses a send
+past the rate limit or into a conversation whose answer is still being written, asks
+the caller quotas (`CallerQuota`: the embed's per address and per embed) and records the
+send it lets through. Everything after it in the transaction reads rows no other send
+can change before this one is stored. A gateway call that stores no message is admitted
+by `Admission.admit_call`, in a transaction of its own, by the same counts. A refused
+call counts nowhere: its transaction rolls back.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import NoReturn, Protocol
 
 from sqlalchemy import Connection, bindparam, update
 from sqlmodel import col, select
@@ -56,12 +64,22 @@ _TOUCH_CONVERSATION = Prepared(
 conversation's newest row (a send's answer is always the newest row), in one round trip."""
 
 
-class Admission:
-    """The rules a send is admitted by: the owner's rate limit, and one answer at a time
-    per conversation."""
+class CallerQuota(Protocol):
+    """A limit on top of the owner's rate limit, counted in the admission's transaction
+    (the embed's, per client address and per embed: `webapp.embed.quota`)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def take(self, connection: Connection, owner: str, address: str, now: datetime) -> None:
+        """Count one model call by `owner` from `address`, or refuse it (TooManyRequests);
+        owners the quota is not about pass untouched."""
+
+
+class Admission:
+    """The rules a call to a model is admitted by: the owner's rate limit, the caller
+    quotas, and one answer at a time per conversation."""
+
+    def __init__(self, settings: Settings, quotas: Sequence[CallerQuota] = ()) -> None:
         self._settings = settings
+        self._quotas = tuple(quotas)
         self._refused_until: OrderedDict[str, float] = OrderedDict()
 
     def refused_lately(self, owner: str) -> bool:
@@ -82,15 +100,24 @@ class Admission:
             return self._settings.embed_rate_limit_messages
         return self._settings.rate_limit_messages
 
+    def counts(self, owner: str) -> bool:
+        """Whether admitting the owner's calls counts anything (a limit is on)."""
+        return self.rate_limit_for(owner) > 0 or bool(self._quotas)
+
     @property
     def window(self) -> float:
         return self._settings.rate_limit_window
 
     def admit(
-        self, connection: Connection, owner: str, conversation_id: str, now: datetime
+        self,
+        connection: Connection,
+        owner: str,
+        conversation_id: str,
+        now: datetime,
+        address: str = "",
     ) -> Conversation:
-        """The owner's conversation, locked, once the send is let through and counted;
-        the first statement of the send's transaction."""
+        """The owner's conversation, locked, once the send (from the client `address`) is
+        let through and counted; the first statement of the send's transaction."""
         limit = self.rate_limit_for(owner)
         if limit > 0:
             hold_budget(connection, owner)
@@ -110,18 +137,40 @@ class Admission:
         conversation = as_loaded(
             Conversation, dict(zip(_TOUCH_CONVERSATION.names, columns, strict=False))
         )
-        if limit > 0:
-            if recent_sends >= limit:
-                self.refuse_too_many(connection, owner, limit, now)
-            record_use(connection, owner, Use.SEND, now)
-            prune_uses(connection, MESSAGE_USES, self.window, now)
+        if limit > 0 and recent_sends >= limit:
+            self.refuse_too_many(connection, owner, limit, now)
+        self._count(connection, owner, address, now, Use.SEND if limit > 0 else None)
         if newest_status == Status.STREAMING.value:
             self._refuse_if_busy(connection, conversation_id)
         return conversation
 
+    def admit_call(
+        self, connection: Connection, owner: str, now: datetime, address: str = "", *, record: bool
+    ) -> None:
+        """A gateway call, admitted by the same counts as a send, or refused
+        (TooManyRequests). A call that will store a message (`record=False`) is only
+        checked: its send counts, in its own transaction."""
+        limit = self.rate_limit_for(owner)
+        if limit > 0:
+            hold_budget(connection, owner)
+            if message_budget_wait(connection, owner, limit, self.window, now) is not None:
+                self.refuse_too_many(connection, owner, limit, now)
+        if record:
+            self._count(connection, owner, address, now, Use.CALL if limit > 0 else None)
+
+    def _count(
+        self, connection: Connection, owner: str, address: str, now: datetime, use: Use | None
+    ) -> None:
+        """Past the owner's own limit: the caller quotas, then the owner's use recorded."""
+        for quota in self._quotas:
+            quota.take(connection, owner, address, now)
+        if use is not None:
+            record_use(connection, owner, use, now)
+            prune_uses(connection, MESSAGE_USES, self.window, now)
+
     def refuse_too_many(
         self, connection: Connection, owner: str, limit: int, now: datetime
-    ) -> None:
+    ) -> NoReturn:
         """The owner has sent `limit` messages (or gateway calls) within the window: say
         when enough of them leave it."""
         window = self.window

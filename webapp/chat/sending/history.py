@@ -10,11 +10,21 @@ store stage need; nothing here writes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
+from webapp.chat.files.models import StoredFile
+from webapp.chat.sending.files import (
+    attachment_dicts,
+    check_sizes,
+    newest_message,
+    seeing_route,
+    with_history_pictures,
+)
 from webapp.chat.stored.branches import parent_of
 from webapp.chat.stored.history import Tail, load_transcript, previous_fit, read_tail
 from webapp.chat.stored.models import Conversation, Role
@@ -22,6 +32,7 @@ from webapp.chat.stored.rows import row_in
 from webapp.db import off_the_loop
 from webapp.errors import InvalidInput
 from webapp.llm.estimator import estimate_message
+from webapp.llm.head_room import crowded_out
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import Route, RoutingError
 from webapp.llm.window import Transcript
@@ -40,6 +51,10 @@ class ForSend:
     """The new message's estimate."""
     transcript: Transcript | None = None
     instructions: str = ""
+    files: Sequence[StoredFile] = ()
+    """The files the new message carries (`sending.files`)."""
+    attachments: list[dict[str, Any]] | None = None
+    """Those files as the user row keeps them."""
 
 
 def read_for_send(
@@ -51,16 +66,23 @@ def read_for_send(
     counts: dict[str, int] | None = None,
     alternative_to: int | None = None,
     afresh: bool = False,
+    files: Sequence[StoredFile] = (),
 ) -> ForSend:
     """Read for sending `text` in `conversation` (`counts`: its exact counts, by tokenizer),
     as an alternative to the user turn `alternative_to` if given. A configuration that
     routes nowhere is read for its tail only. The cut of the branch's previous send is
     kept unless it is to start afresh (`afresh`: an edit; or a pin, configuration or
-    branch switch since that send), when the whole history is read and fitted."""
+    branch switch since that send), when the whole history is read and fitted. With
+    `files`, a route that cannot read them is refused, and one too large for the model
+    alone too (`sending.files`)."""
+    catalog = manager.catalog
     try:
         route: Route | RoutingError = manager.route(conversation.configuration)
     except RoutingError as error:
         route = error
+    if files and isinstance(route, Route):
+        route = seeing_route(catalog, route, files)
+        check_sizes(catalog, route, manager.largest_budget(route), files)
     afresh = afresh or conversation.cut_reset
     if afresh:
         off_the_loop()  # the whole history is read and fitted: not a unit for the loop
@@ -72,11 +94,14 @@ def read_for_send(
         leaf = parent_of(original)
     tokenizers = manager.exact_tokenizers(route) if isinstance(route, Route) else []
     tail = read_tail(connection, conversation.id, tokenizers, leaf)
-    newest = {"role": Role.USER.value, "content": text}
-    tokens = estimate_message(newest)
+    newest, tokens = newest_message(catalog, route, text, files)
+    attachments = attachment_dicts(catalog, route, files)
     if isinstance(route, RoutingError):
-        return ForSend(route, tail, text, tokens)
+        return ForSend(route, tail, text, tokens, files=files, attachments=attachments)
     instructions = owner_instructions(connection, owner)
+    crowded = crowded_out(manager.catalog, route, instructions, manager.serving)
+    if crowded is not None:  # every send would overflow, and the engine refuse it
+        raise InvalidInput(crowded)
     previous = None if afresh else previous_fit(connection, conversation.id, tail)
     cut = previous.kept_from if previous and previous.model == route.primary.name else 0
     system = with_instructions(route.configuration.system_prompt, instructions)
@@ -91,8 +116,9 @@ def read_for_send(
         system_prompt=system_message,
         system_tokens=estimate_message(system_message) if system_message else 0,
         system_counts=manager.system_counts(route, system) if system else None,
-        sizers=manager.sizers(route),
+        sizers=manager.sizers(route, owner),
         newest_counts=counts,
         cut=cut,
     )
-    return ForSend(route, tail, text, tokens, transcript, instructions)
+    transcript = with_history_pictures(connection, transcript, files)
+    return ForSend(route, tail, text, tokens, transcript, instructions, files, attachments)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import col
 
+from webapp.chat.sending.files import LINKS, file_links, title_text, with_left_out_files
 from webapp.chat.sending.history import ForSend
 from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.stored.rows import fit_columns
@@ -25,6 +26,7 @@ from webapp.llm.estimator import estimate_text
 from webapp.llm.manager import Plan
 from webapp.llm.routing import RoutingError
 from webapp.prepared import Prepared
+from webapp.stored import id_of
 
 _TURN_COLUMNS = sorted(
     {*MESSAGE_DEFAULTS, "conversation_id", "seq", "role", "created_at", "updated_at"}
@@ -71,6 +73,7 @@ def insert_turn(
     tail = read.tail
     common = {"conversation_id": conversation.id, "created_at": now, "updated_at": now}
     fit = _fit_values(planned, read.instructions) if isinstance(planned, Plan) else {}
+    fit = with_left_out_files(connection, conversation.id, fit)
     rows: list[dict[str, Any]] = [
         {
             **MESSAGE_DEFAULTS,
@@ -83,6 +86,7 @@ def insert_turn(
             "prior_turns": tail.prior_turns,
             "turn_number": tail.turn_number,
             "token_counts": counts or None,
+            "attachments": read.attachments,
             **fit,
         },
         {
@@ -95,6 +99,8 @@ def insert_turn(
     ]
     ids: dict[int, int] = dict(_INSERT_TURN.rows(connection, _turn_values(rows)))
     user, answer = (as_loaded(Message, {**row, "id": ids[row["seq"]]}) for row in rows)
+    if read.files:
+        connection.execute(insert(LINKS), file_links(id_of(user), read.files))
     if isinstance(planned, Plan):
         # The new message is stored now: counts made for it later are kept on its row.
         transcript = planned.transcript
@@ -111,7 +117,7 @@ def _after_turn(connection: Connection, conversation: Conversation, user: Messag
     if conversation.cut_reset:  # this send started the cut afresh
         changes["cut_reset"] = False
     if user.seq == 1 and conversation.title == DEFAULT_TITLE:
-        changes["title"] = title_from(user.content)
+        changes["title"] = title_from(title_text(user.content))
     if not changes:
         return conversation
     connection.execute(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from markupsafe import Markup, escape
@@ -21,7 +22,6 @@ from webapp.errors import InvalidInput
 NAME_MAX = 120
 _UNSAFE_IN_NAME = re.compile(r"[\x00-\x1f\x7f`]")
 _HEADER = "Attached file `{name}`:"
-_BLOCK = re.compile(r"(?:\A|\n\n)Attached file `([^`\n]+)`:\n\n(`{3,})\n(.*)\n\2\Z", re.DOTALL)
 _BACKTICKS = re.compile(r"`+")
 PAPERCLIP = Markup(
     '<svg class="clip" viewBox="0 0 24 24" width="18" height="18" aria-hidden="true" '
@@ -97,17 +97,43 @@ def attach(typed: str, attachment: Attachment, limit: int) -> str:
     return content
 
 
+_FIRST_HEADER = re.compile(r"Attached file `([^`\n]+)`:\n\n(`{3,})\n")
+"""A header and its opening fence at the message's start (nothing typed before it)."""
+
+
+@lru_cache(maxsize=8)
+def _header_after_blank_line(fence: int) -> re.Pattern[str]:
+    """A header after a blank line, with an opening fence of `fence` backticks. A search
+    for it looks for its fixed start, and each try reads to the end of one line at most."""
+    return re.compile(rf"\n\nAttached file `([^`\n]+)`:\n\n`{{{fence}}}\n")
+
+
 def split_attachment(content: str) -> tuple[str, Attachment | None, str, str]:
     """(what was typed, the attachment, the text between them, the closing fence): the
     pieces `attach` joined, so the page can show them apart and still give back the
-    message exactly ("", None, "", "" parts when there is no attachment)."""
-    found = _BLOCK.search(content)
-    if found is None:
+    message exactly ("", None, "", "" parts when there is no attachment).
+
+    The closing fence is the message's last line, so it is read off the end first; the
+    attachment is then the first header whose opening fence is as long and ends before
+    that line. Linear in the message, however many headers it holds (a regular
+    expression that looked for the closing fence from each header read the rest of the
+    message once per header: 100,000 characters of headers took seconds)."""
+    fence = len(content) - len(content.rstrip("`"))
+    newline = len(content) - fence - 1  # where the closing fence's line starts
+    if fence < 3 or newline < 0 or content[newline] != "\n":
         return content, None, "", ""
-    name, fence, text = found.groups()
-    typed = content[: found.start()]
-    between = content[found.start() : found.start(3)]
-    return typed, Attachment(name, text), between, f"\n{fence}"
+    found = _FIRST_HEADER.match(content, 0, newline)
+    if found is None or len(found[2]) != fence:
+        found = _header_after_blank_line(fence).search(content, 0, newline)
+        if found is None:
+            return content, None, "", ""
+    start = found.start()
+    return (
+        content[:start],
+        Attachment(found[1], content[found.end() : newline]),
+        content[start : found.end()],
+        content[newline:],
+    )
 
 
 def attachment_html(content: str) -> Markup | None:

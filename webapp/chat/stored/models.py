@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -81,6 +82,7 @@ class Conversation(SQLModel, table=True):
     __table_args__ = (
         Index("ix_conversation_owner_updated", "owner", "updated_at"),
         Index("ix_conversation_user_id", "user_id"),
+        Index("ix_conversation_owner_listed", "owner", "archived", "pinned", "updated_at"),
         CheckConstraint(OWNER_KEYS_RULE, name="ck_conversation_owner_keys"),
     )
 
@@ -106,6 +108,20 @@ class Conversation(SQLModel, table=True):
     )
     """A pin, an unpin, a configuration or branch switch since the last send: the next
     send starts its cut afresh instead of keeping the previous send's (see llm.window)."""
+    pinned: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """Listed above the others in the sidebar and `GET /api/conversations`."""
+    archived: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """Kept, searchable, but out of the sidebar's list until unarchived."""
+    kind: str = Field(
+        default="original",
+        sa_column=Column(String(8), nullable=False, default="original", server_default="original"),
+    )
+    """Where it came from: `original`, `fork` or `import` (`organising.Kind`); unlike the
+    title's mark, a rename never loses it."""
 
 
 class Message(SQLModel, table=True):
@@ -188,6 +204,16 @@ class Message(SQLModel, table=True):
     fit_instructions_tokens: int | None = None
     """Estimated tokens of the owner's custom instructions, sent with the system prompt in
     the head (NULL: the send carried none)."""
+    fit_attachments: dict[str, list[str]] | None = Field(
+        default=None, sa_column=Column(JSON_TYPE, nullable=True)
+    )
+    """`{"sent": [file id, ...], "left_out": [...]}`: the files the send carried with the
+    turns it sent, and those it left out with theirs (NULL: it carried none)."""
+    attachments: list[dict[str, Any]] | None = Field(
+        default=None, sa_column=Column(JSON_TYPE, nullable=True)
+    )
+    """On user rows: the files the message carried, as sent (id, name, media_type, size,
+    kind, token_counts by model); NULL without any. The bytes are in `stored_file`."""
 
     # What the provider said, on assistant rows.
     model: str | None = Field(default=None, max_length=100)
@@ -195,6 +221,11 @@ class Message(SQLModel, table=True):
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     """Prompt tokens the engine said it served from its prompt cache (NULL: it did not say)."""
+    evaluated_tokens: int | None = None
+    """Prompt tokens the engine evaluated, as it said them or as its prompt less its cache
+    hits (NULL: it said neither)."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the engine said it wrote to its cache (NULL: it did not say)."""
     finish_reason: str | None = Field(default=None, max_length=32)
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     feedback: int | None = Field(default=None, sa_column=Column(SmallInteger, nullable=True))

@@ -88,4 +88,18 @@ def fit_columns(fit: FitResult, transcript: Transcript) -> dict[str, object]:
         "fit_pins_dropped": fit.pins_dropped,
         "fit_trim_to": fit.trim_to,
         "fit_cut_moved": fit.cut_moved,
+        "fit_attachments": attachments_fit(fit, transcript),
     }
+
+
+def attachments_fit(fit: FitResult, transcript: Transcript) -> dict[str, list[str]] | None:
+    """The files the send carried and those it left out with their turns (None: the
+    transcript carried none)."""
+    if not transcript.attachments:
+        return None
+    unsent = {i for first, last in fit.left_out for i in range(first, last + 1)}
+    sent: list[str] = []
+    left_out: list[str] = []
+    for index, files in sorted(transcript.attachments.items()):
+        (left_out if index in unsent else sent).extend(files)
+    return {"sent": sent, "left_out": left_out}

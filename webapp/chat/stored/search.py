@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from markupsafe import escape
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, TextClause, text
 
 from webapp.errors import InvalidInput
 
@@ -33,6 +33,9 @@ class Hit:
     message_id: int
     title: str
     snippet: str
+    kind: str
+    """The conversation's `organising.Kind`: original, fork or import."""
+    archived: bool
 
 
 def search_words(query: object) -> list[str]:
@@ -53,34 +56,52 @@ def snippet_html(raw: str) -> str:
     return escaped.replace(_START, "<mark>").replace(_STOP, "</mark>")
 
 
-_SQLITE = text(
-    f"""
-    SELECT m.conversation_id, m.id, c.title,
-           snippet(message_search, 0, '{_START}', '{_STOP}', '…', 16) AS snippet
-    FROM message_search
-    JOIN message m ON m.id = message_search.rowid
-    JOIN conversation c ON c.id = m.conversation_id
-    WHERE message_search MATCH :query AND c.owner = :owner
-    ORDER BY bm25(message_search), m.id DESC
-    LIMIT :limit
-    """
+_TAGGED = (
+    " AND EXISTS (SELECT 1 FROM conversation_tag t WHERE t.conversation_id = c.id AND t.tag = :tag)"
 )
+"""Narrows a search to conversations carrying `:tag`."""
 
-_POSTGRES = text(
-    f"""
-    SELECT m.conversation_id, m.id, c.title,
-           ts_headline('simple', m.content, to_tsquery('simple', :query),
-                       'StartSel={_START}, StopSel={_STOP}, MaxWords=24, MinWords=10')
-             AS snippet
-    FROM message m
-    JOIN conversation c ON c.id = m.conversation_id
-    WHERE c.owner = :owner AND m.status <> 'streaming'
-      AND to_tsvector('simple', m.content) @@ to_tsquery('simple', :query)
-    ORDER BY ts_rank(to_tsvector('simple', m.content), to_tsquery('simple', :query)) DESC,
-             m.id DESC
-    LIMIT :limit
-    """
-)
+
+def _sqlite_statement(tag_filter: str) -> TextClause:
+    return text(
+        f"""
+        SELECT m.conversation_id, m.id, c.title,
+               snippet(message_search, 0, '{_START}', '{_STOP}', '…', 16) AS snippet,
+               c.kind, c.archived
+        FROM message_search
+        JOIN message m ON m.id = message_search.rowid
+        JOIN conversation c ON c.id = m.conversation_id
+        WHERE message_search MATCH :query AND c.owner = :owner{tag_filter}
+        ORDER BY bm25(message_search), m.id DESC
+        LIMIT :limit
+        """
+    )
+
+
+def _postgres_statement(tag_filter: str) -> TextClause:
+    return text(
+        f"""
+        SELECT m.conversation_id, m.id, c.title,
+               ts_headline('simple', m.content, to_tsquery('simple', :query),
+                           'StartSel={_START}, StopSel={_STOP}, MaxWords=24, MinWords=10')
+                 AS snippet,
+               c.kind, c.archived
+        FROM message m
+        JOIN conversation c ON c.id = m.conversation_id
+        WHERE c.owner = :owner AND m.status <> 'streaming'
+          AND to_tsvector('simple', m.content) @@ to_tsquery('simple', :query){tag_filter}
+        ORDER BY ts_rank(to_tsvector('simple', m.content), to_tsquery('simple', :query)) DESC,
+                 m.id DESC
+        LIMIT :limit
+        """
+    )
+
+
+_STATEMENTS = {
+    (dialect, narrowed): build(_TAGGED if narrowed else "")
+    for dialect, build in (("sqlite", _sqlite_statement), ("postgresql", _postgres_statement))
+    for narrowed in (False, True)
+}
 
 
 def _sqlite_query(words: list[str]) -> str:
@@ -91,11 +112,18 @@ def _postgres_query(words: list[str]) -> str:
     return " & ".join(f"{word}:*" for word in words)
 
 
-def search_messages(connection: Connection, owner: str, query: object) -> list[Hit]:
-    """The best matches among `owner`'s finished messages, best first."""
+def search_messages(
+    connection: Connection, owner: str, query: object, tag: str | None = None
+) -> list[Hit]:
+    """The best matches among `owner`'s finished messages, best first; with `tag`
+    (cleaned), only in conversations carrying it."""
     words = search_words(query)
     sqlite = connection.dialect.name == "sqlite"
-    statement = _SQLITE if sqlite else _POSTGRES
+    statement = _STATEMENTS["sqlite" if sqlite else "postgresql", tag is not None]
     match = _sqlite_query(words) if sqlite else _postgres_query(words)
-    rows = connection.execute(statement, {"query": match, "owner": owner, "limit": RESULTS})
-    return [Hit(row[0], row[1], row[2], snippet_html(row[3] or "")) for row in rows]
+    parameters = {"query": match, "owner": owner, "limit": RESULTS, "tag": tag}
+    rows = connection.execute(statement, parameters)
+    return [
+        Hit(row[0], row[1], row[2], snippet_html(row[3] or ""), row[4], bool(row[5]))
+        for row in rows
+    ]

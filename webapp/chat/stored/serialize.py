@@ -43,6 +43,9 @@ def fit_dict(row: Message) -> dict[str, Any] | None:
     fit["left_out"] = fit["left_out"] or []
     fit["pins_left_out"] = fit["pins_left_out"] or 0
     fit["cut_moved"] = bool(fit["cut_moved"])
+    carried = row.fit_attachments or {}
+    fit["attachments_sent"] = carried.get("sent", [])
+    fit["attachments_left_out"] = carried.get("left_out", [])
     return fit
 
 
@@ -55,6 +58,8 @@ def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict
             "prompt_tokens": row.prompt_tokens,
             "completion_tokens": row.completion_tokens,
             "cached_tokens": row.cached_tokens,
+            "evaluated_tokens": row.evaluated_tokens,
+            "cache_write_tokens": row.cache_write_tokens,
         }
     return {
         "id": row.id,
@@ -74,6 +79,7 @@ def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict
         "error": row.error,
         "feedback": feedback_word(row.feedback),
         "alternatives": _alternatives(alternatives),
+        "attachments": row.attachments or [],
     }
 
 
@@ -81,6 +87,8 @@ def conversation_dict(
     row: Conversation,
     messages: list[Message] | None = None,
     alternatives: Mapping[int, Alternatives] | None = None,
+    *,
+    tags: list[str] | None = None,
 ) -> dict[str, Any]:
     """A conversation; with `messages` (its active branch), each message also says its
     `alternatives` (`{index, count, ids}`, or null when it has none)."""
@@ -90,6 +98,10 @@ def conversation_dict(
         "configuration": row.configuration,
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
+        "pinned": bool(row.pinned),
+        "archived": bool(row.archived),
+        "kind": row.kind,
+        "tags": tags or [],
     }
     if messages is not None:
         alternatives = alternatives or {}

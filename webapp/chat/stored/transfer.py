@@ -375,7 +375,8 @@ def _message(index: int, data: object) -> dict[str, Any]:
         row["completion_tokens"] = _field(
             f"{where}.usage", usage, "completion_tokens", (int,), null=True
         )
-        row["cached_tokens"] = _field(f"{where}.usage", usage, "cached_tokens", (int,), null=True)
+        for ledger in ("cached_tokens", "evaluated_tokens", "cache_write_tokens"):
+            row[ledger] = _field(f"{where}.usage", usage, ledger, (int,), null=True)
     dropped = _field(where, data, "dropped_turns", (int,), null=True)
     if role == Role.USER and dropped is not None:
         row["dropped_turns"] = dropped

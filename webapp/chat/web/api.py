@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
@@ -23,16 +23,21 @@ from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.answering.answer import TEXT_PACE, Channel, Event
+from webapp.chat.files.transfer import export_files, with_files
+from webapp.chat.files.web import Files
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.attachments import with_file
 from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.history import Branch
 from webapp.chat.stored.models import Conversation, Message
+from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
 from webapp.chat.stored.transfer import (
+    decode_export,
     export_batch,
     export_json,
     export_message,
@@ -60,6 +65,16 @@ class NewConversation:
 class ConversationChanges:
     title: str | None = None
     configuration: str | None = None
+    pinned: bool | None = None
+    archived: bool | None = None
+    tags: list[str] | None = None
+    """The whole set of tags after the change (`[]` removes them all)."""
+
+
+@dataclass
+class BulkChange:
+    ids: list[str]
+    action: BulkAction
 
 
 @dataclass
@@ -75,11 +90,15 @@ class NewMessage:
     """A user message id: send `content` as an alternative to that turn (a new branch)."""
     attachment: TextFile | None = None
     """A text file whose text goes with `content`, under its name (as the composer's)."""
+    files: list[str] | None = None
+    """Ids of the caller's files (`POST /api/files`) the message carries, in order."""
 
 
 @dataclass
 class Preview:
     content: str
+    files: list[str] | None = None
+    """Ids of the caller's files the message would carry, counted as a send counts them."""
 
 
 @dataclass
@@ -129,15 +148,30 @@ async def _with_branch(chat: ChatJobs, owner: str, conversation_id: str) -> dict
     """A conversation with its active branch and that branch's alternatives."""
     conversation, messages = await chat.reader.history(owner, conversation_id)
     alternatives = await chat.reader.alternatives_of(conversation_id, messages)
-    return conversation_dict(conversation, messages, alternatives)
+    tags = (await chat.reader.tags_of([conversation_id])).get(conversation_id)
+    return conversation_dict(conversation, messages, alternatives, tags=tags)
 
 
 @get("/api/search", tags=["conversations"])
-async def search(chat: Chat, owner: Owner, q: FromQuery[str | None] = None) -> dict[str, Any]:
+async def search(
+    chat: Chat, owner: Owner, q: FromQuery[str | None] = None, tag: FromQuery[str | None] = None
+) -> dict[str, Any]:
     """The caller's own finished messages containing every word of `q` (each word a
-    prefix), best first; `snippet` is HTML: escaped text, matches in `<mark>`."""
-    hits = await chat.reader.search(owner, q)
+    prefix), best first, in conversations carrying `tag` if given; `snippet` is HTML:
+    escaped text, matches in `<mark>`; `kind` and `archived` say which conversation."""
+    hits = await chat.reader.search(owner, q, tag)
     return {"results": [dataclasses.asdict(hit) for hit in hits]}
+
+
+Listed = Annotated[Literal["true", "false", "all", ""], QueryParameter(name="archived")]
+"""`?archived=`: only archived conversations, only the others (the default, also when
+left empty), or all."""
+
+
+async def _organised(chat: ChatJobs, conversations: list[Conversation]) -> list[dict[str, Any]]:
+    """Conversations as the API lists them, each with its tags."""
+    tags = await chat.reader.tags_of([c.id for c in conversations])
+    return [conversation_dict(c, tags=tags.get(c.id)) for c in conversations]
 
 
 _MESSAGES_MARK = "\x00messages\x00"
@@ -197,7 +231,8 @@ async def _markdown_export(
 async def _json_pieces(
     chat: ChatJobs, conversation: Conversation, ends: list[int]
 ) -> AsyncIterator[bytes]:
-    head = {**export_json(conversation, []), "messages": _MESSAGES_MARK}
+    files = await chat.db.read(export_files, conversation.id)
+    head = {**export_json(conversation, []), "files": files, "messages": _MESSAGES_MARK}
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
@@ -208,6 +243,12 @@ async def _json_pieces(
         yield comma + piece
         comma, after = b",", last
     yield b"]" + end
+
+
+async def _created(body: Callable[[], object]) -> ASGIResponse:
+    """A 201 whose JSON is made and encoded on a thread (an import's may be megabytes)."""
+    encoded = await asyncio.to_thread(lambda: encode_json(body()))
+    return ASGIResponse(body=encoded, status_code=HTTP_201_CREATED, media_type=MediaType.JSON)
 
 
 class TurnRef(NamedTuple):
@@ -256,8 +297,29 @@ class ConversationController(Controller):
     tags = ("conversations",)
 
     @get("/")
-    async def list_conversations(self, chat: Chat, owner: Owner) -> list[dict[str, Any]]:
-        return [conversation_dict(c) for c in await chat.reader.conversations(owner)]
+    async def list_conversations(
+        self,
+        chat: Chat,
+        owner: Owner,
+        listed: Listed = "false",
+        tag: FromQuery[str | None] = None,
+    ) -> list[dict[str, Any]]:
+        """Pinned first, then the most recently used; archived ones only with
+        `?archived=true` (or `all`); `?tag=` only those carrying it."""
+        archived = {"true": True, "false": False, "": False, "all": None}[listed]
+        wanted = clean_tag(tag) if tag else None  # `?tag=` left empty: no filter
+        return await _organised(
+            chat, await chat.reader.conversations(owner, archived=archived, tag=wanted)
+        )
+
+    @post("/bulk", status_code=HTTP_200_OK)
+    async def bulk_change(
+        self, chat: Chat, owner: Owner, data: JSONBody[BulkChange]
+    ) -> dict[str, Any]:
+        """Archive, unarchive or delete several conversations: all of them, or none if
+        any id is not the caller's (404)."""
+        done = await chat.editor.bulk(owner, data.ids, data.action)
+        return {"action": data.action, "count": done}
 
     @post("/", status_code=HTTP_201_CREATED)
     async def create_conversation(
@@ -319,17 +381,31 @@ class ConversationController(Controller):
         request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
+        files: Files,
     ) -> ASGIApp:
-        """A new conversation from a JSON export (`GET .../export?format=json`) sent as the
-        body; 429 past the caller's import quota (`WEBAPP_IMPORT_*`). The body is decoded
-        and checked off the event loop (`ConversationEditor.import_conversation`)."""
+        """A new conversation from a JSON export (`GET .../export?format=json`), or from
+        ChatGPT's `conversations.json` (a list): then `{imported: [ids], skipped: [{title,
+        reason}]}`, every branch kept, the one last shown active. 429 past the caller's
+        import quota (`WEBAPP_IMPORT_*`). The body is decoded and checked, and the answer
+        encoded, off the event loop: 20,000 messages are a second of CPU."""
         raw = await request.body()
         await ImportQuota(chat.db, chat.settings).take(owner, len(raw))
-        conversation = await chat.editor.import_conversation(owner, raw)
+        data = await asyncio.to_thread(decode_export, raw)
+        if is_chatgpt_export(data):
+            conversations, skipped = await chat.editor.import_chatgpt(owner, data)
+            return await _created(
+                lambda: {
+                    "imported": [c.id for c in conversations],
+                    "skipped": [dataclasses.asdict(s) for s in skipped],
+                }
+            )
+        if not isinstance(data, dict):
+            raise InvalidInput(
+                "an import is this app's JSON export or ChatGPT's conversations.json"
+            )
+        conversation = await with_files(files, chat.db, chat.editor, owner, data)
         _, rows = await chat.reader.history_by_pages(owner, conversation.id)
-        # As long as the import: read a page at a time, made into JSON on a thread.
-        body = await asyncio.to_thread(lambda: encode_json(conversation_dict(conversation, rows)))
-        return ASGIResponse(body=body, status_code=HTTP_201_CREATED, media_type=MediaType.JSON)
+        return await _created(lambda: conversation_dict(conversation, rows))
 
     @patch("/{conversation_id:str}")
     async def update_conversation(
@@ -339,16 +415,24 @@ class ConversationController(Controller):
         conversation_id: FromPath[str],
         data: JSONBody[ConversationChanges],
     ) -> dict[str, Any]:
-        if data.title is None and data.configuration is None:
-            raise InvalidInput("nothing to change: send a title or a configuration")
-        # Both are checked before either is applied: a bad half changes nothing.
+        if all(value is None for value in dataclasses.astuple(data)):
+            raise InvalidInput(
+                "nothing to change: send a title, a configuration, pinned, archived or tags"
+            )
+        # All are checked before any is applied: a bad part changes nothing.
         title = clean_title(data.title) if data.title is not None else None
+        tags = clean_tags(data.tags) if data.tags is not None else None
         if data.configuration is not None:
             chat.editor.check_configuration(data.configuration)
+        await chat.reader.get(owner, conversation_id)  # another's: 404 before any change
+        if data.configuration is not None:
             await chat.editor.set_configuration(owner, conversation_id, data.configuration)
         if title is not None:
             await chat.editor.rename(owner, conversation_id, title)
-        return conversation_dict(await chat.reader.get(owner, conversation_id))
+        conversation, now_tags = await chat.editor.organise(
+            owner, conversation_id, pinned=data.pinned, archived=data.archived, tags=tags
+        )
+        return conversation_dict(conversation, tags=now_tags)
 
     @delete("/{conversation_id:str}", status_code=204)
     async def delete_conversation(
@@ -368,7 +452,7 @@ class ConversationController(Controller):
         """Send a message. With `Accept: text/event-stream` the answer streams as events
         `fit`, `delta`, then `done` or `error`; otherwise this waits for the whole answer."""
         content = with_file(data.content, data.attachment, chat.settings.max_message_chars)
-        send = await chat.sender.send(owner, conversation_id, content, data.edit_of)
+        send = await chat.sender.send(owner, conversation_id, content, data.edit_of, data.files)
         return await _answer(request, chat, send)
 
     @post("/{conversation_id:str}/branch", status_code=HTTP_200_OK)
@@ -393,7 +477,9 @@ class ConversationController(Controller):
         self, chat: Chat, owner: Owner, conversation_id: FromPath[str], data: JSONBody[Preview]
     ) -> dict[str, Any]:
         """The fit sending `content` now would make: what would be left out, stored nowhere."""
-        row, fit = await chat.previewer.preview_fit(owner, conversation_id, data.content)
+        row, fit = await chat.previewer.preview_fit(
+            owner, conversation_id, data.content, data.files
+        )
         return {**preview_dict(row), "turns_left": fit.turns_left}
 
     @post("/{conversation_id:str}/stop", status_code=HTTP_200_OK)

@@ -27,6 +27,7 @@ from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.errors import NotFound
 from webapp.limits import Places
+from webapp.llm.providers.base import Prefill
 from webapp.stored import id_of
 
 
@@ -35,6 +36,9 @@ class Snapshot:
     answer: Message
     user: Message
     final: bool
+    prefill: Prefill | None = None
+    """How far the engine has read the prompt, while no text has come (this worker's
+    answers only: the progress is not announced to other workers)."""
 
 
 class Watchers:
@@ -129,15 +133,19 @@ async def snapshots_of(
     floor = len(answer.content)
     # A batch at a time (what came since the last look): a burst of thousands of pieces
     # makes one snapshot, not one each, so it cannot hold the loop.
+    prefill: Prefill | None = None
     async for batch in running.channel.batches():
         pieces = [event.data["text"] for event in batch if event.name == "delta"]
+        read = [Prefill(**event.data) for event in batch if event.name == "progress"]
         if any(event.name == "fit" for event in batch):
             user = await chat.reader.message(owner, conversation_id, id_of(user))
-        elif not pieces:
+        elif not pieces and not read:
             continue
         text += "".join(pieces)
+        prefill = None if text else (read[-1] if read else prefill)
         if len(text) >= floor:
-            yield Snapshot(answer.model_copy(update={"content": text}), user, final=False)
+            shown = answer.model_copy(update={"content": text})
+            yield Snapshot(shown, user, final=False, prefill=prefill)
     final = await chat.reader.message(owner, conversation_id, answer_id)
     user = await chat.reader.message(owner, conversation_id, id_of(user))
     yield Snapshot(final, user, final=True)

@@ -31,7 +31,7 @@ from webapp.chat.stored.models import Message, Status
 from webapp.chat.stored.serialize import message_dict
 from webapp.chat.web.live import Snapshot
 from webapp.chat.web.views import answer_view
-from webapp.web.blocks import finished_end
+from webapp.web.blocks import finished_end_async
 from webapp.web.events import frame as sse_frame
 from webapp.web.markdown import code_blocks_in, name_code_copies, render_markdown_async
 
@@ -92,7 +92,7 @@ class SharedRendering:
             return
         # Rendered first, then changed at once: a page that connects meanwhile reads a
         # whole version, never half of the next.
-        end = len(text) if final else finished_end(text, self.finished_end)
+        end = len(text) if final else await finished_end_async(text, self.finished_end)
         done = ""
         if end > self.finished_end:
             done = self._named(str(await render_markdown_async(text[self.finished_end : end])))
@@ -335,7 +335,7 @@ class LiveAnswer:
         """What the turn around the answer shows, to tell when it changed (a fit made
         later, a new status, the end)."""
         user = json.dumps(message_dict(snapshot.user), default=str, sort_keys=True)
-        return (snapshot.final, snapshot.answer.status, user)
+        return (snapshot.final, snapshot.answer.status, user, snapshot.prefill)
 
     def _wake(self) -> None:
         self._woken.set()

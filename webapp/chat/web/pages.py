@@ -7,6 +7,7 @@ differs, which a `conversation` dependency decides per controller.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -20,13 +21,18 @@ from litestar.response import Redirect, Response, Template
 from litestar.types import ASGIApp
 
 from webapp.accounts.preferences import preferred_configuration
+from webapp.chat.files.transfer import with_files
+from webapp.chat.files.web import Files
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.attachments import Attachment, attach, clean_name, decode_text
 from webapp.chat.stored.branches import Alternatives
 from webapp.chat.stored.budget import ImportQuota
+from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.stored.organising import clean_tag
+from webapp.chat.stored.transfer import decode_export
 from webapp.chat.web.deps import Chat, Notices
 from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
@@ -66,18 +72,13 @@ class ConversationRef:
     draft: Conversation | None = None
     """A conversation not stored yet (an embed visitor's before the first send): shown
     empty, stored by the first send. Reading a page never creates a row."""
+    address: str = ""
+    """The client's address, for the embed's quotas (counted by the send's admission)."""
 
     @property
     def internals(self) -> bool:
         """Whether the page shows token counts and model and configuration names."""
         return self.embed is None or self.embed.show_internals
-
-    async def stored_id(self, chat: ChatJobs) -> str:
-        """The conversation's id, storing the draft first if this is its first send."""
-        if self.draft is None:
-            return self.id
-        created = await chat.editor.create(self.owner, self.draft.configuration, self.draft.title)
-        return created.id
 
 
 async def form_field(request: Request[Any, Any, Any], name: str, *, required: bool = True) -> str:
@@ -158,6 +159,7 @@ class ConversationPages(Controller):
         context["streaming"] = any(r.status == "streaming" for r in rows)
         if conversation.embed is None:
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
+            context["owner_tags"] = await chat.reader.owner_tags(conversation.owner)
             context["configurations"] = configuration_dicts(chat.catalog)
             context["default_configuration"] = default_configuration(request, chat)
         return Template(self.page_template, context=context)
@@ -176,17 +178,23 @@ class ConversationPages(Controller):
         conversation: FoundConversation,
     ) -> Template:
         content = await message_field(request, chat.settings.max_message_chars)
-        conversation_id = await conversation.stored_id(chat)
-        return _turn(
-            await chat.sender.send(conversation.owner, conversation_id, content), conversation
+        send = await chat.sender.send(
+            conversation.owner,
+            conversation.id,
+            content,
+            address=conversation.address,
+            draft=conversation.draft,
         )
+        return _turn(send, conversation)
 
     @post("/continue/{answer_id:int}")
     async def continue_answer(
         self, chat: Chat, conversation: FoundConversation, answer_id: RowId
     ) -> Template:
         """Continue on an answer cut off by its length limit: a new turn, streamed."""
-        send = await chat.sender.continue_answer(conversation.owner, conversation.id, answer_id)
+        send = await chat.sender.continue_answer(
+            conversation.owner, conversation.id, answer_id, address=conversation.address
+        )
         return _turn(send, conversation)
 
     @post("/retry/{answer_id:int}")
@@ -220,7 +228,13 @@ class ConversationPages(Controller):
     ) -> Template:
         """Send an edited user message as an alternative to its turn."""
         content = await form_field(request, "content")
-        await chat.sender.send(conversation.owner, conversation.id, content, edit_of=message_id)
+        await chat.sender.send(
+            conversation.owner,
+            conversation.id,
+            content,
+            edit_of=message_id,
+            address=conversation.address,
+        )
         return await _branch_page(chat, conversation)
 
     @post("/branch/{message_id:int}")
@@ -366,7 +380,7 @@ class ConversationPages(Controller):
                 "chat/_stream_update.html",
                 **_context(
                     conversation,
-                    answer=answer_view(snapshot.answer, snapshot.user),
+                    answer=answer_view(snapshot.answer, snapshot.user, snapshot.prefill),
                     user=message_views([snapshot.user], alternatives)[0],
                 ),
             )
@@ -405,27 +419,41 @@ class ConversationAdmin(Controller):
         owner: Owner,
         offset: Annotated[int, QueryParameter(ge=0, le=10**9)],
         current: FromQuery[str] = "",
+        tag: FromQuery[str] = "",
     ) -> Template:
-        """The sidebar's next page of conversations: a day group that began on the page
-        before goes on under the heading already shown, not a second one."""
-        context = await sidebar(chat, owner, offset, current)
+        """The sidebar's next page of conversations (from 0: the list filtered anew by
+        `tag`, empty for all): a day group that began on the page before goes on under
+        the heading already shown, not a second one."""
+        wanted = clean_tag(tag) if tag else None
+        context = await sidebar(chat, owner, offset, current, wanted)
         before = (
-            await chat.reader.conversations(owner, limit=1, offset=offset - 1) if offset else []
+            await chat.reader.conversations(owner, limit=1, offset=offset - 1, tag=wanted)
+            if offset
+            else []
         )
-        context["continues"] = day_label(before[0].updated_at, utcnow()) if before else None
+        context["continues"] = (
+            (PINNED_GROUP if before[0].pinned else day_label(before[0].updated_at, utcnow()))
+            if before
+            else None
+        )
         return Template("chat/_conversation_list.html", context=context)
 
     @get("/search")
-    async def search(self, chat: Chat, owner: Owner, q: FromQuery[str] = "") -> Template:
-        """The sidebar's results as the user types; an empty box shows none."""
-        hits = await chat.reader.search(owner, q) if q.strip() else None
+    async def search(
+        self, chat: Chat, owner: Owner, q: FromQuery[str] = "", tag: FromQuery[str] = ""
+    ) -> Template:
+        """The sidebar's results as the user types (within the tag the sidebar is filtered
+        by, if any); an empty box shows none."""
+        hits = await chat.reader.search(owner, q, tag or None) if q.strip() else None
         return Template("chat/_search_results.html", context={"hits": hits, "query": q})
 
     @post("/c/import")
     async def import_file(
-        self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
+        self, request: Request[Any, Any, Any], chat: Chat, owner: Owner, files: Files
     ) -> Response[Any]:
-        """A JSON export chosen in the sidebar becomes a new conversation, opened at once."""
+        """A JSON export chosen in the sidebar becomes a new conversation, opened at once
+        (ChatGPT's `conversations.json`: each of its conversations, the first opened; an
+        export of this app's with the files it carries)."""
         form = await request.form()
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -434,7 +462,13 @@ class ConversationAdmin(Controller):
         if len(raw) > MAX_IMPORT_BYTES:
             raise InvalidInput(f"an import file is at most {MAX_IMPORT_BYTES // 2**20} MB")
         await ImportQuota(chat.db, chat.settings).take(owner, len(raw))
-        conversation = await chat.editor.import_conversation(owner, raw)
+        data = await asyncio.to_thread(decode_export, raw)  # 20 MB of JSON: off the loop
+        if is_chatgpt_export(data):  # ChatGPT's conversations.json: open the first one
+            conversations, _ = await chat.editor.import_chatgpt(owner, data)
+            return go_to(request, f"/c/{conversations[0].id}" if conversations else "/")
+        if not isinstance(data, dict):
+            raise InvalidInput("that file is not an export: import a conversation's JSON export")
+        conversation = await with_files(files, chat.db, chat.editor, owner, data)
         return go_to(request, f"/c/{conversation.id}")
 
     @post("/c/new")
@@ -488,6 +522,9 @@ class ConversationAdmin(Controller):
         return go_to(request, "/")
 
 
+PINNED_GROUP = "Pinned"
+
+
 def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> str:
     """The configuration new conversations of the signed-in user start with."""
     catalog = chat.catalog
@@ -495,14 +532,24 @@ def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> st
     return preferred_configuration(user, catalog.configurations) or catalog.default_configuration
 
 
-async def sidebar(chat: ChatJobs, owner: str, offset: int, current_id: str) -> dict[str, Any]:
-    """One page of the sidebar: conversations grouped by day, and where the next starts."""
-    rows = await chat.reader.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset)
+async def sidebar(
+    chat: ChatJobs, owner: str, offset: int, current_id: str, tag: str | None = None
+) -> dict[str, Any]:
+    """One page of the sidebar: pinned conversations, then the rest grouped by day, and
+    where the next page starts; only those carrying `tag` (cleaned) when given."""
+    rows = await chat.reader.conversations(owner, limit=SIDEBAR_PAGE + 1, offset=offset, tag=tag)
+    shown = rows[:SIDEBAR_PAGE]
+    pinned = [c for c in shown if c.pinned]
+    groups = ([(PINNED_GROUP, pinned)] if pinned else []) + group_by_day(
+        [c for c in shown if not c.pinned], utcnow()
+    )
     return {
-        "conversations": rows[:SIDEBAR_PAGE],
-        "groups": group_by_day(rows[:SIDEBAR_PAGE], utcnow()),
+        "conversations": shown,
+        "groups": groups,
+        "tags": await chat.reader.tags_of([c.id for c in shown]),
         "more_offset": offset + SIDEBAR_PAGE if len(rows) > SIDEBAR_PAGE else None,
         "current_id": current_id,
+        "tag": tag,
     }
 
 
@@ -540,7 +587,9 @@ def larger_windows(chat: ChatJobs, window: int) -> tuple[Alternative, ...]:
 async def _regenerate(chat: ChatJobs, conversation: ConversationRef, message_id: int) -> Template:
     row = await chat.reader.message(conversation.owner, conversation.id, message_id)
     user = row if row.role == "user" else await chat.reader.user_row_of(row)
-    await chat.sender.regenerate(conversation.owner, conversation.id, id_of(user))
+    await chat.sender.regenerate(
+        conversation.owner, conversation.id, id_of(user), address=conversation.address
+    )
     return await _branch_page(chat, conversation)
 
 

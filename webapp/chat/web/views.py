@@ -15,6 +15,7 @@ from webapp.chat.stored.branches import Alternatives, parent_of
 from webapp.chat.stored.history import is_replayable
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.serialize import STATUS_LABELS, left_out_words
+from webapp.llm.providers.base import Prefill
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
 from webapp.web.markdown import name_code_copies, render_markdown, scrollable_parts_focusable
@@ -38,6 +39,8 @@ class MessageView:
     asked_by: Message | None = None
     """On an answer: the user row it answers, whose send's fit (did it move the cut?)
     explains the answer's cache note."""
+    prefill: Prefill | None = None
+    """On an answer that has no text yet: how far the engine has read the prompt."""
 
     @property
     def left_out(self) -> list[list[int]]:
@@ -105,10 +108,10 @@ class MessageView:
     @property
     def collapsible(self) -> bool:
         """A long paste is shown folded, with "Show more": the history stays readable."""
+        if not self.is_user:  # an answer is never folded: its text is not split either
+            return False
         content = split_attachment(self.row.content)[0]  # an attachment folds on its own
-        return self.is_user and (
-            len(content) > COLLAPSE_CHARS or content.count("\n") >= COLLAPSE_LINES
-        )
+        return len(content) > COLLAPSE_CHARS or content.count("\n") >= COLLAPSE_LINES
 
     @property
     def meter(self) -> Meter:
@@ -131,6 +134,29 @@ class MessageView:
         if cached <= 0:
             return f"None of the {prompt:,} prompt tokens came from the engine's cache."
         return f"{min(cached, prompt):,} of {prompt:,} prompt tokens came from the engine's cache."
+
+    @property
+    def waiting_since(self) -> str | None:
+        """On an answer the engine has sent nothing of, and says nothing of its reading of
+        the prompt: when it was asked (the page counts the time waited from it)."""
+        row = self.row
+        if self.is_user or row.status != Status.STREAMING or row.content or self.prefill:
+            return None
+        return as_utc(row.created_at).isoformat().replace("+00:00", "Z")
+
+    @property
+    def cache_ledger(self) -> list[tuple[str, str]]:
+        """The answer's prompt as the engine took it: served from its cache, evaluated,
+        written to its cache; each only where the engine said it (empty: it said none)."""
+        row = self.row
+        if self.is_user or row.status == Status.STREAMING:
+            return []
+        said = (
+            ("Served from the engine's cache", row.cached_tokens),
+            ("Evaluated by the engine", row.evaluated_tokens),
+            ("Written to the engine's cache", row.cache_write_tokens),
+        )
+        return [(term, f"{count:,} tokens") for term, count in said if count is not None]
 
     @property
     def cut_moved_words(self) -> str | None:
@@ -171,9 +197,12 @@ def cut_line_words(dropped: int, *, preview: bool = False) -> str:
     return f"Above this line: {turns} {verb} (the opening exchange still went)"
 
 
-def answer_view(answer: Message, user: Message | None) -> MessageView:
-    """An answer shown on its own (a stream's snapshot), with the user row it answers."""
-    return MessageView(answer, asked_by=user)
+def answer_view(
+    answer: Message, user: Message | None, prefill: Prefill | None = None
+) -> MessageView:
+    """An answer shown on its own (a stream's snapshot), with the user row it answers and
+    how far the engine has read the prompt, while it has sent no text."""
+    return MessageView(answer, asked_by=user, prefill=prefill)
 
 
 @dataclass(frozen=True, slots=True)

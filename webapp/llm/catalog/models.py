@@ -39,6 +39,11 @@ VENDOR_ROOTS["gemini"] = "https://generativelanguage.googleapis.com"
 EMBED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """An embed's name is part of its URL, /embed/{name}."""
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]*$"
+"""A header name as HTTP spells it (a token; letters, digits and dashes in practice)."""
+RESERVED_HEADERS = frozenset({"authorization", "content-type", "accept", "host", "x-api-key"})
+RESERVED_HEADERS |= {"x-goog-api-key", "anthropic-version", "content-length"}
+"""Headers the provider sets itself: a session header of that name would replace them."""
 ROOM = "the reply would leave no room for the prompt"
 
 ProviderKind = Literal["openai", "anthropic", "gemini", "demo"]
@@ -125,6 +130,20 @@ class ProviderSpec(_Spec):
     base_url: Annotated[Text, AfterValidator(checks.url)] | None = None
     api_key_env: Annotated[str, Field(pattern=ENV_NAME)] | None = None
     timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    cache_key: Literal["auto", "off"] = "auto"
+    """Whether a conversation's sends carry its key (`webapp.llm.affinity`): "auto" sends
+    `prompt_cache_key` to OpenAI-style servers and `id_slot` to llama.cpp's."""
+    slots: Count | None = None
+    """llama.cpp's slot count, for a server whose `/slots` cannot be read."""
+    session_header: Annotated[str, Field(pattern=HEADER_NAME)] | None = None
+    """A header that carries the conversation's key to a router (e.g. `X-Session-Id`)."""
+
+    @field_validator("session_header")
+    @classmethod
+    def _own_header(cls, name: str | None) -> str | None:
+        if name is not None and name.lower() in RESERVED_HEADERS:
+            raise ValueError(f"'{name}' is a header the provider sets itself; name another")
+        return name
 
     @classmethod
     def _defaults(cls, data: Raw, reading: Reading | None) -> Raw:
@@ -149,6 +168,10 @@ class ModelSpec(_Spec):
     its server after loading (webapp.llm.discovery)."""
     max_output_tokens: Count | None = None
     capabilities: Annotated[Capabilities, Field(min_length=1)] = frozenset({"chat"})
+    """`vision`: the model reads pictures (a message with one goes to no other model)."""
+    image_tokens: Count | None = None
+    """What one picture costs, for an OpenAI-compatible server whose rule is not known
+    (left out: the provider's own rule, webapp.llm.images)."""
     cost_input: Cost | None = None
     cost_output: Cost | None = None
     tokenizer: Text = "auto"
@@ -271,6 +294,9 @@ class EmbedSpec(_Spec):
     show_internals: bool = False
     """Whether visitors see token counts and the model's and configuration's names (the
     meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
+    files: bool = False
+    """Whether visitors may attach files: off by default, and the embed offers no upload
+    yet (the files API takes signed-in users only), so a visitor attaches nothing."""
 
     @classmethod
     def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:

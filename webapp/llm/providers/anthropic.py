@@ -9,7 +9,8 @@ The pipeline speaks OpenAI's message shapes; this module translates both ways:
 - the answer's blocks come back as text and OpenAI-shaped tool calls, its `stop_reason`
   as OpenAI's finish reasons, its usage with the prompt counted whole (Anthropic bills
   `input_tokens`, `cache_creation_input_tokens` and `cache_read_input_tokens` apart) and
-  `cached_tokens` = the cache reads;
+  `cached_tokens` = the cache reads, `cache_write_tokens` the cache writes and
+  `evaluated_tokens` the writes and the uncached input;
 - errors by their `type`: `invalid_request_error` "prompt is too long: N tokens > M
   maximum" is `ContextLengthExceeded` with both numbers (the bound learns the window);
   `overloaded_error` (529) and `api_error` are `ProviderUnavailable`, `rate_limit_error`
@@ -185,13 +186,15 @@ def _usage(reported: Any, earlier: Usage | None = None) -> Usage | None:
     parts = [count_of(reported.get(key)) for key in ("input_tokens", "cache_creation_input_tokens")]
     read = count_of(reported.get("cache_read_input_tokens"))
     if all(part is None for part in parts) and read is None:
-        prompt = base.prompt_tokens
-        cached = base.cached_tokens
+        prompt, cached = base.prompt_tokens, base.cached_tokens
+        evaluated, written = base.evaluated_tokens, base.cache_write_tokens
     else:
         prompt = sum(part or 0 for part in parts) + (read or 0)
         cached = read if read is not None else None
+        evaluated, written = sum(part or 0 for part in parts), parts[1]
     completion = count_of(reported.get("output_tokens"))
-    return Usage(prompt, completion if completion is not None else base.completion_tokens, cached)
+    completion = completion if completion is not None else base.completion_tokens
+    return Usage(prompt, completion, cached, evaluated, written)
 
 
 def _tool_calls(blocks: list[Any]) -> list[dict[str, Any]]:
@@ -231,7 +234,7 @@ class AnthropicProvider(ChatOnlyProvider):
 
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
         body = self._body(model_id, messages, call)
-        data = await self._post_json(self.CHAT_PATH, body, model_id)
+        data = await self._post_json(self.CHAT_PATH, body, model_id, call.key)
         content = data.get("content")
         if not isinstance(content, list):
             raise self._malformed(self.CHAT_PATH, model_id, ValueError("the answer has no content"))
@@ -261,7 +264,7 @@ class AnthropicProvider(ChatOnlyProvider):
         usage: Usage | None = None
         stopped = False
         try:
-            async with self._streamed(path, body, model_id, call.sent) as response:
+            async with self._streamed(path, body, model_id, call.sent, key=call.key) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for name, event in events:
                     kind = event.get("type", name)

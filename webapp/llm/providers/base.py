@@ -8,6 +8,7 @@ anything else fails the call.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
@@ -22,6 +23,22 @@ class Usage:
     completion_tokens: int
     cached_tokens: int | None = None
     """Prompt tokens the engine served from its prompt cache; None when it does not say."""
+    evaluated_tokens: int | None = None
+    """Prompt tokens the engine says it evaluated (llama.cpp's `timings.prompt_n`,
+    Anthropic's uncached input and cache writes); None when it does not say."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the engine says it wrote to its cache (Anthropic's
+    `cache_creation_input_tokens`, OpenAI-style `cache_write_tokens`); None when it does not say."""
+
+    @property
+    def evaluated(self) -> int | None:
+        """The prompt tokens evaluated: as the engine said, else the prompt less what it
+        said its cache served; None when it said neither."""
+        if self.evaluated_tokens is not None:
+            return self.evaluated_tokens
+        if self.cached_tokens is None:
+            return None
+        return max(self.prompt_tokens - self.cached_tokens, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +53,31 @@ class ChatResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefill:
+    """How far the engine has read the prompt, before the answer's first token (llama.cpp
+    streams it when asked: `return_progress`). `processed` counts the cached tokens too."""
+
+    processed: int
+    total: int
+    cached: int
+
+    def words(self) -> str:
+        """As the page says it."""
+        return (
+            f"Reading the conversation: {self.processed:,} of {self.total:,} tokens, "
+            f"{self.cached:,} from cache"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class StreamChunk:
-    """One piece of a streamed answer. Usage and finish_reason arrive on the last chunks."""
+    """One piece of a streamed answer. Usage and finish_reason arrive on the last chunks;
+    `progress`, on chunks of their own, before the first text."""
 
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    progress: Prefill | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +104,9 @@ class CallInfo:
     """Indices of the sent messages after which the prompt is a prefix later sends keep:
     the end of the head, and the end of the prompt (the next send of the branch appends
     to it while the cut holds). A provider with explicit prompt caching marks them."""
+    cache_key: str | None = None
+    """The conversation's key (`webapp.llm.affinity`), never its id: a provider sends it
+    where its server takes one. Side calls (titles) have none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +118,11 @@ class ChatCall:
     info: CallInfo | None = None
     sent: Callable[[], None] | None = None
     """Called once the request is written to the engine's connection (streams only)."""
+
+    @property
+    def key(self) -> str | None:
+        """The conversation's cache key, when the call is one of its sends."""
+        return self.info.cache_key if self.info is not None else None
 
     @property
     def room(self) -> int | None:
@@ -162,6 +206,30 @@ class ContextLengthExceeded(ProviderError):
         super().__init__(message, **said)
         self.prompt_tokens = prompt_tokens
         self.limit = limit
+
+
+class ImageRefused(ProviderError):
+    """The provider refused the request for the images it holds (a model that reads no
+    images): the caller's to change, as a prompt too long is."""
+
+    default_reason = "does not accept images"
+
+
+_IMAGE_REFUSALS = re.compile(
+    r"(does not|doesn't|do not|cannot|can't) (support|accept|take|read|process)\b.{0,40}"
+    r"\b(images?|image input|vision|multimodal)\b|not a multimodal model"
+    r"|image input is not supported|images? (are|is) not supported"
+    r"|image(_url)? (input )?is only supported by",
+    re.IGNORECASE,
+)
+
+
+def is_image_refusal(message: str) -> bool:
+    """Whether a refused request's message (any vendor's words) says the model reads no
+    images: Anthropic's "'claude-...' does not support image input.", vLLM's "... is not a
+    multimodal model", OpenAI's "image_url is only supported by certain models", and the
+    like."""
+    return bool(_IMAGE_REFUSALS.search(message or ""))
 
 
 class StreamBroken(ProviderError):

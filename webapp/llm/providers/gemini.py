@@ -98,6 +98,7 @@ def to_gemini_request(
                 contents.append({"role": "user", "parts": [part], "responses": True})
             continue
         parts: list[dict[str, Any]] = [{"text": text}] if text else []
+        parts += _pictures(message.get("content"))
         if role == "assistant":
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
@@ -137,6 +138,21 @@ def _usage(metadata: Any, earlier: Usage | None = None) -> Usage | None:
     )
     cached = count_of(metadata.get("cachedContentTokenCount"))
     return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
+
+
+def _pictures(content: Any) -> list[dict[str, Any]]:
+    """OpenAI image parts given as data URLs, as Gemini's `inlineData` parts exactly as
+    Google's SDK writes them (URL-safe base64, the type as `mime_type`; the API reads
+    either spelling). A picture given by a web address has no inline form: left out."""
+    pictures = []
+    for part in content if isinstance(content, list) else []:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            url = str((part.get("image_url") or {}).get("url", ""))
+            media, _, data = url.removeprefix("data:").partition(";base64,")
+            if url.startswith("data:") and data:
+                safe = data.replace("+", "-").replace("/", "_")
+                pictures.append({"inlineData": {"data": safe, "mime_type": media}})
+    return pictures
 
 
 def _parts(data: dict[str, Any]) -> tuple[list[Any], str | None]:
@@ -187,7 +203,7 @@ class GeminiProvider(ChatOnlyProvider):
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
         body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
         path = self._path(model_id, "generateContent")
-        data = await self._post_json(path, body, model_id)
+        data = await self._post_json(path, body, model_id, call.key)
         parts, reason = _parts(data)
         if not parts and reason is None:
             raise self._blocked(data, path, model_id)
@@ -222,7 +238,7 @@ class GeminiProvider(ChatOnlyProvider):
         usage: Usage | None = None
         try:
             async with self._streamed(
-                path, body, model_id, call.sent, params={"alt": "sse"}
+                path, body, model_id, call.sent, params={"alt": "sse"}, key=call.key
             ) as response:
                 events = self._json_events(response, path, model_id, lambda: yielded)
                 async for _, data in events:

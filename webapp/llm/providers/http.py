@@ -23,12 +23,15 @@ from typing import Any, Self
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from webapp.llm.affinity import Affinity
 from webapp.llm.providers.base import (
     CompletionResult,
+    ImageRefused,
     Provider,
     ProviderError,
     ProviderUnavailable,
     StreamBroken,
+    is_image_refusal,
 )
 from webapp.llm.providers.pool import ClientShards
 from webapp.llm.providers.transport import TransportKind, transport_for
@@ -107,7 +110,8 @@ def refusal(
 
     Refused credentials (401/403, or `credentials`: the vendor's kind for them) fail the
     call; an outage (no status, a 5xx, or `unavailable`: the vendor's kind for one) lets
-    a fallback try; anything else is a refused request. `shown` is the status the
+    a fallback try; a refusal of the images the request holds is `ImageRefused`; anything
+    else is a refused request. `shown` is the status the
     credentials' reason names when the vendor sent none.
     """
     if credentials or status in (401, 403):
@@ -118,6 +122,8 @@ def refusal(
     if unavailable or status is None or status >= 500:
         reason = f"is unavailable (HTTP {status})" if status else "is unavailable"
         return ProviderUnavailable(text, status=status, reason=reason)
+    if is_image_refusal(text):
+        return ImageRefused(text, status=status)
     return ProviderError(text, status=status, reason=f"refused the request (HTTP {status})")
 
 
@@ -157,8 +163,10 @@ class HTTPProvider(Provider):
         transport: httpx.AsyncBaseTransport | None = None,
         *,
         transport_kind: TransportKind = "asyncio",
+        affinity: Affinity | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._affinity = affinity or Affinity()
         self._api_key = api_key or None
         self._timeout = timeout
         url = httpx.URL(self.base_url)
@@ -322,10 +330,13 @@ class HTTPProvider(Provider):
             if isinstance(data, dict):
                 yield event.event, data
 
-    async def _post_json(self, path: str, body: dict[str, Any], model_id: str) -> dict[str, Any]:
+    async def _post_json(
+        self, path: str, body: dict[str, Any], model_id: str, key: str | None = None
+    ) -> dict[str, Any]:
+        """A POST answered with JSON; `key` is the conversation's (its session header)."""
         try:
             async with self._clients.client() as client:
-                response = await client.post(path, json=body)
+                response = await client.post(path, json=body, headers=self._affinity.headers(key))
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, path, model_id) from None
         if response.status_code >= 400:
@@ -340,10 +351,12 @@ class HTTPProvider(Provider):
         model_id: str,
         sent: Callable[[], None] | None,
         params: dict[str, str] | None = None,
+        key: str | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """A streamed POST, open while the caller reads it; an error status is raised as
         the vendor's error, its body read. Transport errors are the caller's to translate
-        (`_stream_broke`: before any text or after)."""
+        (`_stream_broke`: before any text or after). `key` is the conversation's (its
+        session header)."""
         async with (
             self._clients.client() as client,
             client.stream(
@@ -351,7 +364,7 @@ class HTTPProvider(Provider):
                 path,
                 params=params,
                 json=body,
-                headers={"Accept": "text/event-stream"},
+                headers={"Accept": "text/event-stream", **self._affinity.headers(key)},
                 extensions={"trace": tracing_sent(sent)} if sent is not None else None,
             ) as response,
         ):

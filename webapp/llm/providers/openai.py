@@ -20,6 +20,7 @@ message, because servers like to echo it back ("Incorrect API key provided: sk-.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import struct
@@ -28,12 +29,14 @@ from typing import Any
 
 import httpx
 
+from webapp.llm.affinity import slot_for
 from webapp.llm.providers.base import (
     ChatCall,
     ChatResult,
     CompletionResult,
     ContextLengthExceeded,
     Message,
+    Prefill,
     ProviderError,
     RateLimited,
     StreamChunk,
@@ -41,6 +44,7 @@ from webapp.llm.providers.base import (
 )
 from webapp.llm.providers.http import HTTPProvider, count_of, read_rest, refusal, retry_after
 from webapp.llm.providers.shapes import content_text
+from webapp.llm.providers.slots import EngineSlots
 
 __all__ = [
     "OpenAIProvider",
@@ -196,6 +200,21 @@ def _cached_tokens(data: dict[str, Any]) -> int | None:
     return count_of(timings.get("cache_n")) if isinstance(timings, dict) else None
 
 
+def _ledger(data: dict[str, Any], earlier: Usage | None) -> tuple[int | None, int | None]:
+    """(evaluated, written to the cache) as a response or chunk says them, else as said
+    before: llama.cpp's `timings.prompt_n`, OpenAI-style
+    `usage.prompt_tokens_details.cache_write_tokens`."""
+    timings = data.get("timings")
+    evaluated = count_of(timings.get("prompt_n")) if isinstance(timings, dict) else None
+    usage = data.get("usage")
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    written = count_of(details.get("cache_write_tokens")) if isinstance(details, dict) else None
+    if earlier is not None:
+        evaluated = evaluated if evaluated is not None else earlier.evaluated_tokens
+        written = written if written is not None else earlier.cache_write_tokens
+    return evaluated, written
+
+
 def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
     """The usage a response or stream chunk reports, or `earlier` (what the stream said
     before) when it reports none. llama.cpp may send its timings and its usage in
@@ -204,6 +223,7 @@ def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
     cached = _cached_tokens(data)
     if cached is None and earlier is not None:
         cached = earlier.cached_tokens
+    evaluated, written = _ledger(data, earlier)
     reported = data.get("usage")
     timings = data["timings"] if isinstance(data.get("timings"), dict) else {}
     if isinstance(reported, dict) and "prompt_tokens" in reported:
@@ -215,7 +235,26 @@ def _usage(data: dict[str, Any], earlier: Usage | None = None) -> Usage | None:
         prompt, completion = hit + evaluated, count_of(timings.get("predicted_n")) or 0
     else:
         return earlier
-    return Usage(prompt, completion, cached if cached is not None and cached <= prompt else None)
+    return Usage(
+        prompt,
+        completion,
+        cached if cached is not None and cached <= prompt else None,
+        evaluated if evaluated is not None and evaluated <= prompt else None,
+        written if written is not None and written <= prompt else None,
+    )
+
+
+def _prefill(data: dict[str, Any]) -> Prefill | None:
+    """llama.cpp's `prompt_progress` {total, cache, processed, time_ms} on a stream chunk
+    before the first token, or None (absent, or counts that do not add up)."""
+    progress = data.get("prompt_progress")
+    if not isinstance(progress, dict):
+        return None
+    total, cached = count_of(progress.get("total")), count_of(progress.get("cache"))
+    processed = count_of(progress.get("processed"))
+    if total is None or cached is None or processed is None or not cached <= total:
+        return None
+    return Prefill(min(processed, total), total, cached)
 
 
 def _first_choice(data: dict[str, Any]) -> dict[str, Any]:
@@ -261,12 +300,18 @@ class OpenAIProvider(HTTPProvider):
     `transport` exists for tests and unusual set-ups (a Unix socket, a mounted app).
     """
 
+    @functools.cached_property
+    def _slots(self) -> EngineSlots:
+        """The server's slots, asked once (only a conversation's send asks)."""
+        return EngineSlots(self.base_url)
+
     # ---- the four calls --------------------------------------------------------------
 
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
-        body = self._chat_body(model_id, messages, call)
+        body = self._chat_body(model_id, messages, call) | await self._keyed(call)
         path = "chat/completions"
-        return self._chat_result(await self._post_json(path, body, model_id), path, model_id)
+        data = await self._post_json(path, body, model_id, call.key)
+        return self._chat_result(data, path, model_id)
 
     async def _stream_chat(
         self, model_id: str, messages: list[Message], call: ChatCall
@@ -276,7 +321,7 @@ class OpenAIProvider(HTTPProvider):
         Usage usually comes after the finish_reason, in a chunk with no choices, so the
         last chunk is held back until `[DONE]` (or the end of the body).
         """
-        body = self._chat_body(model_id, messages, call)
+        body = self._chat_body(model_id, messages, call) | await self._keyed(call, stream=True)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         path = "chat/completions"
@@ -284,7 +329,7 @@ class OpenAIProvider(HTTPProvider):
         finish_reason: str | None = None
         usage: Usage | None = None
         try:
-            async with self._streamed(path, body, model_id, call.sent) as response:
+            async with self._streamed(path, body, model_id, call.sent, key=call.key) as response:
                 if response.headers.get("content-type", "").startswith("application/json"):
                     # The server ignored "stream": it sent the whole answer at once.
                     await response.aread()
@@ -301,6 +346,8 @@ class OpenAIProvider(HTTPProvider):
                         await read_rest(events)
                         break
                     event = self._stream_event(data, path, model_id, yielded)
+                    if (read := _prefill(event)) is not None:
+                        yield StreamChunk(progress=read)
                     usage = _usage(event, usage)
                     choices = event.get("choices") or []
                     if not choices or not isinstance(choices[0], dict):
@@ -370,6 +417,24 @@ class OpenAIProvider(HTTPProvider):
         if call.tools:
             body["tools"] = call.tools
         return body
+
+    async def _keyed(self, call: ChatCall, *, stream: bool = False) -> dict[str, Any]:
+        """What a conversation's send adds to its body (side calls add nothing): its key,
+        as `id_slot` for llama.cpp (its cache is per slot) and `prompt_cache_key` for
+        other servers, unless the catalog turned keys off; and, on llama.cpp streams,
+        `return_progress`, so the prefill can be shown."""
+        if call.key is None:
+            return {}
+        slots = await self._slots.count(self._clients, self._affinity.slots)
+        fields: dict[str, Any] = {}
+        if self._affinity.in_body:
+            key = (
+                {"id_slot": slot_for(call.key, slots)} if slots else {"prompt_cache_key": call.key}
+            )
+            fields |= key
+        if slots and stream:
+            fields["return_progress"] = True
+        return fields
 
     def _json_body(self, response: httpx.Response, path: str, model_id: str) -> dict[str, Any]:
         data = super()._json_body(response, path, model_id)
