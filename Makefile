@@ -16,7 +16,7 @@ COMPILE := $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe
 	--strip-extras --no-emit-index-url --no-emit-find-links --build-deps-for=editable \
 	$(LOCK_FLAGS)
 
-.PHONY: run test lint format lock bench bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files clean
+.PHONY: run test lint format lock bench bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files bench-exports clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,7 +74,7 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff format webapp tests bench
 	$(BIN)/ruff check --fix webapp tests bench
 
-bench: bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements
+bench: bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files bench-exports
 
 bench-fit: $(VENV)/.installed-test
 	$(BIN)/python -m bench.fit_and_load
@@ -99,6 +99,9 @@ bench-statements: $(VENV)/.installed-test
 
 bench-files: $(VENV)/.installed-test
 	$(BIN)/python -m bench.files
+
+bench-exports: $(VENV)/.installed-test
+	$(BIN)/python -m bench.exports
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) var .pytest_cache .ruff_cache

@@ -1,7 +1,8 @@
-"""Resources a client could hold without bound (issue 22): followers of a streaming answer
-are capped per answer and per user; a client that stops reading a response is dropped
-and what it held is freed (exports are streamed a batch at a time); imported left-out
-spans are checked, merged and capped, so the admin review of an import stays small.
+"""Resources a client could hold without bound (issues 22 and 43): followers of a streaming
+answer, pages waiting for a title and exports in flight are capped per user (and per
+answer); a client that stops reading a response is dropped and what it held is freed
+(exports are streamed a batch at a time); imported left-out spans are checked, merged and
+capped, so the admin review of an import stays small.
 
 The caps and the write deadline are tested on `webapp serve` itself, over real sockets.
 """
@@ -123,6 +124,43 @@ async def test_followers_are_capped_per_answer_and_per_user(
             await asyncio.gather(*sending, return_exceptions=True)
 
 
+# ---- pages waiting for a title -----------------------------------------------------------
+
+
+async def test_pages_waiting_for_a_title_are_capped_per_user_and_woken_by_a_rename(
+    serve: Serve, database_url: str
+) -> None:
+    """3,000 held title requests of one user stalled the server (issue 43): each read the
+    database every second for 45 s. Now a user holds at most `title_waits_per_user` in a
+    worker (a clear 429 past it), and a waiting page reads nothing until the notice that
+    goes with a title written (here a rename) wakes it."""
+    token = await make_user(database_url, "alice")
+    server = serve(database_url, title_waits_per_user="2", model_titles="true")
+    async with bearer(server.url, token) as api:
+        made = await api.post("/api/conversations", json={"title": "Draft"})
+        conversation = made.json()["id"]
+        path = f"/c/{conversation}/title?was=Draft"
+        # No title call runs for it: two wait until its title changes, the third is refused.
+        pages = [asyncio.create_task(api.get(path)) for _ in range(3)]
+        try:
+            done, waiting = await asyncio.wait(pages, return_when=asyncio.FIRST_COMPLETED)
+            refused = done.pop().result()
+            assert refused.status_code == 429 and not done and len(waiting) == 2
+            assert refused.headers["retry-after"] == "5"
+            assert "already have 2 pages waiting for a title" in refused.text
+            renamed = await api.patch(
+                f"/api/conversations/{conversation}", json={"title": "Lisbon"}
+            )
+            assert renamed.status_code == 200
+            woken = await asyncio.wait_for(asyncio.gather(*waiting), 20)
+        finally:
+            for task in pages:
+                task.cancel()
+        assert all(page.status_code == 200 and 'value="Lisbon"' in page.text for page in woken)
+        again = await api.get(path)  # their places are given back; the title is not Draft
+        assert again.status_code == 200 and 'value="Lisbon"' in again.text
+
+
 # ---- clients that stop reading ------------------------------------------------------------
 
 
@@ -213,6 +251,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_frees_what_it_held(
         request_timeout="30",
         import_limit="0",
         import_limit_bytes="0",
+        exports_per_user="0",  # twelve of one user: what each holds, not the cap
     )
     assert server.process is not None
     pid = server.process.pid
@@ -279,6 +318,76 @@ async def test_a_slow_reader_that_keeps_reading_is_not_dropped(
                 time.sleep(0.25)
     finally:
         sock.close()
+
+
+async def imported_export(api: httpx.AsyncClient, export: dict[str, Any]) -> str:
+    """The export path of a conversation imported from `export`."""
+    imported = await api.post("/api/conversations/import", json=export)
+    assert imported.status_code == 201, imported.text
+    return f"/api/conversations/{imported.json()['id']}/export"
+
+
+def dropped_within(port: int, clients: Sequence[socket.socket], seconds: float) -> bool:
+    """Whether the server lets go of every one of `clients` within `seconds`."""
+    until = time.monotonic() + seconds
+    while held(port, clients):
+        if time.monotonic() > until:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+async def test_a_client_that_never_reads_is_timed_from_the_response_start(
+    serve: Serve, sqlite_url: str
+) -> None:
+    """A response small enough to fit in the socket's buffers never filled the transport's:
+    its client, which read nothing, was held until it left (issue 43). Now the clock runs
+    from the first byte."""
+    token = await make_user(sqlite_url, "alice")
+    server = serve(sqlite_url, write_timeout="1", keep_alive_timeout="60", request_timeout="60")
+    async with bearer(server.url, token) as api:
+        path = await imported_export(api, big_export(8, 4_000))  # some 160 KB
+    client = stalled_request(server.port, path, token)
+    try:
+        assert dropped_within(server.port, [client], 6), "a client that reads nothing is held"
+    finally:
+        client.close()
+
+
+async def test_exports_in_flight_are_capped_per_user(serve: Serve, sqlite_url: str) -> None:
+    """A user may have `exports_per_user` exports on their way at once in a worker (each
+    holds a connection and a batch until its client reads it); the next is a clear 429,
+    another user is not affected, and a place comes back when an export's client goes."""
+    alice = await make_user(sqlite_url, "alice")
+    bob = await make_user(sqlite_url, "bob")
+    server = serve(sqlite_url, exports_per_user="2", write_timeout="60")
+    export = big_export(24, 60_000)  # about 7 MB: far more than the buffers hold
+    async with bearer(server.url, alice) as api, bearer(server.url, bob) as other:
+        path = await imported_export(api, export)
+        stalled = [stalled_request(server.port, path, alice) for _ in range(2)]
+        try:
+            for _ in range(100):  # both have begun (their headers are on their way)
+                if all(sock.recv(1, socket.MSG_PEEK) for sock in stalled):
+                    break
+            refused = await api.get(path)
+            assert refused.status_code == 429, refused.status_code
+            assert refused.headers["retry-after"] == "5"
+            assert "already have 2 exports on their way" in refused.text
+            assert (await api.get(path + "?format=markdown")).status_code == 429
+            # Another user's export is not refused for alice's.
+            theirs = await imported_export(other, big_export(2, 10))
+            assert (await other.get(theirs)).status_code == 200
+            # One of alice's clients goes: its place comes back.
+            stalled.pop().close()
+            for _ in range(100):
+                again = await api.get(path)
+                if again.status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert again.status_code == 200 and len(again.json()["messages"]) == 24
+        finally:
+            for sock in stalled:
+                sock.close()
 
 
 # ---- imported spans -----------------------------------------------------------------------

@@ -5,6 +5,8 @@ file is a clear 400 that stores nothing."""
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,10 +14,20 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from tests.factories import new_conversation, user_header
+from tests.looplag import watching_app
 from tests.upstream import FakeUpstream
+from webapp.chat.stored.transfer import (
+    EXPORT_BATCH_BYTES,
+    EXPORT_BATCH_ROWS,
+    MAX_MESSAGES,
+    batch_ends,
+)
 
 pytestmark = pytest.mark.settings(max_message_chars=2000)
 """As the JSON API's tests: `client` is alice's, on both databases."""
+
+STALL = 0.1
+"""The most CPU time the app's loop thread may spend without letting a ticker run."""
 
 
 async def trimmed_conversation(client: AsyncTestClient, upstream: FakeUpstream) -> str:
@@ -204,3 +216,56 @@ async def test_import_of_a_minimal_export_fills_in_the_rest(client: AsyncTestCli
         headers={"content-type": "application/json"},
     )
     assert not_json.status_code == 400
+
+
+def test_export_batches_are_bounded_in_rows_and_in_bytes() -> None:
+    """20,000 short messages were read (and held, per client) in one batch (issue 43)."""
+    short = batch_ends([(seq, 300) for seq in range(1, 20_001)])
+    assert len(short) == 20_000 // EXPORT_BATCH_ROWS
+    assert all(b - a == EXPORT_BATCH_ROWS for a, b in zip([0, *short], short, strict=False))
+    long = batch_ends([(seq, EXPORT_BATCH_BYTES // 3) for seq in range(1, 13)])
+    assert long == [2, 4, 6, 8, 10, 12]
+    assert batch_ends([(1, 10 * EXPORT_BATCH_BYTES), (2, 5)]) == [1, 2]  # one row at least
+
+
+def turns_export(title: str, messages: int, content: str) -> dict[str, Any]:
+    """An export of `messages` short messages, each `content` with its seq in it."""
+    return {
+        "format": "webapp.conversation",
+        "version": 1,
+        "conversation": {"title": title},
+        "messages": [
+            {"seq": seq, "role": "user" if seq % 2 else "assistant", "content": content.format(seq)}
+            for seq in range(1, messages + 1)
+        ],
+    }
+
+
+async def test_an_import_of_twenty_thousand_messages_never_holds_the_loop(
+    client: AsyncTestClient,
+) -> None:
+    """A 20,000-message import (the most one may hold) held the loop up to 1 s (issue 43):
+    the JSON decoded, checked and laid out on the loop, and the answer's JSON too. Now each
+    of those runs on a thread, and the rows are written a chunk at a time."""
+    body = json.dumps(turns_export("Quick exchanges", MAX_MESSAGES, "line {}")).encode()
+    with watching_app(client) as lag:
+        imported = await client.post(
+            "/api/conversations/import", content=body, headers={"Content-Type": "application/json"}
+        )
+    assert imported.status_code == 201, imported.text
+    assert len(imported.json()["messages"]) == MAX_MESSAGES
+    assert lag.ticks > 0
+    assert lag.busiest < STALL, f"the import held the loop for {lag.busiest:.2f} s of CPU"
+
+
+async def test_a_long_markdown_export_is_whole_across_its_batches(client: AsyncTestClient) -> None:
+    """The Markdown export is read and sent a batch of the branch at a time (issue 43)."""
+    messages = 2 * EXPORT_BATCH_ROWS + 6
+    data = turns_export("Many turns", messages, "text {}  ")
+    imported = await client.post("/api/conversations/import", json=data)
+    assert imported.status_code == 201, imported.text
+    text = (await export(client, imported.json()["id"], "markdown")).text
+    assert text.startswith("# Many turns (imported)\n\nConfiguration: ")
+    assert text.count("## You\n\ntext ") == text.count("## Assistant\n\ntext ") == messages // 2
+    assert [int(n) for n in re.findall(r"text (\d+)", text)] == list(range(1, messages + 1))
+    assert text.endswith(f"text {messages}\n")

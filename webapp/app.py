@@ -25,6 +25,7 @@ from webapp.accounts.service import AccountService
 from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
+from webapp.chat.answering.answer import AnswerRegistry
 from webapp.chat.answering.notify import answer_notices
 from webapp.chat.answering.reaping import Liveness, reap_at_start
 from webapp.chat.files.service import FileStore
@@ -190,12 +191,14 @@ def create_app(
         per_embed=settings.embed_rate_limit_total,
         window=timedelta(seconds=settings.rate_limit_window),
     )
-    chat = chat_jobs(db, manager, settings, quotas=(embed_quota,))
     files = FileStore(db, settings)
-    # How this process hears of answers other workers write (and of stops for its own).
+    answers = AnswerRegistry()
+    # How this process hears of answers and titles other workers write (and of stops for
+    # its own answers).
     notices = answer_notices(
-        settings.database_url, db, settings.stream_flush_interval, on_stop=chat.answers.request_stop
+        settings.database_url, db, settings.stream_flush_interval, on_stop=answers.request_stop
     )
+    chat = chat_jobs(db, manager, settings, answers, notices, quotas=(embed_quota,))
     accounts = AccountService(
         db,
         failures_allowed=settings.sign_in_failures_allowed,

@@ -1,5 +1,6 @@
 """How every limit on spending is decided: a sliding window over stored rows, counted under
-a lock, and token buckets for what stores nothing.
+a lock, token buckets for what stores nothing, and places for what a request holds while
+it lasts.
 
 Chat sends and gateway calls, imports, embed sends and failed sign-ins each keep a row
 per spending in a table of their own. Each limit reads the newest rows in its window and
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, func, select
 
+from webapp.errors import TooManyRequests
 from webapp.timeutil import as_utc
 
 OWNERS_KEPT = 10_000
@@ -95,3 +98,35 @@ class TokenBuckets:
         if len(self._buckets) > self._size:
             self._buckets.popitem(last=False)
         return 0.0 if taken else (1 - tokens) / self._rate
+
+
+PLACE_RETRY_AFTER = 5
+"""What a request refused for want of a place is told to wait (Retry-After, seconds)."""
+
+
+class Places:
+    """How many requests of one kind each key (an owner, an answer) holds open at once in
+    this process, under a cap. For requests that hold something for as long as they last
+    (an export being written, a long-poll, a page following an answer): a connection, a
+    task, what they have read. They store nothing, so each worker counts its own: with N
+    workers a key may hold N times the cap."""
+
+    def __init__(self) -> None:
+        self._held: Counter[str | int] = Counter()
+
+    def held(self, key: str | int) -> int:
+        return self._held[key]
+
+    @contextmanager
+    def hold(self, key: str | int, cap: int, refusal: str) -> Iterator[None]:
+        """A place for `key` for as long as this lasts, or TooManyRequests (`refusal`)
+        when it holds `cap` already (0: no cap)."""
+        if 0 < cap <= self._held[key]:
+            raise TooManyRequests(refusal, retry_after=PLACE_RETRY_AFTER)
+        self._held[key] += 1
+        try:
+            yield
+        finally:
+            self._held[key] -= 1
+            if self._held[key] <= 0:
+                del self._held[key]

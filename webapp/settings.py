@@ -103,6 +103,15 @@ class Settings(BaseSettings):
     """Answers' followers one worker lets one user (or embed visitor) have at once; 0: no
     cap."""
 
+    exports_per_user: int = Field(default=3, ge=0)
+    """Exports one worker lets one user (or token) have on their way at once: each holds a
+    connection and a batch of messages until its client has read it; past this, 429. 0:
+    no cap."""
+
+    title_waits_per_user: int = Field(default=10, ge=0)
+    """Requests for a new conversation's title (`GET /c/{id}/title`, held until the model
+    has named it) one worker lets one user hold at once; past this, 429. 0: no cap."""
+
     sign_in_failures_allowed: int = Field(default=5, ge=0)
     """Failed sign-ins one username may have within sign_in_failure_window before further
     attempts are refused until the oldest leaves it; 0 turns the throttle off."""

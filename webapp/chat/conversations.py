@@ -3,12 +3,14 @@ another branch, fork, delete, purge. Sending a message is `send`'s job."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, insert, update
 from sqlmodel import Session, col, select
 
+from webapp.chat.answering.notify import announce_title
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
@@ -19,7 +21,7 @@ from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
-from webapp.chat.stored.transfer import Imported, parse_export
+from webapp.chat.stored.transfer import Imported, decode_export, parse_export
 from webapp.db import Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound
 from webapp.llm.estimator import estimate_message
@@ -27,6 +29,10 @@ from webapp.llm.manager import LLMManager
 from webapp.owners import owner_columns
 from webapp.timeutil import utcnow
 from webapp.web.markdown import render_markdown_async
+
+IMPORT_CHUNK_ROWS = 500
+"""Rows an import writes per statement: on PostgreSQL each statement's rows are made
+ready on the loop, so a chunk is a short step, not the whole import."""
 
 
 class ConversationEditor:
@@ -101,13 +107,20 @@ class ConversationEditor:
         self._recent.remember(found.id, found.configuration)
         return found
 
-    async def import_conversation(self, owner: str, data: object) -> Conversation:
+    async def import_conversation(self, owner: str, data: bytes | object) -> Conversation:
         """A new conversation of `owner` holding a JSON export's messages and fit facts,
-        as they were; `prior_turns` is recounted, answers are rendered once more."""
-        imported = parse_export(
-            data,
-            default_configuration=self._manager.catalog.default_configuration,
-            known=set(self._manager.catalog.configurations),
+        as they were; `prior_turns` is recounted, answers are rendered once more. `data`:
+        the export's bytes, or its decoded JSON. Decoding and checking run on a thread
+        (20,000 messages are a second of CPU), the rows are written a chunk at a time,
+        and answers render as `render_markdown_async` renders them: no step holds the
+        loop for long, whatever the import's size."""
+        catalog = self._manager.catalog
+        imported = await asyncio.to_thread(
+            lambda: parse_export(
+                decode_export(data) if isinstance(data, bytes) else data,
+                default_configuration=catalog.default_configuration,
+                known=set(catalog.configurations),
+            )
         )
         (conversation,) = await self._store_imports(owner, [imported])
         return conversation
@@ -118,10 +131,12 @@ class ConversationEditor:
         """ChatGPT's `conversations.json`: each conversation with a turn in it becomes one
         of `owner`'s, all in one transaction (a bad one stores none); the others are
         said with why they were left out."""
-        imported, skipped = parse_chatgpt(
+        catalog = self._manager.catalog
+        imported, skipped = await asyncio.to_thread(
+            parse_chatgpt,
             data,
-            default_configuration=self._manager.catalog.default_configuration,
-            known=set(self._manager.catalog.configurations),
+            default_configuration=catalog.default_configuration,
+            known=set(catalog.configurations),
         )
         return await self._store_imports(owner, imported), skipped
 
@@ -133,9 +148,13 @@ class ConversationEditor:
             for conversation, rows in prepared:
                 session.add(conversation)
                 session.flush()
-                session.add_all(
-                    Message(conversation_id=conversation.id, **values) for values in rows
-                )
+                connection = session.connection()
+                for start in range(0, len(rows), IMPORT_CHUNK_ROWS):
+                    chunk = rows[start : start + IMPORT_CHUNK_ROWS]
+                    connection.execute(
+                        insert(Message),
+                        [{**values, "conversation_id": conversation.id} for values in chunk],
+                    )
 
         await self._db.write(store)
         for conversation, _ in prepared:
@@ -176,7 +195,9 @@ class ConversationEditor:
                 turns[seq] = turns[parent]
                 values["content_html"] = str(await render_markdown_async(values["content"]))
             rows.append(values)
-        return conversation, rows
+        # Every row with the same keys: one statement writes many.
+        columns = set().union(*rows) if rows else set()
+        return conversation, [{column: row.get(column) for column in columns} for row in rows]
 
     async def organise(
         self,
@@ -260,6 +281,8 @@ class ConversationEditor:
                 setattr(conversation, name, value)
             conversation.updated_at = utcnow()
             session.add(conversation)
+            if "title" in values:  # the pages waiting for a title, in every worker
+                announce_title(session.connection(), conversation_id)
             return conversation
 
         return await self._db.write(change)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from webapp.chat.answering.answer import AnswerRegistry, AnswerWriter
 from webapp.chat.answering.flushing import AnswerFlusher
+from webapp.chat.answering.notify import AnswerNotices, PollingNotices
 from webapp.chat.answering.reaping import Reaper
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.conversations import ConversationEditor
@@ -54,6 +55,8 @@ class ChatJobs:
     titler: Titler
     reaper: Reaper
     flusher: AnswerFlusher
+    notices: AnswerNotices
+    """How this process hears of answers and titles other workers write."""
 
     @property
     def catalog(self) -> Catalog:
@@ -65,6 +68,7 @@ class ChatJobs:
         await self.answers.shutdown()
         await self.titler.shutdown()
         await self.flusher.close()
+        await self.notices.stop()
 
 
 def chat_jobs(
@@ -72,15 +76,25 @@ def chat_jobs(
     manager: LLMManager,
     settings: Settings,
     answers: AnswerRegistry | None = None,
+    notices: AnswerNotices | None = None,
     quotas: Sequence[CallerQuota] = (),
 ) -> ChatJobs:
-    """The jobs; `quotas` are the caller quotas every admission asks besides the owner's
+    """The jobs; `notices`: the process's (`answer_notices`), without, a poll of its own
+    (scripts); `quotas` are the caller quotas every admission asks besides the owner's
     rate limit (the embed's)."""
     answers = answers or AnswerRegistry()
+    notices = notices or PollingNotices(db, settings.stream_flush_interval)
     recent = RecentConfigurations()
     reaper = Reaper(db, settings.stale_stream_after)
     reader = ConversationReader(db, reaper, recent)
-    titler = Titler(db, manager, reader, enabled=settings.model_titles)
+    titler = Titler(
+        db,
+        manager,
+        reader,
+        notices,
+        enabled=settings.model_titles,
+        waits_per_owner=settings.title_waits_per_user,
+    )
     # One writer for every answer this process writes (flushes, heartbeats, finals).
     flusher = AnswerFlusher(
         db,
@@ -108,4 +122,5 @@ def chat_jobs(
         titler,
         reaper,
         flusher,
+        notices,
     )

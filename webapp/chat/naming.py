@@ -6,7 +6,10 @@ configuration's model for a better name, in a task of its own: it never delays t
 its failure (or a reply that cleans up to nothing) keeps the cut, and it replaces the
 title only while the title is still that cut, so a rename, before or during the call, is
 never overwritten. The page asks for the title again when the first answer is done
-(`GET /c/{id}/title`).
+(`GET /c/{id}/title`), and that request is held until the title changes: woken by the end
+of this process's title call, or by the notice that goes with every title written
+(`webapp.chat.answering.notify`: another worker's call, a rename), never by reading the
+database over and over. Each owner may hold only so many at once (`waits_per_owner`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from sqlalchemy import update
 from sqlmodel import Session, col
 
 from webapp.chat.answering.answer import RunningAnswer
+from webapp.chat.answering.notify import AnswerNotices, Watch, announce_title
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.models import Conversation, Message, Status
 from webapp.chat.stored.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
 from webapp.db import Database
+from webapp.limits import Places
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import RoutingError
 from webapp.owners import USER_OWNER_PREFIX
@@ -41,8 +46,6 @@ FINISHED_KEPT = 1000
 TITLE_WAIT = 45.0
 """How long the page's request for the model's title is held, at most: a first answer and
 the title call after it, on a slow model; past this the title shows on the next load."""
-TITLE_POLL = 1.0
-"""How often that request looks again when another worker makes the title call."""
 ASK = (
     "Write a title for the conversation below, as its owner would name it in a list: "
     "at most six words, in the conversation's language, with no quotes and nothing else."
@@ -69,13 +72,19 @@ class Titler:
         db: Database,
         manager: LLMManager,
         reader: ConversationReader,
+        notices: AnswerNotices,
         *,
         enabled: bool = True,
+        waits_per_owner: int = 0,
     ) -> None:
         self._db = db
         self._manager = manager
         self._reader = reader
+        self._notices = notices
         self._enabled = enabled
+        self._waits_per_owner = waits_per_owner
+        self._waits = Places()
+        """The title requests each owner holds in this process."""
         self._pending: dict[str, asyncio.Task[None]] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
         """Conversations whose title call this process ended lately: the page may ask
@@ -100,52 +109,68 @@ class Titler:
         if len(self._finished) > FINISHED_KEPT:
             self._finished.popitem(last=False)
 
-    async def wait(self, conversation_id: str, limit: float) -> bool:
-        """Wait up to `limit` seconds for this process's title call of the conversation;
-        True when there is one and it is over (its title, if any, is stored), or when no
-        title calls are made at all. Without one here (another worker makes it, or none
-        is made) this only waits."""
-        if not self._enabled or conversation_id in self._finished:
-            return True
-        task = self._pending.get(conversation_id)
-        if task is None:
-            await asyncio.sleep(limit)
-            return False
-        await asyncio.wait({task}, timeout=limit)
-        return task.done()
-
     async def title_after(
         self, owner: str, conversation_id: str, was: str, timeout: float = TITLE_WAIT
     ) -> Conversation:
         """The conversation once its title is no longer `was` (the model named it, or its
         owner did), or as it is when the model's call ends without a title or `timeout`
-        passes: what the page asks for after its first answer."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            conversation = await self._reader.get(owner, conversation_id)
-            left = deadline - loop.time()
-            if conversation.title != was or left <= 0:
-                return conversation
-            if await self.wait(conversation_id, min(left, TITLE_POLL)):
-                return await self._reader.get(owner, conversation_id)
+        passes: what the page asks for after its first answer. TooManyRequests when the
+        owner already holds `waits_per_owner` of these in this process."""
+        cap = self._waits_per_owner
+        refusal = f"you already have {cap} pages waiting for a title; close some first"
+        with (
+            self._waits.hold(owner, cap, refusal),
+            self._notices.watch_title(
+                conversation_id
+            ) as watch,  # before the read: no notice is missed
+        ):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                conversation = await self._reader.get(owner, conversation_id)
+                left = deadline - loop.time()
+                if conversation.title != was or left <= 0:
+                    return conversation
+                if await self._call_over(conversation_id, watch, left):
+                    return await self._reader.get(owner, conversation_id)
+
+    async def _call_over(self, conversation_id: str, watch: Watch, limit: float) -> bool:
+        """Wait up to `limit` seconds for this process's title call of the conversation to
+        end, or for a notice that its title was written; True when the call here is over
+        (its title, if any, is stored), or when no title calls are made at all."""
+        if not self._enabled or conversation_id in self._finished:
+            return True
+        task = self._pending.get(conversation_id)
+        if task is None:  # another worker makes it (or none is made): its notice wakes
+            await watch.wait(limit)
+            return False
+        heard = asyncio.create_task(watch.wait(limit))
+        try:
+            await asyncio.wait({task, heard}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            heard.cancel()
+        return task.done()
 
     async def _name(
         self, conversation: Conversation, user: Message, running: RunningAnswer
     ) -> None:
         await asyncio.gather(running.task, return_exceptions=True)
+        title = ""
         try:
             answer = await self._db.read(lambda session: session.get(Message, running.answer_id))
-            if answer is None or answer.status != Status.COMPLETE or not answer.content:
-                return
-            title = await asyncio.wait_for(
-                self._ask(conversation.configuration, user.content, answer.content),
-                TITLE_TIMEOUT,
-            )
-            if title:
-                await self._db.write(_retitle, conversation.id, title_from(user.content), title)
+            if answer is not None and answer.status == Status.COMPLETE and answer.content:
+                title = await asyncio.wait_for(
+                    self._ask(conversation.configuration, user.content, answer.content),
+                    TITLE_TIMEOUT,
+                )
         except Exception as error:  # any failure of the call: the clean cut stays the title
             log.info("no title from the model for %s: %s", conversation.id, error)
+        if not title and self._db.dialect != "postgresql":
+            return  # nothing to store, and on SQLite no one to tell
+        try:
+            await self._db.write(_retitle, conversation.id, title_from(user.content), title)
+        except Exception as error:  # a database that failed now: the cut stays
+            log.warning("could not store the title of %s: %s", conversation.id, error)
 
     async def _ask(self, configuration: str, question: str, answer: str) -> str:
         manager = self._manager
@@ -173,9 +198,14 @@ class Titler:
 
 
 def _retitle(session: Session, conversation_id: str, cut: str, title: str) -> None:
-    """Only while the title is still the first message's cut: a rename always wins."""
-    session.connection().execute(
-        update(Conversation)
-        .where(col(Conversation.id) == conversation_id, col(Conversation.title) == cut)
-        .values(title=title)
-    )
+    """Only while the title is still the first message's cut: a rename always wins. The
+    pages waiting for the title, in every worker, hear that the call is over (with or
+    without a title)."""
+    connection = session.connection()
+    if title:
+        connection.execute(
+            update(Conversation)
+            .where(col(Conversation.id) == conversation_id, col(Conversation.title) == cut)
+            .values(title=title)
+        )
+    announce_title(connection, conversation_id)

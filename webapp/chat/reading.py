@@ -126,6 +126,22 @@ class ConversationReader:
 
         return await self._db.read(read)
 
+    async def history_by_pages(
+        self, owner: str, conversation_id: str, turns: int = 250
+    ) -> tuple[Conversation, list[Message]]:
+        """`history`, read `turns` turns at a time (`page`): for a branch that may be very
+        long (an import's answer), as on PostgreSQL a read's rows are made on the loop."""
+        rows: list[Message] = []
+        before: int | None = None
+        while True:
+            conversation, page, more = await self.page(
+                owner, conversation_id, before_seq=before, turns=turns
+            )
+            rows[:0] = page
+            if not more or not page:
+                return conversation, rows
+            before = page[0].seq
+
     async def page(
         self,
         owner: str,

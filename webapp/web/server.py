@@ -8,12 +8,16 @@ the connection opens or the previous response ends, must arrive whole within
 `Deadlines.request` seconds (`WEBAPP_REQUEST_TIMEOUT`), or the connection is closed.
 
 A response is not timed as a whole (a streamed answer may run as long as it runs), but
-its client must keep taking its bytes: once the connection's buffer is full (the
-transport pauses writing, so the app waits), a client that takes none of it for
-`Deadlines.write` seconds (`WEBAPP_WRITE_TIMEOUT`) is dropped, at once (`abort`: the
-buffer is discarded, not flushed), and whatever the response held is freed. Without it,
-a client that asks for a large export and never reads held the whole export in memory
-for as long as it kept the connection open.
+its client must keep taking its bytes, from the response's first byte on: whenever the
+server has written bytes the client has not taken (in the transport's buffer or the
+socket's queue), the client must take some of them within `Deadlines.write` seconds
+(`WEBAPP_WRITE_TIMEOUT`), or it is dropped, at once (`abort`: the buffer is discarded,
+not flushed), and whatever the response held is freed. The clock starts with the first
+byte, not when the buffers are full: a client that never reads was otherwise given the
+deadline only after the kernel's buffers and the transport's had filled (megabytes, while
+the app kept reading and encoding for it), and one whose response fit in those buffers
+was never dropped at all. A client with nothing left to take (an event stream between
+events) is never timed.
 
 `webapp serve` runs on httptools (C parsing, one `write` per chunk) when it is
 installed, and falls back to h11, which is pure Python: with hundreds of answers
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -70,8 +75,9 @@ class _Deadline(asyncio.Protocol):
 
     _deadline: asyncio.TimerHandle | None = None
     _write_deadline: asyncio.TimerHandle | None = None
-    _unsent = 0
-    """The transport's buffer when the write deadline was last armed."""
+    _taken = 0
+    """The bytes the client had taken when the write deadline was last armed."""
+    _counted: _CountingTransport
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
 
@@ -80,7 +86,9 @@ class _Deadline(asyncio.Protocol):
         super().__init__(*args, **kwargs)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        self._counted = _CountingTransport(transport, self._wrote)
+        # uvicorn's protocol (and each request's cycle) writes through the counting one.
+        super().connection_made(cast("asyncio.Transport", self._counted))
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -98,17 +106,14 @@ class _Deadline(asyncio.Protocol):
         super().shutdown()  # type: ignore[misc]
         end_streams()
 
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self._arm_write()
-
-    def resume_writing(self) -> None:
-        self._disarm_write()
-        super().resume_writing()
+    def _wrote(self) -> None:
+        """The response wrote bytes: the client has `write` seconds to take some, unless
+        the clock already runs."""
+        if self._write_deadline is None:
+            self._arm_write()
 
     def _arm_write(self) -> None:
-        self._disarm_write()
-        self._unsent = self._unsent_bytes()
+        self._taken = self._counted.written - self._unsent_bytes()
         self._write_deadline = self.loop.call_later(self._deadlines.write, self._write_expired)
 
     def _disarm_write(self) -> None:
@@ -117,10 +122,13 @@ class _Deadline(asyncio.Protocol):
             self._write_deadline = None
 
     def _write_expired(self) -> None:
-        """Still paused: a client that took some bytes meanwhile gets another period; one
-        that took none is dropped."""
+        """A client with nothing left to take is not timed until the next write; one that
+        took some bytes meanwhile gets another period; one that took none is dropped."""
         self._write_deadline = None
-        if self._unsent_bytes() < self._unsent:
+        unsent = self._unsent_bytes()
+        if unsent == 0 or self.transport.is_closing():
+            return
+        if self._counted.written - unsent > self._taken:
             self._arm_write()
         else:
             self.transport.abort()
@@ -158,6 +166,27 @@ class _Deadline(asyncio.Protocol):
 
     def _arriving(self) -> bool:
         raise NotImplementedError
+
+
+class _CountingTransport:
+    """A connection's transport that counts the bytes written to it and says when: what
+    the write deadline needs to tell a client that takes nothing from one that is behind.
+    Everything else is the transport's own."""
+
+    __slots__ = ("_on_write", "_transport", "written")
+
+    def __init__(self, transport: asyncio.Transport, on_write: Callable[[], None]) -> None:
+        self._transport = transport
+        self._on_write = on_write
+        self.written = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += len(data)
+        self._transport.write(data)
+        self._on_write()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class DeadlineH11Protocol(_Deadline, H11Protocol):

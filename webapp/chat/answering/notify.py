@@ -14,6 +14,11 @@ watchers kept a server busy doing nothing. Now each process has one `AnswerNotic
   answer watched, a single indexed query per interval, which wakes only the watchers
   whose answer changed.
 
+Titles are heard the same way: a page that asks for a new conversation's title
+(`webapp.chat.naming`) watches the conversation, and whoever writes its title (the model's
+title call, a rename) sends a `TITLE` notice with it on PostgreSQL; on SQLite the same
+poll reads the titles watched. A waiting page costs no query of its own.
+
 Either way a watcher woken by a moved row reads the rows it shows, and pieces of text say
 where they start, so a lost notice (a dropped connection) costs at most a late snapshot: after
 reconnecting every watcher is woken once, and watchers re-read on their own, slowly, in
@@ -26,19 +31,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import Select
 from sqlmodel import Session, col
 
 from webapp.chat.answering.pieces import parse
-from webapp.chat.stored.models import Message
+from webapp.chat.stored.models import Conversation, Message
 from webapp.db import Database
 from webapp.tasks import cancel
 
 log = logging.getLogger(__name__)
+K = TypeVar("K", int, str)
 
 CHANNEL = "webapp_answers"
 MOVED = "moved"
@@ -47,6 +53,8 @@ STOP = "stop"
 """Stop an answer: the worker writing it stops it now, not at its next flush."""
 TEXT = "text"
 """New text of answers being written, between flushes (`webapp.chat.answering.pieces`)."""
+TITLE = "title"
+"""A conversation's title was written: "title CONVERSATION_ID"."""
 RECONNECT_DELAY = 1.0
 
 
@@ -56,6 +64,13 @@ def notice(kind: str, answer_id: int, length: int | None = None) -> Select[Any]:
     whoever wants to match a notice to what it announced (the load benchmark does)."""
     payload = f"{kind} {answer_id}" if length is None else f"{kind} {answer_id} {length}"
     return select(func.pg_notify(CHANNEL, payload))
+
+
+def announce_title(connection: Connection, conversation_id: str) -> None:
+    """Tell the watchers of the conversation's title, in every worker, that it was written
+    (PostgreSQL: a notice sent when the transaction commits; SQLite's poll needs none)."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(select(func.pg_notify(CHANNEL, f"{TITLE} {conversation_id}")))
 
 
 class Watch:
@@ -100,22 +115,25 @@ class AnswerNotices:
 
     def __init__(self) -> None:
         self._watchers: dict[int, set[Watch]] = {}
+        self._titles: dict[str, set[Watch]] = {}
 
     @contextlib.contextmanager
     def watch(self, answer_id: int) -> Iterator[Watch]:
-        watch = Watch()
-        self._watchers.setdefault(answer_id, set()).add(watch)
-        try:
+        with _watching(self._watchers, answer_id) as watch:
             yield watch
-        finally:
-            watchers = self._watchers.get(answer_id)
-            if watchers is not None:
-                watchers.discard(watch)
-                if not watchers:
-                    del self._watchers[answer_id]
+
+    @contextlib.contextmanager
+    def watch_title(self, conversation_id: str) -> Iterator[Watch]:
+        """Woken when the conversation's title may have been written (`announce_title`)."""
+        with _watching(self._titles, conversation_id) as watch:
+            yield watch
 
     def watching(self) -> int:
-        return sum(map(len, self._watchers.values()))
+        return sum(map(len, self._watchers.values())) + sum(map(len, self._titles.values()))
+
+    def wake_title(self, conversation_id: str) -> None:
+        for watch in self._titles.get(conversation_id, ()):
+            watch.wake()
 
     def wake(self, answer_id: int) -> None:
         for watch in self._watchers.get(answer_id, ()):
@@ -126,7 +144,7 @@ class AnswerNotices:
             watch.hear(start, piece)
 
     def wake_all(self) -> None:
-        for watchers in self._watchers.values():
+        for watchers in [*self._watchers.values(), *self._titles.values()]:
             for watch in watchers:
                 watch.wake()
 
@@ -140,6 +158,21 @@ class AnswerNotices:
 
     async def stop(self) -> None:
         pass
+
+
+@contextlib.contextmanager
+def _watching(watchers: dict[K, set[Watch]], key: K) -> Iterator[Watch]:
+    """A new watch among `watchers[key]`, for as long as this lasts."""
+    watch = Watch()
+    watchers.setdefault(key, set()).add(watch)
+    try:
+        yield watch
+    finally:
+        watching = watchers.get(key)
+        if watching is not None:
+            watching.discard(watch)
+            if not watching:
+                del watchers[key]
 
 
 class PostgresNotices(AnswerNotices):
@@ -170,6 +203,9 @@ class PostgresNotices(AnswerNotices):
         kind, _, rest = payload.partition(" ")
         if kind == TEXT:
             self._heard_text(rest)
+            return
+        if kind == TITLE:
+            self.wake_title(rest)
             return
         try:
             answer_id = int(rest.split(" ", 1)[0])
@@ -224,38 +260,62 @@ class PollingNotices(AnswerNotices):
         self._db = db
         self._interval = interval
         self._seen: dict[int, tuple[object, ...] | None] = {}
+        self._seen_titles: dict[str, str | None] = {}
         self._task: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
     def watch(self, answer_id: int) -> Iterator[Watch]:
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._poll(), name="notices-poll")
+        self._polling()
         with super().watch(answer_id) as watch:
             yield watch
+
+    @contextlib.contextmanager
+    def watch_title(self, conversation_id: str) -> Iterator[Watch]:
+        self._polling()
+        with super().watch_title(conversation_id) as watch:
+            yield watch
+
+    def _polling(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._poll(), name="notices-poll")
 
     async def stop(self) -> None:
         await cancel(self._task)
         self._task = None
 
     async def _poll(self) -> None:
-        while self._watchers:
+        while self._watchers or self._titles:
             await asyncio.sleep(self._interval)
-            ids = list(self._watchers)
-            if not ids:
-                break
             try:
-                states = await self._db.read(_states, ids)
+                if answers := list(self._watchers):
+                    self._wake_moved(answers, await self._db.read(_states, answers))
+                if conversations := list(self._titles):
+                    self._wake_retitled(conversations, await self._db.read(_titles, conversations))
             except Exception as error:  # a busy or broken database: wake all to re-read
                 log.warning("could not poll the answers watched: %s", error)
                 self.wake_all()
-                continue
-            for answer_id in ids:
-                state = states.get(answer_id)
-                if self._seen.get(answer_id, ()) != state:
-                    self._seen[answer_id] = state
-                    self.wake(answer_id)
-            for gone in self._seen.keys() - self._watchers.keys():
-                del self._seen[gone]
+
+    def _wake_moved(self, ids: list[int], states: dict[int, tuple[object, ...]]) -> None:
+        for answer_id in ids:
+            state = states.get(answer_id)
+            if self._seen.get(answer_id, ()) != state:
+                self._seen[answer_id] = state
+                self.wake(answer_id)
+        for gone in self._seen.keys() - self._watchers.keys():
+            del self._seen[gone]
+
+    def _wake_retitled(self, ids: list[str], titles: dict[str, str]) -> None:
+        """A title that changed since the last poll wakes its watchers; so does the first
+        poll of a conversation (it may have changed after its watchers read it)."""
+        for conversation_id in ids:
+            title = titles.get(conversation_id)
+            if conversation_id not in self._seen_titles or (
+                self._seen_titles[conversation_id] != title
+            ):
+                self._seen_titles[conversation_id] = title
+                self.wake_title(conversation_id)
+        for gone in self._seen_titles.keys() - self._titles.keys():
+            del self._seen_titles[gone]
 
 
 def _states(session: Session, ids: list[int]) -> dict[int, tuple[object, ...]]:
@@ -266,6 +326,14 @@ def _states(session: Session, ids: list[int]) -> dict[int, tuple[object, ...]]:
         )
     )
     return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def _titles(session: Session, ids: list[str]) -> dict[str, str]:
+    """The titles of the conversations watched."""
+    rows = session.connection().execute(
+        select(col(Conversation.id), col(Conversation.title)).where(col(Conversation.id).in_(ids))
+    )
+    return {row[0]: row[1] for row in rows}
 
 
 def answer_notices(

@@ -9,7 +9,7 @@ people, with the same `Branch` and the same range scans per run.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,16 +62,30 @@ def newest_on_branch(
     connection: Connection, conversation_id: str, branch: Branch, below: int, limit: int
 ) -> list[Message]:
     """Up to `limit` rows of `branch` under seq `below`, newest first."""
-    parts = branch.newest_first(below)
-    rows = rows_on_branch(connection, _NEWEST_IN, conversation_id, parts, limit)
+    return _read(connection, _NEWEST_IN, conversation_id, branch.newest_first(below), limit)
+
+
+def oldest_on_branch(
+    connection: Connection, conversation_id: str, branch: Branch, start: int, limit: int
+) -> list[Message]:
+    """Up to `limit` rows of `branch` from seq `start` on, oldest first."""
+    return _read(connection, _OLDEST_IN, conversation_id, branch.oldest_first(start), limit)
+
+
+def _read(
+    connection: Connection,
+    statement: Prepared,
+    conversation_id: str,
+    parts: Iterator[tuple[int, int]],
+    limit: int,
+) -> list[Message]:
+    rows = rows_on_branch(connection, statement, conversation_id, parts, limit)
     return [_message(row) for row in rows]
 
 
 def whole_branch(connection: Connection, conversation_id: str, branch: Branch) -> list[Message]:
     """Every row of `branch`, oldest first."""
-    parts = branch.oldest_first(branch.first)
-    rows = rows_on_branch(connection, _OLDEST_IN, conversation_id, parts, 2**62)
-    return [_message(row) for row in rows]
+    return _read(connection, _OLDEST_IN, conversation_id, branch.oldest_first(branch.first), 2**62)
 
 
 def parent_of(row: Message) -> int:

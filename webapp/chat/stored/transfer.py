@@ -11,12 +11,22 @@ anything is written, and says which one is wrong.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Integer
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+from sqlmodel import Session, col, select
+
+from webapp.chat.stored.branches import oldest_on_branch
 from webapp.chat.stored.feedback import feedback_value
+from webapp.chat.stored.history import Branch, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.rows import owned_in
 from webapp.chat.stored.serialize import (
     FIT_COLUMNS,
     STATUS_LABELS,
@@ -46,40 +56,144 @@ def follows(row: Message) -> int | None:
     return row.seq - 1 if row.seq > 1 else None
 
 
+def export_message(row: Message) -> dict[str, Any]:
+    """A message as the JSON export spells it: the API's shape and the seq it follows."""
+    return {**message_dict(row), "parent_seq": follows(row)}
+
+
 def export_json(conversation: Conversation, rows: list[Message]) -> dict[str, Any]:
     """`rows`: every stored message, of every branch, in seq order."""
-    messages = [{**message_dict(row), "parent_seq": follows(row)} for row in rows]
     return {
         "format": FORMAT,
         "version": VERSION,
         "conversation": {**conversation_dict(conversation), "active_seq": conversation.active_seq},
-        "messages": messages,
+        "messages": [export_message(row) for row in rows],
     }
 
 
-def export_markdown(conversation: Conversation, rows: list[Message]) -> str:
-    """The conversation as a person reads it: who said what, and where the model was sent
-    less than the whole history."""
-    lines = [
-        f"# {conversation.title}",
-        "",
-        f"Configuration: {conversation.configuration} · started {_iso(conversation.created_at)}",
-        "",
-    ]
-    for row in rows:
-        if row.role == Role.USER:
-            lines.append("## You")
-            if row.dropped_turns:
-                words = left_out_words(row.dropped_turns, row.fit_pins_dropped or 0, row.fit_model)
-                lines += ["", f"> ✂ Sent without older history: {words}."]
+EXPORT_BATCH_BYTES = 256 * 1024
+"""About how many bytes of stored text a JSON export reads, holds and encodes at a time
+(at least one message): a client that reads slowly, or not at all until the write
+deadline drops it, holds one batch, not the conversation."""
+EXPORT_BATCH_ROWS = 200
+"""The most messages a JSON export reads at a time, however short: each row costs its
+reading, an object and its JSON whatever its text (20,000 short messages read at once
+held tens of megabytes per export, and the loop for a second on PostgreSQL)."""
+EXPORT_ROW_BYTES = 512
+"""What a message's JSON holds besides its texts (ids, times, names, numbers), counted in
+a batch's bytes."""
+
+
+class byte_length(FunctionElement[int]):
+    """The bytes of a text or JSON value in UTF-8 (0 for NULL): `octet_length` on
+    PostgreSQL, the length of its blob on SQLite."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(byte_length)
+def _byte_length_sqlite(element: byte_length, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"coalesce(length(CAST({compiler.process(element.clauses, **kw)} AS BLOB)), 0)"
+
+
+@compiles(byte_length, "postgresql")
+def _byte_length_postgres(element: byte_length, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"coalesce(octet_length(CAST({compiler.process(element.clauses, **kw)} AS TEXT)), 0)"
+
+
+def batch_ends(sizes: list[tuple[int, int]]) -> list[int]:
+    """The last seq of each batch, from (seq, bytes) in seq order: at most
+    `EXPORT_BATCH_ROWS` rows and about `EXPORT_BATCH_BYTES` bytes a batch."""
+    ends: list[int] = []
+    held = rows = 0
+    for seq, size in sizes:
+        size += EXPORT_ROW_BYTES
+        if ends and rows < EXPORT_BATCH_ROWS and held + size <= EXPORT_BATCH_BYTES:
+            ends[-1] = seq
+            held += size
+            rows += 1
         else:
-            served = f" ({row.model})" if row.model else ""
-            lines.append(f"## Assistant{served}")
-            label = STATUS_LABELS.get(Status(row.status))
-            if label:
-                lines += ["", f"*{label}{': ' + row.error if row.error else ''}*"]
-        lines += ["", row.content, ""]
-    return "\n".join(lines).rstrip() + "\n"
+            ends.append(seq)
+            held, rows = size, 1
+    return ends
+
+
+def export_plan(
+    session: Session, owner: str, conversation_id: str
+) -> tuple[Conversation, list[int]]:
+    """The owner's conversation and where each batch of its JSON export ends (by seq), up
+    to the newest message there is now."""
+    connection = session.connection()
+    conversation = owned_in(connection, owner, conversation_id)
+    size = (
+        byte_length(col(Message.content))
+        + byte_length(col(Message.error))
+        + byte_length(col(Message.fit_left_out))
+    )
+    sizes = connection.execute(
+        select(col(Message.seq), size)
+        .where(col(Message.conversation_id) == conversation_id)
+        .order_by(col(Message.seq))
+    ).all()
+    return conversation, batch_ends([(seq, nbytes) for seq, nbytes in sizes])
+
+
+def markdown_plan(
+    session: Session, owner: str, conversation_id: str
+) -> tuple[Conversation, Branch]:
+    """The owner's conversation and its active branch, for the Markdown export."""
+    connection = session.connection()
+    conversation = owned_in(connection, owner, conversation_id)
+    return conversation, read_branch(connection, conversation_id, conversation.active_seq)
+
+
+def markdown_batch(
+    session: Session, conversation_id: str, branch: Branch, start: int
+) -> list[Message]:
+    """The next `EXPORT_BATCH_ROWS` messages of the branch from seq `start` on."""
+    return oldest_on_branch(session.connection(), conversation_id, branch, start, EXPORT_BATCH_ROWS)
+
+
+def export_batch(session: Session, conversation_id: str, after: int, last: int) -> list[Message]:
+    """The messages of one batch: seqs after `after`, up to `last`."""
+    query = (
+        select(Message)
+        .where(
+            col(Message.conversation_id) == conversation_id,
+            col(Message.seq) > after,
+            col(Message.seq) <= last,
+        )
+        .order_by(col(Message.seq))
+    )
+    return list(session.exec(query))
+
+
+def markdown_head(conversation: Conversation) -> str:
+    """The Markdown export's head: the title and what the conversation is. The export is
+    the conversation as a person reads it (who said what, and where the model was sent
+    less than the whole history): the head, then each message of the branch shown
+    (`markdown_turn`), joined by a newline, its trailing space cut to one newline."""
+    what = f"Configuration: {conversation.configuration} · started {_iso(conversation.created_at)}"
+    return f"# {conversation.title}\n\n{what}\n"
+
+
+def markdown_turn(row: Message) -> str:
+    """One message of the Markdown export: who, any trim marker or status, the text."""
+    lines: list[str] = []
+    if row.role == Role.USER:
+        lines.append("## You")
+        if row.dropped_turns:
+            words = left_out_words(row.dropped_turns, row.fit_pins_dropped or 0, row.fit_model)
+            lines += ["", f"> ✂ Sent without older history: {words}."]
+    else:
+        served = f" ({row.model})" if row.model else ""
+        lines.append(f"## Assistant{served}")
+        label = STATUS_LABELS.get(Status(row.status))
+        if label:
+            lines += ["", f"*{label}{': ' + row.error if row.error else ''}*"]
+    lines += ["", row.content, ""]
+    return "\n".join(lines)
 
 
 # ---- import -----------------------------------------------------------------------------
@@ -268,6 +382,14 @@ def _message(index: int, data: object) -> dict[str, Any]:
         row["dropped_turns"] = dropped
         row.update(_fit(f"{where}.fit", data.get("fit") or {}, seq))
     return row
+
+
+def decode_export(raw: bytes) -> object:
+    """A file's JSON, or a clear 400."""
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise InvalidInput("that file is not JSON: import a conversation's export") from None
 
 
 def parse_export(data: object, *, default_configuration: str, known: set[str]) -> Imported:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
+from weakref import WeakKeyDictionary
 
 from litestar import Controller, MediaType, Request, Response, delete, get, patch, post, put
 from litestar.di import NamedDependency, Provide
@@ -17,8 +20,6 @@ from litestar.response.base import ASGIResponse
 from litestar.serialization import encode_json
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 from litestar.types import ASGIApp
-from sqlalchemy import func
-from sqlmodel import Session, col, select
 
 from webapp.accounts.preferences import preferred_configuration
 from webapp.chat.answering.answer import TEXT_PACE, Channel, Event
@@ -30,14 +31,25 @@ from webapp.chat.stored.attachments import with_file
 from webapp.chat.stored.budget import ImportQuota
 from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
+from webapp.chat.stored.history import Branch
 from webapp.chat.stored.models import Conversation, Message
 from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
-from webapp.chat.stored.rows import owned_in
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
-from webapp.chat.stored.transfer import export_json, export_markdown
+from webapp.chat.stored.transfer import (
+    decode_export,
+    export_batch,
+    export_json,
+    export_message,
+    export_plan,
+    markdown_batch,
+    markdown_head,
+    markdown_plan,
+    markdown_turn,
+)
 from webapp.chat.web.deps import Chat
 from webapp.errors import InvalidInput
+from webapp.limits import Places
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream, frame
 from webapp.web.params import RowId
@@ -162,68 +174,81 @@ async def _organised(chat: ChatJobs, conversations: list[Conversation]) -> list[
     return [conversation_dict(c, tags=tags.get(c.id)) for c in conversations]
 
 
-EXPORT_BATCH_CHARS = 1_000_000
-"""About how much text a JSON export reads, holds and encodes at a time (at least one
-message): a client that reads slowly (or not at all, until the write deadline drops it)
-holds one batch, not the whole conversation twice over (rows, then their JSON)."""
 _MESSAGES_MARK = "\x00messages\x00"
+ENCODING_AT_ONCE = 2
+"""Exports' batches a process reads and encodes at once: forty exports started together
+took turns with every other request a batch each (the database's reader threads, then the
+loop), so a request waited for forty batches (seconds); now for two at most, and the
+exports wait for one another instead."""
+_encoders: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = WeakKeyDictionary()
 
 
-def _batches(sizes: list[tuple[int, int]]) -> list[int]:
-    """The last seq of each batch, from (seq, characters) in seq order."""
-    ends: list[int] = []
-    held = 0
-    for seq, size in sizes:
-        if ends and held + size <= EXPORT_BATCH_CHARS:
-            ends[-1] = seq
-            held += size
-        else:
-            ends.append(seq)
-            held = size
-    return ends
+def _export_turn() -> asyncio.Semaphore:
+    """A turn among this loop's exports to read and encode a batch (`ENCODING_AT_ONCE`)."""
+    loop = asyncio.get_running_loop()
+    return _encoders.get(loop) or _encoders.setdefault(loop, asyncio.Semaphore(ENCODING_AT_ONCE))
 
 
-async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> AsyncIterator[bytes]:
+def _json_batch(rows: list[Message]) -> bytes:
+    return b",".join(encode_json(export_message(row)) for row in rows)
+
+
+def _markdown_batch(rows: list[Message]) -> str:
+    return "\n".join(map(markdown_turn, rows))
+
+
+async def _json_export(
+    chat: ChatJobs, plan: tuple[Conversation, list[int]], place: ExitStack[bool | None]
+) -> AsyncIterator[bytes]:
     """`export_json`'s document, as bytes, in pieces: its head, then the messages a batch
-    at a time, up to the newest there was when the export began (so `active_seq` names a
-    leaf of what is exported, whatever is sent meanwhile)."""
+    at a time (`transfer.batch_ends`), up to the newest there was when the export began
+    (so `active_seq` names a leaf of what is exported, whatever is sent meanwhile)."""
+    with place:
+        async for piece in _json_pieces(chat, *plan):
+            yield piece
 
-    def start(session: Session) -> tuple[Conversation, list[int]]:
-        connection = session.connection()
-        conversation = owned_in(connection, owner, conversation_id)
-        size = func.length(Message.content) + func.coalesce(func.length(Message.error), 0)
-        sizes = connection.execute(
-            select(col(Message.seq), size)
-            .where(Message.conversation_id == conversation_id)
-            .order_by(col(Message.seq))
-        ).all()
-        return conversation, _batches([(seq, chars) for seq, chars in sizes])
 
-    def batch(session: Session, after: int, last: int) -> list[Message]:
-        query = (
-            select(Message)
-            .where(
-                Message.conversation_id == conversation_id,
-                col(Message.seq) > after,
-                col(Message.seq) <= last,
-            )
-            .order_by(col(Message.seq))
-        )
-        return list(session.exec(query))
+async def _markdown_export(
+    chat: ChatJobs, shown: tuple[Conversation, Branch], place: ExitStack[bool | None]
+) -> AsyncIterator[bytes]:
+    """The Markdown export (`transfer.markdown_head`), a batch of the branch at a time;
+    the last piece is held back to end the text with one newline."""
+    conversation, branch = shown
+    with place:
+        pending, start = markdown_head(conversation), branch.first
+        while True:
+            async with _export_turn():
+                rows = await chat.db.read(markdown_batch, conversation.id, branch, start)
+                text = _markdown_batch(rows)
+            if not rows:
+                break
+            yield pending.encode()
+            pending = "\n" + text
+            start = rows[-1].seq + 1
+        yield (pending.rstrip() + "\n").encode()
 
-    conversation, ends = await chat.db.read(start)
-    files = await chat.db.read(export_files, conversation_id)
+
+async def _json_pieces(
+    chat: ChatJobs, conversation: Conversation, ends: list[int]
+) -> AsyncIterator[bytes]:
+    files = await chat.db.read(export_files, conversation.id)
     head = {**export_json(conversation, []), "files": files, "messages": _MESSAGES_MARK}
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
     for last in ends:
-        rows = await chat.db.read(batch, after, last)
-        for message in export_json(conversation, rows)["messages"]:
-            yield comma + encode_json(message)
-            comma = b","
-        after = last
+        async with _export_turn():
+            rows = await chat.db.read(export_batch, conversation.id, after, last)
+            piece = _json_batch(rows)
+        yield comma + piece
+        comma, after = b",", last
     yield b"]" + end
+
+
+async def _created(body: Callable[[], object]) -> ASGIResponse:
+    """A 201 whose JSON is made and encoded on a thread (an import's may be megabytes)."""
+    encoded = await asyncio.to_thread(lambda: encode_json(body()))
+    return ASGIResponse(body=encoded, status_code=HTTP_201_CREATED, media_type=MediaType.JSON)
 
 
 class TurnRef(NamedTuple):
@@ -241,6 +266,25 @@ Turn = NamedDependency[TurnRef]
 
 async def path_turn(owner: Owner, conversation_id: FromPath[str], message_id: RowId) -> TurnRef:
     return TurnRef(owner, conversation_id, message_id)
+
+
+EXPORTS = Places()
+"""The exports this process is writing, by owner (each worker caps its own)."""
+
+
+def exporting(owner: str, cap: int) -> AbstractContextManager[None]:
+    """A place among the owner's exports in flight, for as long as one is written to its
+    client, or TooManyRequests past `cap` (0: no cap)."""
+    return EXPORTS.hold(
+        owner,
+        cap,
+        f"you already have {cap} exports on their way; "
+        "wait for one to finish (or close it) and try again",
+    )
+
+
+def _attachment(conversation: Conversation, extension: str) -> str:
+    return f'attachment; filename="{download_name(conversation.title)}.{extension}"'
 
 
 def download_name(title: str) -> str:
@@ -309,19 +353,26 @@ class ConversationController(Controller):
     ) -> Response[Any]:
         """The whole conversation: `json` (every message of every branch with its fit facts,
         for import) or `markdown` (the branch shown, to read). Served as a download named
-        after the title."""
-        name = download_name((await chat.reader.get(owner, conversation_id)).title)
-        if export_format == "markdown":
-            conversation, rows = await chat.reader.history(owner, conversation_id)  # the one shown
-            return Response(
-                export_markdown(conversation, rows),
-                media_type="text/markdown; charset=utf-8",
-                headers={"Content-Disposition": f'attachment; filename="{name}.md"'},
-            )
+        after the title; 429 past the caller's exports in flight (`WEBAPP_EXPORTS_PER_USER`)."""
+        place = ExitStack()
+        place.enter_context(exporting(owner, chat.settings.exports_per_user))
+        try:
+            if export_format == "markdown":
+                await chat.reaper.reap_stale(conversation_id)
+                shown = await chat.db.read(markdown_plan, owner, conversation_id)
+                return Stream(  # the branch shown, read and sent a batch at a time
+                    _markdown_export(chat, shown, place),
+                    media_type="text/markdown; charset=utf-8",
+                    headers={"Content-Disposition": _attachment(shown[0], "md")},
+                )
+            plan = await chat.db.read(export_plan, owner, conversation_id)
+        except BaseException:
+            place.close()
+            raise
         return Stream(  # every branch, read and sent a batch at a time
-            _json_export(chat, owner, conversation_id),
+            _json_export(chat, plan, place),
             media_type=MediaType.JSON,
-            headers={"Content-Disposition": f'attachment; filename="{name}.json"'},
+            headers={"Content-Disposition": _attachment(plan[0], "json")},
         )
 
     @post("/import", status_code=HTTP_201_CREATED)
@@ -331,26 +382,30 @@ class ConversationController(Controller):
         chat: Chat,
         owner: Owner,
         files: Files,
-        data: JSONBody[dict[str, Any] | list[Any]],
-    ) -> dict[str, Any]:
+    ) -> ASGIApp:
         """A new conversation from a JSON export (`GET .../export?format=json`), or from
         ChatGPT's `conversations.json` (a list): then `{imported: [ids], skipped: [{title,
         reason}]}`, every branch kept, the one last shown active. 429 past the caller's
-        import quota (`WEBAPP_IMPORT_*`)."""
-        await ImportQuota(chat.db, chat.settings).take(owner, len(await request.body()))
+        import quota (`WEBAPP_IMPORT_*`). The body is decoded and checked, and the answer
+        encoded, off the event loop: 20,000 messages are a second of CPU."""
+        raw = await request.body()
+        await ImportQuota(chat.db, chat.settings).take(owner, len(raw))
+        data = await asyncio.to_thread(decode_export, raw)
         if is_chatgpt_export(data):
             conversations, skipped = await chat.editor.import_chatgpt(owner, data)
-            return {
-                "imported": [c.id for c in conversations],
-                "skipped": [dataclasses.asdict(s) for s in skipped],
-            }
+            return await _created(
+                lambda: {
+                    "imported": [c.id for c in conversations],
+                    "skipped": [dataclasses.asdict(s) for s in skipped],
+                }
+            )
         if not isinstance(data, dict):
             raise InvalidInput(
                 "an import is this app's JSON export or ChatGPT's conversations.json"
             )
         conversation = await with_files(files, chat.db, chat.editor, owner, data)
-        _, rows = await chat.reader.history(owner, conversation.id)
-        return conversation_dict(conversation, rows)
+        _, rows = await chat.reader.history_by_pages(owner, conversation.id)
+        return await _created(lambda: conversation_dict(conversation, rows))
 
     @patch("/{conversation_id:str}")
     async def update_conversation(

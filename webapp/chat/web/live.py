@@ -17,17 +17,16 @@ its stream opens.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 
 from webapp.chat.answering.notify import AnswerNotices, PollingNotices
 from webapp.chat.answering.pieces import FollowedText
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import Message, Role, Status
-from webapp.errors import NotFound, TooManyRequests
+from webapp.errors import NotFound
+from webapp.limits import Places
 from webapp.llm.providers.base import Prefill
 from webapp.stored import id_of
 
@@ -42,24 +41,18 @@ class Snapshot:
     answers only: the progress is not announced to other workers)."""
 
 
-K = TypeVar("K")
-
-WATCHER_RETRY_AFTER = 5
-"""What a watcher refused for a cap is told to wait (Retry-After, seconds)."""
-
-
 class Watchers:
     """How many follow each answer, and each owner's answers, in this process."""
 
     def __init__(self) -> None:
-        self._by_answer: Counter[int] = Counter()
-        self._by_owner: Counter[str] = Counter()
+        self._by_answer = Places()
+        self._by_owner = Places()
 
     def of_answer(self, answer_id: int) -> int:
-        return self._by_answer[answer_id]
+        return self._by_answer.held(answer_id)
 
     def of_owner(self, owner: str) -> int:
-        return self._by_owner[owner]
+        return self._by_owner.held(owner)
 
     @contextmanager
     def hold(
@@ -67,30 +60,16 @@ class Watchers:
     ) -> Iterator[None]:
         """A place among the answer's and the owner's watchers for as long as this lasts,
         or TooManyRequests when either is full (a cap of 0: none)."""
-        if 0 < per_answer <= self._by_answer[answer_id]:
-            raise TooManyRequests(
-                f"this answer already has {per_answer} pages following it; close one, "
-                "or try again once it is done",
-                retry_after=WATCHER_RETRY_AFTER,
-            )
-        if 0 < per_owner <= self._by_owner[owner]:
-            raise TooManyRequests(
-                f"you already have {per_owner} pages following answers; close some first",
-                retry_after=WATCHER_RETRY_AFTER,
-            )
-        self._by_answer[answer_id] += 1
-        self._by_owner[owner] += 1
-        try:
+        refused_answer = (
+            f"this answer already has {per_answer} pages following it; close one, "
+            "or try again once it is done"
+        )
+        refused_owner = f"you already have {per_owner} pages following answers; close some first"
+        with (
+            self._by_answer.hold(answer_id, per_answer, refused_answer),
+            self._by_owner.hold(owner, per_owner, refused_owner),
+        ):
             yield
-        finally:
-            _release(self._by_answer, answer_id)
-            _release(self._by_owner, owner)
-
-
-def _release(counter: Counter[K], key: K) -> None:
-    counter[key] -= 1
-    if counter[key] <= 0:
-        del counter[key]
 
 
 WATCHERS = Watchers()

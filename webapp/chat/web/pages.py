@@ -7,7 +7,7 @@ differs, which a `conversation` dependency decides per controller.
 
 from __future__ import annotations
 
-import json
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.stored.organising import clean_tag
+from webapp.chat.stored.transfer import decode_export
 from webapp.chat.web.deps import Chat, Notices
 from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
@@ -462,10 +463,7 @@ class ConversationAdmin(Controller):
         if len(raw) > MAX_IMPORT_BYTES:
             raise InvalidInput(f"an import file is at most {MAX_IMPORT_BYTES // 2**20} MB")
         await ImportQuota(chat.db, chat.settings).take(owner, len(raw))
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, ValueError):
-            raise InvalidInput("that file is not JSON: import a conversation's export") from None
+        data = await asyncio.to_thread(decode_export, raw)  # 20 MB of JSON: off the loop
         if is_chatgpt_export(data):  # ChatGPT's conversations.json: open the first one
             conversations, _ = await chat.editor.import_chatgpt(owner, data)
             return go_to(request, f"/c/{conversations[0].id}" if conversations else "/")
