@@ -341,8 +341,45 @@
       if (ownPage && message.dataset.role === "assistant" && ["complete", "stopped"].includes(status)) {
         tools.append(thumbs(message));
       }
+      tools.setAttribute("role", "toolbar");
+      tools.setAttribute("aria-label", `Actions on ${name}`);
     });
+    box.querySelectorAll(".message .tools").forEach((tools) => rove(tools));
   }
+
+  // A message's tools are one Tab stop (a toolbar), so an exchange costs two stops, not
+  // nine: Tab reaches the tool used last (the first at the start), the arrow keys, Home
+  // and End move among them. A tool drawn again (a thumb answered, Pin become Unpin)
+  // takes the place of the one it replaced.
+  function rove(tools, current) {
+    const buttons = [...tools.querySelectorAll("button:not([disabled])")];
+    if (!buttons.length) return;
+    const chosen = current || buttons.find((b) => b.dataset.current === "true") || buttons[0];
+    for (const b of buttons) {
+      b.tabIndex = b === chosen ? 0 : -1;
+      b.dataset.current = String(b === chosen);
+    }
+  }
+
+  document.addEventListener("focusin", (event) => {
+    const tools = event.target.closest && event.target.closest("#messages .tools");
+    if (tools && event.target instanceof HTMLButtonElement) rove(tools, event.target);
+  });
+
+  document.addEventListener("keydown", (event) => {
+    const tools = event.target.closest && event.target.closest("#messages .tools");
+    if (!tools || event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    const buttons = [...tools.querySelectorAll("button:not([disabled])")];
+    const at = buttons.indexOf(event.target);
+    const to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: buttons.length - 1 }[event.key];
+    if (at < 0 || to === undefined) return;
+    event.preventDefault();
+    buttons[(to + buttons.length) % buttons.length].focus();
+  });
+
+  document.addEventListener("htmx:after:swap", () => {
+    document.querySelectorAll("#messages .tools").forEach((tools) => rove(tools));
+  });
 
   function startEdit(message) {
     if (message.querySelector(".edit-form")) return;

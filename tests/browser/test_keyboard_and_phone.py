@@ -100,6 +100,30 @@ def test_keyboard_keeps_the_focus_and_every_control_has_its_own_name(
     page.keyboard.press("Enter")
     expect(page.locator("#composer textarea")).to_be_focused()
 
+    # A message's tools are one Tab stop (a toolbar); the arrow keys walk them, and Tab
+    # comes back to the one used last.
+    tools = page.get_by_role("toolbar", name="Actions on answer 2")
+    tabbable = "t => [...t.querySelectorAll('button')].filter((b) => b.tabIndex >= 0).length"
+    assert tools.evaluate(tabbable) == 1
+    stops = page.evaluate(
+        """() => [...document.querySelectorAll('#messages button, #messages a[href]')]
+            .filter((el) => el.tabIndex >= 0 && !el.disabled && el.offsetParent !== null)
+            .length"""
+    )
+    assert stops <= 12, f"{stops} tab stops in two exchanges and an alternative"
+    tools.get_by_role("button").first.focus()
+    page.keyboard.press("ArrowRight")
+    expect(tools.get_by_role("button").nth(1)).to_be_focused()
+    page.keyboard.press("End")
+    expect(tools.get_by_role("button").last).to_be_focused()
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowLeft")
+    expect(tools.get_by_role("button").last).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Tab")
+    expect(tools.get_by_role("button").last).to_be_focused()
+    assert tools.evaluate(tabbable) == 1
+
     # Pin and Unpin: the focus stays on the control that took the place of the one pressed.
     button(page, "Pin turn 1").focus()
     page.keyboard.press("Enter")
