@@ -276,7 +276,11 @@ async def test_a_drivers_error_is_raised_as_core_raises_it(db: Database) -> None
             title=bindparam("title"),
             created_at=bindparam("now"),
             updated_at=bindparam("now"),
-            cut_reset=False,  # a column the server defaults is named, or Core fetches it after
+            # Columns with defaults are named, or Core computes or fetches them.
+            cut_reset=False,
+            pinned=False,
+            archived=False,
+            kind="original",
         )
     )
     values = {

@@ -1,7 +1,7 @@
 """Titles the conversation's model writes after its first answer.
 
 A send names a new conversation at once with a clean cut of its first message
-(`titles.title_from`); once the first answer is complete, one short call asks the
+(`titles.first_title`); once the first answer is complete, one short call asks the
 configuration's model for a better name, in a task of its own: it never delays the answer,
 its failure (or a reply that cleans up to nothing) keeps the cut, and it replaces the
 title only while the title is still that cut, so a rename, before or during the call, is
@@ -26,7 +26,7 @@ from webapp.chat.answering.answer import RunningAnswer
 from webapp.chat.answering.notify import AnswerNotices, Watch, announce_title
 from webapp.chat.reading import ConversationReader
 from webapp.chat.stored.models import Conversation, Message, Status
-from webapp.chat.stored.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
+from webapp.chat.stored.titles import FIRST_MESSAGE_TITLE, cut_at_word, first_title
 from webapp.db import Database
 from webapp.limits import Places
 from webapp.llm.manager import LLMManager
@@ -168,7 +168,7 @@ class Titler:
         if not title and self._db.dialect != "postgresql":
             return  # nothing to store, and on SQLite no one to tell
         try:
-            await self._db.write(_retitle, conversation.id, title_from(user.content), title)
+            await self._db.write(_retitle, conversation.id, first_title(user.content), title)
         except Exception as error:  # a database that failed now: the cut stays
             log.warning("could not store the title of %s: %s", conversation.id, error)
 

@@ -23,7 +23,7 @@ from sqlmodel import Session
 from webapp.chat.files.models import MessageFile, StoredFile
 from webapp.chat.files.parts import picture_parts
 from webapp.chat.files.store import FILES, USES
-from webapp.chat.stored.attachments import Attachment, attach, split_attachment
+from webapp.chat.stored.attachments import Attachment, attach
 from webapp.chat.stored.models import Message
 from webapp.db import Database
 from webapp.errors import InvalidInput, NotFound
@@ -71,17 +71,6 @@ def with_text_files(typed: str, files: Sequence[StoredFile], limit: int) -> str:
         if stored.kind != "image" and stored.text is not None:
             content = attach(content, Attachment(stored.name, stored.text), limit)
     return content
-
-
-def title_text(content: str) -> str:
-    """What a first message's title is cut from: what was typed, never a file's wrapper
-    (for a message of files alone, the first file's name)."""
-    typed, found, _, _ = split_attachment(content)
-    name = None
-    while found is not None:
-        name = found.name
-        typed, found, _, _ = split_attachment(typed)
-    return typed if typed.strip() else (name or content)
 
 
 def _kind(catalog: Catalog, model: ModelSpec) -> str:

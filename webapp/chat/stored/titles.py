@@ -3,6 +3,7 @@ the marks a fork or an import carries (shown as a tag, never cut off with the ti
 
 from __future__ import annotations
 
+from webapp.chat.stored.attachments import split_attachment
 from webapp.errors import InvalidInput, refuse_nul
 
 DEFAULT_TITLE = "New conversation"
@@ -41,6 +42,18 @@ def cut_at_word(text: str, limit: int) -> str:
 def title_from(content: str) -> str:
     """A new conversation is named after its first message, until its owner renames it."""
     return cut_at_word(content, FIRST_MESSAGE_TITLE) or DEFAULT_TITLE
+
+
+def first_title(content: str) -> str:
+    """The title a first message gives its conversation, from what was typed, never a
+    file's wrapper (a message of files alone: the first file's name). The model's title
+    replaces it only while it is still this (`chat.naming`)."""
+    typed, found, _, _ = split_attachment(content)
+    name = None
+    while found is not None:
+        name = found.name
+        typed, found, _, _ = split_attachment(typed)
+    return title_from(typed if typed.strip() else (name or content))
 
 
 def marked(title: str, mark: str) -> str:
