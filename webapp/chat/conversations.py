@@ -17,6 +17,7 @@ from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
+from webapp.chat.stored.presets import default_preset, owned_preset
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.stored.transfer import Imported, parse_export
@@ -52,8 +53,15 @@ class ConversationEditor:
             raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
 
     async def create(
-        self, owner: str, configuration: str | None = None, title: str | None = None
+        self,
+        owner: str,
+        configuration: str | None = None,
+        title: str | None = None,
+        *,
+        chosen: bool = True,
     ) -> Conversation:
+        """A new conversation; unless its configuration was `chosen` by the caller, the
+        owner's default preset, if any, decides it (`with_default_preset`)."""
         configuration = configuration or self._manager.catalog.default_configuration
         self.check_configuration(configuration)
         conversation = Conversation(
@@ -62,14 +70,34 @@ class ConversationEditor:
             configuration=configuration,
             title=clean_title(title) if title is not None else DEFAULT_TITLE,
         )
-        await self._db.write(lambda session: session.add(conversation))
+
+        def store(session: Session) -> None:
+            if not chosen:
+                self.with_default_preset(session, conversation)
+            session.add(conversation)
+
+        await self._db.write(store)
         self._recent.remember(conversation.id, conversation.configuration)
         return conversation
 
-    async def fresh(self, owner: str, configuration: str | None = None) -> Conversation:
+    def with_default_preset(self, session: Session, conversation: Conversation) -> None:
+        """Give a new conversation its owner's default preset (and the preset's
+        configuration), while the catalog still has that configuration."""
+        preset = default_preset(session.connection(), conversation.owner)
+        if preset is None or preset.configuration not in self._manager.catalog.configurations:
+            return
+        if conversation.configuration != preset.configuration:
+            conversation.cut_reset = True
+        conversation.configuration = preset.configuration
+        conversation.preset_id = preset.id
+
+    async def fresh(
+        self, owner: str, configuration: str | None = None, *, chosen: bool = True
+    ) -> Conversation:
         """A conversation to start typing in: the owner's newest one that holds no message
-        yet and was never renamed, switched to `configuration`, else a new one. Clicking
-        "New conversation" again and again stores one empty conversation, not many."""
+        yet and was never renamed, switched to `configuration` (or, unless it was
+        `chosen`, to the owner's default preset), else a new one. Clicking "New
+        conversation" again and again stores one empty conversation, not many."""
         configuration = configuration or self._manager.catalog.default_configuration
         self.check_configuration(configuration)
 
@@ -91,13 +119,16 @@ class ConversationEditor:
             if empty.configuration != configuration:
                 empty.cut_reset = True
             empty.configuration = configuration
+            empty.preset_id = None
+            if not chosen:
+                self.with_default_preset(session, empty)
             empty.updated_at = utcnow()
             session.add(empty)
             return empty
 
         found = await self._db.write(reuse)
         if found is None:
-            return await self.create(owner, configuration)
+            return await self.create(owner, configuration, chosen=chosen)
         self._recent.remember(found.id, found.configuration)
         return found
 
@@ -271,9 +302,32 @@ class ConversationEditor:
         against its model. Nothing already stored changes."""
         self.check_configuration(configuration)
         conversation = await self._change(
-            owner, conversation_id, configuration=configuration, cut_reset=True
+            owner, conversation_id, configuration=configuration, preset_id=None, cut_reset=True
         )
         self._recent.remember(conversation_id, configuration)
+        return conversation
+
+    async def set_preset(
+        self, owner: str, conversation_id: str, preset_id: int | None
+    ) -> Conversation:
+        """Use one of the owner's presets (another user's is a 404): the conversation takes
+        its configuration, and the next send its system prompt, answer room and
+        temperature; None goes back to the configuration alone."""
+
+        def change(session: Session) -> Conversation:
+            conversation = self._reader.owned(session, owner, conversation_id)
+            if preset_id is not None:
+                preset = owned_preset(session.connection(), owner, preset_id)
+                self.check_configuration(preset.configuration)
+                conversation.configuration = preset.configuration
+            conversation.preset_id = preset_id
+            conversation.cut_reset = True
+            conversation.updated_at = utcnow()
+            session.add(conversation)
+            return conversation
+
+        conversation = await self._db.write(change)
+        self._recent.remember(conversation_id, conversation.configuration)
         return conversation
 
     async def pin(

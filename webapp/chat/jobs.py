@@ -28,6 +28,7 @@ from webapp.chat.answering.reaping import Reaper
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.naming import Titler
+from webapp.chat.presets import Presets
 from webapp.chat.reading import ConversationReader
 from webapp.chat.send import Sender
 from webapp.chat.sending.admission import Admission, CallerQuota
@@ -54,6 +55,7 @@ class ChatJobs:
     titler: Titler
     reaper: Reaper
     flusher: AnswerFlusher
+    presets: Presets
 
     @property
     def catalog(self) -> Catalog:
@@ -108,4 +110,5 @@ def chat_jobs(
         titler,
         reaper,
         flusher,
+        Presets(db, manager),
     )

@@ -57,6 +57,9 @@ class ConversationChanges:
     archived: bool | None = None
     tags: list[str] | None = None
     """The whole set of tags after the change (`[]` removes them all)."""
+    preset: int | None = None
+    """One of the caller's presets (its configuration comes with it), or null for the
+    configuration alone; left out, unchanged (`_names_preset`)."""
 
 
 @dataclass
@@ -102,6 +105,13 @@ class MessageRef:
 
 ExportFormat = Annotated[Literal["json", "markdown"], QueryParameter(name="format")]
 """`?format=`: named apart from the builtin `format`."""
+
+
+async def _names_preset(request: Request[Any, Any, Any]) -> bool:
+    """Whether a conversation's changes name `preset` at all: null there means "no preset",
+    where any other field's null means "unchanged"."""
+    body = await request.json()
+    return isinstance(body, dict) and "preset" in body
 
 
 def wants_event_stream(request: Request[Any, Any, Any]) -> bool:
@@ -285,12 +295,15 @@ class ConversationController(Controller):
         owner: Owner,
         data: JSONBody[NewConversation | None] = None,
     ) -> dict[str, Any]:
-        """Without a configuration, the caller's default for new conversations (settings)."""
+        """Without a configuration, the caller's default preset, else their default
+        configuration for new conversations (settings)."""
         data = data or NewConversation()
         configuration = data.configuration or preferred_configuration(
             request.user, chat.catalog.configurations
         )
-        conversation = await chat.editor.create(owner, configuration, data.title)
+        conversation = await chat.editor.create(
+            owner, configuration, data.title, chosen=data.configuration is not None
+        )
         return conversation_dict(conversation, [])
 
     @get("/{conversation_id:str}")
@@ -355,15 +368,20 @@ class ConversationController(Controller):
     @patch("/{conversation_id:str}")
     async def update_conversation(
         self,
+        request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
         conversation_id: FromPath[str],
         data: JSONBody[ConversationChanges],
     ) -> dict[str, Any]:
-        if all(value is None for value in dataclasses.astuple(data)):
+        preset_given = await _names_preset(request)
+        if not preset_given and all(value is None for value in dataclasses.astuple(data)):
             raise InvalidInput(
-                "nothing to change: send a title, a configuration, pinned, archived or tags"
+                "nothing to change: send a title, a configuration, a preset, pinned, archived "
+                "or tags"
             )
+        if data.configuration is not None and data.preset is not None:
+            raise InvalidInput("send a configuration or a preset: a preset has its own")
         # All are checked before any is applied: a bad part changes nothing.
         title = clean_title(data.title) if data.title is not None else None
         tags = clean_tags(data.tags) if data.tags is not None else None
@@ -372,6 +390,8 @@ class ConversationController(Controller):
         await chat.reader.get(owner, conversation_id)  # another's: 404 before any change
         if data.configuration is not None:
             await chat.editor.set_configuration(owner, conversation_id, data.configuration)
+        if preset_given:
+            await chat.editor.set_preset(owner, conversation_id, data.preset)
         if title is not None:
             await chat.editor.rename(owner, conversation_id, title)
         conversation, now_tags = await chat.editor.organise(

@@ -408,7 +408,7 @@ class ConversationAdmin(Controller):
         conversation = (
             conversations[0]
             if conversations
-            else await chat.editor.fresh(owner, default_configuration(request, chat))
+            else await chat.editor.fresh(owner, default_configuration(request, chat), chosen=False)
         )
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
@@ -479,8 +479,9 @@ class ConversationAdmin(Controller):
         self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
         configuration = await form_field(request, "configuration", required=False)
+        # The sidebar's select keeps the default configuration: a default preset comes first.
         conversation = await chat.editor.fresh(
-            owner, configuration or default_configuration(request, chat)
+            owner, configuration or default_configuration(request, chat), chosen=False
         )
         return go_to(request, f"/c/{conversation.id}")
 
