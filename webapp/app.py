@@ -37,6 +37,7 @@ from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.organise_pages import OrganisePages
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
+from webapp.chat.web.preset_pages import PresetPages
 from webapp.chat.web.presets import PresetController
 from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
@@ -237,6 +238,7 @@ def create_app(
             ConversationController,
             TurnController,
             PresetController,
+            PresetPages,
             files_router(settings.max_file_bytes),
             search,
             ConversationAdmin,
