@@ -168,3 +168,27 @@ async def test_a_new_conversation_starts_on_the_default_preset(client: AsyncTest
         f"/api/conversations/{chosen['id']}", json={"preset": terse["id"], "configuration": "large"}
     )
     assert both.status_code == 400 and "a preset has its own" in both.text
+
+
+async def test_the_gateway_takes_a_preset_by_name_as_its_model(
+    client: AsyncTestClient, upstream: FakeUpstream, database_url: str
+) -> None:
+    await made(client, **TERSE, temperature=0.5, max_tokens=30)
+    call = {"model": "preset:Terse", "messages": [{"role": "user", "content": "hello"}]}
+    upstream.forget_requests()
+    answered = await client.post("/v1/chat/completions", json=call)
+    assert answered.status_code == 200, answered.text
+    body = upstream.requests[-1]["body"]
+    assert body["model"] == "small" and body["temperature"] == 0.5 and body["max_tokens"] == 30
+    assert body["messages"][0] == {"role": "system", "content": "Answer in one line."}
+
+    # Unknown, and another user's, are OpenAI's 404 like an unknown model.
+    for who in ({}, await user_header(database_url, "bob")):
+        missing = await client.post(
+            "/v1/chat/completions", json={**call, "model": "preset:Nope"}, headers=who
+        )
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    bobs = await client.post(
+        "/v1/chat/completions", json=call, headers=await user_header(database_url, "carol")
+    )
+    assert bobs.status_code == 404, bobs.text

@@ -20,6 +20,7 @@ from webapp.chat.stored.presets import (
     as_columns,
     one_preset,
     owned_preset,
+    preset_named,
     user_of,
     values_of,
 )
@@ -58,6 +59,14 @@ class Presets:
         return await self._db.read(
             lambda session: owned_preset(session.connection(), owner, preset_id)
         )
+
+    async def named(self, owner: str, name: str) -> Preset | None:
+        """The owner's preset of that name (None for another user's, or none)."""
+
+        def read(session: Session) -> Preset | None:
+            return preset_named(session.connection(), owner, name)
+
+        return await self._db.read(read)
 
     async def create(self, owner: str, given: Mapping[str, Any]) -> Preset:
         user_id = user_of(owner)
