@@ -192,3 +192,25 @@ async def test_the_gateway_takes_a_preset_by_name_as_its_model(
         "/v1/chat/completions", json=call, headers=await user_header(database_url, "carol")
     )
     assert bobs.status_code == 404, bobs.text
+
+
+async def test_export_and_import_carry_the_presets_name(
+    client: AsyncTestClient, database_url: str
+) -> None:
+    terse = await made(client, **TERSE)
+    cid = (await new_conversation(client, configuration="large"))["id"]
+    await client.patch(f"/api/conversations/{cid}", json={"preset": terse["id"]})
+    sent = await client.post(f"/api/conversations/{cid}/messages", json={"content": "Hi"})
+    assert sent.status_code == 201, sent.text
+    exported = (await client.get(f"/api/conversations/{cid}/export?format=json")).json()
+    assert exported["conversation"]["preset"] == "Terse"
+
+    back = await client.post("/api/conversations/import", json=exported)
+    assert back.status_code == 201, back.text
+    assert back.json()["preset"] == terse["id"] and back.json()["configuration"] == "small"
+    # bob has no preset of that name: the import goes through without it.
+    bobs = await client.post(
+        "/api/conversations/import", json=exported, headers=await user_header(database_url, "bob")
+    )
+    assert bobs.status_code == 201, bobs.text
+    assert bobs.json()["preset"] is None and bobs.json()["configuration"] == "small"

@@ -17,7 +17,7 @@ from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
-from webapp.chat.stored.presets import default_preset, owned_preset
+from webapp.chat.stored.presets import Preset, default_preset, owned_preset, preset_named
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.stored.transfer import Imported, parse_export
@@ -80,16 +80,28 @@ class ConversationEditor:
         self._recent.remember(conversation.id, conversation.configuration)
         return conversation
 
-    def with_default_preset(self, session: Session, conversation: Conversation) -> None:
-        """Give a new conversation its owner's default preset (and the preset's
-        configuration), while the catalog still has that configuration."""
-        preset = default_preset(session.connection(), conversation.owner)
+    def _with_preset_named(
+        self, session: Session, conversation: Conversation, name: str | None
+    ) -> None:
+        """An imported conversation's preset: the importing owner's of that name, while
+        the catalog has its configuration; none otherwise, and no error."""
+        preset = preset_named(session.connection(), conversation.owner, name) if name else None
+        self._use_preset(conversation, preset)
+
+    def _use_preset(self, conversation: Conversation, preset: Preset | None) -> None:
+        """Put a new conversation on `preset` (and its configuration), if the catalog still
+        has that configuration."""
         if preset is None or preset.configuration not in self._manager.catalog.configurations:
             return
         if conversation.configuration != preset.configuration:
             conversation.cut_reset = True
         conversation.configuration = preset.configuration
         conversation.preset_id = preset.id
+
+    def with_default_preset(self, session: Session, conversation: Conversation) -> None:
+        """Give a new conversation its owner's default preset (and the preset's
+        configuration), while the catalog still has that configuration."""
+        self._use_preset(conversation, default_preset(session.connection(), conversation.owner))
 
     async def fresh(
         self, owner: str, configuration: str | None = None, *, chosen: bool = True
@@ -161,7 +173,8 @@ class ConversationEditor:
         prepared = [await self._imported_rows(owner, imported) for imported in imports]
 
         def store(session: Session) -> None:
-            for conversation, rows in prepared:
+            for (conversation, rows), imported in zip(prepared, imports, strict=True):
+                self._with_preset_named(session, conversation, imported.preset)
                 session.add(conversation)
                 session.flush()
                 session.add_all(

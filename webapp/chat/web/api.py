@@ -32,6 +32,7 @@ from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.models import Conversation, Message
 from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
+from webapp.chat.stored.presets import conversation_preset
 from webapp.chat.stored.rows import owned_in
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
@@ -198,16 +199,18 @@ async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> Asyn
     at a time, up to the newest there was when the export began (so `active_seq` names a
     leaf of what is exported, whatever is sent meanwhile)."""
 
-    def start(session: Session) -> tuple[Conversation, list[int]]:
+    def start(session: Session) -> tuple[Conversation, str | None, list[int]]:
         connection = session.connection()
         conversation = owned_in(connection, owner, conversation_id)
+        preset = conversation_preset(connection, conversation)
         size = func.length(Message.content) + func.coalesce(func.length(Message.error), 0)
         sizes = connection.execute(
             select(col(Message.seq), size)
             .where(Message.conversation_id == conversation_id)
             .order_by(col(Message.seq))
         ).all()
-        return conversation, _batches([(seq, chars) for seq, chars in sizes])
+        batches = _batches([(seq, chars) for seq, chars in sizes])
+        return conversation, preset.name if preset else None, batches
 
     def batch(session: Session, after: int, last: int) -> list[Message]:
         query = (
@@ -221,9 +224,9 @@ async def _json_export(chat: ChatJobs, owner: str, conversation_id: str) -> Asyn
         )
         return list(session.exec(query))
 
-    conversation, ends = await chat.db.read(start)
+    conversation, preset, ends = await chat.db.read(start)
     files = await chat.db.read(export_files, conversation_id)
-    head = {**export_json(conversation, []), "files": files, "messages": _MESSAGES_MARK}
+    head = {**export_json(conversation, [], preset), "files": files, "messages": _MESSAGES_MARK}
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
