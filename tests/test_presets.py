@@ -214,3 +214,27 @@ async def test_export_and_import_carry_the_presets_name(
     )
     assert bobs.status_code == 201, bobs.text
     assert bobs.json()["preset"] is None and bobs.json()["configuration"] == "small"
+
+
+async def test_the_preview_follows_a_preset_switch_at_once(client: AsyncTestClient) -> None:
+    """The preset's system prompt is in the head of the next send's fit, and its answer
+    room in the reserve, as soon as the conversation is switched, before any send."""
+    wordy = await made(
+        client,
+        name="Wordy",
+        configuration="large",
+        system_prompt="Be thorough. " * 200,
+        max_tokens=300,
+    )
+    cid = (await new_conversation(client, configuration="large"))["id"]
+
+    async def preview() -> dict[str, Any]:
+        found = await client.post(f"/api/conversations/{cid}/preview", json={"content": "Hi"})
+        assert found.status_code == 200, found.text
+        return found.json()["fit"]
+
+    before = await preview()
+    await client.patch(f"/api/conversations/{cid}", json={"preset": wordy["id"]})
+    after = await preview()
+    assert after["estimated_tokens"] > before["estimated_tokens"] + 300
+    assert after["reserve"] == 300 != before["reserve"]
