@@ -238,3 +238,15 @@ async def test_the_preview_follows_a_preset_switch_at_once(client: AsyncTestClie
     after = await preview()
     assert after["estimated_tokens"] > before["estimated_tokens"] + 300
     assert after["reserve"] == 300 != before["reserve"]
+
+
+async def test_a_fork_keeps_the_preset(client: AsyncTestClient) -> None:
+    terse = await made(client, **TERSE)
+    cid = (await new_conversation(client, configuration="small"))["id"]
+    await client.patch(f"/api/conversations/{cid}", json={"preset": terse["id"]})
+    sent = await client.post(f"/api/conversations/{cid}/messages", json={"content": "Hi"})
+    forked = await client.post(
+        f"/api/conversations/{cid}/fork", json={"message_id": sent.json()["user"]["id"]}
+    )
+    assert forked.status_code == 201, forked.text
+    assert forked.json()["preset"] == terse["id"]

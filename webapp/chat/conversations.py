@@ -450,8 +450,8 @@ class ConversationEditor:
         return await self._db.write(switch)
 
     async def fork(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
-        """A new conversation (same owner and configuration) holding the branch up to and
-        including the turn of a message, renumbered from 1, every fit fact kept."""
+        """A new conversation (same owner, configuration and preset) holding the branch up
+        to and including the turn of a message, renumbered from 1, every fit fact kept."""
         check_id(message_id)
 
         def copy(session: Session) -> Conversation:
@@ -469,6 +469,7 @@ class ConversationEditor:
                 owner=owner,
                 **owner_columns(owner),
                 configuration=source.configuration,
+                preset_id=source.preset_id,
                 title=fork_title(source.title),
                 kind=Kind.FORK,
                 created_at=now,
