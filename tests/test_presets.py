@@ -13,7 +13,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import update
 from sqlmodel import col
 
-from tests.factories import new_conversation, user_header
+from tests.factories import make_user, new_conversation, sign_in, user_header
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
 from webapp.db import Database
@@ -250,3 +250,20 @@ async def test_a_fork_keeps_the_preset(client: AsyncTestClient) -> None:
     )
     assert forked.status_code == 201, forked.text
     assert forked.json()["preset"] == terse["id"]
+
+
+async def test_the_presets_page_refuses_a_bad_form_with_the_reason_and_the_text(
+    browser: AsyncTestClient, database_url: str
+) -> None:
+    await make_user(database_url, "dora")
+    csrf = await sign_in(browser, "dora")
+    form = {"name": "Hot", "configuration": "small", "temperature": "9", "_csrf_token": csrf}
+    refused = await browser.post("/settings/presets", data=form)
+    assert refused.status_code == 400
+    assert "temperature is from 0 to 2" in refused.text and 'value="Hot"' in refused.text
+    assert "No presets yet." in refused.text  # nothing stored
+
+    made_it = await browser.post("/settings/presets", data={**form, "temperature": "1"})
+    assert made_it.status_code == 303
+    page = await browser.get("/settings/presets")
+    assert "Preset" in page.text and '<h2 id="preset-' in page.text
