@@ -17,6 +17,9 @@ from tests.factories import make_user, new_conversation, sign_in, user_header
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
 from webapp.db import Database
+from webapp.llm.providers.anthropic import AnthropicProvider
+from webapp.llm.providers.base import ChatCall
+from webapp.llm.providers.gemini import to_gemini_request
 
 pytestmark = pytest.mark.settings(rate_limit_messages=0)
 
@@ -267,3 +270,14 @@ async def test_the_presets_page_refuses_a_bad_form_with_the_reason_and_the_text(
     assert made_it.status_code == 303
     page = await browser.get("/settings/presets")
     assert "Preset" in page.text and '<h2 id="preset-' in page.text
+
+
+def test_the_vendors_bodies_carry_the_temperature() -> None:
+    """Anthropic takes 0 to 1 (a preset's 1.5 goes as 1); Gemini, in generationConfig."""
+    hello: list[Any] = [{"role": "user", "content": "hi"}]
+    anthropic = AnthropicProvider._body("claude", hello, ChatCall(temperature=1.5))
+    assert anthropic["temperature"] == 1.0
+    assert "temperature" not in AnthropicProvider._body("claude", hello, ChatCall())
+    gemini = to_gemini_request(hello, max_tokens=None, tools=None, temperature=0.4)
+    assert gemini["generationConfig"] == {"temperature": 0.4}
+    assert "generationConfig" not in to_gemini_request(hello, max_tokens=None, tools=None)
