@@ -55,11 +55,6 @@ class Presets:
 
         return await self._db.read(read)
 
-    async def get(self, owner: str, preset_id: int) -> Preset:
-        return await self._db.read(
-            lambda session: owned_preset(session.connection(), owner, preset_id)
-        )
-
     async def named(self, owner: str, name: str) -> Preset | None:
         """The owner's preset of that name (None for another user's, or none)."""
 

@@ -89,7 +89,8 @@ class PresetValues:
     is_default: bool
 
 
-def as_columns(values: PresetValues) -> dict[str, Any]:
+def as_columns(values: PresetValues | Preset) -> dict[str, Any]:
+    """The API's fields of checked values or of a stored preset, as columns take them."""
     return {field: getattr(values, field) for field in FIELDS}
 
 
@@ -106,11 +107,11 @@ def user_of(owner: str) -> int:
 
 
 def preset_dict(preset: Preset) -> dict[str, Any]:
-    return {"id": preset.id, **{field: getattr(preset, field) for field in FIELDS}}
+    return {"id": preset.id, **as_columns(preset)}
 
 
 def values_of(preset: Preset) -> PresetValues:
-    return PresetValues(**{field: getattr(preset, field) for field in FIELDS})
+    return PresetValues(**as_columns(preset))
 
 
 def one_preset(connection: Connection, *keys: ColumnElement[bool]) -> Preset | None:
