@@ -155,6 +155,11 @@ async def test_a_conversation_on_a_preset_sends_its_prompt_temperature_and_room(
     body = upstream.requests[-1]["body"]
     assert "temperature" not in body and "Answer in one line." not in str(body["messages"])
 
+    # Picking a configuration leaves the preset.
+    await client.patch(f"/api/conversations/{cid}", json={"preset": terse["id"]})
+    moved = await client.patch(f"/api/conversations/{cid}", json={"configuration": "large"})
+    assert moved.json()["preset"] is None and moved.json()["configuration"] == "large"
+
     # A deleted preset leaves its conversations on their configuration.
     await client.patch(f"/api/conversations/{cid}", json={"preset": terse["id"]})
     assert (await client.delete(f"/api/presets/{terse['id']}")).status_code == 204
