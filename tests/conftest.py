@@ -65,6 +65,7 @@ TABLES = (
     "file_blob",
     "message",
     "conversation",
+    "preset",
     "model_calibration",
     "caller_calibration",
     "api_token",

@@ -38,6 +38,8 @@ from webapp.chat.web.api import ConversationController, TurnController, search
 from webapp.chat.web.deps import Chat
 from webapp.chat.web.organise_pages import OrganisePages
 from webapp.chat.web.pages import ConversationAdmin, ConversationPages
+from webapp.chat.web.preset_pages import PresetPages
+from webapp.chat.web.presets import PresetController
 from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
 from webapp.embed.pages import EmbedPages, frame_ancestors
@@ -238,6 +240,8 @@ def create_app(
             list_configurations,
             ConversationController,
             TurnController,
+            PresetController,
+            PresetPages,
             files_router(settings.max_file_bytes),
             search,
             ConversationAdmin,

@@ -4,6 +4,7 @@ from webapp.accounts.models import ApiToken, LoginSession, User
 from webapp.chat.files.models import FileBlob, MessageFile, StoredFile
 from webapp.chat.stored.models import Conversation, GatewayCall, Message
 from webapp.chat.stored.organising import ConversationTag
+from webapp.chat.stored.presets import Preset
 from webapp.chat.stored.shares import Share
 from webapp.embed.models import EmbedSend
 from webapp.llm.calibration import CallerCalibration, ModelCalibration
@@ -20,6 +21,7 @@ __all__ = [
     "Message",
     "MessageFile",
     "ModelCalibration",
+    "Preset",
     "Share",
     "StoredFile",
     "User",

@@ -19,6 +19,7 @@ from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
+from webapp.chat.stored.presets import Preset, default_preset, owned_preset, preset_named
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.stored.transfer import Imported, decode_export, parse_export
@@ -58,8 +59,15 @@ class ConversationEditor:
             raise InvalidInput(f"unknown configuration {configuration!r}; known: {known}")
 
     async def create(
-        self, owner: str, configuration: str | None = None, title: str | None = None
+        self,
+        owner: str,
+        configuration: str | None = None,
+        title: str | None = None,
+        *,
+        chosen: bool = True,
     ) -> Conversation:
+        """A new conversation; unless its configuration was `chosen` by the caller, the
+        owner's default preset, if any, decides it (`with_default_preset`)."""
         configuration = configuration or self._manager.catalog.default_configuration
         self.check_configuration(configuration)
         conversation = Conversation(
@@ -68,14 +76,46 @@ class ConversationEditor:
             configuration=configuration,
             title=clean_title(title) if title is not None else DEFAULT_TITLE,
         )
-        await self._db.write(lambda session: session.add(conversation))
+
+        def store(session: Session) -> None:
+            if not chosen:
+                self.with_default_preset(session, conversation)
+            session.add(conversation)
+
+        await self._db.write(store)
         self._recent.remember(conversation.id, conversation.configuration)
         return conversation
 
-    async def fresh(self, owner: str, configuration: str | None = None) -> Conversation:
+    def _with_preset_named(
+        self, session: Session, conversation: Conversation, name: str | None
+    ) -> None:
+        """An imported conversation's preset: the importing owner's of that name, while
+        the catalog has its configuration; none otherwise, and no error."""
+        preset = preset_named(session.connection(), conversation.owner, name) if name else None
+        self._use_preset(conversation, preset)
+
+    def _use_preset(self, conversation: Conversation, preset: Preset | None) -> None:
+        """Put a new conversation on `preset` (and its configuration), if the catalog still
+        has that configuration."""
+        if preset is None or preset.configuration not in self._manager.catalog.configurations:
+            return
+        if conversation.configuration != preset.configuration:
+            conversation.cut_reset = True
+        conversation.configuration = preset.configuration
+        conversation.preset_id = preset.id
+
+    def with_default_preset(self, session: Session, conversation: Conversation) -> None:
+        """Give a new conversation its owner's default preset (and the preset's
+        configuration), while the catalog still has that configuration."""
+        self._use_preset(conversation, default_preset(session.connection(), conversation.owner))
+
+    async def fresh(
+        self, owner: str, configuration: str | None = None, *, chosen: bool = True
+    ) -> Conversation:
         """A conversation to start typing in: the owner's newest one that holds no message
-        yet and was never renamed, switched to `configuration`, else a new one. Clicking
-        "New conversation" again and again stores one empty conversation, not many."""
+        yet and was never renamed, switched to `configuration` (or, unless it was
+        `chosen`, to the owner's default preset), else a new one. Clicking "New
+        conversation" again and again stores one empty conversation, not many."""
         configuration = configuration or self._manager.catalog.default_configuration
         self.check_configuration(configuration)
 
@@ -97,13 +137,16 @@ class ConversationEditor:
             if empty.configuration != configuration:
                 empty.cut_reset = True
             empty.configuration = configuration
+            empty.preset_id = None
+            if not chosen:
+                self.with_default_preset(session, empty)
             empty.updated_at = utcnow()
             session.add(empty)
             return empty
 
         found = await self._db.write(reuse)
         if found is None:
-            return await self.create(owner, configuration)
+            return await self.create(owner, configuration, chosen=chosen)
         self._recent.remember(found.id, found.configuration)
         return found
 
@@ -145,7 +188,8 @@ class ConversationEditor:
         prepared = [await self._imported_rows(owner, imported) for imported in imports]
 
         def store(session: Session) -> None:
-            for conversation, rows in prepared:
+            for (conversation, rows), imported in zip(prepared, imports, strict=True):
+                self._with_preset_named(session, conversation, imported.preset)
                 session.add(conversation)
                 session.flush()
                 connection = session.connection()
@@ -294,9 +338,32 @@ class ConversationEditor:
         against its model. Nothing already stored changes."""
         self.check_configuration(configuration)
         conversation = await self._change(
-            owner, conversation_id, configuration=configuration, cut_reset=True
+            owner, conversation_id, configuration=configuration, preset_id=None, cut_reset=True
         )
         self._recent.remember(conversation_id, configuration)
+        return conversation
+
+    async def set_preset(
+        self, owner: str, conversation_id: str, preset_id: int | None
+    ) -> Conversation:
+        """Use one of the owner's presets (another user's is a 404): the conversation takes
+        its configuration, and the next send its system prompt, answer room and
+        temperature; None goes back to the configuration alone."""
+
+        def change(session: Session) -> Conversation:
+            conversation = self._reader.owned(session, owner, conversation_id)
+            if preset_id is not None:
+                preset = owned_preset(session.connection(), owner, preset_id)
+                self.check_configuration(preset.configuration)
+                conversation.configuration = preset.configuration
+            conversation.preset_id = preset_id
+            conversation.cut_reset = True
+            conversation.updated_at = utcnow()
+            session.add(conversation)
+            return conversation
+
+        conversation = await self._db.write(change)
+        self._recent.remember(conversation_id, conversation.configuration)
         return conversation
 
     async def pin(
@@ -406,8 +473,8 @@ class ConversationEditor:
         return await self._db.write(switch)
 
     async def fork(self, owner: str, conversation_id: str, message_id: int) -> Conversation:
-        """A new conversation (same owner and configuration) holding the branch up to and
-        including the turn of a message, renumbered from 1, every fit fact kept."""
+        """A new conversation (same owner, configuration and preset) holding the branch up
+        to and including the turn of a message, renumbered from 1, every fit fact kept."""
         check_id(message_id)
 
         def copy(session: Session) -> Conversation:
@@ -425,6 +492,7 @@ class ConversationEditor:
                 owner=owner,
                 **owner_columns(owner),
                 configuration=source.configuration,
+                preset_id=source.preset_id,
                 title=fork_title(source.title),
                 kind=Kind.FORK,
                 created_at=now,

@@ -29,6 +29,7 @@ from webapp.chat.answering.reaping import Reaper
 from webapp.chat.answering.stopping import AnswerStopper
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.naming import Titler
+from webapp.chat.presets import Presets
 from webapp.chat.reading import ConversationReader
 from webapp.chat.send import Sender
 from webapp.chat.sending.admission import Admission, CallerQuota
@@ -57,6 +58,7 @@ class ChatJobs:
     flusher: AnswerFlusher
     notices: AnswerNotices
     """How this process hears of answers and titles other workers write."""
+    presets: Presets
 
     @property
     def catalog(self) -> Catalog:
@@ -123,4 +125,5 @@ def chat_jobs(
         reaper,
         flusher,
         notices,
+        Presets(db, manager),
     )

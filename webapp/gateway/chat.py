@@ -19,10 +19,11 @@ from webapp.chat.sending.files import route_for_pictures
 from webapp.chat.web.deps import Chat
 from webapp.errors import InvalidInput
 from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversation
-from webapp.gateway.deps import Cuts, Intakes, json_response, resolve_route
+from webapp.gateway.deps import Cuts, Intakes, json_response
 from webapp.gateway.errors import GatewayError, from_provider
 from webapp.gateway.intake import estimates
 from webapp.gateway.pictures import with_picture_estimates
+from webapp.gateway.presets import addressed, with_preset_prompt
 from webapp.gateway.report import fit_headers, fit_report
 from webapp.gateway.schemas import ChatCompletionRequest
 from webapp.gateway.streaming import Chunks, completion_body, replay, sse
@@ -56,10 +57,14 @@ async def chat_completions(
         request, owner, ChatCompletionRequest, record=conversation_id is None
     )
     manager = chat.manager
-    route = resolve_route(manager, body.model)
+    found = await addressed(chat, owner, body.model)
+    preset = found.preset
     if conversation_id is not None:
-        return await answer_in_conversation(chat, owner, conversation_id.strip(), body)
-    messages = [message.wire() for message in body.messages]
+        return await answer_in_conversation(
+            chat, owner, conversation_id.strip(), body, preset=preset
+        )
+    messages = with_preset_prompt([message.wire() for message in body.messages], preset)
+    route = found.route
     route = seeing(manager.catalog, route, messages)
     tools = body.wire_tools()
     keep_from = cuts.keep_from(owner, body.model, route.primary.name, messages)
@@ -71,7 +76,8 @@ async def chat_completions(
         Transcript(messages=messages, estimates=sized, keep_from=keep_from),
         caller=owner,
         tools=tools,
-        max_tokens=body.answer_limit,
+        max_tokens=body.answer_limit or (preset.max_tokens if preset else None),
+        temperature=preset.temperature if preset else None,
         cache_scope=f"gateway:{owner}:{body.cache_scope}" if body.cache_scope else None,
     )
     if body.stream and not tools:

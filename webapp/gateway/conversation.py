@@ -26,6 +26,7 @@ from webapp.chat.answering.answer import Event
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.send import Send
 from webapp.chat.stored.models import Message, Status
+from webapp.chat.stored.presets import Preset
 from webapp.errors import NotFound
 from webapp.gateway.deps import json_response
 from webapp.gateway.errors import GatewayError, invalid
@@ -109,7 +110,11 @@ def _failure(answer: Message, report: dict[str, Any]) -> GatewayError:
 
 
 async def _start(
-    chat: ChatJobs, owner: str, conversation_id: str, body: ChatCompletionRequest
+    chat: ChatJobs,
+    owner: str,
+    conversation_id: str,
+    body: ChatCompletionRequest,
+    preset: Preset | None,
 ) -> Send:
     content = _new_content(body)
     try:
@@ -121,7 +126,13 @@ async def _start(
             param=CONVERSATION_HEADER,
             code="conversation_not_found",
         ) from None
-    if conversation.configuration != body.model:
+    if preset is not None:
+        if conversation.preset_id != preset.id:
+            raise invalid(
+                f"conversation {conversation_id} does not use preset {preset.name!r}",
+                param="model",
+            )
+    elif conversation.configuration != body.model:
         raise invalid(
             f"conversation {conversation_id} uses configuration "
             f"{conversation.configuration!r}; send that as the model",
@@ -131,9 +142,16 @@ async def _start(
 
 
 async def answer_in_conversation(
-    chat: ChatJobs, owner: str, conversation_id: str, body: ChatCompletionRequest
+    chat: ChatJobs,
+    owner: str,
+    conversation_id: str,
+    body: ChatCompletionRequest,
+    *,
+    preset: Preset | None = None,
 ) -> ASGIApp:
-    send = await _start(chat, owner, conversation_id, body)
+    """`preset`: the one the call's `model` named (`preset:<name>`), which the
+    conversation must use; its send carries it as every send of the conversation does."""
+    send = await _start(chat, owner, conversation_id, body, preset)
     if body.stream:
         return await _stream(chat, owner, send, body)
     user, answer = await chat.sender.settle(send)

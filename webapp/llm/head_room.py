@@ -34,11 +34,17 @@ class Room:
     budget: int
 
 
-def room_of(route: Route, serving: Callable[[ModelSpec], ModelSpec] | None = None) -> Room:
+def room_of(
+    route: Route,
+    serving: Callable[[ModelSpec], ModelSpec] | None = None,
+    max_tokens: int | None = None,
+) -> Room:
     """The route's largest budget (`serving`: the model as its engine runs it, a learned
-    window smaller than the catalog's)."""
+    window smaller than the catalog's; `max_tokens`: an answer's room other than the
+    configuration's, a preset's)."""
+    most = max_tokens if max_tokens is not None else route.configuration.max_tokens
     rooms = [
-        (budget_for(model, reserve_of(route.configuration.max_tokens, model)), model)
+        (budget_for(model, reserve_of(most, model)), model)
         for model in (serving(m) if serving else m for m in route.models)
     ]
     budget, model = max(rooms, key=lambda pair: pair[0])
@@ -55,20 +61,26 @@ def crowded_out(
     route: Route,
     instructions: str,
     serving: Callable[[ModelSpec], ModelSpec] | None = None,
+    *,
+    max_tokens: int | None = None,
+    named: str = "your custom instructions",
+    where: str = "Settings",
 ) -> str | None:
-    """None while the instructions leave room in the route; else why not, naming them,
-    the configuration and the smallest window of the catalog's configurations that holds
-    them (what the user may switch to)."""
+    """None while the instructions leave room in the route; else why not, naming them
+    (`named`: a preset's system prompt with them, shortened in `where`), the
+    configuration and the smallest window of the catalog's configurations that holds
+    them (what the user may switch to). `max_tokens`: the answer's room, if a preset
+    sets it."""
     if not instructions:
         return None
-    room = room_of(route, serving)
+    room = room_of(route, serving, max_tokens)
     if leaves_room(room, route.configuration.system_prompt, instructions):
         return None
     said = (
-        f"your custom instructions (about {estimate_text(instructions):,} tokens) leave no "
+        f"{named} (about {estimate_text(instructions):,} tokens) leave no "
         f"room for a message in configuration {room.configuration!r} (model {room.model}, "
         f"a window of {room.window:,} tokens, {room.budget:,} for the prompt): shorten "
-        "them in Settings"
+        f"them in {where}"
     )
     fits = _smallest_that_fits(catalog, instructions)
     if fits is None:

@@ -121,6 +121,8 @@ class Plan:
     max_tokens: int | None = None
     cache_key: str | None = None
     """The key that keeps the call on its conversation's cache (`webapp.llm.affinity`)."""
+    temperature: float | None = None
+    """None: the provider's default (a user's preset may set it)."""
 
 
 class AllModelsFailed(ProviderError):
@@ -278,6 +280,7 @@ class LLMManager:
         caller: str,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        temperature: float | None = None,
         cache_scope: str | None = None,
     ) -> Plan:
         """A send of `caller`'s (its owner key), fitted to the route's first model.
@@ -287,7 +290,7 @@ class LLMManager:
             route, route.primary, transcript, caller=caller, tools=tools, max_tokens=max_tokens
         )
         key = self.keys.key(cache_scope) if cache_scope is not None else None
-        return Plan(route, transcript, fit, caller, tools, max_tokens, key)
+        return Plan(route, transcript, fit, caller, tools, max_tokens, key, temperature)
 
     async def count_missing(
         self, model: ModelSpec, transcript: Transcript
@@ -390,6 +393,7 @@ class LLMManager:
                     tools=plan.tools,
                     info=_call_info(result, plan.cache_key),
                     sent=sent,
+                    temperature=plan.temperature,
                 )
                 async with aclosing(chunks):
                     try:
@@ -445,6 +449,7 @@ class LLMManager:
                         max_tokens=self.max_tokens_for(route, plan.max_tokens),
                         tools=plan.tools,
                         info=_call_info(result, plan.cache_key),
+                        temperature=plan.temperature,
                     )
                 except ContextLengthExceeded as error:
                     await self._tighten(model, result, error, plan.caller)

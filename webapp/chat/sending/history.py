@@ -3,7 +3,9 @@
 `read_for_send` finds the route of the conversation's configuration, where the new turn
 goes (the active branch's leaf, or for an
 alternative to a user turn, the row that turn continued), reads the branch's tail, the
-previous send's cut and the owner's instructions, and loads as much history as the
+previous send's cut, the owner's instructions and the conversation's preset (its system
+prompt joins the head before them, its answer room and temperature go with the plan), and
+loads as much history as the
 route's largest budget could hold. What it returns is all `LLMManager.plan` and the
 store stage need; nothing here writes.
 """
@@ -28,6 +30,7 @@ from webapp.chat.sending.files import (
 from webapp.chat.stored.branches import parent_of
 from webapp.chat.stored.history import Tail, load_transcript, previous_fit, read_tail
 from webapp.chat.stored.models import Conversation, Role
+from webapp.chat.stored.presets import conversation_preset
 from webapp.chat.stored.rows import row_in
 from webapp.db import off_the_loop
 from webapp.errors import InvalidInput
@@ -51,6 +54,11 @@ class ForSend:
     """The new message's estimate."""
     transcript: Transcript | None = None
     instructions: str = ""
+    """What the head carries beside the configuration's system prompt: the preset's
+    system prompt, then the owner's custom instructions."""
+    max_tokens: int | None = None
+    """The answer's room and its temperature, if the conversation's preset sets them."""
+    temperature: float | None = None
     files: Sequence[StoredFile] = ()
     """The files the new message carries (`sending.files`)."""
     attachments: list[dict[str, Any]] | None = None
@@ -98,8 +106,17 @@ def read_for_send(
     attachments = attachment_dicts(catalog, route, files)
     if isinstance(route, RoutingError):
         return ForSend(route, tail, text, tokens, files=files, attachments=attachments)
-    instructions = owner_instructions(connection, owner)
-    crowded = crowded_out(manager.catalog, route, instructions, manager.serving)
+    preset = conversation_preset(connection, conversation)
+    max_tokens = preset.max_tokens if preset else None
+    instructions = (
+        with_instructions(
+            preset.system_prompt if preset else None, owner_instructions(connection, owner)
+        )
+        or ""
+    )
+    crowded = crowded_out(
+        manager.catalog, route, instructions, manager.serving, max_tokens=max_tokens
+    )
     if crowded is not None:  # every send would overflow, and the engine refuse it
         raise InvalidInput(crowded)
     previous = None if afresh else previous_fit(connection, conversation.id, tail)
@@ -112,7 +129,7 @@ def read_for_send(
         tail,
         newest,
         tokens,
-        budget=manager.largest_budget(route),
+        budget=manager.largest_budget(route, max_tokens),
         system_prompt=system_message,
         system_tokens=estimate_message(system_message) if system_message else 0,
         system_counts=manager.system_counts(route, system) if system else None,
@@ -121,4 +138,15 @@ def read_for_send(
         cut=cut,
     )
     transcript = with_history_pictures(connection, transcript, files)
-    return ForSend(route, tail, text, tokens, transcript, instructions, files, attachments)
+    return ForSend(
+        route,
+        tail,
+        text,
+        tokens,
+        transcript,
+        instructions,
+        max_tokens,
+        preset.temperature if preset else None,
+        files,
+        attachments,
+    )

@@ -100,7 +100,9 @@ class Previewer:
         if isinstance(read.route, RoutingError):
             raise InvalidInput(str(read.route))
         assert read.transcript is not None, "a routed read has its transcript"
-        planned = self._manager.plan(read.route, read.transcript, caller=owner)
+        planned = self._manager.plan(
+            read.route, read.transcript, caller=owner, max_tokens=read.max_tokens
+        )
         fit = fit_columns(planned.fit, planned.transcript)
         fit = {
             **with_left_out_files(connection, conversation.id, fit),

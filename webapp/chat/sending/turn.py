@@ -115,4 +115,11 @@ def plan_for(
     if isinstance(read.route, RoutingError):
         return read.route
     assert read.transcript is not None, "a routed read has its transcript"
-    return manager.plan(read.route, read.transcript, caller=owner, cache_scope=conversation_id)
+    return manager.plan(
+        read.route,
+        read.transcript,
+        caller=owner,
+        max_tokens=read.max_tokens,
+        temperature=read.temperature,
+        cache_scope=conversation_id,
+    )

@@ -122,6 +122,16 @@ class Conversation(SQLModel, table=True):
     )
     """Where it came from: `original`, `fork` or `import` (`organising.Kind`); unlike the
     title's mark, a rename never loses it."""
+    preset_id: int | None = Field(
+        default=None,
+        sa_column=Column(
+            Integer,
+            ForeignKey("preset.id", ondelete="SET NULL", name="fk_conversation_preset_id"),
+            nullable=True,
+        ),
+    )
+    """The owner's preset the sends use (`webapp.chat.presets`); deleting it leaves the
+    conversation on its configuration alone."""
 
 
 class Message(SQLModel, table=True):

@@ -96,6 +96,7 @@ def conversation_dict(
         "id": row.id,
         "title": row.title,
         "configuration": row.configuration,
+        "preset": row.preset_id,
         "created_at": _iso(row.created_at),
         "updated_at": _iso(row.updated_at),
         "pinned": bool(row.pinned),

@@ -61,12 +61,17 @@ def export_message(row: Message) -> dict[str, Any]:
     return {**message_dict(row), "parent_seq": follows(row)}
 
 
-def export_json(conversation: Conversation, rows: list[Message]) -> dict[str, Any]:
-    """`rows`: every stored message, of every branch, in seq order."""
+def export_json(
+    conversation: Conversation, rows: list[Message], preset: str | None = None
+) -> dict[str, Any]:
+    """`rows`: every stored message, of every branch, in seq order; `preset`: the name of
+    the conversation's preset (a name, not an id: an import matches it among the
+    importing user's own)."""
+    head = {**conversation_dict(conversation), "active_seq": conversation.active_seq}
     return {
         "format": FORMAT,
         "version": VERSION,
-        "conversation": {**conversation_dict(conversation), "active_seq": conversation.active_seq},
+        "conversation": {**head, "preset": preset},
         "messages": [export_message(row) for row in rows],
     }
 
@@ -207,6 +212,9 @@ class Imported:
     messages: list[dict[str, Any]]
     """Message column values, in seq order, ready to store (no ids, no conversation)."""
     active_seq: int | None = None
+    preset: str | None = None
+    """The exported conversation's preset, by name: the importing user's preset of that
+    name is used, if there is one; else it is dropped."""
 
 
 def _field(
@@ -420,6 +428,7 @@ def parse_export(data: object, *, default_configuration: str, known: set[str]) -
     title = _field("conversation", conversation, "title", (str,), null=True)
     configuration = _field("conversation", conversation, "configuration", (str,), null=True)
     active = _field("conversation", conversation, "active_seq", (int,), null=True)
+    preset = conversation.get("preset")  # an id in a conversation's JSON: no name, dropped
     rows = [_message(index, message) for index, message in enumerate(messages)]
     if active is not None:
         starts = {row["parent_seq"] for row in rows if row["parent_seq"] is not None}
@@ -436,4 +445,5 @@ def parse_export(data: object, *, default_configuration: str, known: set[str]) -
         created_at=_time("conversation", conversation, "created_at"),
         messages=rows,
         active_seq=active,
+        preset=preset if isinstance(preset, str) else None,
     )

@@ -34,6 +34,7 @@ from webapp.chat.stored.feedback import feedback_value
 from webapp.chat.stored.history import Branch
 from webapp.chat.stored.models import Conversation, Message
 from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
+from webapp.chat.stored.presets import conversation_preset
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
 from webapp.chat.stored.titles import clean_title
 from webapp.chat.stored.transfer import (
@@ -69,6 +70,9 @@ class ConversationChanges:
     archived: bool | None = None
     tags: list[str] | None = None
     """The whole set of tags after the change (`[]` removes them all)."""
+    preset: int | None = None
+    """One of the caller's presets (its configuration comes with it), or null for the
+    configuration alone; left out, unchanged (`_names_preset`)."""
 
 
 @dataclass
@@ -114,6 +118,13 @@ class MessageRef:
 
 ExportFormat = Annotated[Literal["json", "markdown"], QueryParameter(name="format")]
 """`?format=`: named apart from the builtin `format`."""
+
+
+async def _names_preset(request: Request[Any, Any, Any]) -> bool:
+    """Whether a conversation's changes name `preset` at all: null there means "no preset",
+    where any other field's null means "unchanged"."""
+    body = await request.json()
+    return isinstance(body, dict) and "preset" in body
 
 
 def wants_event_stream(request: Request[Any, Any, Any]) -> bool:
@@ -232,7 +243,11 @@ async def _json_pieces(
     chat: ChatJobs, conversation: Conversation, ends: list[int]
 ) -> AsyncIterator[bytes]:
     files = await chat.db.read(export_files, conversation.id)
-    head = {**export_json(conversation, []), "files": files, "messages": _MESSAGES_MARK}
+    preset = await chat.db.read(
+        lambda session: conversation_preset(session.connection(), conversation)
+    )
+    named = preset.name if preset is not None else None
+    head = {**export_json(conversation, [], named), "files": files, "messages": _MESSAGES_MARK}
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
@@ -329,12 +344,15 @@ class ConversationController(Controller):
         owner: Owner,
         data: JSONBody[NewConversation | None] = None,
     ) -> dict[str, Any]:
-        """Without a configuration, the caller's default for new conversations (settings)."""
+        """Without a configuration, the caller's default preset, else their default
+        configuration for new conversations (settings)."""
         data = data or NewConversation()
         configuration = data.configuration or preferred_configuration(
             request.user, chat.catalog.configurations
         )
-        conversation = await chat.editor.create(owner, configuration, data.title)
+        conversation = await chat.editor.create(
+            owner, configuration, data.title, chosen=data.configuration is not None
+        )
         return conversation_dict(conversation, [])
 
     @get("/{conversation_id:str}")
@@ -410,15 +428,20 @@ class ConversationController(Controller):
     @patch("/{conversation_id:str}")
     async def update_conversation(
         self,
+        request: Request[Any, Any, Any],
         chat: Chat,
         owner: Owner,
         conversation_id: FromPath[str],
         data: JSONBody[ConversationChanges],
     ) -> dict[str, Any]:
-        if all(value is None for value in dataclasses.astuple(data)):
+        preset_given = await _names_preset(request)
+        if not preset_given and all(value is None for value in dataclasses.astuple(data)):
             raise InvalidInput(
-                "nothing to change: send a title, a configuration, pinned, archived or tags"
+                "nothing to change: send a title, a configuration, a preset, pinned, archived "
+                "or tags"
             )
+        if data.configuration is not None and data.preset is not None:
+            raise InvalidInput("send a configuration or a preset: a preset has its own")
         # All are checked before any is applied: a bad part changes nothing.
         title = clean_title(data.title) if data.title is not None else None
         tags = clean_tags(data.tags) if data.tags is not None else None
@@ -427,6 +450,8 @@ class ConversationController(Controller):
         await chat.reader.get(owner, conversation_id)  # another's: 404 before any change
         if data.configuration is not None:
             await chat.editor.set_configuration(owner, conversation_id, data.configuration)
+        if preset_given:
+            await chat.editor.set_preset(owner, conversation_id, data.preset)
         if title is not None:
             await chat.editor.rename(owner, conversation_id, title)
         conversation, now_tags = await chat.editor.organise(

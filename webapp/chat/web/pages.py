@@ -161,6 +161,7 @@ class ConversationPages(Controller):
             context.update(await sidebar(chat, conversation.owner, 0, conversation.id))
             context["owner_tags"] = await chat.reader.owner_tags(conversation.owner)
             context["configurations"] = configuration_dicts(chat.catalog)
+            context["presets"] = await chat.presets.list(conversation.owner)
             context["default_configuration"] = default_configuration(request, chat)
         return Template(self.page_template, context=context)
 
@@ -317,12 +318,19 @@ class ConversationPages(Controller):
         chat: Chat,
         conversation: FoundConversation,
     ) -> Response[Any]:
-        """Bound the next send against another configuration's model (not for embeds,
-        whose configuration is the site owner's choice)."""
+        """Bound the next send against another configuration's model, or one of the
+        user's presets (its configuration, system prompt, temperature and answer room);
+        not for embeds, whose configuration is the site owner's choice."""
         if conversation.embed is not None:
             raise InvalidInput("an embedded chat keeps its site's configuration")
-        configuration = await form_field(request, "configuration")
-        await chat.editor.set_configuration(conversation.owner, conversation.id, configuration)
+        chosen = await form_field(request, "configuration")
+        if chosen.startswith(PRESET_CHOICE):  # the picker's presets: "preset:<id>"
+            preset_id = chosen.removeprefix(PRESET_CHOICE)
+            if not preset_id.isdecimal():
+                raise InvalidInput(f"no such preset: {chosen!r}")
+            await chat.editor.set_preset(conversation.owner, conversation.id, int(preset_id))
+        else:
+            await chat.editor.set_configuration(conversation.owner, conversation.id, chosen)
         if not is_htmx(request):
             return go_to(request, conversation.base)
         # The page stays (the draft with it): the meter and the cut line show what the next
@@ -336,6 +344,7 @@ class ConversationPages(Controller):
                 "base": conversation.base,
                 "conversation": await chat.reader.get(conversation.owner, conversation.id),
                 "configurations": configuration_dicts(chat.catalog),
+                "presets": await chat.presets.list(conversation.owner),
             },
         )
 
@@ -409,7 +418,7 @@ class ConversationAdmin(Controller):
         conversation = (
             conversations[0]
             if conversations
-            else await chat.editor.fresh(owner, default_configuration(request, chat))
+            else await chat.editor.fresh(owner, default_configuration(request, chat), chosen=False)
         )
         return Redirect(f"/c/{conversation.id}", status_code=303)
 
@@ -477,8 +486,9 @@ class ConversationAdmin(Controller):
         self, request: Request[Any, Any, Any], chat: Chat, owner: Owner
     ) -> Response[Any]:
         configuration = await form_field(request, "configuration", required=False)
+        # The sidebar's select keeps the default configuration: a default preset comes first.
         conversation = await chat.editor.fresh(
-            owner, configuration or default_configuration(request, chat)
+            owner, configuration or default_configuration(request, chat), chosen=False
         )
         return go_to(request, f"/c/{conversation.id}")
 
@@ -524,6 +534,8 @@ class ConversationAdmin(Controller):
 
 
 PINNED_GROUP = "Pinned"
+PRESET_CHOICE = "preset:"
+"""The header picker's value for one of the user's presets, beside configuration names."""
 
 
 def default_configuration(request: Request[Any, Any, Any], chat: ChatJobs) -> str:

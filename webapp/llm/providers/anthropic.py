@@ -224,13 +224,16 @@ class AnthropicProvider(ChatOnlyProvider):
     @staticmethod
     def _body(model_id: str, messages: list[Message], call: ChatCall) -> dict[str, Any]:
         marks = call.info.cache_marks if call.info is not None else ()
-        return to_messages_request(
+        body = to_messages_request(
             model_id,
             messages,
             max_tokens=call.room or DEFAULT_MAX_TOKENS,
             tools=call.tools,
             cache_marks=marks,
         )
+        if call.temperature is not None:  # the API takes 0 to 1; a preset may say up to 2
+            body["temperature"] = min(call.temperature, 1.0)
+        return body
 
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
         body = self._body(model_id, messages, call)

@@ -118,6 +118,8 @@ class ChatCall:
     info: CallInfo | None = None
     sent: Callable[[], None] | None = None
     """Called once the request is written to the engine's connection (streams only)."""
+    temperature: float | None = None
+    """None: the engine's default."""
 
     @property
     def key(self) -> str | None:
@@ -255,8 +257,11 @@ class Provider(abc.ABC):
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
+        temperature: float | None = None,
     ) -> ChatResult:
-        return await self._chat(model_id, messages, ChatCall(max_tokens, tools, info))
+        return await self._chat(
+            model_id, messages, ChatCall(max_tokens, tools, info, temperature=temperature)
+        )
 
     def stream_chat(
         self,
@@ -267,11 +272,13 @@ class Provider(abc.ABC):
         tools: list[dict[str, Any]] | None = None,
         info: CallInfo | None = None,
         sent: Callable[[], None] | None = None,
+        temperature: float | None = None,
     ) -> AsyncGenerator[StreamChunk, None]:
         """`sent` is called once the request is on its way to the engine (written to its
         connection): what comes before the first token from then on overlaps the
         engine's own work."""
-        return self._stream_chat(model_id, messages, ChatCall(max_tokens, tools, info, sent))
+        call = ChatCall(max_tokens, tools, info, sent, temperature)
+        return self._stream_chat(model_id, messages, call)
 
     @abc.abstractmethod
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:

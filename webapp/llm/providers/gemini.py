@@ -71,7 +71,11 @@ def _declarations(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 
 
 def to_gemini_request(
-    messages: list[Message], *, max_tokens: int | None, tools: list[dict[str, Any]] | None
+    messages: list[Message],
+    *,
+    max_tokens: int | None,
+    tools: list[dict[str, Any]] | None,
+    temperature: float | None = None,
 ) -> dict[str, Any]:
     """The generateContent body for an OpenAI-shaped transcript."""
     system: list[dict[str, Any]] = []
@@ -122,8 +126,13 @@ def to_gemini_request(
         body["systemInstruction"] = {"parts": system}
     if declarations := _declarations(tools):
         body["tools"] = [{"functionDeclarations": declarations}]
+    generation: dict[str, Any] = {}
     if max_tokens is not None:
-        body["generationConfig"] = {"maxOutputTokens": max_tokens}
+        generation["maxOutputTokens"] = max_tokens
+    if temperature is not None:
+        generation["temperature"] = temperature
+    if generation:
+        body["generationConfig"] = generation
     return body
 
 
@@ -201,7 +210,9 @@ class GeminiProvider(ChatOnlyProvider):
         return super()._where(path.replace("{model}", model_id.removeprefix("models/")), model_id)
 
     async def _chat(self, model_id: str, messages: list[Message], call: ChatCall) -> ChatResult:
-        body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
+        body = to_gemini_request(
+            messages, max_tokens=call.room, tools=call.tools, temperature=call.temperature
+        )
         path = self._path(model_id, "generateContent")
         data = await self._post_json(path, body, model_id, call.key)
         parts, reason = _parts(data)
@@ -231,7 +242,9 @@ class GeminiProvider(ChatOnlyProvider):
     ) -> AsyncGenerator[StreamChunk, None]:
         """Text as each event brings it, then one chunk with the finish reason and the
         usage of the last event, once the body ends."""
-        body = to_gemini_request(messages, max_tokens=call.room, tools=call.tools)
+        body = to_gemini_request(
+            messages, max_tokens=call.room, tools=call.tools, temperature=call.temperature
+        )
         path = self._path(model_id, "streamGenerateContent")
         yielded = False
         finish_reason: str | None = None

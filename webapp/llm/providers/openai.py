@@ -414,6 +414,8 @@ class OpenAIProvider(HTTPProvider):
         body: dict[str, Any] = {"model": model_id, "messages": messages}
         if call.max_tokens is not None:
             body["max_tokens"] = call.max_tokens
+        if call.temperature is not None:
+            body["temperature"] = call.temperature
         if call.tools:
             body["tools"] = call.tools
         return body
