@@ -20,12 +20,13 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from typing import Any
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TextIO
 
 import httpx2
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Tool
 
@@ -56,14 +57,32 @@ def _resolve(names: Mapping[str, str], environ: Mapping[str, str], what: str) ->
     return {key: environ[source] for key, source in names.items()}
 
 
+@contextmanager
+def _server_log() -> Iterator[TextIO]:
+    """Where a stdio server's own log goes: the process's real stderr (the admin's log),
+    even while `sys.stderr` is replaced by something without a file descriptor."""
+    real = sys.__stderr__
+    try:
+        usable = real is not None and real.fileno() >= 0
+    except (OSError, ValueError):
+        usable = False
+    if usable and real is not None:
+        yield real
+        return
+    with open(os.devnull, "w") as devnull:
+        yield devnull
+
+
 @asynccontextmanager
 async def _opened(spec: McpServerSpec, environ: Mapping[str, str]) -> AsyncIterator[Client]:
     """A connected client for `spec` (no response cache: a tool's answer is never reused)."""
     if spec.transport == "stdio":
         env = _resolve(spec.env_from, environ, "env_from")
         params = StdioServerParameters(command=spec.command or "", args=list(spec.args), env=env)
-        async with Client(params, cache=None, read_timeout_seconds=spec.timeout) as client:
-            yield client
+        with _server_log() as errlog:
+            transport = stdio_client(params, errlog=errlog)
+            async with Client(transport, cache=None, read_timeout_seconds=spec.timeout) as client:
+                yield client
         return
     headers = _resolve(spec.headers_from, environ, "headers_from")
     async with httpx2.AsyncClient(headers=headers, timeout=spec.timeout) as http:
