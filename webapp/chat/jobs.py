@@ -65,6 +65,7 @@ class ChatJobs:
         await self.answers.shutdown()
         await self.titler.shutdown()
         await self.flusher.close()
+        await self.sender.writer.aclose()
 
 
 def chat_jobs(
