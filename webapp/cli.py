@@ -67,7 +67,27 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"  configuration {entry['name']!r}: served by {entry['serving_model']} "
             f"(window {entry['window']:,}; a moved cut keeps {entry['trim_to']:.0%} of the budget)"
         )
-    return 0
+    return _report_tools(catalog) if catalog.mcp_servers else 0
+
+
+def _report_tools(catalog: Catalog) -> int:
+    """Connect to each MCP server and size each configuration's tools; 1 when one leaves
+    no room for a message."""
+    import asyncio
+
+    from webapp.tools.check import ToolReport, check_tools
+    from webapp.tools.connections import connecting
+
+    async def inspect() -> ToolReport:
+        async with connecting() as connections:
+            return await check_tools(catalog, connections)
+
+    report = asyncio.run(inspect())
+    print("\n".join(report.lines))
+    if report.refused:
+        names = ", ".join(map(repr, report.refused))
+        print(f"{catalog.source}: tools leave no room in configuration {names}", file=sys.stderr)
+    return 1 if report.refused else 0
 
 
 def _report_models(catalog: Catalog) -> Catalog:

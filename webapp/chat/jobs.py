@@ -71,6 +71,7 @@ class ChatJobs:
         await self.titler.shutdown()
         await self.flusher.close()
         await self.notices.stop()
+        await self.sender.writer.aclose()
 
 
 def chat_jobs(

@@ -27,6 +27,7 @@ from sqlmodel import Session
 from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.pictures import with_pictures
 from webapp.chat.answering.reaping import INTERRUPTED_ERROR
+from webapp.chat.answering.tool_loop import Answered, Stepped, ToolCall, ToolResult, run_tools
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
 from webapp.chat.stored.serialize import message_dict
@@ -35,9 +36,12 @@ from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
 from webapp.llm.providers.base import ProviderError, StreamBroken, Usage
 from webapp.llm.routing import RoutingError
+from webapp.llm.window import FitResult
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
+from webapp.tools.connections import McpConnections
+from webapp.tools.toolset import gather
 from webapp.web.markdown import render_markdown_async
 
 log = logging.getLogger(__name__)
@@ -277,12 +281,18 @@ class AnswerWriter:
         settings: Settings,
         flusher: AnswerFlusher,
         answers: AnswerRegistry,
+        tools: McpConnections | None = None,
     ) -> None:
         self._db = db
         self._manager = manager
         self._settings = settings
         self._flusher = flusher
         self._answers = answers
+        self._tools = tools if tools is not None else McpConnections()
+
+    async def aclose(self) -> None:
+        """End the MCP sessions this process's answers held open."""
+        await self._tools.aclose()
 
     def start(
         self,
@@ -371,19 +381,16 @@ class AnswerWriter:
         channel.publish(Event("fit", message_dict(user)))
         seconds = self._settings.file_read_seconds
         planned = await with_pictures(self._db, self._manager, planned, seconds)
+        if planned.route.configuration.tools:
+            await self._answer_with_tools(user, planned, progress, channel, sent)
+            return
         async for event in self._manager.stream(planned, sent):
             if isinstance(event, Counted):
                 await self._db.write(_store_counts, event.tokenizer, event.counts)
             elif isinstance(event, Fitted):
                 # A fit made after the send's own: a fallback model's, a retry's, or one
                 # made once history was counted.
-                progress.trying = event.fit.model
-                if progress.earlier is not None:
-                    continue  # the turn's facts are its own send's, not a continuation's
-                columns = fit_columns(event.fit, planned.transcript)
-                await self._db.write(_set_columns, id_of(user), columns)
-                user = updated(user, columns)
-                channel.publish(Event("fit", message_dict(user)))
+                user = await self._refitted(user, event.fit, planned, progress, channel)
             elif isinstance(event, Prefilling):
                 read = event.progress
                 progress_event = {"processed": read.processed, "total": read.total}
@@ -393,6 +400,60 @@ class AnswerWriter:
                 channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
             else:
                 progress.finished = event
+
+    async def _refitted(
+        self, user: Message, fit: FitResult, planned: Plan, progress: Progress, channel: Channel
+    ) -> Message:
+        """Store a fit made after the send's own on the user's row, and say so (not a
+        continuation's: the turn's facts are its own send's)."""
+        progress.trying = fit.model
+        if progress.earlier is not None:
+            return user
+        columns = fit_columns(fit, planned.transcript)
+        await self._db.write(_set_columns, id_of(user), columns)
+        user = updated(user, columns)
+        channel.publish(Event("fit", message_dict(user)))
+        return user
+
+    async def _answer_with_tools(
+        self,
+        user: Message,
+        planned: Plan,
+        progress: Progress,
+        channel: Channel,
+        sent: Callable[[], None] | None,
+    ) -> None:
+        """An answer whose configuration offers tools (`tool_loop`): each call and result
+        is published as it happens (`tool_call`, `tool_result`), each step's fit stored
+        on the user's row; the answer's text arrives whole, once the model gives it."""
+        configuration, catalog = planned.route.configuration, self._manager.catalog
+        toolset = await gather(self._tools, configuration.tools, catalog.mcp_servers)
+        if sent is not None:
+            sent()
+        steps = run_tools(
+            self._manager, planned, toolset, self._tools, configuration.max_tool_steps
+        )
+        model = planned.fit.model
+        async for event in steps:
+            if isinstance(event, Stepped):
+                model = event.model
+                if event.fit is not planned.fit:
+                    user = await self._refitted(user, event.fit, planned, progress, channel)
+            elif isinstance(event, ToolCall):
+                asked = {"id": event.id, "name": event.name, "arguments": event.arguments}
+                channel.publish(Event("tool_call", asked))
+            elif isinstance(event, ToolResult):
+                outcome, call = event.outcome, event.call
+                result = {"id": call.id, "name": call.name, "content": outcome.content}
+                channel.publish(Event("tool_result", result | {"status": outcome.status}))
+            elif isinstance(event, Answered):
+                answer = event.result
+                if answer.content:
+                    progress.add(answer.content)
+                    channel.publish(
+                        Event("delta", {"text": answer.content}, id=str(progress.length))
+                    )
+                progress.finished = Finished(model, answer.finish_reason, answer.usage)
 
     async def finish(
         self, answer: Message, progress: Progress, status: Status, error: str | None

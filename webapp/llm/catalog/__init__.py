@@ -24,6 +24,7 @@ from webapp.llm.catalog.models import Catalog as Catalog
 from webapp.llm.catalog.models import ConfigurationSpec as ConfigurationSpec
 from webapp.llm.catalog.models import Criteria as Criteria
 from webapp.llm.catalog.models import EmbedSpec as EmbedSpec
+from webapp.llm.catalog.models import McpServerSpec as McpServerSpec
 from webapp.llm.catalog.models import ModelSpec as ModelSpec
 from webapp.llm.catalog.models import ProviderSpec as ProviderSpec
 from webapp.llm.did_you_mean import did_you_mean
@@ -83,7 +84,7 @@ def parse_catalog(data: object, source: str) -> Catalog:
     entries = {section: t if isinstance(t, list) else [] for section, t in tables.items()}
     names = {section: [n for e in table if (n := _name(e))] for section, table in entries.items()}
     reading, first = Reading(Path(source).resolve().parent, names), dict[tuple[str, str], str]()
-    known = "; expected [[providers]], [[models]], [[configurations]] or [[embeds]]"
+    known = "; expected " + ", ".join(f"[[{section}]]" for section in SECTIONS)
     hints = {key: did_you_mean(key, SECTIONS) for key in data if key not in SECTIONS}
     lines = [f"top level: field '{key}': unknown key{hint}{known}" for key, hint in hints.items()]
     for section, spec in SECTIONS.items():

@@ -39,6 +39,7 @@ VENDOR_ROOTS["gemini"] = "https://generativelanguage.googleapis.com"
 EMBED_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """An embed's name is part of its URL, /embed/{name}."""
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvName = Annotated[str, Field(pattern=ENV_NAME)]
 HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]*$"
 """A header name as HTTP spells it (a token; letters, digits and dashes in practice)."""
 RESERVED_HEADERS = frozenset({"authorization", "content-type", "accept", "host", "x-api-key"})
@@ -231,6 +232,45 @@ class Criteria(_Spec):
         return ", ".join(f"{key} {value}" for key, value in asked.items()) + unknown
 
 
+class McpServerSpec(_Spec):
+    """An MCP server whose tools a configuration may offer the model. Only the admin's file
+    declares one: a user can neither add a server nor change its command. Secrets never sit
+    in the file: `env_from` and `headers_from` name the environment variables to read them
+    from, and a stdio server gets those and nothing else of the app's environment."""
+
+    name: Annotated[str, Field(pattern=EMBED_NAME)]
+    transport: Literal["stdio", "http"]
+    command: Text | None = None
+    args: tuple[str, ...] = Field(default=(), strict=False)
+    env_from: dict[Annotated[str, Field(pattern=ENV_NAME)], EnvName] = {}
+    """The server's variable -> the app's environment variable whose value it gets."""
+    url: Annotated[Text, AfterValidator(checks.url)] | None = None
+    headers_from: dict[Annotated[str, Field(pattern=HEADER_NAME)], EnvName] = {}
+    tools: Names | None = None
+    """The tools to offer, by the server's names; left out, all it lists."""
+    approval: Literal["never", "always"] = "never"
+    timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """Seconds one call (or the connection) may take before it is given up as a fault."""
+    max_result_tokens: Count = 4000
+
+    @classmethod
+    def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
+        """Each transport's own keys, required where it needs them and refused elsewhere."""
+        needs = {"stdio": ("command",), "http": ("url",)}
+        takes = {"stdio": ("command", "args", "env_from"), "http": ("url", "headers_from")}
+        transport = ok.get("transport")
+        if transport not in needs:
+            return
+        kind = {"stdio": "a 'stdio' server", "http": "an 'http' server"}
+        for key in needs[transport]:
+            if key not in data:
+                yield key, f"required for {kind[transport]}"
+        other = "http" if transport == "stdio" else "stdio"
+        for key in takes[other]:
+            if key in data:
+                yield key, f"belongs to {kind[other]}, not this '{transport}' one"
+
+
 class ConfigurationSpec(_Spec):
     """What a user picks: a fixed model or criteria, plus prompt, reply size and fallbacks."""
 
@@ -244,6 +284,12 @@ class ConfigurationSpec(_Spec):
     """The share of the budget the prompt may use after a cut that has to move: room for
     several sends that are pure appends, which the engine's prompt cache serves
     (see `webapp.llm.window`)."""
+    tools: Names = ()
+    """The [[mcp_servers]] whose tools the model is offered in the chat."""
+    max_tool_steps: Count = 8
+    """Model calls one turn may make while it keeps calling tools; then it must answer."""
+    keep_tool_results: Annotated[int, Field(ge=0)] = 2
+    """Tool results of the newest turns that are never cleared when the cut moves."""
 
     @classmethod
     def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
@@ -269,6 +315,12 @@ class ConfigurationSpec(_Spec):
             criteria = Criteria.model_validate(ok["criteria"])
             if not any(criteria.matches(spec) for spec in models.values()):
                 yield "criteria", f"no model in [[models]] matches {criteria.describe()}"
+        servers = ok.get("tools", [])
+        for index, name in enumerate(servers):
+            if problem := reading.unknown("mcp_servers", name):
+                yield "tools", problem
+            elif name in servers[:index]:
+                yield "tools", f"server '{name}' is listed twice"
         fallbacks = ok.get("fallbacks", [])
         for index, name in enumerate(fallbacks):
             spec = models.get(name)
@@ -304,8 +356,9 @@ class EmbedSpec(_Spec):
             yield "configuration", problem
 
 
-SECTIONS: dict[str, type[ProviderSpec | ModelSpec | ConfigurationSpec | EmbedSpec]] = {}
-SECTIONS |= {"providers": ProviderSpec, "models": ModelSpec}
+Spec = ProviderSpec | ModelSpec | McpServerSpec | ConfigurationSpec | EmbedSpec
+SECTIONS: dict[str, type[Spec]] = {"providers": ProviderSpec, "models": ModelSpec}
+SECTIONS |= {"mcp_servers": McpServerSpec}
 SECTIONS |= {"configurations": ConfigurationSpec, "embeds": EmbedSpec}
 """The file's sections, in the order they are read: each refers only to those before it."""
 
@@ -316,6 +369,7 @@ class Catalog(BaseModel):
     model_config = ConfigDict(frozen=True)
     providers: dict[str, ProviderSpec]
     models: dict[str, ModelSpec]
+    mcp_servers: dict[str, McpServerSpec] = {}
     configurations: dict[str, ConfigurationSpec]
     embeds: dict[str, EmbedSpec]
     source: str | None = None

@@ -1,0 +1,169 @@
+"""An answer that may call tools: the model's calls run through MCP, their results go
+back, and the model is asked again, until it answers or the configuration's
+`max_tool_steps` is reached (the last step offers no tools, so it must answer).
+
+Each step is bounded again against the window (`LLMManager.plan` with the tools counted
+in the head): the calls and results appended so far belong to the newest turn, which is
+never left out, so a turn with tool calls goes whole or not at all. A call that cannot
+give a result (unknown tool, server down, timeout) gives the model a stub that says so,
+and the turn goes on. The loop yields what happens as it happens, for the answer's
+channel and its rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from webapp.llm.estimator import estimate_message
+from webapp.llm.manager import LLMManager, Plan
+from webapp.llm.providers.base import ChatResult, Message
+from webapp.llm.window import FitResult, Transcript
+from webapp.tools.connections import McpConnections
+from webapp.tools.outcomes import ToolOutcome, stub
+from webapp.tools.toolset import Toolset
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """The model asked for a tool (the `tool_call` event; `arguments` as it sent them)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A call's outcome (the `tool_result` event)."""
+
+    call: ToolCall
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class Stepped:
+    """A model call was bounded and answered: its fit, and the model that served."""
+
+    fit: FitResult
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The model's answer, after `steps` model calls; `appended` holds the assistant and
+    tool messages of the turn's calls, in order, as they were sent."""
+
+    result: ChatResult
+    steps: int
+    appended: list[Message]
+
+
+ToolEvent = Stepped | ToolCall | ToolResult | Answered
+
+
+def calls_of(result: ChatResult) -> list[ToolCall]:
+    """The model's calls, OpenAI-shaped whatever the provider (see `ChatResult`)."""
+    calls = []
+    for index, call in enumerate(result.tool_calls):
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        text = arguments if isinstance(arguments, str) else _json(arguments)
+        ident = str(call.get("id") or f"call_{index}")
+        calls.append(ToolCall(ident, str(function.get("name") or ""), text))
+    return calls
+
+
+def _json(value: object) -> str:
+    return json.dumps(value if value is not None else {}, ensure_ascii=False)
+
+
+def extended(transcript: Transcript, messages: list[Message]) -> Transcript:
+    """`transcript` with the turn's calls and results after it: not stored rows yet (no
+    seq, no count), each estimated once as it is added."""
+    more = len(messages)
+    positions = transcript.positions
+    if positions is not None:
+        positions = dataclasses.replace(positions, seqs=positions.seqs + (None,) * more)
+    return dataclasses.replace(
+        transcript,
+        messages=[*transcript.messages, *messages],
+        estimates=[*transcript.sizes(), *(estimate_message(m) for m in messages)],
+        counts={key: [*counts, *([None] * more)] for key, counts in transcript.counts.items()},
+        ids=[*transcript.ids, *([None] * more)] if transcript.ids is not None else None,
+        positions=positions,
+    )
+
+
+def assistant_message(result: ChatResult, calls: list[ToolCall]) -> Message:
+    wire = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in calls
+    ]
+    return {"role": "assistant", "content": result.content or None, "tool_calls": wire}
+
+
+def result_message(result: ToolResult) -> Message:
+    call = result.call
+    return {
+        "role": "tool",
+        "tool_call_id": call.id,
+        "name": call.name,
+        "content": result.outcome.content,
+    }
+
+
+async def run_tools(
+    manager: LLMManager,
+    plan: Plan,
+    toolset: Toolset,
+    connections: McpConnections,
+    max_steps: int,
+) -> AsyncIterator[ToolEvent]:
+    """The turn's model calls and tool calls, bounded at every step; ends with `Answered`."""
+    appended: list[Message] = []
+    for step in range(1, max_steps + 1):
+        offered = toolset.tools if toolset and step < max_steps else None
+        transcript = extended(plan.transcript, appended)
+        fit = (
+            plan.fit
+            if step == 1 and offered == plan.tools
+            else _refit(manager, plan, transcript, offered)
+        )
+        step_plan = dataclasses.replace(plan, transcript=transcript, fit=fit, tools=offered)
+        result, sent, model = await manager.chat(step_plan)
+        yield Stepped(sent, model)
+        calls = calls_of(result)
+        if not calls or offered is None:
+            yield Answered(result, step, appended)
+            return
+        appended.append(assistant_message(result, calls))
+        for call in calls:
+            yield call
+        for call in calls:
+            spec = toolset.servers.get(call.name)
+            outcome = (
+                await connections.call(spec, call.name, call.arguments)
+                if spec is not None
+                else stub(call.name, "failed", "no tool of that name is offered")
+            )
+            done = ToolResult(call, outcome)
+            appended.append(result_message(done))
+            yield done
+    raise AssertionError("the last step offers no tools, so it answers")  # pragma: no cover
+
+
+def _refit(
+    manager: LLMManager, plan: Plan, transcript: Transcript, tools: list[dict[str, Any]] | None
+) -> FitResult:
+    return manager.fit_for(
+        plan.route,
+        plan.route.primary,
+        transcript,
+        caller=plan.caller,
+        tools=tools,
+        max_tokens=plan.max_tokens,
+    )
