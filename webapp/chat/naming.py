@@ -21,8 +21,9 @@ from sqlmodel import Session, col
 
 from webapp.chat.answering.answer import RunningAnswer
 from webapp.chat.reading import ConversationReader
+from webapp.chat.sending.files import first_title
 from webapp.chat.stored.models import Conversation, Message, Status
-from webapp.chat.stored.titles import FIRST_MESSAGE_TITLE, cut_at_word, title_from
+from webapp.chat.stored.titles import FIRST_MESSAGE_TITLE, cut_at_word
 from webapp.db import Database
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import RoutingError
@@ -143,7 +144,7 @@ class Titler:
                 TITLE_TIMEOUT,
             )
             if title:
-                await self._db.write(_retitle, conversation.id, title_from(user.content), title)
+                await self._db.write(_retitle, conversation.id, first_title(user.content), title)
         except Exception as error:  # any failure of the call: the clean cut stays the title
             log.info("no title from the model for %s: %s", conversation.id, error)
 

@@ -25,6 +25,7 @@ from webapp.chat.files.parts import picture_parts
 from webapp.chat.files.store import FILES, USES
 from webapp.chat.stored.attachments import Attachment, attach, split_attachment
 from webapp.chat.stored.models import Message
+from webapp.chat.stored.titles import title_from
 from webapp.db import Database
 from webapp.errors import InvalidInput, NotFound
 from webapp.llm.catalog import Catalog
@@ -82,6 +83,12 @@ def title_text(content: str) -> str:
         name = found.name
         typed, found, _, _ = split_attachment(typed)
     return typed if typed.strip() else (name or content)
+
+
+def first_title(content: str) -> str:
+    """The title a first message gives its conversation: the model's title (naming.py)
+    replaces only this one, never one its owner chose."""
+    return title_from(title_text(content))
 
 
 def _kind(catalog: Catalog, model: ModelSpec) -> str:

@@ -17,11 +17,11 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, update
 from sqlmodel import col
 
-from webapp.chat.sending.files import LINKS, file_links, title_text, with_left_out_files
+from webapp.chat.sending.files import LINKS, file_links, first_title, with_left_out_files
 from webapp.chat.sending.history import ForSend
 from webapp.chat.stored.models import MESSAGE_DEFAULTS, Conversation, Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, updated
-from webapp.chat.stored.titles import DEFAULT_TITLE, title_from
+from webapp.chat.stored.titles import DEFAULT_TITLE
 from webapp.db import as_loaded
 from webapp.errors import Conflict
 from webapp.llm.estimator import estimate_text
@@ -138,7 +138,7 @@ def _after_turn(connection: Connection, conversation: Conversation, user: Messag
     if conversation.cut_reset:  # this send started the cut afresh
         changes["cut_reset"] = False
     if user.seq == 1 and conversation.title == DEFAULT_TITLE:
-        changes["title"] = title_from(title_text(user.content))
+        changes["title"] = first_title(user.content)
     if not changes:
         return conversation
     connection.execute(
