@@ -563,15 +563,143 @@
   });
   document.addEventListener("drop", (event) => {
     const area = event.target.closest && event.target.closest(".composer-area");
+    if (!area || !event.dataTransfer || !event.dataTransfer.files.length) return;
+    const several = filesInput();
     const input = document.querySelector('#composer input[name="attachment"]');
-    if (!area || !input || !event.dataTransfer || !event.dataTransfer.files.length) return;
+    if (!several && !input) return;
     event.preventDefault();
     area.classList.remove("dropping");
+    if (several) {
+      uploadAll(event.dataTransfer.files);
+      return;
+    }
     const one = new DataTransfer();
     one.items.add(event.dataTransfer.files[0]);
     input.files = one.files;
     input.dispatchEvent(new Event("change", { bubbles: true }));
   });
+
+  // Files for the message being written (a signed-in user's composer): each one chosen,
+  // dropped or pasted is uploaded at once (POST /api/files) and shown as a chip with its
+  // tokens for the conversation's model (GET <base>/files/<id>/chip); the chips' hidden
+  // fields go with the send and the meter. A refusal is said beside the composer, with
+  // the draft and the other chips kept. Removing a chip deletes its unused upload.
+  function filesInput() {
+    return document.querySelector("#composer input[data-files-input]");
+  }
+
+  function pageHeaders() {
+    try {
+      return JSON.parse(document.body.getAttribute("hx-headers:inherited") || "{}");
+    } catch (error) {
+      return {};
+    }
+  }
+
+  function sayRefused(text) {
+    const note = document.createElement("p");
+    note.className = "inline-error";
+    note.setAttribute("role", "alert");
+    note.textContent = text;
+    document.getElementById("composer-error").replaceChildren(note);
+  }
+
+  function filesChanged() {
+    const form = document.getElementById("composer");
+    const area = form.querySelector("textarea");
+    if (window.htmx && area.hasAttribute("hx-post")) htmx.trigger(area, "files-changed");
+  }
+
+  async function upload(file, chips, chipUrl) {
+    const pending = document.createElement("li");
+    pending.className = "file-chip pending";
+    pending.textContent = `${file.name || "pasted picture"} · uploading…`;
+    chips.append(pending);
+    try {
+      const body = new FormData();
+      body.append("file", file, file.name || "pasted.png");
+      const stored = await fetch("/api/files", { method: "POST", body, headers: pageHeaders() });
+      const answer = await stored.json().catch(() => ({}));
+      if (!stored.ok) {
+        sayRefused(answer.detail || `${file.name} could not be attached (${stored.status}).`);
+        pending.remove();
+        return;
+      }
+      const chip = await fetch(`${chipUrl}${encodeURIComponent(answer.id)}/chip`,
+        { headers: { ...pageHeaders(), "HX-Request": "true" } });
+      if (!chip.ok) {
+        sayRefused(`${answer.name} could not be counted (${chip.status}).`);
+        pending.remove();
+        return;
+      }
+      pending.outerHTML = await chip.text();
+      announce(`Attached ${answer.name}.`);
+    } catch (error) {
+      sayRefused(`${file.name} could not be attached: the server did not answer.`);
+      pending.remove();
+    }
+  }
+
+  async function uploadAll(files) {
+    const input = filesInput();
+    const chips = document.getElementById("chips");
+    if (!input || !chips) return;
+    await Promise.all(Array.from(files).map((file) => upload(file, chips, input.dataset.chipUrl)));
+    filesChanged();
+    const form = document.getElementById("composer");
+    if (form.dataset.sendAfterUploads && !chips.querySelector(".pending")) {
+      delete form.dataset.sendAfterUploads;
+      form.requestSubmit();
+    }
+  }
+
+  // Sent while a file is still uploading, the message waits for it (and goes once every
+  // upload is answered), so a file chosen is never left behind.
+  document.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (form.id !== "composer" || !form.querySelector("#chips .pending")) return;
+    event.preventDefault();
+    event.stopImmediatePropagation();
+    form.dataset.sendAfterUploads = "true";
+    announce("Sending once the files are uploaded.");
+  }, true);
+
+  document.addEventListener("change", (event) => {
+    if (!event.target.matches || !event.target.matches("#composer input[data-files-input]")) return;
+    const chosen = Array.from(event.target.files);
+    event.target.value = "";  // choosing the same file again is a change again
+    uploadAll(chosen);
+  });
+
+  document.addEventListener("paste", (event) => {
+    if (!filesInput() || !event.target.closest || !event.target.closest("#composer")) return;
+    const pictures = Array.from((event.clipboardData && event.clipboardData.files) || []);
+    if (!pictures.length) return;  // text pastes as text
+    event.preventDefault();
+    uploadAll(pictures);
+  });
+
+  document.addEventListener("click", (event) => {
+    const remove = event.target.closest && event.target.closest('[data-action="remove-file"]');
+    if (!remove) return;
+    removeChip(remove.closest(".file-chip"));
+  });
+
+  async function removeChip(chip) {
+    if (chip.dataset.removing) return;
+    chip.dataset.removing = "true";
+    await fetch(`/api/files/${encodeURIComponent(chip.dataset.fileId)}`,
+      { method: "DELETE", headers: pageHeaders() }).catch(() => {});
+    announce(`Removed ${chip.querySelector(".file-name").textContent}.`);
+    chip.remove();
+    filesChanged();
+    document.querySelector("#composer textarea").focus();
+  }
+
+  function clearChips() {
+    const chips = document.getElementById("chips");
+    if (chips) chips.replaceChildren();
+  }
 
   // Enter while an answer is being written sends nothing: say why, beside the composer,
   // until that answer is done (the text typed stays in the box).
@@ -675,6 +803,7 @@
     if (source && source.id === "composer" && ok) {
       source.reset();
       syncAttached();
+      clearChips();
       fitComposer(source.querySelector("textarea"));
       stickToBottom = true;
       document.getElementById("composer-error").replaceChildren();

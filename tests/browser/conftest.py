@@ -80,12 +80,24 @@ model = "narrow"
 name = "short"
 model = "small"
 max_tokens = 20
+
+[[models]]
+name = "seeing"
+provider = "up"
+model_id = "small"
+context_window = 2048
+max_output_tokens = 100
+capabilities = ["chat", "vision"]
+
+[[configurations]]
+name = "seeing"
+model = "seeing"
 """
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
 a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
 tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
 their sends must not move `tiny`'s, which other tests count on); `short`, answers cut off
-at 20 tokens, for Continue."""
+at 20 tokens, for Continue; `seeing`, a model that sees, for pictures in the composer."""
 
 RECORDER = """
 (() => {

@@ -34,6 +34,7 @@ from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.stored.organising import clean_tag
 from webapp.chat.stored.transfer import decode_export
 from webapp.chat.web.deps import Chat, Notices
+from webapp.chat.web.file_views import composer_chip
 from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
 from webapp.chat.web.views import (
@@ -107,6 +108,13 @@ async def message_field(request: Request[Any, Any, Any], limit: int) -> str:
     name = clean_name(upload.filename)
     data = await upload.read(4 * limit + 1)  # UTF-8 takes at most 4 bytes a character
     return attach(typed, Attachment(name, decode_text(name, data)), limit)
+
+
+async def file_ids(request: Request[Any, Any, Any]) -> list[str]:
+    """The ids of the files the composer's chips carry (`files`, one field each, in order):
+    the send and the meter count them as the JSON API does."""
+    form = await request.form()
+    return [value for value in form.getall("files", []) if isinstance(value, str) and value]
 
 
 def is_htmx(request: Request[Any, Any, Any]) -> bool:
@@ -183,6 +191,7 @@ class ConversationPages(Controller):
             conversation.owner,
             conversation.id,
             content,
+            files=await file_ids(request),
             address=conversation.address,
             draft=conversation.draft,
         )
@@ -272,12 +281,25 @@ class ConversationPages(Controller):
         """The meter for what is being typed: what the next send would leave out, with
         a remedy when one exists. An empty box shows the last send's meter again."""
         content = await message_field(request, chat.settings.max_message_chars)
-        if not content.strip():
+        files = await file_ids(request)
+        if not content.strip() and not files:
             _, rows, _ = await chat.reader.page(conversation.owner, conversation.id, turns=1)
             meter = last_fit(rows)
         else:
-            meter = await next_send_meter(chat, conversation, content)
+            meter = await next_send_meter(chat, conversation, content, files)
         return Template("chat/_meter.html", context=_context(conversation, meter=meter))
+
+    @get("/files/{file_id:str}/chip")
+    async def file_chip(
+        self, chat: Chat, conversation: FoundConversation, file_id: FromPath[str]
+    ) -> Template:
+        """A file just uploaded (`POST /api/files`), as the composer's chip: its name and
+        its tokens for the conversation's model, and the field the send carries."""
+        if conversation.embed is not None:
+            raise InvalidInput("an embedded chat takes no files")
+        row = await chat.reader.get(conversation.owner, conversation.id)
+        chip = await composer_chip(chat, conversation.owner, row.configuration, file_id)
+        return Template("chat/_file_chip.html", context=_context(conversation, chip=chip))
 
     @post("/pin/{message_id:int}")
     async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
@@ -571,10 +593,14 @@ SWITCH_PROBE = "?"
 one-character message, so the meter can say at once how the new model takes the history."""
 
 
-async def next_send_meter(chat: ChatJobs, conversation: ConversationRef, content: str) -> Meter:
-    """The meter for the next send of `content` (the history alone when it is empty)."""
+async def next_send_meter(
+    chat: ChatJobs, conversation: ConversationRef, content: str, files: list[str] | None = None
+) -> Meter:
+    """The meter for the next send of `content` and `files` (the history alone when both
+    are empty)."""
+    probe = content if content.strip() else SWITCH_PROBE  # a message is never files alone
     row, fit = await chat.previewer.preview_fit(
-        conversation.owner, conversation.id, content if content.strip() else SWITCH_PROBE
+        conversation.owner, conversation.id, probe, files or []
     )
     alternatives = () if conversation.embed else larger_windows(chat, row.fit_window or 0)
     return Meter.of_row(
@@ -582,7 +608,7 @@ async def next_send_meter(chat: ChatJobs, conversation: ConversationRef, content
         preview=True,
         alternatives=alternatives,
         turns_left=fit.turns_left,
-        typed=bool(content.strip()),
+        typed=bool(content.strip() or files),
     )
 
 

@@ -15,6 +15,7 @@ from webapp.chat.stored.branches import Alternatives, parent_of
 from webapp.chat.stored.history import is_replayable
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.serialize import STATUS_LABELS, left_out_words
+from webapp.chat.web.file_views import FileView, sent_files
 from webapp.llm.providers.base import Prefill
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
@@ -54,6 +55,11 @@ class MessageView:
     @property
     def is_user(self) -> bool:
         return self.row.role == Role.USER
+
+    @property
+    def files(self) -> tuple[FileView, ...]:
+        """The files sent with the message: thumbnails and links under its text."""
+        return sent_files(self.row.attachments)
 
     @property
     def html(self) -> Markup:

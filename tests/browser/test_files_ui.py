@@ -1,0 +1,158 @@
+"""Files in the composer and the history, in a real Chromium at desktop and phone sizes
+(docs/design.md section 12): several files chosen, dropped and pasted, each uploaded at
+once and shown as a chip with its tokens; a chip removed (its upload deleted); a picture
+to a model that cannot see refused beside the composer, the draft and the chips kept;
+the send carries the files; the history shows the pictures as thumbnails that open the
+picture and the other files as links; the paperclip works from the keyboard alone."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+from playwright.sync_api import FilePayload, Locator, Page, expect
+
+from tests.browser.conftest import OpenPage, Server
+from tests.browser.helpers import answered, create_conversation, messages, stored
+from tests.browser.test_daily_finish import accessible_both_ways, assert_tappable
+from tests.upstream import FakeUpstream
+
+pytestmark = pytest.mark.browser
+
+SIZES = pytest.mark.parametrize("viewport", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
+
+NOTES = "Packing list\n- sun hat\n- sandals\n"
+
+
+def png(colour: str, size: tuple[int, int] = (64, 48)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, format="PNG")
+    return out.getvalue()
+
+
+DROP_OR_PASTE = """([kind, bytes, name]) => {
+  const data = new DataTransfer();
+  data.items.add(new File([new Uint8Array(bytes)], name, {type: "image/png"}));
+  const how = {bubbles: true, cancelable: true};
+  if (kind === "drop") {
+    const area = document.querySelector(".composer-area");
+    area.dispatchEvent(new DragEvent("dragover", {...how, dataTransfer: data}));
+    area.dispatchEvent(new DragEvent("drop", {...how, dataTransfer: data}));
+  } else {
+    const box = document.querySelector("#composer textarea");
+    box.dispatchEvent(new ClipboardEvent("paste", {...how, clipboardData: data}));
+  }
+}"""
+
+
+def chips(page: Page) -> Locator:
+    return page.locator("#chips .file-chip:not(.pending)")
+
+
+@SIZES
+def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    size = "phone" if viewport[0] < 500 else "desktop"
+    upstream.set_reply("A red and a blue square, and your packing list.")
+    conversation_id = create_conversation(live_server)  # the default: a model that cannot see
+    page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport, bypass_csp=True)
+    box = page.locator("#composer textarea")
+    control = page.locator("#attachment")
+    expect(control).to_have_accessible_name("Attach files")
+    if size == "phone":
+        assert_tappable(page.locator("label.attach"))
+
+    # Two files at once from the chooser: each a chip with its name and its tokens.
+    box.fill("What is in these?")
+    control.set_input_files(
+        files=[
+            FilePayload(name="notes.txt", mimeType="text/plain", buffer=NOTES.encode()),
+            FilePayload(name="red.png", mimeType="image/png", buffer=png("red")),
+        ]
+    )
+    expect(chips(page)).to_have_count(2)
+    expect(chips(page).filter(has_text="notes.txt")).to_contain_text("tokens")
+    expect(chips(page).filter(has_text="red.png")).to_contain_text("tokens")
+
+    # Pictures to a model that cannot see: the 400 names the configuration that can, and
+    # the draft and the chips stay for the next try.
+    box.press("Enter")
+    expect(page.locator("#composer-error")).to_contain_text("seeing")
+    expect(box).to_have_value("What is in these?")
+    expect(chips(page)).to_have_count(2)
+    assert stored(live_server, conversation_id)["messages"] == []
+
+    switched = live_server.api(
+        "PATCH", f"/api/conversations/{conversation_id}", json={"configuration": "seeing"}
+    )
+    assert switched.status_code == 200, switched.text
+
+    # Dropped on the composer, and pasted into the box: two more chips.
+    page.evaluate(DROP_OR_PASTE, ["drop", list(png("green")), "green.png"])
+    expect(chips(page)).to_have_count(3)
+    page.evaluate(DROP_OR_PASTE, ["paste", list(png("blue")), "blue.png"])
+    expect(chips(page)).to_have_count(4)
+
+    # A removed chip leaves the message, and its upload is deleted.
+    dropped = chips(page).filter(has_text="green.png")
+    dropped_id = dropped.get_attribute("data-file-id")
+    remove = page.get_by_role("button", name="Remove green.png")
+    if size == "phone":
+        assert_tappable(remove)
+    remove.click()
+    expect(chips(page)).to_have_count(3)
+    expect(box).to_be_focused()
+    expect(page.locator("#meter")).to_have_attribute("data-preview", "true")  # counted at once
+    # (the chip goes once the delete is answered)
+    gone = live_server.api("GET", f"/api/files/{dropped_id}")
+    assert gone.status_code == 404, gone.text
+
+    # A file that is not one the app reads is refused beside the composer; the rest stay.
+    control.set_input_files(
+        files=[FilePayload(name="logo.svg", mimeType="image/svg+xml", buffer=b"<svg></svg>")]
+    )
+    expect(page.locator("#composer-error")).to_contain_text("logo.svg")
+    expect(chips(page)).to_have_count(3)
+
+    box.press("Enter")
+    answered(page, 1)
+    expect(chips(page)).to_have_count(0)
+    row = stored(live_server, conversation_id)
+    sent = row["messages"][0]
+    assert [a["name"] for a in sent["attachments"]] == ["notes.txt", "red.png", "blue.png"]
+    assert row["title"].startswith("What is in these"), row["title"]
+
+    # The history: pictures as thumbnails that open the picture, the text file as a link.
+    user = messages(page, "user").first
+    thumbs = user.locator(".message-files img")
+    expect(thumbs).to_have_count(2)
+    expect(thumbs.first).to_have_attribute("alt", "red.png")
+    page.wait_for_function(
+        "img => img.complete && img.naturalWidth === 64", arg=thumbs.first.element_handle()
+    )
+    expect(user.get_by_role("link", name="Download notes.txt")).to_be_visible()
+
+    # The keyboard alone: Tab from the box to the paperclip, Enter opens the chooser.
+    box.focus()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.action") == "attach"
+    with page.expect_file_chooser() as chooser:
+        page.locator("label.attach").press("Enter")  # (held there if a late swap moved it)
+    chooser.value.set_files(
+        files=[FilePayload(name="more.txt", mimeType="text/plain", buffer=b"one more\n")]
+    )
+    expect(chips(page)).to_have_count(1)
+
+    with page.context.expect_page() as opened:
+        user.get_by_role("link", name="Open the picture red.png").click()
+    picture = opened.value
+    picture.wait_for_load_state()
+    assert picture.url.endswith(f"/api/files/{sent['attachments'][1]['id']}")
+    assert picture.evaluate("document.images[0].naturalWidth") == 64
+    picture.close()
+    page.bring_to_front()
+
+    page.screenshot(path=f"/tmp/files-{size}.png")
+    accessible_both_ways(page, f"the chat with chips and thumbnails ({size})")
