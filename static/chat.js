@@ -512,7 +512,7 @@
     if (!(area instanceof HTMLTextAreaElement) || area.name !== "content") return;
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
-      if (!area.value.trim() && !attachedFile(area.form)) return;
+      if (!area.value.trim() && !hasFiles(area.form)) return;
       if (area.form.dataset.busy === "true") sayBusy(area.form);
       else area.form.requestSubmit();
     }
@@ -607,7 +607,18 @@
   function filesChanged() {
     const form = document.getElementById("composer");
     const area = form.querySelector("textarea");
+    syncRequired(form);
     if (window.htmx && area.hasAttribute("hx-post")) htmx.trigger(area, "files-changed");
+  }
+
+  // With a file chosen (even one still uploading: the send waits for it) the box may be
+  // left empty: the files alone are the message.
+  function hasFiles(form) {
+    return Boolean(attachedFile(form) || (form && form.querySelector("#chips .file-chip")));
+  }
+
+  function syncRequired(form) {
+    if (form) form.querySelector("textarea").required = !hasFiles(form);
   }
 
   async function upload(file, chips, chipUrl) {
@@ -615,6 +626,7 @@
     pending.className = "file-chip pending";
     pending.textContent = `${file.name || "pasted picture"} · uploading…`;
     chips.append(pending);
+    syncRequired(chips.closest("form"));
     try {
       const body = new FormData();
       body.append("file", file, file.name || "pasted.png");
@@ -699,6 +711,7 @@
   function clearChips() {
     const chips = document.getElementById("chips");
     if (chips) chips.replaceChildren();
+    syncRequired(document.getElementById("composer"));
   }
 
   // Enter while an answer is being written sends nothing: say why, beside the composer,

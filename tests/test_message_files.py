@@ -100,6 +100,24 @@ async def test_a_message_carries_text_pdf_and_picture_to_a_model_that_sees(
     assert (await client.delete(f"/api/files/{photo}")).status_code == 204  # used no more
 
 
+async def test_files_alone_are_a_message_and_an_empty_one_without_files_is_not(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    notes = await uploaded(client, "packing.md", b"# Packing\nSun cream, a hat.\n")
+    photo = await uploaded(client, "beach.png", picture((32, 32)))
+    conversation = await new_conversation(client, configuration="seeing")
+    empty = await send(client, conversation["id"], content="  ")
+    assert empty.status_code == 400 and "attach a file" in empty.json()["detail"]
+    sent = await send(client, conversation["id"], content="", files=[notes, photo])
+    assert sent.status_code == 201, sent.text
+    asked = [r for r in upstream.requests if r["path"].endswith("/chat/completions")][-1]
+    text_part, image_part = asked["body"]["messages"][-1]["content"]
+    assert "Attached file `packing.md`" in text_part["text"] and "Sun cream" in text_part["text"]
+    assert image_part["type"] == "image_url"
+    read = await client.get(f"/api/conversations/{conversation['id']}")
+    assert read.json()["title"] == "packing.md"  # the first file's name, not its wrapper
+
+
 async def test_a_picture_to_a_model_that_cannot_see_is_refused_and_nothing_stored(
     client: AsyncTestClient,
 ) -> None:

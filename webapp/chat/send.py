@@ -73,11 +73,12 @@ class Sender:
         embed visitor's first send) the conversation is stored by the send's own
         transaction, so a refused send stores nothing. `address` is the client's, for the
         caller quotas."""
-        text = checked_text(content, self._settings.max_message_chars)
+        attached = await self._files(owner, files)
+        limit = self._settings.max_message_chars
+        text = checked_text(content, limit, may_be_empty=bool(attached))
         if edit_of is not None:
             check_id(edit_of)
-        attached = await self._files(owner, files)
-        text = with_text_files(text, attached, self._settings.max_message_chars)
+        text = with_text_files(text, attached, limit)
         fresh = None if draft is None else drafted(owner, draft)
         conversation_id = conversation_id if fresh is None else fresh.id
         edit = edit_of is not None

@@ -216,13 +216,14 @@ class Admission:
             reap(connection, conversation_id, after)
 
 
-def checked_text(content: object, limit: int) -> str:
+def checked_text(content: object, limit: int, *, may_be_empty: bool = False) -> str:
     """The message a send (or a preview) was given, once it is one: a string with
-    something in it, no NUL, at most `limit` characters."""
+    something in it (or nothing, when files go with it), no NUL, at most `limit`
+    characters."""
     if not isinstance(content, str):
         raise InvalidInput("content must be a string")
-    if not content.strip():
-        raise InvalidInput("the message is empty")
+    if not content.strip() and not may_be_empty:
+        raise InvalidInput("the message is empty: type something or attach a file")
     refuse_nul(content, "the message")
     if len(content) > limit:
         raise InvalidInput(f"the message is {len(content):,} characters; the limit is {limit:,}")
