@@ -12,16 +12,20 @@ from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
+from sqlmodel import Session
 
 from tests.factories import new_conversation, user_header
 from tests.looplag import watching_app
 from tests.upstream import FakeUpstream
+from webapp.chat.stored.models import Conversation
 from webapp.chat.stored.transfer import (
     EXPORT_BATCH_BYTES,
     EXPORT_BATCH_ROWS,
     MAX_MESSAGES,
     batch_ends,
+    markdown_plan,
 )
+from webapp.db import Database
 
 pytestmark = pytest.mark.settings(max_message_chars=2000)
 """As the JSON API's tests: `client` is alice's, on both databases."""
@@ -269,3 +273,26 @@ async def test_a_long_markdown_export_is_whole_across_its_batches(client: AsyncT
     assert text.count("## You\n\ntext ") == text.count("## Assistant\n\ntext ") == messages // 2
     assert [int(n) for n in re.findall(r"text (\d+)", text)] == list(range(1, messages + 1))
     assert text.endswith(f"text {messages}\n")
+
+
+async def test_a_markdown_export_of_long_messages_is_read_by_bytes_too(
+    client: AsyncTestClient, database_url: str
+) -> None:
+    """A few rows of long text make several batches, each about `EXPORT_BATCH_BYTES`."""
+    long = "x" * (EXPORT_BATCH_BYTES // 2)
+    data = turns_export("Long turns", 8, long + " {}")
+    conversation_id = (await client.post("/api/conversations/import", json=data)).json()["id"]
+
+    def planned(session: Session) -> list[tuple[int, int]]:
+        owner = session.get(Conversation, conversation_id)
+        assert owner is not None
+        return markdown_plan(session, owner.owner, conversation_id)[2]
+
+    db = Database(database_url)
+    try:
+        batches = await db.read(planned)
+    finally:
+        await db.dispose()
+    assert [rows for _, rows in batches] == [1] * 8  # by bytes, not by the row cap
+    text = (await export(client, conversation_id, "markdown")).text
+    assert [int(n) for n in re.findall(r"x (\d+)", text)] == list(range(1, 9))

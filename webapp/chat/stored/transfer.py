@@ -146,18 +146,36 @@ def export_plan(
 
 def markdown_plan(
     session: Session, owner: str, conversation_id: str
-) -> tuple[Conversation, Branch]:
-    """The owner's conversation and its active branch, for the Markdown export."""
+) -> tuple[Conversation, Branch, list[tuple[int, int]]]:
+    """The owner's conversation, its active branch, and the Markdown export's batches of
+    that branch as (first seq, rows), sized like the JSON export's (`batch_ends`)."""
     connection = session.connection()
     conversation = owned_in(connection, owner, conversation_id)
-    return conversation, read_branch(connection, conversation_id, conversation.active_seq)
+    branch = read_branch(connection, conversation_id, conversation.active_seq)
+    size = byte_length(col(Message.content)) + byte_length(col(Message.error))
+    sizes = [
+        (seq, nbytes)
+        for seq, nbytes in connection.execute(
+            select(col(Message.seq), size)
+            .where(col(Message.conversation_id) == conversation_id)
+            .order_by(col(Message.seq))
+        )
+        if seq in branch
+    ]
+    batches: list[tuple[int, int]] = []
+    at = 0
+    for last in batch_ends(sizes):
+        rows = [seq for seq, _ in sizes[at:] if seq <= last]
+        batches.append((rows[0], len(rows)))
+        at += len(rows)
+    return conversation, branch, batches
 
 
 def markdown_batch(
-    session: Session, conversation_id: str, branch: Branch, start: int
+    session: Session, conversation_id: str, branch: Branch, start: int, rows: int
 ) -> list[Message]:
-    """The next `EXPORT_BATCH_ROWS` messages of the branch from seq `start` on."""
-    return oldest_on_branch(session.connection(), conversation_id, branch, start, EXPORT_BATCH_ROWS)
+    """`rows` messages of the branch from seq `start` on (a batch of `markdown_plan`)."""
+    return oldest_on_branch(session.connection(), conversation_id, branch, start, rows)
 
 
 def export_batch(session: Session, conversation_id: str, after: int, last: int) -> list[Message]:

@@ -220,22 +220,22 @@ async def _json_export(
 
 
 async def _markdown_export(
-    chat: ChatJobs, shown: tuple[Conversation, Branch], place: ExitStack[bool | None]
+    chat: ChatJobs,
+    shown: tuple[Conversation, Branch, list[tuple[int, int]]],
+    place: ExitStack[bool | None],
 ) -> AsyncIterator[bytes]:
-    """The Markdown export (`transfer.markdown_head`), a batch of the branch at a time;
-    the last piece is held back to end the text with one newline."""
-    conversation, branch = shown
+    """The Markdown export (`transfer.markdown_head`), a batch of the branch at a time
+    (`transfer.markdown_plan`); the last piece is held back to end the text with one
+    newline."""
+    conversation, branch, batches = shown
     with place:
-        pending, start = markdown_head(conversation), branch.first
-        while True:
+        pending = markdown_head(conversation)
+        for start, count in batches:
             async with _export_turn():
-                rows = await chat.db.read(markdown_batch, conversation.id, branch, start)
+                rows = await chat.db.read(markdown_batch, conversation.id, branch, start, count)
                 text = _markdown_batch(rows)
-            if not rows:
-                break
             yield pending.encode()
             pending = "\n" + text
-            start = rows[-1].seq + 1
         yield (pending.rstrip() + "\n").encode()
 
 
