@@ -137,7 +137,7 @@ def read_for_send(
         newest_counts=counts,
         cut=cut,
     )
-    transcript = with_history_pictures(connection, transcript, files)
+    transcript = with_history_pictures(connection, conversation.id, transcript, files)
     return ForSend(
         route,
         tail,
