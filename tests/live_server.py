@@ -23,6 +23,9 @@ import pytest
 WEBAPP = Path(sys.executable).parent / "webapp"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
+PORT_MOVES = 3
+"""How often a server that lost its port to another process moves to a new one: a free
+port is only free until someone binds it, and other suites share this machine."""
 
 
 def free_port() -> int:
@@ -62,6 +65,7 @@ class ServerProcess:
     port: int = field(default_factory=free_port)
     command: Callable[[int], Sequence[str]] = webapp_serve
     process: subprocess.Popen[bytes] | None = None
+    _launched_at: int = field(default=0, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -79,6 +83,7 @@ class ServerProcess:
 
     def launch(self) -> None:
         """Start the process without waiting for it (start several, then wait for each)."""
+        self._launched_at = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:  # the child keeps its own copy
             log.write(f"---- starting {self.name} on port {self.port}\n".encode())
             log.flush()
@@ -90,10 +95,16 @@ class ServerProcess:
         """Poll /healthz; fail at once, with the server's output, if the process dies."""
         assert self.process is not None
         deadline = time.monotonic() + START_TIMEOUT
+        moves = 0
         # One client for every poll: each new one loads the CA store, some 20 ms of CPU
         # taken from the starting server every 50 ms.
         with httpx.Client(timeout=1) as probe:
-            while not self._answers(probe):
+            while not (up := self._answers(probe, may_move=moves < PORT_MOVES)):
+                if up is None:  # it lost its port: again, on another
+                    moves += 1
+                    self.port = free_port()
+                    self.launch()
+                    continue
                 if time.monotonic() > deadline:
                     self.kill()
                     pytest.fail(
@@ -102,16 +113,25 @@ class ServerProcess:
                     )
                 time.sleep(0.05)
 
-    def _answers(self, probe: httpx.Client) -> bool:
-        """Whether the server answers /healthz; fails at once, with its output, if it died."""
+    def _answers(self, probe: httpx.Client, *, may_move: bool = False) -> bool | None:
+        """Whether the server answers /healthz; fails at once, with its output, if it died
+        (unless it died because its port was taken and `may_move`: then None)."""
         assert self.process is not None
         code = self.process.poll()
+        if code is not None and may_move and self._port_was_taken():
+            self.process = None
+            return None
         if code is not None:
             pytest.fail(f"{self.name} exited with status {code}:\n{self.output()}")
         try:
             return probe.get(self.url + "/healthz").status_code == 200
         except httpx.HTTPError:
             return False
+
+    def _port_was_taken(self) -> bool:
+        with self.log.open("rb") as log:
+            log.seek(self._launched_at)
+            return b"address already in use" in log.read()
 
     def stop(self) -> None:
         """Shut down gracefully (SIGTERM), killing it if it takes too long."""

@@ -193,3 +193,25 @@ async def test_a_graceful_stop_ends_open_streams_at_once(
     assert exit_code == -signal.SIGTERM and gone < 4, f"exit {exit_code} {gone:.1f} s after"
     log = server.output()
     assert "graceful shutdown exceeded" not in log and "without completing" not in log, log
+
+
+def test_a_server_whose_port_was_taken_moves_to_another(sqlite_url: str, tmp_path: Path) -> None:
+    """Between `free_port` and the child's bind another process may take the port (other
+    suites share the machine): the test server moves to a new port instead of failing."""
+    env = {
+        **os.environ,
+        "WEBAPP_DATABASE_URL": sqlite_url,
+        "WEBAPP_SECRET_KEY": "serve-tests-secret-key-0123456789",
+    }
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = ServerProcess(name="webapp serve", env=env, log=tmp_path / "s.log", port=port)
+        server.start()
+        try:
+            assert server.port != port
+            assert httpx.get(server.url + "/healthz").status_code == 200
+            assert "address already in use" in server.output()
+        finally:
+            server.stop()

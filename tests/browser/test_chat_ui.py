@@ -743,6 +743,9 @@ def test_keyboard_only_reaches_the_composer_and_sends(
 ) -> None:
     conversation_id = create_conversation(live_server)
     page = open_page(live_server, f"/c/{conversation_id}")
+    # Playwright turns on the interception of file choosers without waiting for it: on a
+    # loaded machine the Enter below could beat it, so it is on from the start.
+    page.on("filechooser", lambda _chooser: None)
     expect(page.locator("#composer textarea")).to_be_focused()  # type at once
 
     # From the top of the page: the skip link comes first and jumps to the message box.
@@ -770,7 +773,7 @@ def test_keyboard_only_reaches_the_composer_and_sends(
     focused = page.locator(":focus").bounding_box()
     assert focused is not None and focused["width"] >= 24 and focused["height"] >= 24, focused
     with page.expect_file_chooser() as chooser:
-        page.keyboard.press("Enter")
+        page.locator(":focus").press("Enter")  # (held there if a late swap moved it)
     assert chooser.value.element.get_attribute("id") == "attachment"
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.dataset.action") == "send"
