@@ -7,6 +7,7 @@ review of a trimmed conversation."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -122,7 +123,10 @@ def test_the_signed_in_pages(
 
 @SCHEMES
 def test_the_pages_without_sign_in(
-    live_server: Server, browser: Browser, setting: dict[str, str], scheme: str
+    live_server: Server,
+    browser: Browser,
+    setting: dict[str, str],
+    scheme: Literal["light", "dark"],
 ) -> None:
     context = browser.new_context(base_url=live_server.url, color_scheme=scheme, bypass_csp=True)
     try:
