@@ -26,6 +26,7 @@ from tests.browser.helpers import (
     turn_text,
 )
 from tests.browser.test_chat_ui import SPOKEN
+from tests.browser.test_no_moderate import strict_here
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
@@ -95,11 +96,14 @@ def test_setup_users_and_a_refused_sign_in(
     server = servers._launch(sqlite_url, f"fresh-{viewport[0]}", None)
     server.wait_until_ready()
     context = browser.new_context(
-        base_url=server.url, viewport={"width": viewport[0], "height": viewport[1]}
+        base_url=server.url,
+        viewport={"width": viewport[0], "height": viewport[1]},
+        bypass_csp=True,  # for axe
     )
     try:
         page = context.new_page()
         page.goto("/")
+        strict_here(page, f"/setup ({viewport[0]})")
         page.get_by_label("Username").fill("owner")
         page.get_by_label("Password (8 characters or more)").fill(PASSWORD)
         page.get_by_label("Password again").fill(PASSWORD)
@@ -112,6 +116,7 @@ def test_setup_users_and_a_refused_sign_in(
         for action in ("Remove admin", "Deactivate"):
             expect(me.get_by_role("button", name=action)).to_have_count(0)
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        strict_here(page, f"/admin/users, the only admin ({viewport[0]})")
 
         page.goto("/settings")
         page.get_by_role("button", name="Sign out").click()

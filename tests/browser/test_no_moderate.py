@@ -75,7 +75,11 @@ def setting(live_server: Server, upstream_server: FakeUpstream) -> Iterator[dict
 
 @SCHEMES
 def test_the_signed_in_pages(
-    live_server: Server, open_page: OpenPage, setting: dict[str, str], scheme: str
+    live_server: Server,
+    upstream: FakeUpstream,
+    open_page: OpenPage,
+    setting: dict[str, str],
+    scheme: str,
 ) -> None:
     cid = setting["id"]
     page = open_page(live_server, f"/c/{cid}", color_scheme=scheme, bypass_csp=True)
@@ -92,6 +96,16 @@ def test_the_signed_in_pages(
     page.get_by_role("button", name="Conversations").click()
     strict_here(page, f"/c/{{id}} ({scheme}, phone, drawer open)")
     page.set_viewport_size({"width": 1280, "height": 800})
+    empty = create_conversation(live_server)  # the picker and the box as a newcomer sees them
+    page.goto(f"/c/{empty}")
+    expect(page.locator(".empty-state")).to_be_visible()
+    assert_no_moderate(page, f"/c/{{id}} ({scheme}, empty)")
+    cut_off = create_conversation(live_server, "short")  # an answer cut at its length limit
+    upstream.set_reply("word " * 60)
+    send_by_api(live_server, cut_off, "Tell me a lot")
+    page.goto(f"/c/{cut_off}")
+    expect(page.get_by_role("button", name="Continue")).to_be_visible()
+    assert_no_moderate(page, f"/c/{{id}} ({scheme}, Continue offered)")
     for path in (
         f"/c/{cid}/organise",
         f"/c/{cid}/share",
