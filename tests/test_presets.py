@@ -16,6 +16,7 @@ from sqlmodel import col
 from tests.factories import make_user, new_conversation, sign_in, user_header
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
+from webapp.chat.stored.presets import Preset
 from webapp.db import Database
 from webapp.llm.providers.anthropic import AnthropicProvider
 from webapp.llm.providers.base import ChatCall
@@ -235,6 +236,20 @@ async def test_the_gateways_models_list_the_callers_presets_alone(
     assert [e["id"] for e in theirs.json()["data"] if e["id"].startswith("preset:")] == [
         "preset:Bobs own"
     ]
+
+    # A preset whose configuration left the catalog cannot be called: not offered either.
+    db = Database(database_url)
+    try:
+        await db.write(
+            lambda session: session.connection().execute(
+                update(Preset).where(col(Preset.name) == "Roomy").values(configuration="gone")
+            )
+        )
+    finally:
+        await db.dispose()
+    ids = [entry["id"] for entry in (await client.get("/v1/models")).json()["data"]]
+    assert "preset:Roomy" not in ids and "preset:Terse" in ids
+    assert (await client.get("/v1/models/preset:Roomy")).status_code == 404
 
 
 async def test_export_and_import_carry_the_presets_name(
