@@ -5,11 +5,13 @@ a 4xx with nothing stored."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
+from tests.factories import EMBED
 from webapp.chat.stored import chatgpt
 
 pytestmark = pytest.mark.settings(rate_limit_messages=0)
@@ -147,3 +149,31 @@ async def test_too_many_messages_in_all_is_refused(
     assert response.status_code == 400 and "at most 15 messages" in response.json()["detail"]
     assert await conversations(client) == []
     assert (await client.post(IMPORT, json=[trip()])).status_code == 201
+
+
+@pytest.mark.settings(extra=EMBED, rate_limit_messages=0, import_limit_bytes=20_000)
+async def test_malformed_or_oversized_files_by_the_api_and_the_sidebar_store_nothing(
+    callers: dict[str, AsyncTestClient],
+) -> None:
+    """The same refusals through the JSON API and the sidebar's file import: a file that
+    is not JSON, a good conversation followed by a broken one (nothing of the good one
+    kept), a file over the per-import bytes (the quota's, read before parsing)."""
+    api, browser = callers["token"], callers["session"]
+    before = await conversations(api)  # signing in opened an empty one
+    padded = trip()
+    padded["title"] = "x" * 30_000
+    for what, raw, status, words in [
+        ("not JSON", b'[{"title": "Rome", "mapping": {', 400, "not JSON"),
+        ("half good", json.dumps([trip(), {"mapping": []}]).encode(), 400, "mapping"),
+        ("too big", json.dumps([padded]).encode(), 400, "at most"),
+    ]:
+        by_api = await api.post(IMPORT, content=raw, headers={"Content-Type": "application/json"})
+        assert by_api.status_code == status, (what, by_api.text)
+        assert words in by_api.json()["detail"], (what, by_api.text)
+        page = await browser.post(
+            "/c/import", files={"file": ("conversations.json", raw, "application/json")}
+        )
+        assert page.status_code == status, (what, page.status_code, page.text[:200])
+        assert words in page.text, (what, page.text[:300])
+        assert await conversations(api) == before, what
+    assert (await api.post(IMPORT, json=[trip()])).status_code == 201  # the quota still allows

@@ -16,6 +16,7 @@ from sqlmodel import col
 from tests.factories import make_user, new_conversation, sign_in, user_header
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import User
+from webapp.chat.stored.presets import Preset
 from webapp.db import Database
 from webapp.llm.providers.anthropic import AnthropicProvider
 from webapp.llm.providers.base import ChatCall
@@ -200,6 +201,55 @@ async def test_the_gateway_takes_a_preset_by_name_as_its_model(
         "/v1/chat/completions", json=call, headers=await user_header(database_url, "carol")
     )
     assert bobs.status_code == 404, bobs.text
+
+
+async def test_the_gateways_models_list_the_callers_presets_alone(
+    client: AsyncTestClient, database_url: str
+) -> None:
+    await made(client, **TERSE, max_tokens=30)
+    await made(client, name="Roomy", configuration="small")
+    bob = await user_header(database_url, "bob")
+    bobs = await client.post(
+        "/api/presets", json={"name": "Bobs own", "configuration": "small"}, headers=bob
+    )
+    assert bobs.status_code == 201, bobs.text
+
+    listed = await client.get("/v1/models")
+    assert listed.status_code == 200, listed.text
+    ids = [entry["id"] for entry in listed.json()["data"]]
+    assert "small" in ids and "preset:Terse" in ids and "preset:Roomy" in ids
+    assert "preset:Bobs own" not in ids
+    by_id = {entry["id"]: entry for entry in listed.json()["data"]}
+    terse = by_id["preset:Terse"]["webapp"]
+    assert terse["kind"] == "preset" and terse["configuration"] == "small"
+    assert terse["max_tokens"] == 30 and terse["model"] == by_id["small"]["webapp"]["model"]
+    assert by_id["preset:Roomy"]["webapp"]["max_tokens"] == by_id["small"]["webapp"]["max_tokens"]
+
+    one = await client.get("/v1/models/preset:Terse")
+    assert one.status_code == 200 and one.json() == by_id["preset:Terse"]
+    # Another user's preset is unknown to the caller, listed or asked for by name.
+    for path, who in (("/v1/models/preset:Bobs own", {}), ("/v1/models/preset:Terse", bob)):
+        missing = await client.get(path, headers=who)
+        assert missing.status_code == 404, missing.text
+        assert missing.json()["error"]["code"] == "model_not_found"
+    theirs = await client.get("/v1/models", headers=bob)
+    assert [e["id"] for e in theirs.json()["data"] if e["id"].startswith("preset:")] == [
+        "preset:Bobs own"
+    ]
+
+    # A preset whose configuration left the catalog cannot be called: not offered either.
+    db = Database(database_url)
+    try:
+        await db.write(
+            lambda session: session.connection().execute(
+                update(Preset).where(col(Preset.name) == "Roomy").values(configuration="gone")
+            )
+        )
+    finally:
+        await db.dispose()
+    ids = [entry["id"] for entry in (await client.get("/v1/models")).json()["data"]]
+    assert "preset:Roomy" not in ids and "preset:Terse" in ids
+    assert (await client.get("/v1/models/preset:Roomy")).status_code == 404
 
 
 async def test_export_and_import_carry_the_presets_name(
