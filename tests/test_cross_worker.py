@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, aclosing
 from pathlib import Path
@@ -239,3 +240,49 @@ async def test_an_answer_is_stopped_from_the_other_server_at_once(
     name, final, _ = sent[-1]
     assert name == "done" and final["status"] == "stopped"
     assert 0 < len(final["content"]) < len(REPLY), "the text so far is kept"
+
+
+async def test_the_engines_reading_of_the_prompt_reaches_a_page_on_the_other_server(
+    serve: Serve, database: str, upstream: FakeUpstream
+) -> None:
+    """llama.cpp reports its reading of the prompt (`return_progress`), then holds the
+    stream: a page served by the other server shows how far it has read, as a page of the
+    writer's own would (the writer announces it), and the line goes when the text comes."""
+    upstream.set_engine("llamacpp")
+    upstream.progress_batch = 2
+    upstream.hold_after_progress = True
+    upstream.set_reply("The bridge was built in 1820.")
+    token = await make_user(database, "alice")
+    writer_url, watcher_url = serve(), serve()
+    readings: list[str] = []
+    after_text: list[str] = []
+    async with bearer(writer_url, token) as writer, bearer(watcher_url, token) as watcher:
+        conversation_id = (
+            await writer.post("/api/conversations", json={"configuration": "small"})
+        ).json()["id"]
+        sending = asyncio.create_task(send(writer, conversation_id))
+        answer_id = await streaming_answer(watcher, conversation_id)
+        path = f"/c/{conversation_id}/answers/{answer_id}/stream"
+        async with watcher.stream("GET", path) as stream:
+            assert stream.status_code == 200
+            async with asyncio.timeout(20):
+                async for name, data, _ in events(stream):
+                    if name == "done":
+                        break
+                    said = re.findall(r'<p class="prefill" role="status">([^<]*)</p>', data)
+                    if "1820" in data:
+                        after_text += said
+                    elif said:
+                        readings += said
+                        record = upstream.cache_log[-1]
+                        if said[-1].startswith(f"Reading the conversation: {record.prompt_tokens}"):
+                            upstream.end_stalls()  # read to its end: the text may come
+        sent = await sending
+    record = upstream.cache_log[-1]
+    whole = f"{record.prompt_tokens:,} of {record.prompt_tokens:,} tokens"
+    assert readings and whole in readings[-1], readings
+    assert f"{record.cached_tokens:,} from cache" in readings[-1]
+    assert after_text == [], "the line goes when the text comes"
+    assert sent[-1][0] == "done" and sent[-1][1]["content"] == "The bridge was built in 1820."
+    progress = [data for name, data, _ in sent if name == "progress"]
+    assert progress, "the writer's own API stream had them too"
