@@ -18,7 +18,7 @@ A, B, C = [1] * 100, [2] * 100, [3] * 100
 
 def test_a_named_slot_is_taken_and_wraps_round() -> None:
     slots = Slots(4)
-    assert slots.take(A, 2) == 0 and slots.take(A + [9], 6) == 100, "6 is slot 2 again"
+    assert slots.take(A, 2) == 0 and slots.take([*A, 9], 6) == 100, "6 is slot 2 again"
     assert slots.take(B, 2) == 0 and slots.prompts[2] == B, "the slot keeps its last only"
     assert slots.chosen == [2, 2, 2]
 
@@ -41,7 +41,7 @@ def test_with_the_search_off_a_follow_up_goes_where_least_recently_used() -> Non
     slots = Slots(2, similarity=0)
     slots.take(A, None)
     slots.take(B, None)
-    assert slots.take(B + [1], None) == 0 and slots.chosen == [1, 0, 1]
+    assert slots.take([*B, 1], None) == 0 and slots.chosen == [1, 0, 1]
 
 
 def test_equally_old_slots_give_the_last_of_them() -> None:
