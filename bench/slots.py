@@ -317,6 +317,6 @@ async def main(seed: int, repeats: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=41)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     arguments = parser.parse_args()
     asyncio.run(main(arguments.seed, arguments.repeats))
