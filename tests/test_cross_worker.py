@@ -6,6 +6,7 @@ stopped from the other. They hear each other through LISTEN/NOTIFY, not by polli
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -286,3 +287,52 @@ async def test_the_engines_reading_of_the_prompt_reaches_a_page_on_the_other_ser
     assert sent[-1][0] == "done" and sent[-1][1]["content"] == "The bridge was built in 1820."
     progress = [data for name, data, _ in sent if name == "progress"]
     assert progress, "the writer's own API stream had them too"
+
+
+async def test_the_reading_is_announced_again_while_it_stands_and_not_after_the_text(
+    serve: Serve, database: str, upstream: FakeUpstream
+) -> None:
+    """What a listener hears of the engine's reading: each new reading once, the last one
+    again every second while the engine holds it (a page that starts following
+    meanwhile learns it), and nothing of it once text comes."""
+    upstream.set_engine("llamacpp")
+    upstream.progress_batch = 2
+    upstream.hold_after_progress = True
+    upstream.set_reply("The bridge was built in 1820.")
+    token = await make_user(database, "alice")
+    url = serve()
+    heard: list[tuple[float, str]] = []
+    listener = await asyncpg.connect(
+        make_url(database).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    loop = asyncio.get_running_loop()
+    await listener.add_listener(CHANNEL, lambda *args: heard.append((loop.time(), args[-1])))
+    try:
+        async with bearer(url, token) as api:
+            conversation_id = (
+                await api.post("/api/conversations", json={"configuration": "small"})
+            ).json()["id"]
+            sending = asyncio.create_task(send(api, conversation_id))
+            answer_id = await streaming_answer(api, conversation_id)
+            await asyncio.sleep(2.6)  # the engine holds its last reading meanwhile
+            upstream.end_stalls()
+            await sending
+            await asyncio.sleep(1.2)  # a repeat would have come by now
+    finally:
+        await listener.close()
+    readings = [
+        (at, reading)
+        for at, notice in heard
+        if notice.startswith("progress ")
+        for answer, *reading in json.loads(notice.split(" ", 1)[1])
+        if answer == answer_id
+    ]
+    record = upstream.cache_log[-1]
+    last = [record.prompt_tokens, record.prompt_tokens, record.cached_tokens]
+    assert [reading for _, reading in readings][-1] == last
+    repeats = [at for at, reading in readings if reading == last]
+    assert len(repeats) >= 3, f"announced again each second while it stood: {readings}"
+    texts = [at for at, notice in heard if notice.startswith("text ")]
+    assert texts and max(at for at, _ in readings) < min(texts), "none once text came"
+    processed = [reading[0] for _, reading in readings]
+    assert processed == sorted(processed), "readings only grow"
