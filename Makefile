@@ -93,6 +93,7 @@ bench-load: $(VENV)/.installed-test
 
 bench-cache: $(VENV)/.installed-test
 	$(BIN)/python -m bench.cache
+	$(BIN)/python -m bench.slots
 
 bench-statements: $(VENV)/.installed-test
 	$(BIN)/python -m bench.statements

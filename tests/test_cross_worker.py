@@ -6,7 +6,9 @@ stopped from the other. They hear each other through LISTEN/NOTIFY, not by polli
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, aclosing
 from pathlib import Path
@@ -239,3 +241,98 @@ async def test_an_answer_is_stopped_from_the_other_server_at_once(
     name, final, _ = sent[-1]
     assert name == "done" and final["status"] == "stopped"
     assert 0 < len(final["content"]) < len(REPLY), "the text so far is kept"
+
+
+async def test_the_engines_reading_of_the_prompt_reaches_a_page_on_the_other_server(
+    serve: Serve, database: str, upstream: FakeUpstream
+) -> None:
+    """llama.cpp reports its reading of the prompt (`return_progress`), then holds the
+    stream: a page served by the other server shows how far it has read, as a page of the
+    writer's own would (the writer announces it), and the line goes when the text comes."""
+    upstream.set_engine("llamacpp")
+    upstream.progress_batch = 2
+    upstream.hold_after_progress = True
+    upstream.set_reply("The bridge was built in 1820.")
+    token = await make_user(database, "alice")
+    writer_url, watcher_url = serve(), serve()
+    readings: list[str] = []
+    after_text: list[str] = []
+    async with bearer(writer_url, token) as writer, bearer(watcher_url, token) as watcher:
+        conversation_id = (
+            await writer.post("/api/conversations", json={"configuration": "small"})
+        ).json()["id"]
+        sending = asyncio.create_task(send(writer, conversation_id))
+        answer_id = await streaming_answer(watcher, conversation_id)
+        path = f"/c/{conversation_id}/answers/{answer_id}/stream"
+        async with watcher.stream("GET", path) as stream:
+            assert stream.status_code == 200
+            async with asyncio.timeout(20):
+                async for name, data, _ in events(stream):
+                    if name == "done":
+                        break
+                    said = re.findall(r'<p class="prefill" role="status">([^<]*)</p>', data)
+                    if "1820" in data:
+                        after_text += said
+                    elif said:
+                        readings += said
+                        record = upstream.cache_log[-1]
+                        if said[-1].startswith(f"Reading the conversation: {record.prompt_tokens}"):
+                            upstream.end_stalls()  # read to its end: the text may come
+        sent = await sending
+    record = upstream.cache_log[-1]
+    whole = f"{record.prompt_tokens:,} of {record.prompt_tokens:,} tokens"
+    assert readings and whole in readings[-1], readings
+    assert f"{record.cached_tokens:,} from cache" in readings[-1]
+    assert after_text == [], "the line goes when the text comes"
+    assert sent[-1][0] == "done" and sent[-1][1]["content"] == "The bridge was built in 1820."
+    progress = [data for name, data, _ in sent if name == "progress"]
+    assert progress, "the writer's own API stream had them too"
+
+
+async def test_the_reading_is_announced_again_while_it_stands_and_not_after_the_text(
+    serve: Serve, database: str, upstream: FakeUpstream
+) -> None:
+    """What a listener hears of the engine's reading: each new reading once, the last one
+    again every second while the engine holds it (a page that starts following
+    meanwhile learns it), and nothing of it once text comes."""
+    upstream.set_engine("llamacpp")
+    upstream.progress_batch = 2
+    upstream.hold_after_progress = True
+    upstream.set_reply("The bridge was built in 1820.")
+    token = await make_user(database, "alice")
+    url = serve()
+    heard: list[tuple[float, str]] = []
+    listener = await asyncpg.connect(
+        make_url(database).set(drivername="postgresql").render_as_string(hide_password=False)
+    )
+    loop = asyncio.get_running_loop()
+    await listener.add_listener(CHANNEL, lambda *args: heard.append((loop.time(), args[-1])))
+    try:
+        async with bearer(url, token) as api:
+            conversation_id = (
+                await api.post("/api/conversations", json={"configuration": "small"})
+            ).json()["id"]
+            sending = asyncio.create_task(send(api, conversation_id))
+            answer_id = await streaming_answer(api, conversation_id)
+            await asyncio.sleep(2.6)  # the engine holds its last reading meanwhile
+            upstream.end_stalls()
+            await sending
+            await asyncio.sleep(1.2)  # a repeat would have come by now
+    finally:
+        await listener.close()
+    readings = [
+        (at, reading)
+        for at, notice in heard
+        if notice.startswith("progress ")
+        for answer, *reading in json.loads(notice.split(" ", 1)[1])
+        if answer == answer_id
+    ]
+    record = upstream.cache_log[-1]
+    last = [record.prompt_tokens, record.prompt_tokens, record.cached_tokens]
+    assert [reading for _, reading in readings][-1] == last
+    repeats = [at for at, reading in readings if reading == last]
+    assert len(repeats) >= 3, f"announced again each second while it stood: {readings}"
+    texts = [at for at, notice in heard if notice.startswith("text ")]
+    assert texts and max(at for at, _ in readings) < min(texts), "none once text came"
+    processed = [reading[0] for _, reading in readings]
+    assert processed == sorted(processed), "readings only grow"

@@ -566,6 +566,36 @@ def _conversation(gateway: Gateway, user: str = "alice", configuration: str = "s
         return response.json()["id"]
 
 
+def test_a_call_in_a_conversation_carries_the_conversations_key(
+    gateway: Gateway, upstream: FakeUpstream
+) -> None:
+    """The same key as the conversation's sends from the page or the API: the gateway's
+    call is a send of that conversation, so it goes where the conversation's cache is."""
+
+    def sent(text: str) -> dict[str, Any]:
+        return next(
+            r["body"]
+            for r in reversed(upstream.requests)
+            if r["path"].endswith("/chat/completions")
+            and r["body"]["messages"][-1].get("content") == text
+        )
+
+    conversation_id = _conversation(gateway)
+    with gateway.http() as http:
+        answered = http.post(
+            f"/api/conversations/{conversation_id}/messages", json={"content": "Hello there"}
+        )
+        assert answered.status_code == 201, answered.text
+    gateway.client().chat.completions.create(
+        model="small",
+        messages=[{"role": "user", "content": "And again"}],
+        extra_headers={"x-conversation-id": conversation_id},
+    )
+    key = sent("Hello there")["prompt_cache_key"]
+    assert key and conversation_id not in key
+    assert sent("And again")["prompt_cache_key"] == key
+
+
 def test_a_call_in_a_conversation_is_stored_with_its_fit(
     serve: Callable[..., Gateway], database_url: str, upstream: FakeUpstream
 ) -> None:

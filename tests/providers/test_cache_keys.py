@@ -132,3 +132,17 @@ async def test_native_providers_carry_the_session_header(kind: str, vendors: Fak
         await llm.chat(model, HELLO, info=keyed(None))
     headers = [r["headers"].get("x-session-id") for r in vendors.requests]
     assert headers == [KEY, KEY, None]
+
+
+async def test_off_leaves_llamacpp_its_own_slot_choice_and_still_shows_progress(
+    upstream: FakeUpstream,
+) -> None:
+    """`cache_key = "off"` on a llama.cpp provider (its server then places each request on
+    the slot holding the most similar prompt): no slot and no key, but a stream still
+    asks for the prefill's progress."""
+    upstream.set_engine("llamacpp")
+    async with OpenAIProvider(upstream.base_url, affinity=Affinity(cache_key="off")) as llm:
+        await one_each(llm, "small", keyed())
+    whole, streamed = chat_bodies(upstream)
+    assert not {"id_slot", "prompt_cache_key"} & (whole.keys() | streamed.keys())
+    assert streamed["return_progress"] is True and "return_progress" not in whole

@@ -19,6 +19,7 @@ from tests.upstream.cache import (
 )
 from tests.upstream.controls import Controls
 from tests.upstream.faults import _ERROR_BODIES, _error, _Failure, _vllm_error
+from tests.upstream.slots import Slots
 
 
 class Admission(Controls):
@@ -32,7 +33,9 @@ class Admission(Controls):
         """Look the prompt up in the model's prefix cache, and remember it there.
 
         A request that names its `slot` (llama.cpp's `id_slot`) finds only what that slot
-        holds, and leaves its prompt there: llama.cpp's cache is per slot.
+        holds, and leaves its prompt there: llama.cpp's cache is per slot. With
+        `slot_local` set every request does, and one that names none takes the slot
+        llama.cpp's server would choose (`tests.upstream.slots`).
 
         Of the last CACHE_SLOTS prompts, the one sharing the longest prefix with this one
         is replaced by it when they share at least half of it (as llama.cpp picks the
@@ -45,6 +48,12 @@ class Admission(Controls):
         with self._lock:
             if generation != self._generation:
                 return _Prefill(len(tokens), 0, 0.0)
+            if self.slot_local is not None:
+                local = self._slot_local.get(model)
+                if local is None:
+                    local = self._slot_local[model] = Slots(self.slot_count, self.slot_local)
+                shared = local.take(tokens, slot)
+                return self._found(model, tokens, shared, minimum, unit)
             if slot is not None:
                 held = self._slot_prompts.setdefault(model, {})
                 shared = _shared_prefix(held.get(slot, []), tokens)

@@ -12,6 +12,7 @@ from typing import Any
 from tests.upstream.cache import CACHE_SLOTS, CacheRecord
 from tests.upstream.faults import _Break, _Failure, _Stall
 from tests.upstream.server import ServedApp
+from tests.upstream.slots import Slots
 from tests.upstream.vocab import (
     DEFAULT_MODELS,
     Engine,
@@ -123,6 +124,11 @@ class Controls(ServedApp):
             self.hold_after_progress = False
             self.slots_endpoint = True
             self._slot_prompts: dict[str, dict[int, list[int]]] = {}
+            # Slot-local caches (`tests.upstream.slots`): None keeps the shared pool above;
+            # a number is the server's `--slot-prompt-similarity` (0.1 its default, 0 its
+            # search off), and then every request takes a slot, as llama.cpp chooses it.
+            self.slot_local: float | None = None
+            self._slot_local: dict[str, Slots] = {}
 
     def fail_next(
         self,
@@ -186,6 +192,12 @@ class Controls(ServedApp):
         """Replace the served models (name -> context window) until reset."""
         with self._lock:
             self._models = dict(models)
+
+    def slots_taken(self, model: str) -> list[int]:
+        """The slot each request for `model` took, in order (with `slot_local` set)."""
+        with self._lock:
+            slots = self._slot_local.get(model)
+            return list(slots.chosen) if slots is not None else []
 
     @property
     def models(self) -> dict[str, int]:

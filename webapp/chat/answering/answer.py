@@ -34,7 +34,7 @@ from webapp.chat.stored.serialize import message_dict
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
-from webapp.llm.providers.base import ProviderError, StreamBroken, Usage
+from webapp.llm.providers.base import Prefill, ProviderError, StreamBroken, Usage
 from webapp.llm.routing import RoutingError
 from webapp.llm.window import FitResult
 from webapp.settings import Settings
@@ -233,6 +233,9 @@ class Progress:
     earlier: Message | None = None
     """The answer as it stood before this run, when this run continues it: its text
     begins this one's, its usage is added to this run's."""
+    prefill: Prefill | None = None
+    """The engine's newest reading of the prompt, until text comes (other workers' pages
+    hear it through the flusher's notices)."""
 
     @classmethod
     def continuing(cls, answer: Message) -> Progress:
@@ -332,7 +335,12 @@ class AnswerWriter:
         reader = asyncio.create_task(self._read_provider(user, planned, progress, channel, sent))
         # The text so far is written with every other answer's (`flushing`); that is also
         # the answer's heartbeat, and how a stop made by another worker is noticed.
-        self._flusher.track(answer.id, lambda: progress.text, stop)
+        self._flusher.track(
+            answer.id,
+            lambda: progress.text,
+            stop,
+            lambda: None if progress.length else progress.prefill,
+        )
         stopped = asyncio.create_task(stop.wait())
         status, error = Status.COMPLETE, None
         try:
@@ -392,7 +400,7 @@ class AnswerWriter:
                 # made once history was counted.
                 user = await self._refitted(user, event.fit, planned, progress, channel)
             elif isinstance(event, Prefilling):
-                read = event.progress
+                read = progress.prefill = event.progress
                 progress_event = {"processed": read.processed, "total": read.total}
                 channel.publish(Event("progress", progress_event | {"cached": read.cached}))
             elif isinstance(event, Delta):

@@ -18,7 +18,8 @@ also announces each answer it moved (`webapp.chat.answering.notify`), so watcher
 workers read the row the moment it is committed; a heartbeat that moved nothing wakes
 nobody. Between flushes the new text itself goes out every `TEXT_PACE`, in notices of
 its own (`webapp.chat.answering.pieces`): pages on other workers keep pace with the writer's
-own, while the row is still written only every interval.
+own, while the row is still written only every interval. So does the engine's reading of
+the prompt before the text (`webapp.chat.answering.readings`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from typing import cast
 from sqlalchemy import bindparam, select, text, update
 from sqlmodel import Session, col
 
-from webapp.chat.answering.notify import CHANNEL, MOVED, TEXT
+from webapp.chat.answering.notify import CHANNEL, MOVED, PROGRESS, TEXT
 from webapp.chat.answering.pieces import TEXT_PACE, Piece, payloads
+from webapp.chat.answering.readings import Reading, reading_payloads
 from webapp.chat.stored.models import Message, Status
 from webapp.db import Database
+from webapp.llm.providers.base import Prefill
 from webapp.tasks import cancel
 from webapp.timeutil import utcnow
 
@@ -54,6 +57,10 @@ _ANNOUNCE = text(
 """One statement for all the notices of a write, however many answers moved."""
 
 Finals = dict[int, dict[str, object]]
+READING_REPEAT = 1.0
+"""Seconds after which an unchanged reading of the prompt is announced again: a page
+that began following meanwhile (a reload) learns it without waiting for the engine's
+next batch, which a slow engine reads for seconds."""
 
 
 def announcement(answer_id: int, length: int) -> str:
@@ -123,6 +130,11 @@ class _Tracked:
     beat: float
     announced: int = 0
     """How much of the text went out in text notices."""
+    prefill: Callable[[], Prefill | None] | None = None
+    """The engine's newest reading of the prompt, where the answer has one."""
+    told: Prefill | None = None
+    """The reading that went out last."""
+    told_at: float = 0.0
 
 
 class AnswerFlusher:
@@ -140,12 +152,19 @@ class AnswerFlusher:
         self._task: asyncio.Task[None] | None = None
         self._telling: asyncio.Task[None] | None = None
 
-    def track(self, answer_id: int, text: Callable[[], str], stop: asyncio.Event) -> None:
-        """Flush `text()` for this answer until it finishes; set `stop` if it is stopped.
-        What `text()` holds already (a continued answer's stored part) is neither
-        written nor announced again."""
+    def track(
+        self,
+        answer_id: int,
+        text: Callable[[], str],
+        stop: asyncio.Event,
+        prefill: Callable[[], Prefill | None] | None = None,
+    ) -> None:
+        """Flush `text()` for this answer until it finishes; set `stop` if it is stopped;
+        announce `prefill()` as it changes. What `text()` holds already (a continued
+        answer's stored part) is neither written nor announced again."""
         known = len(text())
-        self._tracked[answer_id] = _Tracked(text, stop, known, time.monotonic(), known)
+        tracked = _Tracked(text, stop, known, time.monotonic(), known, prefill)
+        self._tracked[answer_id] = tracked
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="flusher")
         if self._announce and (self._telling is None or self._telling.done()):
@@ -186,20 +205,30 @@ class AnswerFlusher:
                 log.exception("could not write the streaming answers")
 
     async def _tell(self) -> None:
-        """Every `TEXT_PACE`, the text each answer gained, in notices of their own (not in
-        a flush's transaction, whose notices wait for its commit and its interval)."""
+        """Every `TEXT_PACE`, the text each answer gained and its newest reading of the
+        prompt, in notices of their own (not in a flush's transaction, whose notices wait
+        for its commit and its interval)."""
         while self._tracked:
             await asyncio.sleep(TEXT_PACE)
             gained: list[Piece] = []
+            read: list[Reading] = []
             for answer_id, tracked in self._tracked.items():
                 so_far = tracked.text()
                 if len(so_far) > tracked.announced:
                     gained.append((answer_id, tracked.announced, so_far[tracked.announced :]))
                     tracked.announced = len(so_far)
-            if not gained:
+                reading = tracked.prefill() if tracked.prefill is not None else None
+                now = time.monotonic()
+                if reading is not None and (
+                    reading != tracked.told or now - tracked.told_at >= READING_REPEAT
+                ):
+                    read.append((answer_id, reading))
+                    tracked.told, tracked.told_at = reading, now
+            if not gained and not read:
                 continue
             try:
-                await self._db.write(send_text, payloads(gained, TEXT))
+                told = payloads(gained, TEXT) + reading_payloads(read, PROGRESS)
+                await self._db.write(send_text, told)
             except Exception as error:  # lost pieces: watchers fill them from the next flush
                 log.warning("could not announce the answers' new text: %s", error)
 

@@ -9,7 +9,8 @@ watchers kept a server busy doing nothing. Now each process has one `AnswerNotic
   committed, and between flushes the text itself, in pieces (`TEXT`,
   `webapp.chat.answering.pieces`); the listener wakes, in memory, just the watchers of that
   answer. An idle watcher costs an entry in a dict. A notice can also ask the worker
-  that runs an answer to stop it at once.
+  that runs an answer to stop it at once, or carry the engine's reading of the prompt
+  before any text (`PROGRESS`, `webapp.chat.answering.readings`).
 * on SQLite (one machine; its workers share a file), one poll per process for every
   answer watched, a single indexed query per interval, which wakes only the watchers
   whose answer changed.
@@ -39,8 +40,10 @@ from sqlalchemy.sql import Select
 from sqlmodel import Session, col
 
 from webapp.chat.answering.pieces import parse
+from webapp.chat.answering.readings import parse_readings
 from webapp.chat.stored.models import Conversation, Message
 from webapp.db import Database
+from webapp.llm.providers.base import Prefill
 from webapp.tasks import cancel
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,8 @@ TEXT = "text"
 """New text of answers being written, between flushes (`webapp.chat.answering.pieces`)."""
 TITLE = "title"
 """A conversation's title was written: "title CONVERSATION_ID"."""
+PROGRESS = "progress"
+"""How far engines have read answers' prompts (`webapp.chat.answering.readings`)."""
 RECONNECT_DELAY = 1.0
 
 
@@ -77,12 +82,14 @@ class Watch:
     """One watcher's wake-up: set by a notice, cleared when the watcher takes it; with
     what it heard since it last took: pieces of text, and whether the row moved."""
 
-    __slots__ = ("_event", "_moved", "_pieces")
+    __slots__ = ("_event", "_moved", "_pieces", "prefill")
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._pieces: list[tuple[int, str]] = []
         self._moved = False
+        self.prefill: Prefill | None = None
+        """The newest reading of the prompt heard (a state, not a piece: kept, not taken)."""
 
     def wake(self) -> None:
         """The row moved (or may have: a lost connection): the watcher reads it."""
@@ -91,6 +98,10 @@ class Watch:
 
     def hear(self, start: int, piece: str) -> None:
         self._pieces.append((start, piece))
+        self._event.set()
+
+    def read(self, prefill: Prefill) -> None:
+        self.prefill = prefill
         self._event.set()
 
     def take(self) -> tuple[list[tuple[int, str]], bool]:
@@ -142,6 +153,10 @@ class AnswerNotices:
     def hear(self, answer_id: int, start: int, piece: str) -> None:
         for watch in self._watchers.get(answer_id, ()):
             watch.hear(start, piece)
+
+    def heard_reading(self, answer_id: int, prefill: Prefill) -> None:
+        for watch in self._watchers.get(answer_id, ()):
+            watch.read(prefill)
 
     def wake_all(self) -> None:
         for watchers in [*self._watchers.values(), *self._titles.values()]:
@@ -207,6 +222,9 @@ class PostgresNotices(AnswerNotices):
         if kind == TITLE:
             self.wake_title(rest)
             return
+        if kind == PROGRESS:
+            self._heard_readings(rest)
+            return
         try:
             answer_id = int(rest.split(" ", 1)[0])
         except ValueError:
@@ -224,6 +242,15 @@ class PostgresNotices(AnswerNotices):
             return
         for answer_id, start, piece in pieces:
             self.hear(answer_id, start, piece)
+
+    def _heard_readings(self, body: str) -> None:
+        try:
+            readings = parse_readings(body)
+        except ValueError:
+            log.warning("ignored a malformed progress notice: %.200r", body)
+            return
+        for answer_id, prefill in readings:
+            self.heard_reading(answer_id, prefill)
 
     async def _listen(self) -> None:
         import asyncpg

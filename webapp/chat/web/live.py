@@ -37,8 +37,9 @@ class Snapshot:
     user: Message
     final: bool
     prefill: Prefill | None = None
-    """How far the engine has read the prompt, while no text has come (this worker's
-    answers only: the progress is not announced to other workers)."""
+    """How far the engine has read the prompt, while no text has come (another worker's
+    answers too on PostgreSQL, where its writer announces it; not on SQLite, whose
+    workers hear each other by polling rows that do not hold it)."""
 
 
 class Watchers:
@@ -170,7 +171,7 @@ async def _follow_stored(
     its end). A writer that died sends nothing more; now and then the watcher looks for
     itself, and reaps."""
     assert answer.id is not None and user.id is not None
-    seen: tuple[int, str, int | None] | None = None
+    seen: tuple[int, str, int | None, Prefill | None] | None = None
     with notices.watch(id_of(answer)) as watch:
         if answer.status == Status.STREAMING:
             # Read again now the watch is on, so a notice sent in between is not missed.
@@ -179,10 +180,11 @@ async def _follow_stored(
         while True:
             final = answer.status != Status.STREAMING
             shown = answer if final else answer.model_copy(update={"content": followed.text})
-            state = (len(shown.content), answer.status, user.dropped_turns)
+            prefill = None if final or shown.content else watch.prefill
+            state = (len(shown.content), answer.status, user.dropped_turns, prefill)
             if state != seen or final:
                 seen = state
-                yield Snapshot(shown, user, final=final)
+                yield Snapshot(shown, user, final=final, prefill=prefill)
             if final:
                 return
             # A writer that died sends no notice; its answer is reaped once it has been
