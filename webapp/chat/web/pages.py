@@ -46,7 +46,7 @@ from webapp.chat.web.views import (
     last_fit,
     message_views,
 )
-from webapp.errors import Conflict, InvalidInput
+from webapp.errors import Conflict, FilesOff, InvalidInput
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
 from webapp.stored import id_of
@@ -80,6 +80,12 @@ class ConversationRef:
     def internals(self) -> bool:
         """Whether the page shows token counts and model and configuration names."""
         return self.embed is None or self.embed.show_internals
+
+
+def takes_files(conversation: ConversationRef) -> None:
+    """A 403 for files through an embed whose entry lets visitors attach none."""
+    if conversation.embed is not None and not conversation.embed.file_kinds:
+        raise FilesOff("this chat takes no files")
 
 
 async def form_field(request: Request[Any, Any, Any], name: str, *, required: bool = True) -> str:
@@ -187,11 +193,14 @@ class ConversationPages(Controller):
         conversation: FoundConversation,
     ) -> Template:
         content = await message_field(request, chat.settings.max_message_chars)
+        files = await file_ids(request)
+        if files:
+            takes_files(conversation)
         send = await chat.sender.send(
             conversation.owner,
             conversation.id,
             content,
-            files=await file_ids(request),
+            files=files,
             address=conversation.address,
             draft=conversation.draft,
         )
@@ -295,10 +304,13 @@ class ConversationPages(Controller):
     ) -> Template:
         """A file just uploaded (`POST /api/files`), as the composer's chip: its name and
         its tokens for the conversation's model, and the field the send carries."""
-        if conversation.embed is not None:
-            raise InvalidInput("an embedded chat takes no files")
-        row = await chat.reader.get(conversation.owner, conversation.id)
-        chip = await composer_chip(chat, conversation.owner, row.configuration, file_id)
+        takes_files(conversation)
+        configuration = (
+            conversation.draft.configuration
+            if conversation.draft is not None
+            else (await chat.reader.get(conversation.owner, conversation.id)).configuration
+        )
+        chip = await composer_chip(chat, conversation.owner, configuration, file_id)
         return Template("chat/_file_chip.html", context=_context(conversation, chip=chip))
 
     @post("/pin/{message_id:int}")
