@@ -8,6 +8,7 @@ picture and the other files as links; the paperclip works from the keyboard alon
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from PIL import Image
@@ -124,7 +125,8 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
     assert [a["name"] for a in sent["attachments"]] == ["notes.txt", "red.png", "blue.png"]
     assert row["title"].startswith("What is in these"), row["title"]
 
-    # The history: pictures as thumbnails that open the picture, the text file as a link.
+    # The history: pictures as thumbnails that open the picture, the text file once, as a
+    # part of the message that opens to its text (not a link beside it as well).
     user = messages(page, "user").first
     thumbs = user.locator(".message-files img")
     expect(thumbs).to_have_count(2)
@@ -132,7 +134,12 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
     page.wait_for_function(
         "img => img.complete && img.naturalWidth === 64", arg=thumbs.first.element_handle()
     )
-    expect(user.get_by_role("link", name="Download notes.txt")).to_be_visible()
+    part = user.locator("details.attachment")
+    expect(part).to_have_count(1)
+    expect(part.locator("summary")).to_contain_text("notes.txt")
+    expect(user.get_by_role("link", name="Download notes.txt")).to_have_count(0)
+    part.locator("summary").click()
+    expect(part.get_by_label("Text of notes.txt")).to_contain_text("sun hat")
 
     # The keyboard alone: Tab from the box to the paperclip, Enter opens the chooser.
     box.focus()
@@ -156,3 +163,81 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
 
     page.screenshot(path=f"/tmp/files-{size}.png")
     accessible_both_ways(page, f"the chat with chips and thumbnails ({size})")
+
+
+@SIZES
+def test_a_chips_count_follows_a_configuration_switch(
+    live_server: Server, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    """A chip counts its file for the model that will read it: switch the configuration
+    in the header picker and the chip says the new model's count (OpenAI's tiles, then the
+    300 tokens `seeing-cheap` counts a picture as), the draft and the chip kept."""
+    conversation_id = create_conversation(live_server, "seeing")
+    page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport)
+    box = page.locator("#composer textarea")
+    box.fill("What colour is it?")
+    page.locator("#attachment").set_input_files(
+        files=[FilePayload(name="red.png", mimeType="image/png", buffer=png("red", (1024, 1024)))]
+    )
+    chip = chips(page).filter(has_text="red.png")
+    expect(chip).to_contain_text("765 tokens")  # 85 + 170 x 4 tiles, OpenAI's rule
+    page.locator("#conversation-configuration").select_option("seeing-cheap")
+    expect(chip).to_contain_text("300 tokens")
+    expect(chip.locator(".hint")).to_have_attribute("title", "for seeing-cheap")
+    expect(chips(page)).to_have_count(1)
+    expect(box).to_have_value("What colour is it?")
+    expect(page.locator("#meter")).to_have_attribute("data-preview", "true")
+    page.locator("#conversation-configuration").select_option("seeing")
+    expect(chip).to_contain_text("765 tokens")
+
+
+EMBED_DROP = DROP_OR_PASTE
+
+
+@SIZES
+def test_an_embed_whose_entry_allows_files_takes_them_and_one_that_does_not_has_no_input(
+    live_server: Server, upstream: FakeUpstream, open_page: OpenPage, viewport: tuple[int, int]
+) -> None:
+    size = "phone" if viewport[0] < 500 else "desktop"
+    upstream.set_reply("A red square.")
+    plain = open_page(live_server, "/embed/help", viewport=viewport)
+    expect(plain.locator("#composer input[data-files-input]")).to_have_count(0)
+    expect(plain.locator("#chips")).to_have_count(0)
+
+    page = open_page(live_server, "/embed/photos", viewport=viewport, bypass_csp=True)
+    box = page.locator("#composer textarea")
+    control = page.locator("#attachment")
+    expect(control).to_have_accessible_name("Attach files")
+    if size == "phone":
+        assert_tappable(page.locator("label.attach"))
+    box.fill("What is this?")
+    # The keyboard alone: Tab from the box to the paperclip, Enter opens the chooser.
+    box.focus()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.action") == "attach"
+    with page.expect_file_chooser() as chooser:
+        page.locator("label.attach").press("Enter")
+    chooser.value.set_files(
+        files=[FilePayload(name="red.png", mimeType="image/png", buffer=png("red"))]
+    )
+    expect(chips(page)).to_have_count(1)
+    expect(chips(page).first).to_contain_text("tokens")  # this embed shows its internals
+    page.evaluate(EMBED_DROP, ["drop", list(png("blue")), "blue.png"])
+    expect(chips(page)).to_have_count(2)
+    page.get_by_role("button", name="Remove blue.png").click()
+    expect(chips(page)).to_have_count(1)
+
+    box.press("Enter")
+    answered(page, 1)
+    expect(chips(page)).to_have_count(0)
+    asked = [r for r in upstream.requests if r["path"].endswith("/chat/completions")][-1]
+    part = asked["body"]["messages"][-1]["content"][1]
+    assert part["image_url"]["url"].startswith("data:image/png;base64,")
+    thumb = messages(page, "user").first.locator(".message-files img")
+    expect(thumb).to_have_count(1)
+    expect(thumb).to_have_attribute("src", re.compile(r"^/embed/photos/files/"))
+    page.wait_for_function(
+        "img => img.complete && img.naturalWidth === 64", arg=thumb.element_handle()
+    )
+    page.screenshot(path=f"/tmp/embed-files-{size}.png")
+    accessible_both_ways(page, f"the embed with files ({size})")

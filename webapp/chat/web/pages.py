@@ -34,7 +34,7 @@ from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.stored.organising import clean_tag
 from webapp.chat.stored.transfer import decode_export
 from webapp.chat.web.deps import Chat, Notices
-from webapp.chat.web.file_views import composer_chip
+from webapp.chat.web.file_views import FileView, composer_chip
 from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
 from webapp.chat.web.views import (
@@ -46,7 +46,7 @@ from webapp.chat.web.views import (
     last_fit,
     message_views,
 )
-from webapp.errors import Conflict, FilesOff, InvalidInput
+from webapp.errors import Conflict, FilesOff, InvalidInput, NotFound
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
 from webapp.stored import id_of
@@ -369,16 +369,21 @@ class ConversationPages(Controller):
             return go_to(request, conversation.base)
         # The page stays (the draft with it): the meter and the cut line show what the next
         # send would do against the new configuration's model, at once.
+        # The composer's chips come along too: each is counted again for the new model.
         draft = await form_field(request, "content", required=False)
-        meter = await next_send_meter(chat, conversation, draft)
+        files = await file_ids(request)
+        meter = await next_send_meter(chat, conversation, draft, files)
+        switched = await chat.reader.get(conversation.owner, conversation.id)
         return Template(
             "chat/_switched.html",
             context={
                 "meter": meter,
                 "base": conversation.base,
-                "conversation": await chat.reader.get(conversation.owner, conversation.id),
+                "conversation": switched,
                 "configurations": configuration_dicts(chat.catalog),
                 "presets": await chat.presets.list(conversation.owner),
+                "chips": await _recounted(chat, conversation.owner, switched, files),
+                "internals": conversation.internals,
             },
         )
 
@@ -622,6 +627,20 @@ async def next_send_meter(
         turns_left=fit.turns_left,
         typed=bool(content.strip() or files),
     )
+
+
+async def _recounted(
+    chat: ChatJobs, owner: str, conversation: Conversation, files: list[str]
+) -> list[FileView]:
+    """The composer's chips counted for the conversation's configuration now (a file
+    deleted meanwhile is left out: its chip keeps what it said)."""
+    chips = []
+    for file_id in files:
+        try:
+            chips.append(await composer_chip(chat, owner, conversation.configuration, file_id))
+        except NotFound:
+            continue
+    return chips
 
 
 def larger_windows(chat: ChatJobs, window: int) -> tuple[Alternative, ...]:
