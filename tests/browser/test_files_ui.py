@@ -17,6 +17,7 @@ from playwright.sync_api import FilePayload, Locator, Page, expect
 from tests.browser.conftest import OpenPage, Server
 from tests.browser.helpers import answered, create_conversation, messages, stored
 from tests.browser.test_daily_finish import accessible_both_ways, assert_tappable
+from tests.factories.files import pdf
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.browser
 SIZES = pytest.mark.parametrize("viewport", [(1280, 800), (390, 844)], ids=["desktop", "phone"])
 
 NOTES = "Packing list\n- sun hat\n- sandals\n"
+REPORT = pdf(["Okapi figures for the trip"])
 
 
 def png(colour: str, size: tuple[int, int] = (64, 48)) -> bytes:
@@ -65,24 +67,26 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
     if size == "phone":
         assert_tappable(page.locator("label.attach"))
 
-    # Two files at once from the chooser: each a chip with its name and its tokens.
+    # Three files at once from the chooser (text, PDF, picture): a chip each, with its
+    # name and its tokens.
     box.fill("What is in these?")
     control.set_input_files(
         files=[
             FilePayload(name="notes.txt", mimeType="text/plain", buffer=NOTES.encode()),
+            FilePayload(name="report.pdf", mimeType="application/pdf", buffer=REPORT),
             FilePayload(name="red.png", mimeType="image/png", buffer=png("red")),
         ]
     )
-    expect(chips(page)).to_have_count(2)
-    expect(chips(page).filter(has_text="notes.txt")).to_contain_text("tokens")
-    expect(chips(page).filter(has_text="red.png")).to_contain_text("tokens")
+    expect(chips(page)).to_have_count(3)
+    for name in ("notes.txt", "report.pdf", "red.png"):
+        expect(chips(page).filter(has_text=name)).to_contain_text("tokens")
 
     # Pictures to a model that cannot see: the 400 names the configuration that can, and
     # the draft and the chips stay for the next try.
     box.press("Enter")
     expect(page.locator("#composer-error")).to_contain_text("seeing")
     expect(box).to_have_value("What is in these?")
-    expect(chips(page)).to_have_count(2)
+    expect(chips(page)).to_have_count(3)
     assert stored(live_server, conversation_id)["messages"] == []
 
     switched = live_server.api(
@@ -92,9 +96,9 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
 
     # Dropped on the composer, and pasted into the box: two more chips.
     page.evaluate(DROP_OR_PASTE, ["drop", list(png("green")), "green.png"])
-    expect(chips(page)).to_have_count(3)
-    page.evaluate(DROP_OR_PASTE, ["paste", list(png("blue")), "blue.png"])
     expect(chips(page)).to_have_count(4)
+    page.evaluate(DROP_OR_PASTE, ["paste", list(png("blue")), "blue.png"])
+    expect(chips(page)).to_have_count(5)
 
     # A removed chip leaves the message, and its upload is deleted.
     dropped = chips(page).filter(has_text="green.png")
@@ -103,7 +107,7 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
     if size == "phone":
         assert_tappable(remove)
     remove.click()
-    expect(chips(page)).to_have_count(3)
+    expect(chips(page)).to_have_count(4)
     expect(box).to_be_focused()
     expect(page.locator("#meter")).to_have_attribute("data-preview", "true")  # counted at once
     # (the chip goes once the delete is answered)
@@ -115,14 +119,15 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
         files=[FilePayload(name="logo.svg", mimeType="image/svg+xml", buffer=b"<svg></svg>")]
     )
     expect(page.locator("#composer-error")).to_contain_text("logo.svg")
-    expect(chips(page)).to_have_count(3)
+    expect(chips(page)).to_have_count(4)
 
     box.press("Enter")
     answered(page, 1)
     expect(chips(page)).to_have_count(0)
     row = stored(live_server, conversation_id)
     sent = row["messages"][0]
-    assert [a["name"] for a in sent["attachments"]] == ["notes.txt", "red.png", "blue.png"]
+    names = [a["name"] for a in sent["attachments"]]
+    assert names == ["notes.txt", "report.pdf", "red.png", "blue.png"]
     assert row["title"].startswith("What is in these"), row["title"]
 
     # The history: pictures as thumbnails that open the picture, the text file once, as a
@@ -134,12 +139,14 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
     page.wait_for_function(
         "img => img.complete && img.naturalWidth === 64", arg=thumbs.first.element_handle()
     )
-    part = user.locator("details.attachment")
-    expect(part).to_have_count(1)
-    expect(part.locator("summary")).to_contain_text("notes.txt")
+    parts = user.locator("details.attachment")
+    expect(parts).to_have_count(2)  # the text file and the PDF's text, a part each
+    part = parts.filter(has_text="notes.txt")
     expect(user.get_by_role("link", name="Download notes.txt")).to_have_count(0)
     part.locator("summary").click()
     expect(part.get_by_label("Text of notes.txt")).to_contain_text("sun hat")
+    expect(parts.filter(has_text="report.pdf")).to_contain_text("Okapi figures")
+    expect(user.get_by_role("link", name="Download report.pdf")).to_be_visible()  # the PDF
 
     # The keyboard alone: Tab from the box to the paperclip, Enter opens the chooser.
     box.focus()
@@ -156,7 +163,7 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
         user.get_by_role("link", name="Open the picture red.png").click()
     picture = opened.value
     picture.wait_for_load_state()
-    assert picture.url.endswith(f"/api/files/{sent['attachments'][1]['id']}")
+    assert picture.url.endswith(f"/api/files/{sent['attachments'][2]['id']}")
     assert picture.evaluate("document.images[0].naturalWidth") == 64
     picture.close()
     page.bring_to_front()
