@@ -12,6 +12,7 @@ from litestar import Litestar
 from tests.catalogs import SEEING
 from tests.factories import EMBED, Client, found, htmx_headers
 from tests.factories.files import pdf, picture
+from tests.test_embed import conversations
 from tests.upstream import FakeUpstream
 
 TAKES = """
@@ -37,7 +38,7 @@ def chats(upstream: FakeUpstream) -> list[dict]:
     return [r for r in upstream.requests if r["path"].endswith("/chat/completions")]
 
 
-async def test_an_embed_takes_no_files_by_default(app: Litestar) -> None:
+async def test_an_embed_takes_no_files_by_default(app: Litestar, database_url: str) -> None:
     async with Client(app=app) as client:
         page = await client.get("/embed/support")
         assert "data-files-input" not in page.text and 'id="chips"' not in page.text
@@ -50,6 +51,15 @@ async def test_an_embed_takes_no_files_by_default(app: Litestar) -> None:
             "/embed/support/send", data={"content": "hi", "files": ["x"]}, headers=headers
         )
         assert named.status_code == 403
+        assert 'name="attachment"' not in page.text and "label.attach" not in page.text
+        inline = await client.post(
+            "/embed/support/send",
+            data={"content": "hi"},
+            files={"attachment": ("notes.txt", b"some notes")},
+            headers=headers,
+        )
+        assert inline.status_code == 403  # not even a text file's text in the message
+        assert await conversations(database_url) == 0  # nothing stored
 
 
 async def test_a_visitor_attaches_what_the_entry_allows_and_it_goes_with_the_message(

@@ -82,10 +82,16 @@ class ConversationRef:
         return self.embed is None or self.embed.show_internals
 
 
-def takes_files(conversation: ConversationRef) -> None:
-    """A 403 for files through an embed whose entry lets visitors attach none."""
-    if conversation.embed is not None and not conversation.embed.file_kinds:
-        raise FilesOff("this chat takes no files")
+def takes_files(conversation: ConversationRef, kind: str | None = None) -> None:
+    """A 403 for files through an embed whose entry lets visitors attach none (or none of
+    `kind`)."""
+    if conversation.embed is None:
+        return
+    kinds = conversation.embed.file_kinds
+    if not kinds or (kind is not None and kind not in kinds):
+        raise FilesOff(
+            "this chat takes no files" if not kinds else f"this chat takes no {kind} files"
+        )
 
 
 async def form_field(request: Request[Any, Any, Any], name: str, *, required: bool = True) -> str:
@@ -100,9 +106,12 @@ async def form_field(request: Request[Any, Any, Any], name: str, *, required: bo
     return ""
 
 
-async def message_field(request: Request[Any, Any, Any], limit: int) -> str:
+async def message_field(
+    request: Request[Any, Any, Any], limit: int, conversation: ConversationRef | None = None
+) -> str:
     """The composer's message: what was typed, and the text file attached to it, if any
-    (`webapp.chat.stored.attachments`), refused with a reason before anything is stored."""
+    (`webapp.chat.stored.attachments`), refused with a reason before anything is stored
+    (403 through an embed whose entry takes no text files)."""
     form = await request.form()
     typed = form.get("content")
     if not isinstance(typed, str):
@@ -111,6 +120,8 @@ async def message_field(request: Request[Any, Any, Any], limit: int) -> str:
     upload = form.get("attachment")
     if not isinstance(upload, UploadFile) or not upload.filename:
         return typed
+    if conversation is not None:
+        takes_files(conversation, "text")
     name = clean_name(upload.filename)
     data = await upload.read(4 * limit + 1)  # UTF-8 takes at most 4 bytes a character
     return attach(typed, Attachment(name, decode_text(name, data)), limit)
@@ -192,7 +203,7 @@ class ConversationPages(Controller):
         chat: Chat,
         conversation: FoundConversation,
     ) -> Template:
-        content = await message_field(request, chat.settings.max_message_chars)
+        content = await message_field(request, chat.settings.max_message_chars, conversation)
         files = await file_ids(request)
         if files:
             takes_files(conversation)
@@ -289,7 +300,7 @@ class ConversationPages(Controller):
     ) -> Template:
         """The meter for what is being typed: what the next send would leave out, with
         a remedy when one exists. An empty box shows the last send's meter again."""
-        content = await message_field(request, chat.settings.max_message_chars)
+        content = await message_field(request, chat.settings.max_message_chars, conversation)
         files = await file_ids(request)
         if not content.strip() and not files:
             _, rows, _ = await chat.reader.page(conversation.owner, conversation.id, turns=1)
