@@ -61,6 +61,7 @@ def test_files_are_chosen_dropped_pasted_removed_sent_and_shown(
     upstream.set_reply("A red and a blue square, and your packing list.")
     conversation_id = create_conversation(live_server)  # the default: a model that cannot see
     page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport, bypass_csp=True)
+    page.on("filechooser", lambda _chooser: None)  # intercepted from the start, as below
     box = page.locator("#composer textarea")
     control = page.locator("#attachment")
     expect(control).to_have_accessible_name("Attach files")
@@ -212,6 +213,9 @@ def test_an_embed_whose_entry_allows_files_takes_them_and_one_that_does_not_has_
     expect(plain.locator("#chips")).to_have_count(0)
 
     page = open_page(live_server, "/embed/photos", viewport=viewport, bypass_csp=True)
+    # File choosers intercepted from the start: on a loaded machine the Enter below could
+    # beat the interception Playwright turns on without waiting for it.
+    page.on("filechooser", lambda _chooser: None)
     box = page.locator("#composer textarea")
     control = page.locator("#attachment")
     expect(control).to_have_accessible_name("Attach files")
