@@ -190,13 +190,15 @@ def test_a_chips_count_follows_a_configuration_switch(
     chip = chips(page).filter(has_text="red.png")
     expect(chip).to_contain_text("765 tokens")  # 85 + 170 x 4 tiles, OpenAI's rule
     page.locator("#conversation-configuration").select_option("seeing-cheap")
-    expect(chip).to_contain_text("300 tokens")
+    # The switch reads, plans and counts like a preview: on a loaded machine it may take
+    # longer than an expectation's usual 5 s.
+    expect(chip).to_contain_text("300 tokens", timeout=15_000)
     expect(chip.locator(".hint")).to_have_attribute("title", "for seeing-cheap")
     expect(chips(page)).to_have_count(1)
     expect(box).to_have_value("What colour is it?")
     expect(page.locator("#meter")).to_have_attribute("data-preview", "true")
     page.locator("#conversation-configuration").select_option("seeing")
-    expect(chip).to_contain_text("765 tokens")
+    expect(chip).to_contain_text("765 tokens", timeout=15_000)
 
 
 EMBED_DROP = DROP_OR_PASTE
