@@ -16,6 +16,7 @@ from litestar.testing import AsyncTestClient
 from sqlmodel import select
 
 from tests.catalogs import engine_toml
+from tests.counting import corpus
 from tests.dbutil import session_on
 from tests.factories import api_client, settings_on
 from tests.factories.files import pdf
@@ -24,6 +25,7 @@ from tests.upstream import FakeUpstream
 from webapp.chat.files.models import StoredFile
 from webapp.chat.sending.file_counts import as_read
 from webapp.db import Database
+from webapp.llm.estimator import estimate_text
 
 NOTES = (
     "# Поездка в Киото\n\n"
@@ -117,3 +119,21 @@ async def test_until_a_tokenizer_counts_a_file_its_estimate_errs_high(
     assert sent.status_code == 201, sent.text  # a tokenizer down never fails a send
     (attachment,) = sent.json()["user"]["attachments"]
     assert attachment["token_counts"]["gemma"] >= up.count(as_read(stored))
+
+
+async def test_a_file_the_estimate_would_refuse_is_taken_by_its_exact_count(
+    engine_client: AsyncTestClient, engine_upstream: FakeUpstream, database_url: str
+) -> None:
+    """Chinese text, which the estimate prices near its worst case (some five times what
+    Qwen's vocabulary counts): estimated, the file alone would pass the window and be
+    refused; counted by the engine's tokenizer it fits and goes."""
+    client, up = engine_client, engine_upstream
+    text = "\n".join(corpus()["chinese"] * 4)
+    notes = await uploaded(client, "notes.txt", text.encode())
+    made = await client.post("/api/conversations", json={"configuration": "gemma"})
+    stored = await stored_file(database_url, notes)
+    exact = up.count(as_read(stored))
+    assert estimate_text(as_read(stored)) > 4096 > 2 * exact  # the estimate alone: too large
+    sent = await send(client, made.json()["id"], content="总结一下", files=[notes])
+    assert sent.status_code == 201, sent.text
+    assert sent.json()["user"]["attachments"][0]["token_counts"] == {"gemma": exact}
