@@ -579,8 +579,9 @@
     input.dispatchEvent(new Event("change", { bubbles: true }));
   });
 
-  // Files for the message being written (a signed-in user's composer): each one chosen,
-  // dropped or pasted is uploaded at once (POST /api/files) and shown as a chip with its
+  // Files for the message being written (a signed-in user's composer, or an embed's that
+  // takes files): each one chosen, dropped or pasted is uploaded at once (POST /api/files,
+  // or the embed's <base>/files: the input's data-upload-url) and shown as a chip with its
   // tokens for the conversation's model (GET <base>/files/<id>/chip); the chips' hidden
   // fields go with the send and the meter. A refusal is said beside the composer, with
   // the draft and the other chips kept. Removing a chip deletes its unused upload.
@@ -621,7 +622,7 @@
     if (form) form.querySelector("textarea").required = !hasFiles(form);
   }
 
-  async function upload(file, chips, chipUrl) {
+  async function upload(file, chips, chipUrl, uploadUrl) {
     const pending = document.createElement("li");
     pending.className = "file-chip pending";
     pending.textContent = `${file.name || "pasted picture"} · uploading…`;
@@ -630,7 +631,7 @@
     try {
       const body = new FormData();
       body.append("file", file, file.name || "pasted.png");
-      const stored = await fetch("/api/files", { method: "POST", body, headers: pageHeaders() });
+      const stored = await fetch(uploadUrl, { method: "POST", body, headers: pageHeaders() });
       const answer = await stored.json().catch(() => ({}));
       if (!stored.ok) {
         sayRefused(answer.detail || `${file.name} could not be attached (${stored.status}).`);
@@ -656,7 +657,8 @@
     const input = filesInput();
     const chips = document.getElementById("chips");
     if (!input || !chips) return;
-    await Promise.all(Array.from(files).map((file) => upload(file, chips, input.dataset.chipUrl)));
+    const uploadUrl = input.dataset.uploadUrl || "/api/files";
+    await Promise.all(Array.from(files).map((file) => upload(file, chips, input.dataset.chipUrl, uploadUrl)));
     filesChanged();
     const form = document.getElementById("composer");
     if (form.dataset.sendAfterUploads && !chips.querySelector(".pending")) {
@@ -700,7 +702,9 @@
   async function removeChip(chip) {
     if (chip.dataset.removing) return;
     chip.dataset.removing = "true";
-    await fetch(`/api/files/${encodeURIComponent(chip.dataset.fileId)}`,
+    const input = filesInput();
+    const uploadUrl = (input && input.dataset.uploadUrl) || "/api/files";
+    await fetch(`${uploadUrl}/${encodeURIComponent(chip.dataset.fileId)}`,
       { method: "DELETE", headers: pageHeaders() }).catch(() => {});
     announce(`Removed ${chip.querySelector(".file-name").textContent}.`);
     chip.remove();

@@ -13,7 +13,13 @@ from litestar.testing import AsyncTestClient
 
 from tests.factories import user_header
 from tests.upstream import FakeUpstream
-from webapp.chat.stored.attachments import Attachment, attach, split_attachment
+from webapp.chat.stored.attachments import (
+    Attachment,
+    attach,
+    attachment_html,
+    split_attachment,
+    split_attachments,
+)
 
 NOTES = "Meeting notes\nThe aardvark budget is ```fenced``` twice.\nZebras next week.\n"
 
@@ -26,6 +32,31 @@ def test_the_file_is_fenced_under_its_name_and_splits_back() -> None:
     assert typed == "Summarise this" and found == Attachment("notes.txt", NOTES.strip("\n"))
     assert typed + between + found.text + closing == content
     assert split_attachment("no file here")[1] is None
+
+
+def test_several_files_each_fold_into_a_part_of_their_own_and_join_back() -> None:
+    """A message of several files (the composer's chips) shows each file once, as a part
+    under its own name, and the page's text is still the message exactly."""
+    typed = "Compare these; Attached file `fake`: is only typed"
+    content = typed
+    for name, text in [("a.md", NOTES), ("b.csv", "x,y\n1,2"), ("c.py", "print('`')")]:
+        content = attach(content, Attachment(name, text), 10_000)
+    rest, parts = split_attachments(content)
+    assert rest == typed
+    assert [(a.name, a.text) for a, _, _ in parts] == [
+        ("a.md", NOTES.strip("\n")),
+        ("b.csv", "x,y\n1,2"),
+        ("c.py", "print('`')"),
+    ]
+    assert rest + "".join(b + a.text + c for a, b, c in parts) == content
+    html = str(attachment_html(content))
+    assert [html.count(f'aria-label="Text of {n}"') for n in ("a.md", "b.csv", "c.py")] == [1] * 3
+    alone = attach("", Attachment("only.txt", "just the file"), 10_000)
+    assert split_attachments(alone) == (
+        "",
+        [(Attachment("only.txt", "just the file"), alone[: alone.index("just")], "\n```")],
+    )
+    assert split_attachments("no file here ```") == ("no file here ```", [])
 
 
 @pytest.mark.settings(max_message_chars=2_000)

@@ -64,4 +64,6 @@ async def test_the_chip_counts_a_file_for_the_conversations_model_and_the_send_c
     assert stored["title"] == "What is this?"
     page = await client.get(f"/c/{seeing}/")
     assert f'<img src="/api/files/{photo}" alt="photo.png"' in page.text
-    assert f'href="/api/files/{notes}" download="notes.txt"' in page.text
+    # The text file is shown once: as the part of the message that opens, not as a link too.
+    assert page.text.count('aria-label="Text of notes.txt"') == 1
+    assert f'href="/api/files/{notes}"' not in page.text

@@ -42,6 +42,7 @@ from webapp.chat.web.preset_pages import PresetPages
 from webapp.chat.web.presets import PresetController
 from webapp.chat.web.sharing import ShareApi, SharePages
 from webapp.db import Database
+from webapp.embed.files import embed_files_router
 from webapp.embed.pages import EmbedPages, frame_ancestors
 from webapp.embed.quota import EmbedQuota
 from webapp.errors import AppError, TooManyRequests
@@ -247,6 +248,7 @@ def create_app(
             ConversationAdmin,
             ConversationPages,
             EmbedPages,
+            embed_files_router(settings.max_file_bytes),
             ShareApi,
             SharePages,
             OrganisePages,

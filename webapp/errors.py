@@ -53,6 +53,12 @@ class TooLarge(AppError):
     status_code = 413
 
 
+class FilesOff(AppError):
+    """Files offered where they are not taken (an embed whose entry allows none)."""
+
+    status_code = 403
+
+
 class Conflict(AppError):
     status_code = 409
 

@@ -92,12 +92,27 @@ capabilities = ["chat", "vision"]
 [[configurations]]
 name = "seeing"
 model = "seeing"
+
+[[models]]
+name = "seeing-cheap"
+provider = "up"
+model_id = "small"
+context_window = 2048
+max_output_tokens = 100
+capabilities = ["chat", "vision"]
+image_tokens = 300
+
+[[configurations]]
+name = "seeing-cheap"
+model = "seeing-cheap"
 """
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
 a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
 tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
 their sends must not move `tiny`'s, which other tests count on); `short`, answers cut off
-at 20 tokens, for Continue; `seeing`, a model that sees, for pictures in the composer."""
+at 20 tokens, for Continue; `seeing`, a model that sees, for pictures in the composer, and
+`seeing-cheap`, one that counts a picture as 300 tokens (`image_tokens`), so a chip's count
+changes between them."""
 
 RECORDER = """
 (() => {
@@ -321,6 +336,9 @@ def catalog_file(
         # as third-party, as on a real host site.
         f'allowed_origins = ["http://localhost:{embed_host_port}"]\n'
         'title = "Ask us"\ngreeting = "Hello from the help desk."\n'
+        # An embed whose visitors may attach files, on a model that sees.
+        '\n[[embeds]]\nname = "photos"\nconfiguration = "seeing"\nfiles = true\n'
+        f'allowed_origins = ["http://localhost:{embed_host_port}"]\nshow_internals = true\n'
     )
     return write_upstream_catalog(path, upstream_server, extra=EXTRA_CATALOG + embed)
 

@@ -18,6 +18,7 @@ from webapp.chat.naming import Titler
 from webapp.chat.reading import ConversationReader
 from webapp.chat.sending.admission import Admission, checked_text
 from webapp.chat.sending.counting import count_newest
+from webapp.chat.sending.file_counts import count_for, is_text
 from webapp.chat.sending.files import has_pictures, read_files, with_text_files
 from webapp.chat.sending.turn import CONTINUE_PROMPT, NewTurn, drafted, resume_turn, store_turn
 from webapp.chat.stored.models import Conversation, Message, Role
@@ -74,6 +75,7 @@ class Sender:
         transaction, so a refused send stores nothing. `address` is the client's, for the
         caller quotas."""
         attached = await self._files(owner, files)
+        attached = await self._counted(owner, conversation_id, attached, draft)
         limit = self._settings.max_message_chars
         text = checked_text(content, limit, may_be_empty=bool(attached))
         if edit_of is not None:
@@ -97,6 +99,7 @@ class Sender:
         if original.role != Role.USER:
             raise InvalidInput("regenerate names a user's message: its turn gets a new answer")
         attached = await self._files(owner, [a["id"] for a in original.attachments or []])
+        attached = await self._counted(owner, conversation_id, attached)
         text = original.content
         new = NewTurn(owner, conversation_id, text, {}, message_id, False, attached, address)
         return await asyncio.shield(self._send(new))
@@ -117,6 +120,23 @@ class Sender:
 
     async def _files(self, owner: str, ids: object) -> list[StoredFile]:
         return await read_files(self._db, owner, ids, self._settings.max_files_per_message)
+
+    async def _counted(
+        self,
+        owner: str,
+        conversation_id: str,
+        attached: list[StoredFile],
+        draft: Conversation | None = None,
+    ) -> list[StoredFile]:
+        """The text files and PDFs counted by the tokenizers of the conversation's route
+        (`sending.file_counts`); as they are for a caller sure to be refused."""
+        if not any(is_text(f) for f in attached) or self._admission.refused_lately(owner):
+            return attached
+        configuration = draft.configuration if draft is not None else None
+        configuration = configuration or self._reader.recent.get(conversation_id)
+        if configuration is None:
+            configuration = (await self._reader.get(owner, conversation_id)).configuration
+        return await count_for(self._db, self._manager, configuration, attached)
 
     async def _send(self, new: NewTurn) -> Send:
         recent, conversation_id = self._reader.recent, new.conversation_id

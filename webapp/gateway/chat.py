@@ -15,6 +15,7 @@ from typing import Any
 from litestar import Request, post
 from litestar.types import ASGIApp
 
+from webapp.chat.files.service import MAX_IMAGE_PIXELS
 from webapp.chat.sending.files import route_for_pictures
 from webapp.chat.web.deps import Chat
 from webapp.errors import InvalidInput
@@ -22,7 +23,7 @@ from webapp.gateway.conversation import CONVERSATION_HEADER, answer_in_conversat
 from webapp.gateway.deps import Cuts, Intakes, json_response
 from webapp.gateway.errors import GatewayError, from_provider
 from webapp.gateway.intake import estimates
-from webapp.gateway.pictures import with_picture_estimates
+from webapp.gateway.pictures import ready_pictures, with_picture_estimates
 from webapp.gateway.presets import addressed, with_preset_prompt
 from webapp.gateway.report import fit_headers, fit_report
 from webapp.gateway.schemas import ChatCompletionRequest
@@ -66,10 +67,13 @@ async def chat_completions(
     messages = with_preset_prompt([message.wire() for message in body.messages], preset)
     route = found.route
     route = seeing(manager.catalog, route, messages)
+    messages, sizes = await ready_pictures(
+        manager.catalog, route, messages, chat.settings.file_read_seconds, MAX_IMAGE_PIXELS
+    )
     tools = body.wire_tools()
     keep_from = cuts.keep_from(owner, body.model, route.primary.name, messages)
     sized = with_picture_estimates(
-        manager.catalog, route, messages, await estimates(messages, size)
+        manager.catalog, route, messages, await estimates(messages, size), sizes
     )
     plan = manager.plan(
         route,

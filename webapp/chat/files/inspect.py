@@ -7,6 +7,7 @@ time limit can stop it and the event loop never waits for it."""
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import warnings
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from io import BytesIO
 from PIL import Image, ImageOps
 from pypdf import PdfReader
 
-from webapp.chat.files.sniff import Sniffed
+from webapp.chat.files.sniff import Sniffed, sniff
 from webapp.chat.stored.attachments import decode_text
 from webapp.errors import InvalidInput
 
@@ -162,12 +163,40 @@ def _pdf_text(name: str, data: bytes, limits: FileLimits) -> str:
 def as_sent(data: bytes, media_type: str, long_edge: int) -> str:
     """A stored picture as a data URL, its long edge at most `long_edge` (what the
     provider reads at most: more would be bytes for nothing)."""
-    Image.MAX_IMAGE_PIXELS = None  # a stored picture passed the cap when it was taken
+    return sent_picture(data, media_type, long_edge)[0]
+
+
+def sent_picture(data: bytes, media_type: str, long_edge: int) -> tuple[str, int, int]:
+    """A picture already kept (its metadata gone, within the pixel cap) as it is sent: a
+    data URL, its long edge at most `long_edge`, and its size as sent. The one rule for
+    every picture that leaves the app, the chat's stored ones and the gateway's alike."""
+    Image.MAX_IMAGE_PIXELS = None  # a kept picture passed the cap when it was taken
     with Image.open(BytesIO(data), formats=DECODERS) as picture:
+        width, height = picture.size
         if max(picture.size) > long_edge:
             picture.thumbnail((long_edge, long_edge))
+            width, height = picture.size
             out = BytesIO()
             options = {"quality": 92} if media_type in ("image/jpeg", "image/webp") else {}
             picture.save(out, format=SAVED_AS[media_type], **options)
             data = out.getvalue()
-    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+    url = f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+    return url, width, height
+
+
+def offered_picture(name: str, url: str, long_edge: int, max_pixels: int) -> tuple[str, int, int]:
+    """A picture a caller gave as a data URL (the gateway's `image_url` parts) made ready
+    as the chat's are: its type told by its bytes, decoded within the pixel cap, turned
+    upright and stripped of its metadata (`_image`), then scaled (`sent_picture`)."""
+    header, _, encoded = url.partition(",")
+    if not (header.startswith("data:") and header.endswith(";base64")):
+        raise InvalidInput(f"{name} is not a base64 data URL")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput(f"{name} is not valid base64") from None
+    sniffed = sniff(name, data, "image/")
+    if sniffed.kind != "image":
+        raise InvalidInput(f"{name} is not a PNG, JPEG, WebP or GIF picture")
+    kept = _image(name, data, sniffed.media_type, max_pixels)
+    return sent_picture(kept.data, kept.media_type, long_edge)

@@ -49,6 +49,20 @@ def disposition(stored: StoredFile) -> str:
     return f"{how}; filename=\"{plain}\"; filename*=UTF-8''{quote(stored.name)}"
 
 
+def file_response(stored: StoredFile, data: bytes) -> Response[bytes]:
+    """A file's bytes as served to whoever may read them: never sniffed by the browser,
+    a picture inline and anything else as a download."""
+    return Response(
+        data,
+        media_type=served_type(stored),
+        headers={
+            "Content-Disposition": disposition(stored),
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, max-age=3600",
+        },
+    )
+
+
 class FileController(Controller):
     path = "/api/files"
     tags = ("files",)
@@ -77,15 +91,7 @@ class FileController(Controller):
         user: User = request.user
         reviewing = user.is_admin and request.auth == "session"
         stored, data = await files.read(None if reviewing else owner, file_id)
-        return Response(
-            data,
-            media_type=served_type(stored),
-            headers={
-                "Content-Disposition": disposition(stored),
-                "X-Content-Type-Options": "nosniff",
-                "Cache-Control": "private, max-age=3600",
-            },
-        )
+        return file_response(stored, data)
 
     @delete("/{file_id:str}", status_code=204)
     async def remove(self, files: Files, owner: Owner, file_id: FromPath[str]) -> None:

@@ -173,6 +173,12 @@ class Admission:
         if record:
             self._count(connection, owner, address, now, Use.CALL if limit > 0 else None)
 
+    def admit_upload(self, connection: Connection, owner: str, now: datetime, address: str) -> None:
+        """An embed visitor's upload, counted by the caller quotas as a send is (per
+        address and per embed), so changing cookies does not make room for more files."""
+        for quota in self._quotas:
+            quota.take(connection, owner, address, now)
+
     def _count(
         self, connection: Connection, owner: str, address: str, now: datetime, use: Use | None
     ) -> None:

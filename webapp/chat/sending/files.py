@@ -14,7 +14,7 @@ pictures go wherever the turn goes in the cut.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, or_, select
@@ -94,14 +94,23 @@ def costliest(catalog: Catalog, models: Sequence[ModelSpec], width: int, height:
 
 
 def file_tokens(
-    catalog: Catalog, models: Sequence[ModelSpec], stored: StoredFile
+    catalog: Catalog,
+    models: Sequence[ModelSpec],
+    stored: StoredFile,
+    exact: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
-    """A file's tokens for each model that may read it: a picture by its provider's rule,
-    text as its estimate under its header."""
+    """A file's tokens for each model that may read it: a picture by its provider's rule;
+    text under its header as the model's tokenizer counted it (`exact`: each model's
+    exact tokenizer id; the counts are the file's own, `file_counts`), else its estimate,
+    which errs high."""
     if stored.kind == "image":
         return {m.name: picture_tokens(catalog, m, stored) for m in models}
-    text = estimate_text(attach("", Attachment(stored.name, stored.text or "-"), 10**9))
-    return {m.name: text for m in models}
+    held = stored.token_counts or {}
+    counted = {m.name: held.get((exact or {}).get(m.name, "")) for m in models}
+    if all(c is not None for c in counted.values()):
+        return {name: c for name, c in counted.items() if c is not None}
+    estimate = estimate_text(attach("", Attachment(stored.name, stored.text or "-"), 10**9))
+    return {name: estimate if c is None else c for name, c in counted.items()}
 
 
 def seeing_route(catalog: Catalog, route: Route, files: Sequence[StoredFile]) -> Route:
@@ -130,12 +139,18 @@ def _sees(catalog: Catalog, configuration: str) -> bool:
         return False
 
 
-def check_sizes(catalog: Catalog, route: Route, budget: int, files: Sequence[StoredFile]) -> None:
+def check_sizes(
+    catalog: Catalog,
+    route: Route,
+    budget: int,
+    files: Sequence[StoredFile],
+    exact: Mapping[str, str] | None = None,
+) -> None:
     """A file larger than the prompt a model can take alone is refused, naming its size
-    against the window."""
+    against the window (counted by the model's tokenizer when it has counted the file)."""
     model = route.primary
     for stored in files:
-        tokens = file_tokens(catalog, [model], stored)[model.name]
+        tokens = file_tokens(catalog, [model], stored, exact)[model.name]
         if tokens > budget:
             raise InvalidInput(
                 f"{stored.name} is about {tokens:,} tokens; {model.name} reads "
@@ -220,7 +235,10 @@ def file_links(message_id: int, files: Sequence[StoredFile]) -> list[dict[str, A
 
 
 def attachment_dicts(
-    catalog: Catalog, route: Route | RoutingError, files: Sequence[StoredFile]
+    catalog: Catalog,
+    route: Route | RoutingError,
+    files: Sequence[StoredFile],
+    exact: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]] | None:
     """What the user row keeps of its files, as the message's JSON shows them."""
     if not files:
@@ -233,7 +251,7 @@ def attachment_dicts(
             "media_type": f.media_type,
             "size": f.size,
             "kind": f.kind,
-            "token_counts": file_tokens(catalog, models, f),
+            "token_counts": file_tokens(catalog, models, f, exact),
         }
         for f in files
     ]

@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 
 from webapp.accounts.preferences import owner_instructions, with_instructions
 from webapp.chat.files.models import StoredFile
+from webapp.chat.sending.file_counts import exact_ids
 from webapp.chat.sending.files import (
     attachment_dicts,
     check_sizes,
@@ -88,9 +89,10 @@ def read_for_send(
         route: Route | RoutingError = manager.route(conversation.configuration)
     except RoutingError as error:
         route = error
+    exact = exact_ids(manager, route.models) if isinstance(route, Route) else {}
     if files and isinstance(route, Route):
         route = seeing_route(catalog, route, files)
-        check_sizes(catalog, route, manager.largest_budget(route), files)
+        check_sizes(catalog, route, manager.largest_budget(route), files, exact)
     afresh = afresh or conversation.cut_reset
     if afresh:
         off_the_loop()  # the whole history is read and fitted: not a unit for the loop
@@ -103,7 +105,7 @@ def read_for_send(
     tokenizers = manager.exact_tokenizers(route) if isinstance(route, Route) else []
     tail = read_tail(connection, conversation.id, tokenizers, leaf)
     newest, tokens = newest_message(catalog, route, text, files)
-    attachments = attachment_dicts(catalog, route, files)
+    attachments = attachment_dicts(catalog, route, files, exact)
     if isinstance(route, RoutingError):
         return ForSend(route, tail, text, tokens, files=files, attachments=attachments)
     preset = conversation_preset(connection, conversation)

@@ -136,21 +136,76 @@ def split_attachment(content: str) -> tuple[str, Attachment | None, str, str]:
     )
 
 
-def attachment_html(content: str) -> Markup | None:
-    """A user message with an attachment, as the page shows it: the typed text, then the
-    file in a part that opens to its text. The fence and header are in hidden spans, and
-    the label (`data-display-only`) is left out when the page copies or edits the message,
-    so the element's text is the message exactly."""
-    typed, attachment, between, closing = split_attachment(content)
-    if attachment is None:
+PARTS_SHOWN = 64
+"""The most attached files the page folds into parts; past them the rest reads as typed
+(a message holds ten files at most; a typed text made of fake headers costs no more)."""
+_NAME_START = "Attached file `"
+
+
+def _last_part(content: str) -> tuple[str, Attachment, str, str] | None:
+    """The message's last attached file: (everything before it, the file, its header and
+    opening fence, its closing fence), or None when the message does not end with one.
+
+    A file's fence is longer than any run of backticks in its text, so the last opening
+    fence as long as the closing one is the file's own header, whatever the text holds."""
+    fence = len(content) - len(content.rstrip("`"))
+    newline = len(content) - fence - 1
+    if fence < 3 or newline < 0 or content[newline] != "\n":
         return None
-    name = escape(attachment.name)
-    lines = f"{attachment.lines:,} line{'s' if attachment.lines != 1 else ''}"
-    return Markup(
-        f"{escape(typed)}<span hidden>{escape(between)}</span>"
-        f'<details class="attachment"><summary><span data-display-only>'
-        f"{PAPERCLIP}{name}</span>"
-        f'<span class="hint" data-display-only> · {lines}</span></summary>'
-        f'<pre tabindex="0" aria-label="Text of {name}">{escape(attachment.text)}</pre>'
-        f"</details><span hidden>{escape(closing)}</span>"
+    opening = "`:\n\n" + "`" * fence + "\n"
+    at = content.rfind(opening, 0, newline)
+    if at < 0:
+        return None
+    named = content.rfind(_NAME_START, 0, at)
+    name = content[named + len(_NAME_START) : at] if named >= 0 else ""
+    if not name or "`" in name or "\n" in name:
+        return None
+    if named == 0:
+        start = 0
+    elif content[named - 2 : named] == "\n\n":
+        start = named - 2
+    else:
+        return None
+    body = at + len(opening)
+    return (
+        content[:start],
+        Attachment(name, content[body:newline]),
+        content[start:body],
+        content[newline:],
     )
+
+
+def split_attachments(content: str) -> tuple[str, list[tuple[Attachment, str, str]]]:
+    """What was typed, and every file attached after it, in order, each with its header
+    and closing fence (so the page can give the message back exactly)."""
+    parts: list[tuple[Attachment, str, str]] = []
+    rest = content
+    while len(parts) < PARTS_SHOWN and (found := _last_part(rest)) is not None:
+        rest, attachment, between, closing = found
+        parts.insert(0, (attachment, between, closing))
+    return rest, parts
+
+
+def attachment_html(content: str) -> Markup | None:
+    """A user message with attached files, as the page shows it: the typed text, then
+    each file in a part that opens to its text. The fences and headers are in hidden
+    spans, and the labels (`data-display-only`) are left out when the page copies or
+    edits the message, so the element's text is the message exactly."""
+    typed, parts = split_attachments(content)
+    if not parts:
+        return None
+    shown = [escape(typed)]
+    for attachment, between, closing in parts:
+        name = escape(attachment.name)
+        lines = f"{attachment.lines:,} line{'s' if attachment.lines != 1 else ''}"
+        shown.append(
+            Markup(
+                f"<span hidden>{escape(between)}</span>"
+                f'<details class="attachment"><summary><span data-display-only>'
+                f"{PAPERCLIP}{name}</span>"
+                f'<span class="hint" data-display-only> · {lines}</span></summary>'
+                f'<pre tabindex="0" aria-label="Text of {name}">{escape(attachment.text)}</pre>'
+                f"</details><span hidden>{escape(closing)}</span>"
+            )
+        )
+    return Markup("").join(shown)

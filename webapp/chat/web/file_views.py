@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webapp.chat.jobs import ChatJobs
+from webapp.chat.sending.file_counts import count_files, exact_ids
 from webapp.chat.sending.files import file_tokens, read_files
 from webapp.llm.routing import RoutingError, resolve
 
@@ -52,14 +53,18 @@ class FileView:
 
 
 async def composer_chip(chat: ChatJobs, owner: str, configuration: str, file_id: str) -> FileView:
-    """The owner's file `file_id` with its tokens for the configuration's serving model
-    (none when the configuration no longer resolves); NotFound for anyone else's."""
+    """The owner's file `file_id` with its tokens for the configuration's serving model,
+    a text file's counted by the model's tokenizer (`sending.file_counts`), else its
+    estimate (none when the configuration no longer resolves); NotFound for anyone
+    else's."""
     (stored,) = await read_files(chat.db, owner, [file_id], 1)
     try:
         model = resolve(chat.catalog, configuration).primary
     except RoutingError:
         return FileView(stored.id, stored.name, stored.kind, stored.size)
-    tokens = file_tokens(chat.catalog, [model], stored)[model.name]
+    (stored,) = await count_files(chat.db, chat.manager, [model], [stored])
+    exact = exact_ids(chat.manager, [model])
+    tokens = file_tokens(chat.catalog, [model], stored, exact)[model.name]
     return FileView(stored.id, stored.name, stored.kind, stored.size, tokens, model.name)
 
 

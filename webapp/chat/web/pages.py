@@ -34,7 +34,7 @@ from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
 from webapp.chat.stored.organising import clean_tag
 from webapp.chat.stored.transfer import decode_export
 from webapp.chat.web.deps import Chat, Notices
-from webapp.chat.web.file_views import composer_chip
+from webapp.chat.web.file_views import FileView, composer_chip
 from webapp.chat.web.live import WATCHERS, Snapshot, answer_to_follow, snapshots_of
 from webapp.chat.web.page_stream import LIVE_PAGES, PageCursor
 from webapp.chat.web.views import (
@@ -46,7 +46,7 @@ from webapp.chat.web.views import (
     last_fit,
     message_views,
 )
-from webapp.errors import Conflict, InvalidInput
+from webapp.errors import Conflict, FilesOff, InvalidInput, NotFound
 from webapp.llm.catalog import EmbedSpec
 from webapp.llm.describe import configuration_dicts
 from webapp.stored import id_of
@@ -82,6 +82,18 @@ class ConversationRef:
         return self.embed is None or self.embed.show_internals
 
 
+def takes_files(conversation: ConversationRef, kind: str | None = None) -> None:
+    """A 403 for files through an embed whose entry lets visitors attach none (or none of
+    `kind`)."""
+    if conversation.embed is None:
+        return
+    kinds = conversation.embed.file_kinds
+    if not kinds or (kind is not None and kind not in kinds):
+        raise FilesOff(
+            "this chat takes no files" if not kinds else f"this chat takes no {kind} files"
+        )
+
+
 async def form_field(request: Request[Any, Any, Any], name: str, *, required: bool = True) -> str:
     """A form field's text; one left out (or sent as a file) is refused, or is "" where
     it is optional."""
@@ -94,9 +106,12 @@ async def form_field(request: Request[Any, Any, Any], name: str, *, required: bo
     return ""
 
 
-async def message_field(request: Request[Any, Any, Any], limit: int) -> str:
+async def message_field(
+    request: Request[Any, Any, Any], limit: int, conversation: ConversationRef | None = None
+) -> str:
     """The composer's message: what was typed, and the text file attached to it, if any
-    (`webapp.chat.stored.attachments`), refused with a reason before anything is stored."""
+    (`webapp.chat.stored.attachments`), refused with a reason before anything is stored
+    (403 through an embed whose entry takes no text files)."""
     form = await request.form()
     typed = form.get("content")
     if not isinstance(typed, str):
@@ -105,6 +120,8 @@ async def message_field(request: Request[Any, Any, Any], limit: int) -> str:
     upload = form.get("attachment")
     if not isinstance(upload, UploadFile) or not upload.filename:
         return typed
+    if conversation is not None:
+        takes_files(conversation, "text")
     name = clean_name(upload.filename)
     data = await upload.read(4 * limit + 1)  # UTF-8 takes at most 4 bytes a character
     return attach(typed, Attachment(name, decode_text(name, data)), limit)
@@ -186,12 +203,15 @@ class ConversationPages(Controller):
         chat: Chat,
         conversation: FoundConversation,
     ) -> Template:
-        content = await message_field(request, chat.settings.max_message_chars)
+        content = await message_field(request, chat.settings.max_message_chars, conversation)
+        files = await file_ids(request)
+        if files:
+            takes_files(conversation)
         send = await chat.sender.send(
             conversation.owner,
             conversation.id,
             content,
-            files=await file_ids(request),
+            files=files,
             address=conversation.address,
             draft=conversation.draft,
         )
@@ -280,7 +300,7 @@ class ConversationPages(Controller):
     ) -> Template:
         """The meter for what is being typed: what the next send would leave out, with
         a remedy when one exists. An empty box shows the last send's meter again."""
-        content = await message_field(request, chat.settings.max_message_chars)
+        content = await message_field(request, chat.settings.max_message_chars, conversation)
         files = await file_ids(request)
         if not content.strip() and not files:
             _, rows, _ = await chat.reader.page(conversation.owner, conversation.id, turns=1)
@@ -295,10 +315,13 @@ class ConversationPages(Controller):
     ) -> Template:
         """A file just uploaded (`POST /api/files`), as the composer's chip: its name and
         its tokens for the conversation's model, and the field the send carries."""
-        if conversation.embed is not None:
-            raise InvalidInput("an embedded chat takes no files")
-        row = await chat.reader.get(conversation.owner, conversation.id)
-        chip = await composer_chip(chat, conversation.owner, row.configuration, file_id)
+        takes_files(conversation)
+        configuration = (
+            conversation.draft.configuration
+            if conversation.draft is not None
+            else (await chat.reader.get(conversation.owner, conversation.id)).configuration
+        )
+        chip = await composer_chip(chat, conversation.owner, configuration, file_id)
         return Template("chat/_file_chip.html", context=_context(conversation, chip=chip))
 
     @post("/pin/{message_id:int}")
@@ -357,16 +380,21 @@ class ConversationPages(Controller):
             return go_to(request, conversation.base)
         # The page stays (the draft with it): the meter and the cut line show what the next
         # send would do against the new configuration's model, at once.
+        # The composer's chips come along too: each is counted again for the new model.
         draft = await form_field(request, "content", required=False)
-        meter = await next_send_meter(chat, conversation, draft)
+        files = await file_ids(request)
+        meter = await next_send_meter(chat, conversation, draft, files)
+        switched = await chat.reader.get(conversation.owner, conversation.id)
         return Template(
             "chat/_switched.html",
             context={
                 "meter": meter,
                 "base": conversation.base,
-                "conversation": await chat.reader.get(conversation.owner, conversation.id),
+                "conversation": switched,
                 "configurations": configuration_dicts(chat.catalog),
                 "presets": await chat.presets.list(conversation.owner),
+                "chips": await _recounted(chat, conversation.owner, switched, files),
+                "internals": conversation.internals,
             },
         )
 
@@ -610,6 +638,20 @@ async def next_send_meter(
         turns_left=fit.turns_left,
         typed=bool(content.strip() or files),
     )
+
+
+async def _recounted(
+    chat: ChatJobs, owner: str, conversation: Conversation, files: list[str]
+) -> list[FileView]:
+    """The composer's chips counted for the conversation's configuration now (a file
+    deleted meanwhile is left out: its chip keeps what it said)."""
+    chips = []
+    for file_id in files:
+        try:
+            chips.append(await composer_chip(chat, owner, conversation.configuration, file_id))
+        except NotFound:
+            continue
+    return chips
 
 
 def larger_windows(chat: ChatJobs, window: int) -> tuple[Alternative, ...]:

@@ -58,8 +58,10 @@ class MessageView:
 
     @property
     def files(self) -> tuple[FileView, ...]:
-        """The files sent with the message: thumbnails and links under its text."""
-        return sent_files(self.row.attachments)
+        """The files sent with the message, under its text: pictures as thumbnails and
+        PDFs as links to the document itself. A text file is not listed: its text is
+        already a part of the message that opens (`html`), and it is shown once."""
+        return tuple(f for f in sent_files(self.row.attachments) if f.kind != "text")
 
     @property
     def html(self) -> Markup:

@@ -346,9 +346,20 @@ class EmbedSpec(_Spec):
     show_internals: bool = False
     """Whether visitors see token counts and the model's and configuration's names (the
     meter's figures, each trimmed turn's facts, the badge): off unless the site asks."""
-    files: bool = False
-    """Whether visitors may attach files: off by default, and the embed offers no upload
-    yet (the files API takes signed-in users only), so a visitor attaches nothing."""
+    files: bool | list[Literal["text", "document", "image"]] = False
+    """What visitors may attach (the embed's composer then takes files, uploaded to
+    `/embed/{name}/files`): nothing (false, the default), any file (true), or only the
+    kinds listed: "text" (text and code), "document" (PDFs, read as their text), "image"."""
+    max_file_bytes: Annotated[int, Field(gt=0)] | None = None
+    """The largest file a visitor may attach, in bytes (the server's
+    `WEBAPP_MAX_FILE_BYTES` when larger or not set)."""
+
+    @property
+    def file_kinds(self) -> tuple[str, ...]:
+        """The kinds of file a visitor may attach, none when files are off."""
+        if self.files is True:
+            return ("text", "document", "image")
+        return tuple(self.files) if self.files else ()
 
     @classmethod
     def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
