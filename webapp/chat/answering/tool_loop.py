@@ -37,6 +37,17 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Calling:
+    """A model step asked for tools: its text, its calls (one `ToolCall` event each
+    follows), as the turn's assistant step is stored and replayed (`message`)."""
+
+    result: ChatResult
+    calls: list[ToolCall]
+    model: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """A call's outcome (the `tool_result` event)."""
 
@@ -62,7 +73,7 @@ class Answered:
     appended: list[Message]
 
 
-ToolEvent = Stepped | ToolCall | ToolResult | Answered
+ToolEvent = Stepped | Calling | ToolCall | ToolResult | Answered
 
 
 def calls_of(result: ChatResult) -> list[ToolCall]:
@@ -141,6 +152,7 @@ async def run_tools(
             yield Answered(result, step, appended)
             return
         appended.append(assistant_message(result, calls))
+        yield Calling(result, calls, model, appended[-1])
         for call in calls:
             yield call
         for call in calls:

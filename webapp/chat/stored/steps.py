@@ -1,0 +1,44 @@
+"""A turn's tool steps, stored as they happen (docs/design.md, tools).
+
+The answer's row is written with the user's, when the send is stored; the model's tool
+calls and their results come later, so they are appended after it, each step as soon as
+it is known: an assistant row with the step's `tool_calls`, then one `tool` row per
+result. A crash or a Stop keeps what was done, and the next send replays the turn in the
+order it happened (`webapp.chat.stored.history`). Only one answer of a conversation is
+written at a time (`webapp.chat.sending.admission`), so appending at the conversation's
+next seq cannot interleave with another send's rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select
+from sqlmodel import col
+
+from webapp.chat.stored.models import MESSAGE_DEFAULTS, Message
+from webapp.db import as_loaded
+from webapp.timeutil import utcnow
+
+
+def append_rows(
+    connection: Connection, conversation_id: str, rows: list[dict[str, Any]]
+) -> list[Message]:
+    """Store `rows` (column values) after the conversation's newest row, in order."""
+    newest = connection.execute(
+        select(func.max(col(Message.seq))).where(col(Message.conversation_id) == conversation_id)
+    ).scalar()
+    now = utcnow()
+    stored = []
+    for offset, values in enumerate(rows, start=1):
+        row = {
+            **MESSAGE_DEFAULTS,
+            "conversation_id": conversation_id,
+            "created_at": now,
+            "updated_at": now,
+            **values,
+            "seq": (newest or 0) + offset,
+        }
+        found = connection.execute(insert(Message).values(row).returning(col(Message.id)))
+        stored.append(as_loaded(Message, {**row, "id": found.scalar_one()}))
+    return stored
