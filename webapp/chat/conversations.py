@@ -234,6 +234,8 @@ class ConversationEditor:
                 values["prior_turns"] = upto[parent]
                 upto[seq] = upto[parent]
                 values["turn_number"] = turns[seq] = turns[parent] + 1
+            elif values["role"] == Role.TOOL or values.get("tool_calls"):  # a tool step
+                upto[seq], turns[seq] = upto[parent], turns[parent]
             else:
                 upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
                 turns[seq] = turns[parent]

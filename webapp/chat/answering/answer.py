@@ -33,13 +33,12 @@ from webapp.chat.answering.tool_loop import (
     Stepped,
     ToolCall,
     ToolResult,
-    result_message,
     run_tools,
 )
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
 from webapp.chat.stored.serialize import message_dict
-from webapp.chat.stored.steps import append_rows
+from webapp.chat.stored.steps import append_rows, step_wire
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
@@ -291,12 +290,14 @@ def _append_rows(
 def step_row(event: Calling) -> dict[str, Any]:
     """A model step that called tools, as its assistant row stores it."""
     usage = event.result.usage
-    return {
+    values: dict[str, Any] = {
         "role": Role.ASSISTANT,
         "content": event.result.content or "",
-        "status": Status.COMPLETE,
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in event.calls],
-        "estimated_tokens": estimate_message(event.message),
+    }
+    return values | {
+        "status": Status.COMPLETE,
+        "estimated_tokens": estimate_message(step_wire(values)),
         "model": event.model,
         "finish_reason": event.result.finish_reason,
         "prompt_tokens": usage.prompt_tokens if usage is not None else None,
@@ -307,13 +308,15 @@ def step_row(event: Calling) -> dict[str, Any]:
 
 def result_row(event: ToolResult) -> dict[str, Any]:
     """A call's result, as its tool row stores it (`status`: the call's outcome)."""
-    return {
+    values: dict[str, Any] = {
         "role": Role.TOOL,
         "content": event.outcome.content,
-        "status": event.outcome.status,
         "tool_call_id": event.call.id,
         "tool_name": event.call.name,
-        "estimated_tokens": estimate_message(result_message(event)),
+    }
+    return values | {
+        "status": event.outcome.status,
+        "estimated_tokens": estimate_message(step_wire(values)),
     }
 
 

@@ -52,6 +52,7 @@ from sqlalchemy import ColumnElement, Connection, Integer, Select, bindparam, se
 from sqlmodel import col
 
 from webapp.chat.stored.models import REPLAYABLE, Message, Role, Status
+from webapp.chat.stored.steps import step_wire
 from webapp.llm.clearing import through_index
 from webapp.llm.providers.base import Message as WireMessage
 from webapp.llm.window import Positions, Transcript, kept_from
@@ -189,23 +190,16 @@ def is_step(row: RowValues) -> bool:
 
 
 def step_message(row: RowValues) -> WireMessage:
-    """A step row as the model is sent it (the OpenAI shape the providers translate)."""
-    if row[ROLE] == TOOL_ROLE:
-        return {
-            "role": "tool",
-            "tool_call_id": row[CALL_ID] or "",
-            "name": row[TOOL] or "",
-            "content": row[CONTENT],
-        }
-    calls = [
+    """A step row as the model is sent it (`steps.step_wire`)."""
+    return step_wire(
         {
-            "id": call.get("id", ""),
-            "type": "function",
-            "function": {"name": call.get("name", ""), "arguments": call.get("arguments", "{}")},
+            "role": row[ROLE],
+            "content": row[CONTENT],
+            "tool_calls": row[CALLS],
+            "tool_call_id": row[CALL_ID],
+            "tool_name": row[TOOL],
         }
-        for call in row[CALLS]
-    ]
-    return {"role": "assistant", "content": row[CONTENT] or None, "tool_calls": calls}
+    )
 
 
 def _turns(

@@ -11,14 +11,38 @@ next seq cannot interleave with another send's rows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
 from sqlmodel import col
 
-from webapp.chat.stored.models import MESSAGE_DEFAULTS, Message
+from webapp.chat.stored.models import MESSAGE_DEFAULTS, Message, Role
 from webapp.db import as_loaded
+from webapp.llm.providers.base import Message as WireMessage
 from webapp.timeutil import utcnow
+
+
+def step_wire(values: Mapping[str, Any]) -> WireMessage:
+    """A step row (its column values) as the model is sent it, in the OpenAI shape the
+    providers translate: a result answers its call by id; an assistant step carries its
+    calls. Its stored estimate is this message's, so a send never re-estimates it."""
+    if values["role"] == Role.TOOL:
+        return {
+            "role": "tool",
+            "tool_call_id": values.get("tool_call_id") or "",
+            "name": values.get("tool_name") or "",
+            "content": values.get("content") or "",
+        }
+    calls = [
+        {
+            "id": call.get("id", ""),
+            "type": "function",
+            "function": {"name": call.get("name", ""), "arguments": call.get("arguments", "{}")},
+        }
+        for call in values.get("tool_calls") or ()
+    ]
+    return {"role": "assistant", "content": values.get("content") or None, "tool_calls": calls}
 
 
 def append_rows(

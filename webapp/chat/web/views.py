@@ -125,7 +125,7 @@ class MessageView:
 
     @property
     def status_label(self) -> str | None:
-        return STATUS_LABELS.get(Status(self.row.status))
+        return STATUS_LABELS.get(self.row.status)  # type: ignore[call-overload]
 
     @property
     def cache_words(self) -> str | None:

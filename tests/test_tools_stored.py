@@ -1,0 +1,219 @@
+"""A turn's tool calls stored on the turn, on both databases, through the JSON API: real MCP
+servers (the registry's `mcp-server-time` on stdio, the fixture on HTTP) answer the calls
+of the fake upstream (OpenAI wire format) and of the fake vendors (Anthropic's and
+Gemini's); the rows are in the API's messages, the next send replays them in each wire
+format, export and import carry them, and a regenerate runs its tools again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from tests.factories import new_conversation
+from tests.factories.settings import settings_for
+from tests.mcp_servers import TIME_SERVER, http_fixture_served
+from tests.upstream import FakeUpstream
+from tests.vendors import FakeVendors, providers_toml
+from webapp.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    with http_fixture_served() as url:
+        yield url
+
+
+def catalog(vendors: FakeVendors, http_url: str) -> str:
+    native = "".join(
+        f"""
+[[models]]
+name = "{name}"
+provider = "{provider}"
+model_id = "{name}-small"
+context_window = 4096
+max_output_tokens = 200
+
+[[configurations]]
+name = "{name}-tools"
+model = "{name}"
+tools = ["remote"]
+"""
+        for name, provider in (("claude", "claude"), ("gemini", "google"))
+    )
+    return (
+        providers_toml(vendors)
+        + native
+        + f"""
+[[mcp_servers]]
+name = "time"
+transport = "stdio"
+command = "{TIME_SERVER}"
+tools = ["get_current_time"]
+timeout = 20
+
+[[mcp_servers]]
+name = "remote"
+transport = "http"
+url = "{http_url}"
+tools = ["echo"]
+
+[[configurations]]
+name = "timed"
+model = "large"
+tools = ["time"]
+
+[[configurations]]
+name = "remote-tools"
+model = "large"
+tools = ["remote"]
+"""
+    )
+
+
+@pytest.fixture
+def settings(
+    database_url: str,
+    tmp_path: Path,
+    upstream: FakeUpstream,
+    vendors: FakeVendors,
+    vendor_keys: None,
+    http_url: str,
+) -> Settings:
+    return settings_for(database_url, tmp_path, upstream, catalog(vendors, http_url))
+
+
+async def messages_of(client: AsyncTestClient, conversation_id: str) -> list[dict[str, Any]]:
+    response = await client.get(f"/api/conversations/{conversation_id}")
+    assert response.status_code == 200, response.text
+    return list(response.json()["messages"])
+
+
+async def send(client: AsyncTestClient, conversation_id: str, text: str) -> dict[str, Any]:
+    response = await client.post(
+        f"/api/conversations/{conversation_id}/messages", json={"content": text}
+    )
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def step_rows(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in messages if m["role"] == "tool" or m["tool_calls"]]
+
+
+async def test_calls_and_results_are_rows_of_the_turn_and_sent_again(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    conversation = await new_conversation(client, configuration="timed")
+    cid = conversation["id"]
+    sent = await send(client, cid, "What time is it? Use tool please.")
+    assert sent["assistant"]["status"] == "complete"
+    messages = await messages_of(client, cid)
+    # The answer's row was written with the question; its steps follow it, in order.
+    assert [m["role"] for m in messages] == ["user", "assistant", "assistant", "tool"]
+    user, answer, step, result = messages
+    assert answer["id"] == sent["assistant"]["id"] and answer["tool_calls"] is None
+    (call,) = step["tool_calls"]
+    assert set(call) == {"id", "name", "arguments"} and call["name"] == "get_current_time"
+    assert json.loads(call["arguments"]) == {"timezone": "echo"}
+    assert (result["tool_call_id"], result["name"]) == (call["id"], "get_current_time")
+    assert result["status"] == "error" and "echo" in result["content"]
+    assert step["model"] == "large" and result["seq"] == step["seq"] + 1
+    assert user["fit"]["cleared"] == []
+
+    upstream.forget_requests()
+    await send(client, cid, "And what did the tool say?")
+    (chat,) = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+    wire = chat["messages"]
+    # The model sees its earlier call and the result, before the answer they led to.
+    assert [m["role"] for m in wire] == ["user", "assistant", "tool", "assistant", "user"]
+    assert wire[1]["tool_calls"][0]["id"] == call["id"] == wire[2]["tool_call_id"]
+    assert wire[2]["content"] == result["content"]
+    assert wire[3]["content"] == answer["content"]
+    messages = await messages_of(client, cid)
+    assert [m["role"] for m in messages[4:]] == ["user", "assistant"]
+    assert messages[4]["seq"] == 5  # after the steps: no seq is reused
+
+
+@pytest.mark.parametrize("configuration", ["claude-tools", "gemini-tools"])
+async def test_native_formats_store_the_calls_and_replay_them(
+    client: AsyncTestClient, vendors: FakeVendors, configuration: str
+) -> None:
+    conversation = await new_conversation(client, configuration=configuration)
+    cid = conversation["id"]
+    await send(client, cid, "Please use tool to answer.")
+    steps = step_rows(await messages_of(client, cid))
+    assert [m["role"] for m in steps] == ["assistant", "tool"]
+    assert steps[1]["status"] == "ok" and steps[1]["name"] == "echo"
+    assert steps[1]["tool_call_id"] == steps[0]["tool_calls"][0]["id"]
+    before = len(vendors.requests)
+    await send(client, cid, "Thanks, and now?")
+    body = [
+        r["body"]
+        for r in vendors.requests[before:]
+        if r["path"].endswith("/v1/messages") or "generateContent" in r["path"]
+    ][-1]
+    text = json.dumps(body)
+    if configuration == "claude-tools":
+        kinds = [
+            block.get("type")
+            for message in body["messages"]
+            if isinstance(message["content"], list)
+            for block in message["content"]
+        ]
+        assert "tool_use" in kinds and "tool_result" in kinds
+        assert steps[1]["tool_call_id"] in text
+    else:
+        parts = [part for content in body["contents"] for part in content["parts"]]
+        assert any("functionCall" in part for part in parts)
+        assert any("functionResponse" in part for part in parts)
+    assert steps[1]["content"] in text
+
+
+async def test_export_and_import_carry_the_steps(client: AsyncTestClient) -> None:
+    conversation = await new_conversation(client, configuration="remote-tools")
+    cid = conversation["id"]
+    await send(client, cid, "Please use tool to answer.")
+    await send(client, cid, "Fine.")
+    exported = (await client.get(f"/api/conversations/{cid}/export")).json()
+    roles = [m["role"] for m in exported["messages"]]
+    assert roles == ["user", "assistant", "assistant", "tool", "user", "assistant"]
+    imported = await client.post("/api/conversations/import", json=exported)
+    assert imported.status_code == 201, imported.text
+    again = (await client.get(f"/api/conversations/{imported.json()['id']}/export")).json()
+
+    def kept(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in m.items() if k not in ("id", "created_at")} for m in messages]
+
+    assert kept(again["messages"]) == kept(exported["messages"])
+    markdown = (await client.get(f"/api/conversations/{cid}/export?format=markdown")).text
+    assert "echo" in markdown
+
+    # A forged step is refused with the field named, never stored.
+    forged = json.loads(json.dumps(exported))
+    forged["messages"][3]["status"] = "complete"
+    refused = await client.post("/api/conversations/import", json=forged)
+    assert refused.status_code == 400 and "messages[3].status" in refused.text
+    forged = json.loads(json.dumps(exported))
+    forged["messages"][2]["tool_calls"] = [{"id": "x"}]
+    refused = await client.post("/api/conversations/import", json=forged)
+    assert refused.status_code == 400 and "tool_calls" in refused.text
+
+
+async def test_a_regenerate_runs_its_tools_again(client: AsyncTestClient) -> None:
+    conversation = await new_conversation(client, configuration="remote-tools")
+    cid = conversation["id"]
+    first = await send(client, cid, "Please use tool to answer.")
+    response = await client.post(
+        f"/api/conversations/{cid}/messages/{first['user']['id']}/regenerate"
+    )
+    assert response.status_code == 201, response.text
+    messages = await messages_of(client, cid)
+    # The active branch is the regenerated turn: its own call and result.
+    assert [m["role"] for m in messages] == ["user", "assistant", "assistant", "tool"]
+    assert messages[0]["id"] != first["user"]["id"] and messages[3]["status"] == "ok"
+    assert messages[3]["seq"] > 4
