@@ -136,6 +136,15 @@ STATUS_LABELS = {
 }
 
 
+def status_label(status: str) -> str | None:
+    """A row's status in words, when it is worth saying (a tool row's outcome is not a
+    message status: None)."""
+    return _LABELS.get(status)
+
+
+_LABELS = {status.value: label for status, label in STATUS_LABELS.items()}
+
+
 def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:
     """'3 earlier turns were not sent to small (1 of them pinned)', said once for the
     marker, the meter and the review."""

@@ -29,11 +29,11 @@ from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.rows import owned_in
 from webapp.chat.stored.serialize import (
     FIT_COLUMNS,
-    STATUS_LABELS,
     _iso,
     conversation_dict,
     left_out_words,
     message_dict,
+    status_label,
 )
 from webapp.chat.stored.steps import step_wire
 from webapp.errors import InvalidInput, refuse_nul
@@ -218,6 +218,13 @@ def markdown_head(conversation: Conversation) -> str:
 def markdown_turn(row: Message) -> str:
     """One message of the Markdown export: who, any trim marker or status, the text."""
     lines: list[str] = []
+    if row.role == Role.TOOL:
+        lines += [f"### Tool result: {row.tool_name} ({row.status})", "", "```text"]
+        return "\n".join([*lines, row.content.replace("```", "` ` `"), "```", ""])
+    if row.tool_calls:
+        lines.append("### Tool calls")
+        lines += [f"- `{call['name']}` {call['arguments']}" for call in row.tool_calls]
+        return "\n".join([*lines, "", row.content, ""] if row.content else [*lines, ""])
     if row.role == Role.USER:
         lines.append("## You")
         if row.dropped_turns:
@@ -226,7 +233,7 @@ def markdown_turn(row: Message) -> str:
     else:
         served = f" ({row.model})" if row.model else ""
         lines.append(f"## Assistant{served}")
-        label = STATUS_LABELS.get(row.status)  # type: ignore[call-overload]
+        label = status_label(row.status)
         if label:
             lines += ["", f"*{label}{': ' + row.error if row.error else ''}*"]
     lines += ["", row.content, ""]

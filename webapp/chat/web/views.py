@@ -14,7 +14,7 @@ from webapp.chat.stored.attachments import attachment_html, split_attachment
 from webapp.chat.stored.branches import Alternatives, parent_of
 from webapp.chat.stored.history import is_replayable
 from webapp.chat.stored.models import Conversation, Message, Role, Status
-from webapp.chat.stored.serialize import STATUS_LABELS, left_out_words
+from webapp.chat.stored.serialize import left_out_words, status_label
 from webapp.chat.web.file_views import FileView, sent_files
 from webapp.llm.providers.base import Prefill
 from webapp.stored import id_of
@@ -125,7 +125,7 @@ class MessageView:
 
     @property
     def status_label(self) -> str | None:
-        return STATUS_LABELS.get(self.row.status)  # type: ignore[call-overload]
+        return status_label(self.row.status)
 
     @property
     def cache_words(self) -> str | None:
