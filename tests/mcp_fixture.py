@@ -31,6 +31,12 @@ def flood(words: int) -> str:
 
 
 @server.tool()
+def report() -> str:
+    """A long, fixed report (about 1,500 tokens): what older results are cleared of."""
+    return " ".join(f"finding{i}" for i in range(700))
+
+
+@server.tool()
 async def hang() -> str:
     """Never answers."""
     await asyncio.Event().wait()

@@ -7,7 +7,8 @@ format, export and import carry them, and a regenerate runs its tools again."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.factories.settings import settings_for
 from tests.mcp_servers import TIME_SERVER, http_fixture_served
 from tests.upstream import FakeUpstream
 from tests.vendors import FakeVendors, providers_toml
+from webapp.app import create_app
 from webapp.settings import Settings
 
 
@@ -28,7 +30,18 @@ def http_url() -> Iterator[str]:
         yield url
 
 
-def catalog(vendors: FakeVendors, http_url: str) -> str:
+def catalog(vendors: FakeVendors, http_url: str, *, without_remote: bool = False) -> str:
+    """The module's catalog; `without_remote`: as the admin leaves it after dropping the
+    HTTP server (its configurations keep their names, without tools)."""
+    text = _catalog(vendors, http_url)
+    if without_remote:
+        start = text.index('[[mcp_servers]]\nname = "remote"')
+        end = text.index("[[", start + 2)
+        text = (text[:start] + text[end:]).replace('tools = ["remote"]\n', "")
+    return text
+
+
+def _catalog(vendors: FakeVendors, http_url: str) -> str:
     native = "".join(
         f"""
 [[models]]
@@ -62,6 +75,12 @@ transport = "http"
 url = "{http_url}"
 tools = ["echo"]
 
+[[mcp_servers]]
+name = "reporter"
+transport = "http"
+url = "{http_url}"
+tools = ["report"]
+
 [[configurations]]
 name = "timed"
 model = "large"
@@ -71,8 +90,39 @@ tools = ["time"]
 name = "remote-tools"
 model = "large"
 tools = ["remote"]
+
+[[configurations]]
+name = "reports"
+model = "medium"
+tools = ["reporter"]
+keep_tool_results = 1
 """
     )
+
+
+@pytest.fixture
+def app_with(
+    client: AsyncTestClient,
+    database_url: str,
+    tmp_path: Path,
+    upstream: FakeUpstream,
+    vendors: FakeVendors,
+    http_url: str,
+) -> Callable[..., AbstractAsyncContextManager[AsyncTestClient]]:
+    """Another app on the same database (as after a restart), its catalog the module's
+    plus `extra` (or without the HTTP server), with alice's token."""
+
+    @asynccontextmanager
+    async def started(extra: str = "", *, without_remote: bool = False) -> AsyncIterator[Any]:
+        text = catalog(vendors, http_url, without_remote=without_remote) + extra
+        folder = tmp_path / "restarted"
+        folder.mkdir(exist_ok=True)
+        settings = settings_for(database_url, folder, upstream, text)
+        async with AsyncTestClient(app=create_app(settings)) as other:
+            other.headers["Authorization"] = client.headers["Authorization"]
+            yield other
+
+    return started
 
 
 @pytest.fixture
@@ -217,3 +267,75 @@ async def test_a_regenerate_runs_its_tools_again(client: AsyncTestClient) -> Non
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant", "tool"]
     assert messages[0]["id"] != first["user"]["id"] and messages[3]["status"] == "ok"
     assert messages[3]["seq"] > 4
+
+
+def chats_of(upstream: FakeUpstream) -> list[list[dict[str, Any]]]:
+    return [
+        r["body"]["messages"] for r in upstream.requests if r["body"] and "messages" in r["body"]
+    ]
+
+
+async def test_older_results_are_cleared_in_the_request_only_when_the_cut_moves(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    conversation = await new_conversation(client, configuration="reports")
+    cid = conversation["id"]
+    upstream.forget_requests()
+    for number in range(6):
+        await send(client, cid, f"Turn {number}: please use tool.")
+    messages = await messages_of(client, cid)
+    results = [m for m in messages if m["role"] == "tool"]
+    assert len(results) == 6 and all(len(m["content"]) > 5000 for m in results)  # stored whole
+    fits = [m["fit"] for m in messages if m["role"] == "user"]
+    cleared = [fit["cleared"] for fit in fits]
+    assert any(cleared), "a 4k window fills with these results"
+    first = next(i for i, spans in enumerate(cleared) if spans)
+    assert fits[first]["cut_moved"]
+    for span in cleared[first]:
+        assert set(span) == {"first_seq", "last_seq", "tokens"} and span["tokens"] > 1000
+        for seq in range(span["first_seq"], span["last_seq"] + 1):
+            assert next(m for m in messages if m["seq"] == seq)["role"] == "tool"
+    # The requests carried stubs in their place, naming the tool and the tokens.
+    chats = chats_of(upstream)
+    stubs = [m for chat in chats for m in chat if str(m.get("content")).startswith("[result of")]
+    assert stubs and all("report" in m["content"] and "tokens" in m["content"] for m in stubs)
+    # Two requests a send (the call, then the answer). Between moves, each request is
+    # the previous one plus what was appended: only a send that moved the cut differs.
+    assert len(chats) == 2 * len(fits)
+    for index in range(1, len(chats)):
+        before, after = chats[index - 1], chats[index]
+        if after[: len(before)] != before:
+            assert fits[index // 2]["cut_moved"], index
+    assert sum(fit["cut_moved"] for fit in fits) < len(fits) - 1
+
+
+async def test_a_server_removed_from_the_catalog_leaves_the_conversation_going(
+    client: AsyncTestClient, upstream: FakeUpstream, app_with: Any
+) -> None:
+    conversation = await new_conversation(client, configuration="remote-tools")
+    cid = conversation["id"]
+    await send(client, cid, "Please use tool to answer.")
+    # The admin drops the server; the configuration offers no tools any more.
+    async with app_with(without_remote=True) as other:
+        upstream.forget_requests()
+        sent = await send(other, cid, "Go on without it.")
+        assert sent["assistant"]["status"] == "complete"
+        (chat,) = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+        assert "tools" not in chat
+        # The model still sees the call it made and the result it had.
+        assert [m["role"] for m in chat["messages"]] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+        ]
+        messages = await messages_of(other, cid)
+    assert [m["role"] for m in messages] == [
+        "user",
+        "assistant",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+    ]

@@ -220,7 +220,7 @@ class Message(SQLModel, table=True):
     """Estimated tokens of the owner's custom instructions, sent with the system prompt in
     the head (NULL: the send carried none)."""
     fit_cleared: list[dict[str, int]] | None = Field(
-        default=None, sa_column=Column(JSON_TYPE, nullable=True)
+        default=None, sa_column=Column(NULLABLE_JSON, nullable=True)
     )
     """`[{first_seq, last_seq, tokens}]`: runs of tool results the send's request carried
     as one-line stubs (`webapp.llm.clearing`); NULL when it cleared none."""
