@@ -37,6 +37,12 @@ def report() -> str:
 
 
 @server.tool()
+def huge() -> str:
+    """Far more output than any cap (about 60,000 tokens)."""
+    return "lorem ipsum " * 20_000
+
+
+@server.tool()
 async def hang() -> str:
     """Never answers."""
     await asyncio.Event().wait()

@@ -7,6 +7,7 @@ format, export and import carry them, and a regenerate runs its tools again."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.factories import new_conversation
 from tests.factories.settings import settings_for
-from tests.mcp_servers import TIME_SERVER, http_fixture_served
+from tests.mcp_servers import FIXTURE, TIME_SERVER, http_fixture_served
 from tests.upstream import FakeUpstream
 from tests.vendors import FakeVendors, providers_toml
 from webapp.app import create_app
@@ -81,6 +82,20 @@ transport = "http"
 url = "{http_url}"
 tools = ["report"]
 
+[[mcp_servers]]
+name = "local"
+transport = "stdio"
+command = "{sys.executable}"
+args = ["{FIXTURE}", "stdio"]
+tools = ["environment"]
+env_from = {{ TOKEN = "FIXTURE_TOKEN" }}
+timeout = 20
+
+[[configurations]]
+name = "envs"
+model = "large"
+tools = ["local"]
+
 [[configurations]]
 name = "timed"
 model = "large"
@@ -98,6 +113,31 @@ tools = ["reporter"]
 keep_tool_results = 1
 """
     )
+
+
+FAULTS = {
+    "hang": ('transport = "http"\nurl = "{url}"\ntimeout = 1', "timeout", "took too long"),
+    "crash": (
+        'transport = "stdio"\ncommand = "{python}"\nargs = ["{fixture}", "stdio"]\ntimeout = 20',
+        "failed",
+        "could not be run",
+    ),
+    "huge": ('transport = "http"\nurl = "{url}"\nmax_result_tokens = 300', "ok", "[result cut:"),
+    "fail": ('transport = "http"\nurl = "{url}"', "error", "Error executing tool fail"),
+    "markup": ('transport = "http"\nurl = "{url}"', "ok", "<script>"),
+}
+"""A fixture tool each: its server's entry, the stored result's status and a piece of its
+text the model is given."""
+
+
+def faults_toml(http_url: str) -> str:
+    parts = []
+    for tool, (entry, _, _) in FAULTS.items():
+        fields = entry.format(url=http_url, python=sys.executable, fixture=FIXTURE)
+        parts.append(f'[[mcp_servers]]\nname = "f-{tool}"\n{fields}\ntools = ["{tool}"]\n')
+        parts.append(f'[[configurations]]\nname = "c-{tool}"\nmodel = "large"\n')
+        parts.append(f'tools = ["f-{tool}"]\n')
+    return "\n".join(parts)
 
 
 @pytest.fixture
@@ -134,7 +174,8 @@ def settings(
     vendor_keys: None,
     http_url: str,
 ) -> Settings:
-    return settings_for(database_url, tmp_path, upstream, catalog(vendors, http_url))
+    text = catalog(vendors, http_url) + faults_toml(http_url)
+    return settings_for(database_url, tmp_path, upstream, text)
 
 
 async def messages_of(client: AsyncTestClient, conversation_id: str) -> list[dict[str, Any]]:
@@ -339,3 +380,44 @@ async def test_a_server_removed_from_the_catalog_leaves_the_conversation_going(
         "user",
         "assistant",
     ]
+
+
+async def test_a_tool_runs_with_its_servers_own_environment_only(
+    client: AsyncTestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's secrets (here its secret key and the vendors' API keys, which the
+    `vendor_keys` fixture put in this process's environment) never reach a tool."""
+    monkeypatch.setenv("FIXTURE_TOKEN", "for-the-tool")
+    monkeypatch.setenv("WEBAPP_SECRET_KEY", "not-for-tools")
+    conversation = await new_conversation(client, configuration="envs")
+    await send(client, conversation["id"], "Please use tool to answer.")
+    (result,) = [m for m in await messages_of(client, conversation["id"]) if m["role"] == "tool"]
+    assert result["status"] == "ok" and result["name"] == "environment"
+    names = result["content"].split()
+    assert "TOKEN" in names
+    assert not [n for n in names if n.startswith(("WEBAPP_", "FAKE_", "FIXTURE_"))], names
+
+
+@pytest.mark.parametrize("tool", list(FAULTS))
+async def test_a_faulty_tool_is_a_stored_result_and_the_conversation_goes_on(
+    client: AsyncTestClient, upstream: FakeUpstream, tool: str
+) -> None:
+    """A hang (past the timeout), a crash mid-call, a flood (past the cap), a failure and
+    markup: each is a result row the model was told about; the answer and the next
+    send go on, and the event loop never waits on the tool past its timeout."""
+    _, status, said = FAULTS[tool]
+    conversation = await new_conversation(client, configuration=f"c-{tool}")
+    cid = conversation["id"]
+    first = await send(client, cid, "Please use tool to answer.")
+    assert first["assistant"]["status"] == "complete"
+    (result,) = [m for m in await messages_of(client, cid) if m["role"] == "tool"]
+    assert result["status"] == status and said in result["content"], result
+    assert result["name"] == tool
+    sent_back = [m for chat in chats_of(upstream) for m in chat if m["role"] == "tool"]
+    assert sent_back[-1]["content"] == result["content"]
+    if tool == "huge":
+        assert len(result["content"]) < 3000  # capped before it was stored or sent
+    second = await send(client, cid, "Go on.")
+    assert second["assistant"]["status"] == "complete"
+    roles = [m["role"] for m in await messages_of(client, cid)]
+    assert roles == ["user", "assistant", "assistant", "tool", "user", "assistant"]
