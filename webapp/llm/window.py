@@ -337,9 +337,12 @@ def fit(
         # The cut moves: the newest turns, up to `trim_to` of the budget.
         kept.intersection_update(kept_at_floor)
         spent[:] = spent_at_floor
+        lowest = 1
         if results and (to := clearing.boundary(turns, clear_keep or 0)) > cleared_to:
-            # And older tool results are cleared, all at once, before any turn goes.
-            cleared_to = to
+            # And older tool results are cleared, all at once, before any turn goes; the
+            # room they free is kept for the sends to come: no turn the cut had left out
+            # is taken back.
+            cleared_to, lowest = to, start
             clear_to(cleared_to)
             at_floor = preamble + [i for t in kept for i in turns[t]]
             spent[:] = [
@@ -347,7 +350,7 @@ def fit(
                 sum(estimated_part[i] for i in at_floor),
             ]
         limit = math.floor(budget * trim_to)
-        for t in range(len(turns) - 2, 0, -1):
+        for t in range(len(turns) - 2, lowest - 1, -1):
             if pins_dropped or (t not in kept and not try_add(t, limit)):
                 break
     elif trim_to >= 1.0:
