@@ -3,7 +3,8 @@
 
 Its tools are the faults the chat must survive: one that never answers, one that fails,
 one that floods, one that ends its own process mid-call, one whose output is markup, and
-one that reports which environment variables it was started with. Run by path, not as
+one that reports which environment variables it was started with, a long report and
+one far past any cap. Run by path, not as
 `tests.…`, because a stdio server gets no PYTHONPATH (only its entry's variables).
 """
 
@@ -28,18 +29,6 @@ def echo(text: str) -> str:
 def flood(words: int) -> str:
     """`words` words of output."""
     return "lorem " * words
-
-
-@server.tool()
-def report() -> str:
-    """A long, fixed report (about 1,500 tokens): what older results are cleared of."""
-    return " ".join(f"finding{i}" for i in range(700))
-
-
-@server.tool()
-def huge() -> str:
-    """Far more output than any cap (about 60,000 tokens)."""
-    return "lorem ipsum " * 20_000
 
 
 @server.tool()
@@ -71,6 +60,18 @@ def markup() -> str:
 def environment() -> str:
     """The names of the variables the server was started with."""
     return " ".join(sorted(os.environ))
+
+
+@server.tool()
+def report() -> str:
+    """A long, fixed report (about 1,500 tokens): what older results are cleared of."""
+    return " ".join(f"finding{i}" for i in range(700))
+
+
+@server.tool()
+def huge() -> str:
+    """Far more output than any cap (about 60,000 tokens)."""
+    return "lorem ipsum " * 20_000
 
 
 if __name__ == "__main__":
