@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.factories import new_conversation
 from tests.factories.settings import settings_for
+from tests.looplag import TICK, watching_app
 from tests.mcp_servers import FIXTURE, TIME_SERVER, http_fixture_served
 from tests.upstream import FakeUpstream
 from tests.vendors import FakeVendors, providers_toml
@@ -421,3 +423,17 @@ async def test_a_faulty_tool_is_a_stored_result_and_the_conversation_goes_on(
     assert second["assistant"]["status"] == "complete"
     roles = [m["role"] for m in await messages_of(client, cid)]
     assert roles == ["user", "assistant", "assistant", "tool", "user", "assistant"]
+
+
+async def test_the_event_loop_never_waits_on_a_hung_tool(client: AsyncTestClient) -> None:
+    """While a tool hangs (until its 1 s timeout), the app's loop keeps running: its ticker
+    ticks all along, and no tick is held."""
+    conversation = await new_conversation(client, configuration="c-hang")
+    with watching_app(client) as lag:
+        started = time.perf_counter()
+        sent = await send(client, conversation["id"], "Please use tool.")
+        took = time.perf_counter() - started
+    assert sent["assistant"]["status"] == "complete"
+    assert took >= 1.0, "the call hung until its timeout"
+    assert lag.ticks >= took / TICK / 4, (lag.ticks, took)
+    assert lag.busiest < 0.1, f"the loop was held {lag.busiest:.2f} s of CPU"
