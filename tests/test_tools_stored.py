@@ -350,6 +350,13 @@ async def test_older_results_are_cleared_in_the_request_only_when_the_cut_moves(
         if after[: len(before)] != before:
             assert fits[index // 2]["cut_moved"], index
     assert sum(fit["cut_moved"] for fit in fits) < len(fits) - 1
+    # The turn's note says it, as the words the fit's spans make.
+    page = (await client.get(f"/c/{cid}")).text
+    count = sum(s["last_seq"] - s["first_seq"] + 1 for s in cleared[first])
+    tokens = sum(s["tokens"] for s in cleared[first])
+    noun = "result" if count == 1 else "results"
+    assert f"{count} older tool {noun} cleared, {tokens:,} tokens" in page
+    assert "data-cleared-tool-results" in page
 
 
 async def test_a_server_removed_from_the_catalog_leaves_the_conversation_going(
@@ -437,3 +444,17 @@ async def test_the_event_loop_never_waits_on_a_hung_tool(client: AsyncTestClient
     assert took >= 1.0, "the call hung until its timeout"
     assert lag.ticks >= took / TICK / 4, (lag.ticks, took)
     assert lag.busiest < 0.1, f"the loop was held {lag.busiest:.2f} s of CPU"
+
+
+async def test_the_page_of_a_turn_with_tools_shows_tool_output_escaped(
+    client: AsyncTestClient,
+) -> None:
+    """Tool output is untrusted: the page never renders it as HTML (the cleared-results
+    note and the calls' display are drawn by the page's own work)."""
+    conversation = await new_conversation(client, configuration="c-markup")
+    await send(client, conversation["id"], "Please use tool to answer.")
+    page = await client.get(f"/c/{conversation['id']}")
+    assert page.status_code == 200, page.text
+    assert '<script>alert("tool")</script>' not in page.text
+    assert '<a href="javascript:' not in page.text
+    assert "&lt;script&gt;" in page.text  # shown, as text
