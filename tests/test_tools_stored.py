@@ -458,3 +458,17 @@ async def test_the_page_of_a_turn_with_tools_shows_tool_output_escaped(
     assert '<script>alert("tool")</script>' not in page.text
     assert '<a href="javascript:' not in page.text
     assert "&lt;script&gt;" in page.text  # shown, as text
+
+
+async def test_a_fork_of_a_turn_with_tools_keeps_its_steps(client: AsyncTestClient) -> None:
+    conversation = await new_conversation(client, configuration="remote-tools")
+    cid = conversation["id"]
+    first = await send(client, cid, "Please use tool to answer.")
+    await send(client, cid, "And then?")
+    response = await client.post(
+        f"/api/conversations/{cid}/fork", json={"message_id": first["user"]["id"]}
+    )
+    assert response.status_code == 201, response.text
+    copied = await messages_of(client, response.json()["id"])
+    assert [m["role"] for m in copied] == ["user", "assistant", "assistant", "tool"]
+    assert copied[3]["tool_call_id"] == copied[2]["tool_calls"][0]["id"]

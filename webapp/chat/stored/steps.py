@@ -45,6 +45,31 @@ def step_wire(values: Mapping[str, Any]) -> WireMessage:
     return {"role": "assistant", "content": values.get("content") or None, "tool_calls": calls}
 
 
+def turn_end(connection: Connection, conversation_id: str, answer_seq: int) -> int:
+    """The seq of the last row of the turn whose answer is at `answer_seq`: its last tool
+    step (they follow it without a gap), or the answer itself."""
+    found = connection.execute(
+        select(col(Message.seq), col(Message.role), col(Message.tool_calls))
+        .where(
+            col(Message.conversation_id) == conversation_id,
+            col(Message.seq) > answer_seq,
+            col(Message.seq) <= answer_seq + STEPS_READ,
+        )
+        .order_by(col(Message.seq))
+    ).all()
+    end = answer_seq
+    for seq, role, calls in found:
+        if seq != end + 1 or not (role == Role.TOOL or calls):
+            break
+        end = seq
+    return end
+
+
+STEPS_READ = 1024
+"""The most step rows one turn is read with (a turn of `max_tool_steps` steps of many
+calls each stays well under)."""
+
+
 def append_rows(
     connection: Connection, conversation_id: str, rows: list[dict[str, Any]]
 ) -> list[Message]:
