@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.factories import new_conversation
 from tests.factories.settings import settings_for
@@ -472,3 +474,31 @@ async def test_a_fork_of_a_turn_with_tools_keeps_its_steps(client: AsyncTestClie
     copied = await messages_of(client, response.json()["id"])
     assert [m["role"] for m in copied] == ["user", "assistant", "assistant", "tool"]
     assert copied[3]["tool_call_id"] == copied[2]["tool_calls"][0]["id"]
+
+
+async def test_rows_without_calls_store_sql_null(
+    client: AsyncTestClient, settings: Settings
+) -> None:
+    """Admission finds the newest answer past a turn's steps by `tool_calls IS NULL`: a
+    row without calls must hold SQL NULL there, not JSON `null`, whatever wrote it."""
+    plain = await new_conversation(client, configuration="large")
+    await send(client, plain["id"], "Hello.")
+    tools = await new_conversation(client, configuration="remote-tools")
+    await send(client, tools["id"], "Please use tool to answer.")
+    exported = (await client.get(f"/api/conversations/{tools['id']}/export")).json()
+    assert (await client.post("/api/conversations/import", json=exported)).status_code == 201
+    engine = create_async_engine(settings.database_url)
+    try:
+        async with engine.connect() as connection:
+            rows = (
+                await connection.execute(
+                    text("SELECT role, tool_calls IS NULL, fit_cleared IS NULL FROM message")
+                )
+            ).all()
+    finally:
+        await engine.dispose()
+    assert len(rows) == 2 + 4 + 4
+    for role, no_calls, no_cleared in rows:
+        assert no_cleared
+        assert no_calls or role == "assistant"
+    assert sum(not no_calls for _, no_calls, _ in rows) == 2  # one step, twice
