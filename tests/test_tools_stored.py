@@ -502,3 +502,26 @@ async def test_rows_without_calls_store_sql_null(
         assert no_cleared
         assert no_calls or role == "assistant"
     assert sum(not no_calls for _, no_calls, _ in rows) == 2  # one step, twice
+
+
+async def test_a_call_without_its_result_is_never_sent(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    """A turn cut off between a call and its result (here: an import without the result)
+    replays the pairs it has: a call alone would be refused by every wire format."""
+    conversation = await new_conversation(client, configuration="remote-tools")
+    await send(client, conversation["id"], "Please use tool to answer.")
+    await send(client, conversation["id"], "Thanks.")
+    exported = (await client.get(f"/api/conversations/{conversation['id']}/export")).json()
+    messages = exported["messages"]
+    assert [m["role"] for m in messages][2:4] == ["assistant", "tool"]
+    del messages[3]
+    for seq, message in enumerate(messages, start=1):
+        message["seq"], message["parent_seq"] = seq, seq - 1 or None
+    imported = await client.post("/api/conversations/import", json=exported)
+    assert imported.status_code == 201, imported.text
+    upstream.forget_requests()
+    await send(client, imported.json()["id"], "Again?")
+    (chat,) = chats_of(upstream)
+    assert [m["role"] for m in chat] == ["user", "assistant", "user", "assistant", "user"]
+    assert not any(m.get("tool_calls") for m in chat)

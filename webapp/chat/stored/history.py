@@ -202,6 +202,29 @@ def step_message(row: RowValues) -> WireMessage:
     )
 
 
+def _paired(rows: Sequence[RowValues]) -> tuple[Step, ...]:
+    """A turn's step rows as sent: never a call without its result, nor a result without
+    its call (a turn stopped or cut off between the two keeps only the pairs it has; an
+    import may hold anything)."""
+    steps = [row for row in rows if is_step(row)]
+    answered = {row[CALL_ID] for row in steps if row[ROLE] == TOOL_ROLE}
+    asked = {call.get("id") for row in steps if row[ROLE] != TOOL_ROLE for call in row[CALLS]}
+    if answered != asked:
+        kept: list[RowValues] = []
+        for row in steps:
+            if row[ROLE] == TOOL_ROLE:
+                if row[CALL_ID] in asked:
+                    kept.append(row)
+                continue
+            calls = [call for call in row[CALLS] if call.get("id") in answered]
+            if calls:
+                kept.append((*row[:CALLS], calls, *row[CALLS + 1 :]))
+        steps = kept
+    return tuple(
+        Step(row[SEQ], row[ID], step_message(row), row[ESTIMATE], row[COUNTS:]) for row in steps
+    )
+
+
 def _turns(
     rows: Sequence[RowValues], *, newest_first: bool, whole_end: bool = True
 ) -> list[StoredTurn]:
@@ -232,11 +255,7 @@ def _turns(
             and answer[STATUS] in _REPLAYABLE
             and answer[CONTENT]
         ):
-            steps = tuple(
-                Step(row[SEQ], row[ID], step_message(row), row[ESTIMATE], row[COUNTS:])
-                for row in ordered[index + 2 : end]
-                if is_step(row)
-            )
+            steps = _paired(ordered[index + 2 : end])
             turns.append(
                 StoredTurn(
                     user[SEQ],
