@@ -3,8 +3,9 @@
 
 Its tools are the faults the chat must survive: one that never answers, one that fails,
 one that floods, one that ends its own process mid-call, one whose output is markup, and
-one that reports which environment variables it was started with, a long report and
-one far past any cap. Run by path, not as
+one that reports which environment variables it was started with, a long report,
+one far past any cap and one whose output is malformed (a NUL, bytes posing as a PNG).
+Run by path, not as
 `tests.…`, because a stdio server gets no PYTHONPATH (only its entry's variables).
 """
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Image, MCPServer
 
 server = MCPServer("fixture", log_level="CRITICAL")
 
@@ -72,6 +74,12 @@ def report() -> str:
 def huge() -> str:
     """Far more output than any cap (about 60,000 tokens)."""
     return "lorem ipsum " * 20_000
+
+
+@server.tool()
+def garbled() -> Any:
+    """Malformed output: text with a NUL byte in it, then bytes that claim to be a PNG."""
+    return ["before\x00after", Image(data=b"not a picture", format="png")]
 
 
 if __name__ == "__main__":

@@ -129,6 +129,7 @@ FAULTS = {
     "huge": ('transport = "http"\nurl = "{url}"\nmax_result_tokens = 300', "ok", "[result cut:"),
     "fail": ('transport = "http"\nurl = "{url}"', "error", "Error executing tool fail"),
     "markup": ('transport = "http"\nurl = "{url}"', "ok", "<script>"),
+    "garbled": ('transport = "http"\nurl = "{url}"', "ok", "before\ufffdafter\n[image]"),
 }
 """A fixture tool each: its server's entry, the stored result's status and a piece of its
 text the model is given."""
