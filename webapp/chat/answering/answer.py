@@ -293,7 +293,9 @@ def step_row(event: Calling) -> dict[str, Any]:
     values: dict[str, Any] = {
         "role": Role.ASSISTANT,
         "content": event.result.content or "",
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in event.calls],
+        "tool_calls": [
+            {"id": c.id[:200], "name": c.name[:200], "arguments": c.arguments} for c in event.calls
+        ],
     }
     return values | {
         "status": Status.COMPLETE,
@@ -311,8 +313,9 @@ def result_row(event: ToolResult) -> dict[str, Any]:
     values: dict[str, Any] = {
         "role": Role.TOOL,
         "content": event.outcome.content,
-        "tool_call_id": event.call.id,
-        "tool_name": event.call.name,
+        # The model's id and name, as long as the columns hold (200 characters).
+        "tool_call_id": event.call.id[:200],
+        "tool_name": event.call.name[:200],
     }
     return values | {
         "status": event.outcome.status,
