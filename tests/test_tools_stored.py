@@ -526,3 +526,22 @@ async def test_a_call_without_its_result_is_never_sent(
     (chat,) = chats_of(upstream)
     assert [m["role"] for m in chat] == ["user", "assistant", "user", "assistant", "user"]
     assert not any(m.get("tool_calls") for m in chat)
+
+
+async def test_anthropic_is_told_earlier_calls_as_text_once_no_tools_are_offered(
+    client: AsyncTestClient, vendors: FakeVendors, app_with: Any
+) -> None:
+    """The Messages API refuses `tool_use` and `tool_result` blocks in a request that
+    declares no tools (the fake does too): with the server gone, the earlier call and its
+    result reach the model as text, and the conversation goes on."""
+    conversation = await new_conversation(client, configuration="claude-tools")
+    cid = conversation["id"]
+    await send(client, cid, "Please use tool to answer.")
+    async with app_with(without_remote=True) as other:
+        before = len(vendors.requests)
+        sent = await send(other, cid, "Go on without it.")
+        assert sent["assistant"]["status"] == "complete", sent
+    body = [r["body"] for r in vendors.requests[before:] if r["path"].endswith("/v1/messages")][-1]
+    assert "tools" not in body
+    text = json.dumps(body)
+    assert "tool_use" not in text and "[called echo with" in text and "[result of echo]" in text
