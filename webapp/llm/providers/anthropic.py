@@ -5,7 +5,8 @@ The pipeline speaks OpenAI's message shapes; this module translates both ways:
 - the system prompt goes to the top-level `system`; turns become content blocks; an
   assistant's tool calls become `tool_use` blocks and the tool messages answering them
   one user message of `tool_result` blocks (the API wants every result of a turn's
-  calls in the message right after it);
+  calls in the message right after it); a request that declares no tools tells them as
+  text instead (the API refuses those blocks without tools);
 - the answer's blocks come back as text and OpenAI-shaped tool calls, its `stop_reason`
   as OpenAI's finish reasons, its usage with the prompt counted whole (Anthropic bills
   `input_tokens`, `cache_creation_input_tokens` and `cache_read_input_tokens` apart) and
