@@ -333,6 +333,14 @@ def fit(
         and not (unread_before and keep_from == 0)
         and all(try_add(t) for t in range(start, len(turns) - 1))
     )
+    forced = (
+        stays
+        and bool(results)
+        and _room_short(turns, raw_sizes, calibration, budget - tokens(*spent))
+    )
+    kept_if_stayed = set(kept)
+    if forced:
+        stays = False
     if not stays:
         # The cut moves: the newest turns, up to `trim_to` of the budget.
         kept.intersection_update(kept_at_floor)
@@ -358,7 +366,11 @@ def fit(
         for t in range(start - 1, 0, -1):
             if t not in kept and not try_add(t):
                 break
-    cut_moved = any(t not in kept for t in range(start, len(turns))) or cleared_to > first_cleared
+    cut_moved = (
+        any(t not in kept for t in range(start, len(turns)))
+        or cleared_to > first_cleared
+        or (forced and kept != kept_if_stayed)
+    )
 
     answered = [t for t in kept if t != len(turns) - 1]
     turn_tokens = tokens(
@@ -411,3 +423,17 @@ def fit(
         cut_moved=cut_moved,
         cleared=cleared,
     )
+
+
+def _room_short(
+    turns: Sequence[Sequence[int]], raw_sizes: Sequence[int], calibration: float, room: int
+) -> bool:
+    """Whether a send that starts a turn (its question alone so far) leaves less room than
+    the previous turn's tool steps took: its own calls and results will be appended and
+    can never be cleared while it is answered, so the cut had better move now, while the
+    prompt ends with the question, than in the middle of the turn, where the engine must
+    evaluate the turn's results again as well."""
+    if len(turns) < 3 or len(turns[-1]) != 1:
+        return False
+    steps = turns[-2][1:-1]
+    return bool(steps) and math.ceil(sum(raw_sizes[i] for i in steps) * calibration) > room
