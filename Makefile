@@ -16,7 +16,7 @@ COMPILE := $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe
 	--strip-extras --no-emit-index-url --no-emit-find-links --build-deps-for=editable \
 	$(LOCK_FLAGS)
 
-.PHONY: run test lint format lock bench bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files bench-exports clean
+.PHONY: run test lint format lock bench bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files bench-exports bench-tools clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,7 +74,7 @@ format: $(VENV)/.installed-test
 	$(BIN)/ruff format webapp tests bench
 	$(BIN)/ruff check --fix webapp tests bench
 
-bench: bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files bench-exports
+bench: bench-fit bench-stream bench-page bench-window bench-load bench-cache bench-statements bench-files bench-exports bench-tools
 
 bench-fit: $(VENV)/.installed-test
 	$(BIN)/python -m bench.fit_and_load
@@ -103,6 +103,9 @@ bench-files: $(VENV)/.installed-test
 
 bench-exports: $(VENV)/.installed-test
 	$(BIN)/python -m bench.exports
+
+bench-tools: $(VENV)/.installed-test
+	$(BIN)/python -m bench.tools
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) var .pytest_cache .ruff_cache

@@ -3,7 +3,9 @@
 
 Its tools are the faults the chat must survive: one that never answers, one that fails,
 one that floods, one that ends its own process mid-call, one whose output is markup, and
-one that reports which environment variables it was started with. Run by path, not as
+one that reports which environment variables it was started with, a long report,
+one far past any cap and one whose output is malformed (a NUL, bytes posing as a PNG).
+Run by path, not as
 `tests.…`, because a stdio server gets no PYTHONPATH (only its entry's variables).
 """
 
@@ -12,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Image, MCPServer
 
 server = MCPServer("fixture", log_level="CRITICAL")
 
@@ -59,6 +62,24 @@ def markup() -> str:
 def environment() -> str:
     """The names of the variables the server was started with."""
     return " ".join(sorted(os.environ))
+
+
+@server.tool()
+def report() -> str:
+    """A long, fixed report (about 1,500 tokens): what older results are cleared of."""
+    return " ".join(f"finding{i}" for i in range(700))
+
+
+@server.tool()
+def huge() -> str:
+    """Far more output than any cap (about 60,000 tokens)."""
+    return "lorem ipsum " * 20_000
+
+
+@server.tool()
+def garbled() -> Any:
+    """Malformed output: text with a NUL byte in it, then bytes that claim to be a PNG."""
+    return ["before\x00after", Image(data=b"not a picture", format="png")]
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ class Answer:
 class UserSend:
     fit_model: str | None
     cut_moved: bool | None
+    cleared: bool = False
+    """The send carried older tool results as stubs (`fit_cleared`)."""
 
 
 SEEDED: dict[tuple[date, time], list[Answer | UserSend]] = {
@@ -79,7 +81,7 @@ SEEDED: dict[tuple[date, time], list[Answer | UserSend]] = {
         Answer("alpha", 400, 300, evaluated=100),
         UserSend("alpha", cut_moved=False),
         Answer("alpha", 600, 450, evaluated=150, written=20),
-        UserSend("beta", cut_moved=True),
+        UserSend("beta", cut_moved=True, cleared=True),
         Answer("beta", 500, 125),
         UserSend("beta", cut_moved=False),
         Answer("beta", None, None, Status.FAILED),  # failed before a model spoke
@@ -94,7 +96,7 @@ SEEDED: dict[tuple[date, time], list[Answer | UserSend]] = {
 
 WANT = [
     CacheDay(NEWER, "alpha", 2, 0, 1000, 750, 0, evaluated_tokens=250, cache_write_tokens=20),
-    CacheDay(NEWER, "beta", 1, 0, 500, 125, 1),
+    CacheDay(NEWER, "beta", 1, 0, 500, 125, 1, cleared=1),
     CacheDay(OLDER, UNKNOWN_MODEL, 0, 0, 0, 0, 1),
     CacheDay(OLDER, "alpha", 2, 1, 2000, 800, 2),
     CacheDay(OLDER, "beta", 0, 2, 0, 0, 0),
@@ -141,6 +143,9 @@ def seeded_rows(conversation_id: str) -> list[Message]:
                     dropped_turns=0,
                     fit_model=row.fit_model,
                     fit_cut_moved=row.cut_moved,
+                    fit_cleared=(
+                        [{"first_seq": 1, "last_seq": 1, "tokens": 900}] if row.cleared else None
+                    ),
                     **common,
                 )
             )
@@ -262,11 +267,13 @@ async def test_the_page_shows_the_table(client: AsyncTestClient) -> None:
     assert table.count("data-cache-day=") == len(WANT)
     newer, older = NEWER.isoformat(), OLDER.isoformat()
     assert cells(html, NEWER, "alpha")[1:] == [
-        *("alpha", "75.0%", "750", "1,000", "2", "0", "0", "250", "20")
+        *("alpha", "75.0%", "750", "1,000", "2", "0", "0", "250", "20", "0")
     ]
-    assert cells(html, NEWER, "beta")[2:] == ["25.0%", "125", "500", "1", "0", "1", "—", "—"]
-    assert cells(html, OLDER, "alpha")[2:] == ["40.0%", "800", "2,000", "2", "1", "2", "—", "—"]
-    assert cells(html, OLDER, "beta")[2:] == [*("—", "—", "—", "0", "2", "0", "—", "—")], (
+    beta = ["25.0%", "125", "500", "1", "0", "1", "—", "—", "1"]
+    assert cells(html, NEWER, "beta")[2:] == beta
+    alpha = ["40.0%", "800", "2,000", "2", "1", "2", "—", "—", "0"]
+    assert cells(html, OLDER, "alpha")[2:] == alpha
+    assert cells(html, OLDER, "beta")[2:] == [*("—", "—", "—", "0", "2", "0", "—", "—", "0")], (
         "unknown, not 0%"
     )
     # large's engine never said what its cache served: the review names the flags.
@@ -275,7 +282,7 @@ async def test_the_page_shows_the_table(client: AsyncTestClient) -> None:
     assert "--enable-cache-report" in note and "beta" not in note
     assert f'<time datetime="{newer}">{newer}</time>' in table
     assert table.index(newer) < table.index(older), "newest day first"
-    assert table.count('class="number"') == 8 * len(WANT), "every figure right-aligned"
+    assert table.count('class="number"') == 9 * len(WANT), "every figure right-aligned"
 
 
 async def test_the_api_has_it_beside_the_list(client: AsyncTestClient) -> None:
@@ -296,6 +303,7 @@ async def test_the_api_has_it_beside_the_list(client: AsyncTestClient) -> None:
             "cut_moved_sends": row.cut_moved,
             "evaluated_tokens": row.evaluated_tokens,
             "cache_write_tokens": row.cache_write_tokens,
+            "tool_results_cleared_sends": row.cleared,
         }
         for row in WANT
     ]

@@ -31,6 +31,9 @@ MESSAGE_FIELDS = {
     "finish_reason",
     "error",
     "feedback",
+    "tool_calls",
+    "tool_call_id",
+    "name",
 }
 
 
@@ -81,6 +84,7 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
         "instructions_tokens",
         "attachments_sent",
         "attachments_left_out",
+        "cleared",
     }
     assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
     assert user["fit"]["trim_to"] == 0.75 and user["fit"]["cut_moved"] is False

@@ -79,7 +79,7 @@ def test_servers_are_listed_and_schemas_sized(tmp_path: Path) -> None:
     roomy = out.split("configuration 'roomy': 2 tools, schemas ")[1].split("\n")[:2]
     share = re.fullmatch(r"[\d,]+ tokens \((\d+)% of the window of 32,000\)", roomy[0])
     assert share and int(share.group(1)) < 25 and "warning" not in roomy[1]
-    snug = out.split("configuration 'snug': 9 tools, schemas ")[1].split("\n\n")[0]
+    snug = out.split("configuration 'snug': 12 tools, schemas ")[1].split("\n\n")[0]
     assert "of the window of 2,048)" in snug and "warning: past a quarter" in snug
     assert "configuration 'plain': " not in out.split("mcp server")[-1]
 

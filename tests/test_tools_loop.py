@@ -90,8 +90,8 @@ async def test_openai_format_with_the_time_server(
 ) -> None:
     catalog = upstream_catalog(tmp_path, upstream)
     events = await loop(catalog, "large", [time_server()], connections)
-    assert shape(events) == ["Stepped", "ToolCall", "ToolResult", "Stepped", "Answered"]
-    call, result, answered = events[1], events[2], events[-1]
+    assert shape(events) == ["Stepped", "Calling", "ToolCall", "ToolResult", "Stepped", "Answered"]
+    call, result, answered = events[2], events[3], events[-1]
     assert isinstance(call, ToolCall) and isinstance(result, ToolResult)
     assert (call.name, json.loads(call.arguments)) == ("get_current_time", {"timezone": "echo"})
     # The fake fills arguments by type: "echo" is no timezone, and the server says so.
@@ -103,7 +103,7 @@ async def test_openai_format_with_the_time_server(
     last = upstream.requests[-1]["body"]
     assert [m["role"] for m in last["messages"]] == ["system", "user", "assistant", "tool"]
     assert last["messages"][-1]["content"] == result.outcome.content
-    first, second = events[0], events[3]
+    first, second = events[0], events[4]
     assert isinstance(first, Stepped) and isinstance(second, Stepped)
     assert second.fit.estimated_tokens > first.fit.estimated_tokens
 
@@ -121,8 +121,8 @@ async def test_native_formats_with_the_http_server(
     path.write_text(providers_toml(vendors) + NATIVE, encoding="utf-8")
     remote = http_fixture(http_url, tools=("echo",))
     events = await loop(load_catalog(path), configuration, [remote], connections)
-    assert shape(events) == ["Stepped", "ToolCall", "ToolResult", "Stepped", "Answered"]
-    result = events[2]
+    assert shape(events) == ["Stepped", "Calling", "ToolCall", "ToolResult", "Stepped", "Answered"]
+    result = events[3]
     assert isinstance(result, ToolResult)
     assert (result.call.name, result.outcome.status) == ("echo", "ok")
     answered = events[-1]
@@ -137,7 +137,7 @@ async def test_a_hung_tool_is_a_stub_and_the_turn_goes_on(
     remote = http_fixture(http_url, tools=("hang",), timeout=1.0)
     events = await loop(catalog, "large", [remote], connections)
     assert shape(events)[-3:] == ["ToolResult", "Stepped", "Answered"]
-    result = events[2]
+    result = events[3]
     assert isinstance(result, ToolResult) and result.outcome.status == "timeout"
     sent = upstream.requests[-1]["body"]["messages"][-1]
     assert sent["role"] == "tool" and "took too long" in sent["content"]

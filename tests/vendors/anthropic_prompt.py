@@ -80,6 +80,13 @@ class AnthropicPrompt(Controls):
                     "next message."
                 )
             pending_tools = set()
+            if not tools and any(
+                isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")
+                for b in content
+            ):
+                raise _Invalid(
+                    "Requests which include `tool_use` or `tool_result` blocks must define tools."
+                )
             frame = MESSAGE_FRAME
             for index, block in enumerate(content):
                 if not isinstance(block, dict):

@@ -139,6 +139,9 @@ class CacheDay:
     """Prompt tokens the engine evaluated, over the answers that say it (None: none does)."""
     cache_write_tokens: int | None = None
     """Prompt tokens the engine wrote to its cache, over the answers that say it."""
+    cleared: int = 0
+    """Sends sized for this model that carried older tool results as stubs (user rows
+    with `fit_cleared`: `webapp.llm.clearing`)."""
 
     @property
     def share(self) -> float | None:
@@ -542,6 +545,7 @@ def prompt_cache_per_model_day(
         col(Message.status) != Status.FAILED,
     )
     moved_cut = and_(col(Message.role) == Role.USER, col(Message.fit_cut_moved).is_(True))
+    cleared = and_(col(Message.role) == Role.USER, col(Message.fit_cleared).is_not(None))
     said = and_(col(Message.cached_tokens).is_not(None), col(Message.prompt_tokens).is_not(None))
     reported, unreported = and_(is_answer, said), and_(is_answer, ~said)
 
@@ -564,8 +568,9 @@ def prompt_cache_per_model_day(
             total(moved_cut),
             _said_sum(is_answer, col(Message.evaluated_tokens)),
             _said_sum(is_answer, col(Message.cache_write_tokens)),
+            total(cleared),
         )
-        .where(or_(is_answer, moved_cut), _created_within(first, today))
+        .where(or_(is_answer, moved_cut, cleared), _created_within(first, today))
         .group_by(literal_column("day"), literal_column("cache_model"))
     )
     rows = [
@@ -579,8 +584,9 @@ def prompt_cache_per_model_day(
             int(moved),
             None if evaluated is None else int(evaluated),
             None if written is None else int(written),
+            int(stubbed),
         )
-        for day, name, reported, unreported, prompt, cached, moved, evaluated, written in (
+        for day, name, reported, unreported, prompt, cached, moved, evaluated, written, stubbed in (
             session.connection().execute(query).all()
         )
     ]

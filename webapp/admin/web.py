@@ -68,6 +68,7 @@ def cache_dict(row: CacheDay) -> dict[str, Any]:
         "cut_moved_sends": row.cut_moved,
         "evaluated_tokens": row.evaluated_tokens,
         "cache_write_tokens": row.cache_write_tokens,
+        "tool_results_cleared_sends": row.cleared,
     }
 
 

@@ -21,6 +21,7 @@ from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
 from webapp.chat.stored.presets import Preset, default_preset, owned_preset, preset_named
 from webapp.chat.stored.rows import check_id, owned_in, row_in
+from webapp.chat.stored.steps import turn_end
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.stored.transfer import Imported, decode_export, parse_export
 from webapp.db import Database, as_loaded
@@ -234,6 +235,8 @@ class ConversationEditor:
                 values["prior_turns"] = upto[parent]
                 upto[seq] = upto[parent]
                 values["turn_number"] = turns[seq] = turns[parent] + 1
+            elif values["role"] == Role.TOOL or values.get("tool_calls"):  # a tool step
+                upto[seq], turns[seq] = upto[parent], turns[parent]
             else:
                 upto[seq] = upto[parent] + is_replayable(values["status"], values["content"])
                 turns[seq] = turns[parent]
@@ -482,6 +485,7 @@ class ConversationEditor:
             source = owned_in(connection, owner, conversation_id)
             row = row_in(connection, conversation_id, message_id)
             end = row.seq + 1 if row.role == Role.USER else row.seq
+            end = turn_end(connection, conversation_id, end)  # with the turn's tool steps
             rows = whole_branch(
                 connection, conversation_id, read_branch(connection, conversation_id, end)
             )

@@ -265,6 +265,8 @@ class LLMManager:
             # The kept cut was sized for the route's first model; another starts afresh.
             keep_from=transcript.keep_from if model is route.primary else 0,
             unread_before=transcript.omitted_turns > 0,
+            clear_keep=transcript.clear_keep,
+            cleared_through=transcript.cleared_through if model is route.primary else 0,
         )
         if transcript.omitted_turns:
             result = dataclasses.replace(

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from webapp.llm import clearing
 from webapp.llm.catalog import ModelSpec
 from webapp.llm.estimator import REPLY_PRIMING, estimate_message, estimate_tools
 from webapp.llm.providers.base import Message
@@ -72,7 +73,11 @@ class FitResult:
     trim_to: float = 1.0
     cut_moved: bool = False
     """This send left out turns that a pure append of the previous send would have kept:
-    it moved the cut, or started it afresh and had to leave something out."""
+    it moved the cut, or started it afresh and had to leave something out (or cleared
+    tool results the previous send had not)."""
+    cleared: tuple[tuple[int, int], ...] = ()
+    """Tool results sent as stubs (`webapp.llm.clearing`): (index into the messages given
+    to fit(), the result's tokens)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,12 @@ class Transcript:
     """Where each message is stored, when the transcript was read from a conversation."""
     attachments: Mapping[int, Sequence[str]] = field(default_factory=dict)
     """The files each message carries (by index): what a fit sent or left out with it."""
+    clear_keep: int | None = None
+    """The configuration's `keep_tool_results` when older tool results may be cleared
+    (`webapp.llm.clearing`; None: they never are, as on the gateway)."""
+    cleared_through: int = 0
+    """Where the previous send's clearing left this history: results before this index
+    were sent as stubs (0: none)."""
 
     def sizes(self) -> list[int]:
         return (
@@ -123,6 +134,10 @@ class Positions:
     runs: tuple[Span, ...] = ()
     """The branch the send goes down, as its runs: inclusive seq ranges, newest first."""
 
+    def cleared(self, fit: FitResult) -> list[dict[str, int]] | None:
+        """The tool results the send carried as stubs, as stored spans (None: none)."""
+        return clearing.seq_spans(fit.cleared, self.seqs) or None
+
     def left_out(self, fit: FitResult) -> list[list[int]]:
         """What a send left out, as inclusive [first_seq, last_seq] spans of stored rows.
 
@@ -142,10 +157,19 @@ class Positions:
             for index, seq in enumerate(self.seqs)
             if seq is not None and index not in unsent and seq in self.prior_turns
         )
+        ends: dict[int, int] = {}  # user seq -> its turn's last stored row (tool steps)
+        current: int | None = None
+        for seq in self.seqs:
+            if seq is None:
+                continue
+            if seq in self.prior_turns:
+                current = seq
+            if current is not None and seq > ends.get(current, current + 1):
+                ends[current] = seq
         spans = []
         for before, after in pairwise(sent):
             if self.prior_turns[after] - self.prior_turns[before] - 1 > 0:
-                first, last = before + 2, after - 1
+                first, last = ends.get(before, before + 1) + 1, after - 1
                 spans += [
                     [max(first, start), min(last, end)]
                     for start, end in reversed(self.runs)
@@ -219,6 +243,8 @@ def fit(
     trim_to: float = 1.0,
     keep_from: int = 0,
     unread_before: bool = False,
+    clear_keep: int | None = None,
+    cleared_through: int = 0,
 ) -> FitResult:
     """Keep what fits of `messages` for `model`: the head and the newest turn always, then
     pinned turns (newest pins first), then the newest other turns, dropping whole turns.
@@ -236,6 +262,11 @@ def fit(
     the model's `calibration`. `pinned` are indices of user messages whose turns the
     user pinned. Kept pins come before unpinned turns: once a pin has to go, so do all
     older pins and every unpinned turn, which keeps what is left out easy to say.
+
+    Tool results (with `clear_keep`, see `webapp.llm.clearing`): those before
+    `cleared_through` are sent as stubs, as the previous send did; when the cut moves,
+    every result older than the newest `clear_keep` answered turns becomes a stub too,
+    before any turn is left out.
     """
     reserve = default_reserve(model) if reserve is None else reserve
     budget = budget_for(model, reserve)
@@ -253,6 +284,21 @@ def fit(
     fixed_factor = calibration if counts is None else max(calibration, 1.0)
 
     preamble, turns = split_turns(messages)
+    results = clearing.results(messages) if clear_keep is not None and turns else []
+    stubs: dict[int, int] = {}
+
+    def clear_to(limit: int) -> None:
+        """Size every result before `limit` as its stub."""
+        for i in results:
+            if i >= limit:
+                break
+            if i not in stubs:
+                stubs[i] = clearing.stub_size(messages[i], raw_sizes[i])
+            counted_part[i], estimated_part[i] = 0, stubs[i]
+
+    # The newest turn's own results are never cleared.
+    cleared_to = first_cleared = min(cleared_through, turns[-1][0]) if results else 0
+    clear_to(cleared_to)
     floor_turns = {0, len(turns) - 1} if turns else set()
     kept = set(floor_turns)
     floor = preamble + [i for t in floor_turns for i in turns[t]]
@@ -287,12 +333,32 @@ def fit(
         and not (unread_before and keep_from == 0)
         and all(try_add(t) for t in range(start, len(turns) - 1))
     )
+    forced = (
+        stays
+        and bool(results)
+        and _room_short(turns, raw_sizes, calibration, budget - tokens(*spent))
+    )
+    kept_if_stayed = set(kept)
+    if forced:
+        stays = False
     if not stays:
         # The cut moves: the newest turns, up to `trim_to` of the budget.
         kept.intersection_update(kept_at_floor)
         spent[:] = spent_at_floor
+        lowest = 1
+        if results and (to := clearing.boundary(turns, clear_keep or 0)) > cleared_to:
+            # And older tool results are cleared, all at once, before any turn goes; the
+            # room they free is kept for the sends to come: no turn the cut had left out
+            # is taken back.
+            cleared_to, lowest = to, start
+            clear_to(cleared_to)
+            at_floor = preamble + [i for t in kept for i in turns[t]]
+            spent[:] = [
+                sum(counted_part[i] for i in at_floor),
+                sum(estimated_part[i] for i in at_floor),
+            ]
         limit = math.floor(budget * trim_to)
-        for t in range(len(turns) - 2, 0, -1):
+        for t in range(len(turns) - 2, lowest - 1, -1):
             if pins_dropped or (t not in kept and not try_add(t, limit)):
                 break
     elif trim_to >= 1.0:
@@ -300,7 +366,11 @@ def fit(
         for t in range(start - 1, 0, -1):
             if t not in kept and not try_add(t):
                 break
-    cut_moved = any(t not in kept for t in range(start, len(turns)))
+    cut_moved = (
+        any(t not in kept for t in range(start, len(turns)))
+        or cleared_to > first_cleared
+        or (forced and kept != kept_if_stayed)
+    )
 
     answered = [t for t in kept if t != len(turns) - 1]
     turn_tokens = tokens(
@@ -323,12 +393,17 @@ def fit(
             budget,
             estimated,
         )
-    kept_counts = [exact[i] for i in kept_indices]
+    cleared = tuple((i, raw_sizes[i]) for i in results if i < cleared_to and i in kept_set)
+    gone = {i for i, _ in cleared}
+    kept_counts = [None if i in gone else exact[i] for i in kept_indices]
     all_counted = counts is not None and None not in kept_counts
     if counts is not None and not all_counted:
         counted_by = f"{counted_by}+estimate"
     return FitResult(
-        messages=[messages[i] for i in kept_indices],
+        messages=[
+            clearing.stub(messages[i], raw_sizes[i]) if i in gone else messages[i]
+            for i in kept_indices
+        ],
         dropped_turns=len(turns) - len(kept),
         kept_turns=len(kept),
         estimated_tokens=estimated,
@@ -337,7 +412,7 @@ def fit(
         reserve=reserve,
         overflow_at_floor=overflow,
         model=model.name,
-        raw_estimate=fixed_raw + sum(raw_sizes[i] for i in kept_indices),
+        raw_estimate=fixed_raw + sum(stubs[i] if i in gone else raw_sizes[i] for i in kept_indices),
         left_out=runs_of([i for i in range(len(messages)) if i not in kept_set]),
         counted_by=counted_by,
         pins_dropped=pins_dropped,
@@ -346,4 +421,19 @@ def fit(
         turns_left=turns_left,
         trim_to=trim_to,
         cut_moved=cut_moved,
+        cleared=cleared,
     )
+
+
+def _room_short(
+    turns: Sequence[Sequence[int]], raw_sizes: Sequence[int], calibration: float, room: int
+) -> bool:
+    """Whether a send that starts a turn (its question alone so far) leaves less room than
+    the previous turn's tool steps took: its own calls and results will be appended and
+    can never be cleared while it is answered, so the cut had better move now, while the
+    prompt ends with the question, than in the middle of the turn, where the engine must
+    evaluate the turn's results again as well."""
+    if len(turns) < 3 or len(turns[-1]) != 1:
+        return False
+    steps = turns[-2][1:-1]
+    return bool(steps) and math.ceil(sum(raw_sizes[i] for i in steps) * calibration) > room

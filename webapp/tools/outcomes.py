@@ -35,7 +35,8 @@ def answered(blocks: list[Any], is_error: bool, cap: int) -> ToolOutcome:
     for block in blocks:
         text = getattr(block, "text", None)
         texts.append(text if isinstance(text, str) else f"[{getattr(block, 'type', 'content')}]")
-    content, cut = capped("\n".join(texts), cap)
+    # NUL is no text (PostgreSQL refuses it in a text column): it is shown as a stand-in.
+    content, cut = capped("\n".join(texts).replace("\x00", "\ufffd"), cap)
     return ToolOutcome(content, "error" if is_error else "ok", cut)
 
 

@@ -27,10 +27,18 @@ from sqlmodel import Session
 from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.pictures import with_pictures
 from webapp.chat.answering.reaping import INTERRUPTED_ERROR
-from webapp.chat.answering.tool_loop import Answered, Stepped, ToolCall, ToolResult, run_tools
+from webapp.chat.answering.tool_loop import (
+    Answered,
+    Calling,
+    Stepped,
+    ToolCall,
+    ToolResult,
+    run_tools,
+)
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
 from webapp.chat.stored.serialize import message_dict
+from webapp.chat.stored.steps import append_rows, step_wire
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
@@ -276,6 +284,48 @@ def _store_counts(session: Session, tokenizer: str, counts: dict[int, int]) -> N
     store_counts(session.connection(), tokenizer, counts)
 
 
+def _append_rows(
+    session: Session, conversation_id: str, rows: list[dict[str, Any]]
+) -> list[Message]:
+    return append_rows(session.connection(), conversation_id, rows)
+
+
+def step_row(event: Calling) -> dict[str, Any]:
+    """A model step that called tools, as its assistant row stores it."""
+    usage = event.result.usage
+    values: dict[str, Any] = {
+        "role": Role.ASSISTANT,
+        "content": event.result.content or "",
+        "tool_calls": [
+            {"id": c.id[:200], "name": c.name[:200], "arguments": c.arguments} for c in event.calls
+        ],
+    }
+    return values | {
+        "status": Status.COMPLETE,
+        "estimated_tokens": estimate_message(step_wire(values)),
+        "model": event.model,
+        "finish_reason": event.result.finish_reason,
+        "prompt_tokens": usage.prompt_tokens if usage is not None else None,
+        "completion_tokens": usage.completion_tokens if usage is not None else None,
+        "cached_tokens": usage.cached_tokens if usage is not None else None,
+    }
+
+
+def result_row(event: ToolResult) -> dict[str, Any]:
+    """A call's result, as its tool row stores it (`status`: the call's outcome)."""
+    values: dict[str, Any] = {
+        "role": Role.TOOL,
+        "content": event.outcome.content,
+        # The model's id and name, as long as the columns hold (200 characters).
+        "tool_call_id": event.call.id[:200],
+        "tool_name": event.call.name[:200],
+    }
+    return values | {
+        "status": event.outcome.status,
+        "estimated_tokens": estimate_message(step_wire(values)),
+    }
+
+
 class AnswerWriter:
     def __init__(
         self,
@@ -432,8 +482,10 @@ class AnswerWriter:
         sent: Callable[[], None] | None,
     ) -> None:
         """An answer whose configuration offers tools (`tool_loop`): each call and result
-        is published as it happens (`tool_call`, `tool_result`), each step's fit stored
-        on the user's row; the answer's text arrives whole, once the model gives it."""
+        is published as it happens (`tool_call`, `tool_result`) and stored on the turn
+        as it happens (`webapp.chat.stored.steps`: a Stop or a crash keeps what was done),
+        each step's fit stored on the user's row; the answer's text arrives whole, once
+        the model gives it."""
         configuration, catalog = planned.route.configuration, self._manager.catalog
         toolset = await gather(self._tools, configuration.tools, catalog.mcp_servers)
         if sent is not None:
@@ -447,11 +499,14 @@ class AnswerWriter:
                 model = event.model
                 if event.fit is not planned.fit:
                     user = await self._refitted(user, event.fit, planned, progress, channel)
+            elif isinstance(event, Calling):
+                await self._db.write(_append_rows, user.conversation_id, [step_row(event)])
             elif isinstance(event, ToolCall):
                 asked = {"id": event.id, "name": event.name, "arguments": event.arguments}
                 channel.publish(Event("tool_call", asked))
             elif isinstance(event, ToolResult):
                 outcome, call = event.outcome, event.call
+                await self._db.write(_append_rows, user.conversation_id, [result_row(event)])
                 result = {"id": call.id, "name": call.name, "content": outcome.content}
                 channel.publish(Event("tool_result", result | {"status": outcome.status}))
             elif isinstance(event, Answered):

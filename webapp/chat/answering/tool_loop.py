@@ -21,7 +21,7 @@ from typing import Any
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.providers.base import ChatResult, Message
-from webapp.llm.window import FitResult, Transcript
+from webapp.llm.window import FitResult, Transcript, kept_from, split_turns
 from webapp.tools.connections import McpConnections
 from webapp.tools.outcomes import ToolOutcome, stub
 from webapp.tools.toolset import Toolset
@@ -34,6 +34,17 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Calling:
+    """A model step asked for tools: its text, its calls (one `ToolCall` event each
+    follows), as the turn's assistant step is stored and replayed (`message`)."""
+
+    result: ChatResult
+    calls: list[ToolCall]
+    model: str
+    message: Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +73,7 @@ class Answered:
     appended: list[Message]
 
 
-ToolEvent = Stepped | ToolCall | ToolResult | Answered
+ToolEvent = Stepped | Calling | ToolCall | ToolResult | Answered
 
 
 def calls_of(result: ChatResult) -> list[ToolCall]:
@@ -98,6 +109,24 @@ def extended(transcript: Transcript, messages: list[Message]) -> Transcript:
     )
 
 
+def carried(transcript: Transcript, fit: FitResult) -> Transcript:
+    """`transcript` with the cut and the clearing `fit` made, for the turn's next step: a
+    step is then the previous step's request plus what was appended, as a send is the
+    previous send's (`webapp.llm.window`), unless it no longer fits."""
+    cleared = max((index + 1 for index, _ in fit.cleared), default=0)
+    keep_from = kept_from(fit.left_out)
+    if not keep_from and transcript.omitted_turns:
+        # Everything given was sent, but turns the loader did not read were not: the cut
+        # stands right after the head.
+        _, turns = split_turns(transcript.messages)
+        keep_from = turns[1][0] if len(turns) > 1 else 0
+    return dataclasses.replace(
+        transcript,
+        keep_from=keep_from,
+        cleared_through=max(cleared, transcript.cleared_through),
+    )
+
+
 def assistant_message(result: ChatResult, calls: list[ToolCall]) -> Message:
     wire = [
         {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -125,9 +154,10 @@ async def run_tools(
 ) -> AsyncIterator[ToolEvent]:
     """The turn's model calls and tool calls, bounded at every step; ends with `Answered`."""
     appended: list[Message] = []
+    history = plan.transcript
     for step in range(1, max_steps + 1):
         offered = toolset.tools if toolset and step < max_steps else None
-        transcript = extended(plan.transcript, appended)
+        transcript = extended(history, appended)
         fit = (
             plan.fit
             if step == 1 and offered == plan.tools
@@ -136,11 +166,14 @@ async def run_tools(
         step_plan = dataclasses.replace(plan, transcript=transcript, fit=fit, tools=offered)
         result, sent, model = await manager.chat(step_plan)
         yield Stepped(sent, model)
+        if model == plan.route.primary.name:
+            history = carried(history, sent)
         calls = calls_of(result)
         if not calls or offered is None:
             yield Answered(result, step, appended)
             return
         appended.append(assistant_message(result, calls))
+        yield Calling(result, calls, model, appended[-1])
         for call in calls:
             yield call
         for call in calls:

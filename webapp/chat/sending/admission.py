@@ -34,7 +34,7 @@ from webapp.chat.stored.budget import (
     prune_uses,
     record_use,
 )
-from webapp.chat.stored.models import Conversation, Message, Status
+from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.db import CoreWork, Database, as_loaded
 from webapp.errors import Conflict, InvalidInput, NotFound, TooManyRequests, refuse_nul
 from webapp.limits import OWNERS_KEPT
@@ -45,7 +45,12 @@ from webapp.timeutil import as_utc, utcnow
 
 _NEWEST_STATUS = (
     select(col(Message.status))
-    .where(col(Message.conversation_id) == bindparam("conversation_id"))
+    .where(
+        col(Message.conversation_id) == bindparam("conversation_id"),
+        # A turn's tool steps are stored after its answer's row: they are not its status.
+        col(Message.role) != Role.TOOL.value,
+        col(Message.tool_calls).is_(None),
+    )
     .order_by(col(Message.seq).desc())
     .limit(1)
     .scalar_subquery()

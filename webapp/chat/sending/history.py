@@ -122,7 +122,9 @@ def read_for_send(
     if crowded is not None:  # every send would overflow, and the engine refuse it
         raise InvalidInput(crowded)
     previous = None if afresh else previous_fit(connection, conversation.id, tail)
-    cut = previous.kept_from if previous and previous.model == route.primary.name else 0
+    same_model = previous is not None and previous.model == route.primary.name
+    cut = previous.kept_from if previous and same_model else 0
+    cleared_seq = previous.cleared_seq if previous and same_model else 0
     system = with_instructions(route.configuration.system_prompt, instructions)
     system_message = {"role": "system", "content": system} if system else None
     transcript = load_transcript(
@@ -138,6 +140,8 @@ def read_for_send(
         sizers=manager.sizers(route, owner),
         newest_counts=counts,
         cut=cut,
+        clear_keep=route.configuration.keep_tool_results,
+        cleared_seq=cleared_seq,
     )
     transcript = with_history_pictures(connection, conversation.id, transcript, files)
     return ForSend(

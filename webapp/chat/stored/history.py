@@ -46,13 +46,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Integer, Select, bindparam, select, text
 from sqlmodel import col
 
 from webapp.chat.stored.models import REPLAYABLE, Message, Role, Status
+from webapp.chat.stored.steps import step_wire
+from webapp.llm.clearing import through_index
 from webapp.llm.providers.base import Message as WireMessage
 from webapp.llm.window import Positions, Transcript, kept_from
 from webapp.prepared import Prepared
@@ -71,8 +72,13 @@ _COLUMNS = (
     Message.id,
     Message.pinned,
     Message.turn_number,
+    Message.tool_calls,
+    Message.tool_call_id,
+    Message.tool_name,
 )
-SEQ, ROLE, STATUS, CONTENT, ESTIMATE, PRIOR, ID, PINNED, TURN, COUNTS = range(10)
+SEQ, ROLE, STATUS, CONTENT, ESTIMATE, PRIOR, ID, PINNED, TURN, CALLS, CALL_ID, TOOL, COUNTS = range(
+    13
+)
 """Where each column sits in a row tuple; the counts of the route's tokenizers follow."""
 
 Sizer = tuple[str | None, float, int]
@@ -86,9 +92,22 @@ RowValues = tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
+class Step:
+    """A row of a turn's tool calls (stored after its answer's row, sent before it): an
+    assistant row that called tools, or a tool's result."""
+
+    seq: int
+    id: int
+    message: WireMessage
+    tokens: int
+    counts: tuple[int | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StoredTurn:
     seq: int
-    """The user row's sequence number; its answer is seq + 1."""
+    """The user row's sequence number; its answer is seq + 1 (its tool steps, if any,
+    follow the answer's row: `steps`)."""
     user: str
     answer: str
     user_tokens: int
@@ -100,10 +119,17 @@ class StoredTurn:
     user_counts: tuple[int | None, ...] = ()
     answer_counts: tuple[int | None, ...] = ()
     """Exact content counts, one per tokenizer the history was read for."""
+    steps: tuple[Step, ...] = ()
+    """The turn's tool calls and results, in the order they happened."""
 
     @property
     def tokens(self) -> int:
-        return self.user_tokens + self.answer_tokens
+        return self.user_tokens + self.answer_tokens + sum(step.tokens for step in self.steps)
+
+    @property
+    def last(self) -> int:
+        """The seq of the turn's last stored row."""
+        return self.steps[-1].seq if self.steps else self.seq + 1
 
     def cost(self, sizers: Sequence[Sizer], positions: dict[str, int]) -> float:
         """The least any model of the route would pay for this turn: a walk for the route
@@ -115,14 +141,26 @@ class StoredTurn:
         return min(
             _cost(self.user_tokens, self.user_counts, sizer, positions)
             + _cost(self.answer_tokens, self.answer_counts, sizer, positions)
+            + sum(_cost(step.tokens, step.counts, sizer, positions) for step in self.steps)
             for sizer in sizers
         )
 
     def wire(self) -> list[WireMessage]:
         return [
             {"role": "user", "content": self.user},
+            *(step.message for step in self.steps),
             {"role": "assistant", "content": self.answer},
         ]
+
+    def columns(self) -> tuple[list[int], list[int], list[int], list[tuple[int | None, ...]]]:
+        """Estimates, ids, seqs and counts of `wire()`'s messages, in its order."""
+        steps = self.steps
+        return (
+            [self.user_tokens, *(s.tokens for s in steps), self.answer_tokens],
+            [self.user_id, *(s.id for s in steps), self.answer_id],
+            [self.seq, *(s.seq for s in steps), self.seq + 1],
+            [self.user_counts, *(s.counts for s in steps), self.answer_counts],
+        )
 
 
 def _cost(
@@ -143,22 +181,81 @@ def is_replayable(status: str, content: str) -> bool:
 USER, ASSISTANT = Role.USER.value, Role.ASSISTANT.value
 
 
-def _turns(rows: Sequence[RowValues], *, newest_first: bool) -> list[StoredTurn]:
-    """Pair user rows with their answers (the row right after) and keep the replayable.
+TOOL_ROLE = Role.TOOL.value
+
+
+def is_step(row: RowValues) -> bool:
+    """A row of a turn's tool calls: a result, or an assistant row that called tools."""
+    return row[ROLE] == TOOL_ROLE or (row[ROLE] == ASSISTANT and bool(row[CALLS]))
+
+
+def step_message(row: RowValues) -> WireMessage:
+    """A step row as the model is sent it (`steps.step_wire`)."""
+    return step_wire(
+        {
+            "role": row[ROLE],
+            "content": row[CONTENT],
+            "tool_calls": row[CALLS],
+            "tool_call_id": row[CALL_ID],
+            "tool_name": row[TOOL],
+        }
+    )
+
+
+def _paired(rows: Sequence[RowValues]) -> tuple[Step, ...]:
+    """A turn's step rows as sent: never a call without its result, nor a result without
+    its call (a turn stopped or cut off between the two keeps only the pairs it has; an
+    import may hold anything)."""
+    steps = [row for row in rows if is_step(row)]
+    answered = {row[CALL_ID] for row in steps if row[ROLE] == TOOL_ROLE}
+    asked = {call.get("id") for row in steps if row[ROLE] != TOOL_ROLE for call in row[CALLS]}
+    if answered != asked:
+        kept: list[RowValues] = []
+        for row in steps:
+            if row[ROLE] == TOOL_ROLE:
+                if row[CALL_ID] in asked:
+                    kept.append(row)
+                continue
+            calls = [call for call in row[CALLS] if call.get("id") in answered]
+            if calls:
+                kept.append((*row[:CALLS], calls, *row[CALLS + 1 :]))
+        steps = kept
+    return tuple(
+        Step(row[SEQ], row[ID], step_message(row), row[ESTIMATE], row[COUNTS:]) for row in steps
+    )
+
+
+def _turns(
+    rows: Sequence[RowValues], *, newest_first: bool, whole_end: bool = True
+) -> list[StoredTurn]:
+    """Group rows into turns (a user row and the rows after it up to the next user row:
+    its answer right after it, then its tool steps) and keep the replayable.
+    `whole_end`: the rows' last turn in seq order is known to be whole (the read reached
+    the branch's end, or the next user row); otherwise it is left out.
 
     Rows are plain tuples in `_COLUMNS` order: this loop runs over every kept row of a
     long conversation, so it stays free of attribute look-ups and enum comparisons.
     """
     ordered = rows[::-1] if newest_first else rows
     turns = []
-    for user, answer in pairwise(ordered):
+    count = len(ordered)
+    index = 0
+    while index < count:
+        user = ordered[index]
+        end = index + 1
+        while end < count and ordered[end][ROLE] != USER:
+            end += 1
+        if user[ROLE] != USER or end - index < 2 or (end == count and not whole_end):
+            index = end
+            continue
+        answer = ordered[index + 1]
         if (
-            user[ROLE] == USER
-            and answer[ROLE] == ASSISTANT
+            answer[ROLE] == ASSISTANT
             and answer[SEQ] == user[SEQ] + 1
             and answer[STATUS] in _REPLAYABLE
             and answer[CONTENT]
         ):
+            steps = _paired(ordered[index + 2 : end])
             turns.append(
                 StoredTurn(
                     user[SEQ],
@@ -172,8 +269,10 @@ def _turns(rows: Sequence[RowValues], *, newest_first: bool) -> list[StoredTurn]
                     bool(user[PINNED]),
                     user[COUNTS:],
                     answer[COUNTS:],
+                    steps,
                 )
             )
+        index = end
     return turns[::-1] if newest_first else turns
 
 
@@ -364,13 +463,24 @@ class Tail:
         leaf = self.branch.leaf
         return None if leaf == self.next_seq - 1 else leaf
 
+    def _last_turn(self) -> tuple[RowValues, RowValues] | None:
+        """The branch's last turn as (user row, the row after it), past its tool steps."""
+        rows = self.rows
+        for index in range(1, len(rows)):
+            if rows[index][ROLE] == USER:
+                return (rows[index], rows[index - 1]) if not is_step(rows[index - 1]) else None
+            if not is_step(rows[index - 1]):
+                return None
+        return None
+
     @property
     def turn_number(self) -> int:
         """`turn_number` of the user row about to be written: one past the last turn's,
         failed or not (from its `prior_turns` on rows stored before turn numbers)."""
-        if len(self.rows) < 2 or self.rows[1][ROLE] != USER:
+        last = self._last_turn()
+        if last is None:
             return 1
-        user = self.rows[1]
+        user = last[0]
         return (user[TURN] or (user[PRIOR] or 0) + 1) + 1
 
     @property
@@ -378,10 +488,21 @@ class Tail:
         """`prior_turns` of the user row about to be written: the last turn's count plus
         one if that turn is replayable. Every earlier answer is final by now, so the count
         can never change later."""
-        if len(self.rows) < 2 or self.rows[1][ROLE] != USER:
+        last = self._last_turn()
+        if last is None:
             return 0
-        answer, user = self.rows[0], self.rows[1]
+        user, answer = last
         return (user[PRIOR] or 0) + int(is_replayable(answer[STATUS], answer[CONTENT]))
+
+
+_NEWEST_ANSWER = Prepared(
+    text(
+        "SELECT status FROM message WHERE conversation_id = :conversation_id"
+        " AND role <> 'tool' AND tool_calls IS NULL ORDER BY seq DESC LIMIT 1"
+    )
+)
+"""The status of the conversation's newest row that is not a tool step: its newest
+answer's, while one is being written (its steps are stored after it)."""
 
 
 def read_tail(
@@ -400,13 +521,17 @@ def read_tail(
         newest = (rows[0][SEQ], rows[0][STATUS]) if rows else None
     else:
         newest = _NEWEST_ROW.first(connection, {"conversation_id": conversation_id})
+    status = newest[1] if newest else None
+    if newest is not None and (leaf is not None or is_step(rows[0])):
+        found = _NEWEST_ANSWER.first(connection, {"conversation_id": conversation_id})
+        status = found[0] if found else None
     return Tail(
         rows,
         complete=len(rows) < FIRST_BATCH,
         tokenizers=tokenizers,
         branch=branch,
         next_seq=newest[0] + 1 if newest else 1,
-        answering=newest is not None and newest[1] == Status.STREAMING.value,
+        answering=status == Status.STREAMING.value,
     )
 
 
@@ -421,12 +546,14 @@ def head_turn(connection: Connection, conversation_id: str, tail: Tail) -> Store
     while start <= branch.leaf:
         parts = branch.oldest_first(start)
         rows = rows_on_branch(connection, statement, conversation_id, parts, size)
-        turns = _turns(rows, newest_first=False)
+        turns = _turns(rows, newest_first=False, whole_end=len(rows) < size)
         if turns:
             return turns[0]
         if len(rows) < size:
             return None
-        start, size = rows[-1][SEQ], size * 2  # re-read one row: a turn may straddle the edge
+        # Re-read from the last turn's user row: a turn may straddle the edge.
+        users = [row[SEQ] for row in rows if row[ROLE] == USER]
+        start, size = (users[-1] if users else rows[-1][SEQ]), size * 2
     return None
 
 
@@ -454,12 +581,22 @@ def newest_turns(
     spent = 0.0
     rows_read = 0
     batch, complete = tail.rows, tail.complete
+    below, size = tail.branch.leaf + 1, FIRST_BATCH
     while True:
         rows = [row for row in batch if row[SEQ] > after_seq]
         complete = complete or len(rows) < len(batch)
-        # A batch may end on an answer whose user row is in the next batch: leave it.
-        if not complete and rows and rows[-1][ROLE] == ASSISTANT:
-            rows.pop()
+        # A batch may end inside a turn whose user row is in the next batch: leave it.
+        if not complete:
+            end = len(rows)
+            while end and rows[end - 1][ROLE] != USER:
+                end -= 1
+            if end == 0 and rows:  # one turn longer than the batch: read it again, larger
+                size = len(batch) * 2
+                parts = tail.branch.newest_first(below)
+                batch = rows_on_branch(connection, statement, conversation_id, parts, size)
+                complete = len(batch) < size
+                continue
+            del rows[end:]
         for turn in _turns(rows, newest_first=True):
             spent += turn.cost(sizers, positions)
             if spent > budget and turn.seq < back_to:
@@ -470,7 +607,8 @@ def newest_turns(
         rows_read += len(rows)
         per_row = max(1.0, spent / rows_read)
         size = max(FIRST_BATCH, int((budget - spent) / per_row * 1.1) + 8)
-        parts = tail.branch.newest_first(rows[-1][SEQ])
+        below = rows[-1][SEQ]
+        parts = tail.branch.newest_first(below)
         batch = rows_on_branch(connection, statement, conversation_id, parts, size)
         complete = len(batch) < size
 
@@ -492,11 +630,24 @@ def pinned_turns(
         )
     ]
     branch = tail.branch
-    seqs = [s for user in pinned if user in branch for s in (user, user + 1)]
+    seqs = [s for user in pinned if user in branch for s in (user, user + 1, user + 2)]
     if not seqs:
         return []
     rows = _rows(connection, statements.seqs_in, conversation_id=conversation_id, seqs=seqs)
-    return _turns(rows, newest_first=False)
+    # A pinned turn with tool steps (a step row right after its answer) is read whole.
+    stepped = {row[SEQ] - 2 for row in rows if is_step(row) and row[SEQ] - 2 in branch}
+    rows = [row for row in rows if not is_step(row)]
+    turns = []
+    for user in sorted(set(pinned) & {row[SEQ] for row in rows}):
+        if user in stepped:
+            parts = branch.oldest_first(user)
+            whole = rows_on_branch(connection, statements.oldest_in, conversation_id, parts, 512)
+            found = _turns(whole, newest_first=False, whole_end=len(whole) < 512)
+            turns += found[:1] if found and found[0].seq == user else []
+        else:
+            pair = [row for row in rows if row[SEQ] in (user, user + 1)]
+            turns += _turns(pair, newest_first=False)
+    return turns
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +657,13 @@ class PreviousFit:
     seq: int
     model: str | None
     left_out: list[list[int]]
+    cleared: list[dict[str, int]] | None = None
+    """The tool results its request carried as stubs (`webapp.llm.clearing`)."""
+
+    @property
+    def cleared_seq(self) -> int:
+        """The newest result it cleared (0: none): the next send clears as far."""
+        return max((span["last_seq"] for span in self.cleared or ()), default=0)
 
     @property
     def kept_from(self) -> int:
@@ -514,7 +672,7 @@ class PreviousFit:
 
 
 _PREVIOUS_FIT = Prepared(
-    select(col(Message.fit_model), col(Message.fit_left_out)).where(
+    select(col(Message.fit_model), col(Message.fit_left_out), col(Message.fit_cleared)).where(
         col(Message.conversation_id) == bindparam("conversation_id"),
         col(Message.seq) == bindparam("seq"),
         col(Message.dropped_turns).is_not(None),
@@ -531,8 +689,8 @@ def previous_fit(connection: Connection, conversation_id: str, tail: Tail) -> Pr
     found = _PREVIOUS_FIT.first(connection, {"conversation_id": conversation_id, "seq": user[SEQ]})
     if found is None:
         return None
-    model, left_out = found
-    return PreviousFit(user[SEQ], model, list(left_out or []))
+    model, left_out, cleared = found
+    return PreviousFit(user[SEQ], model, list(left_out or []), cleared)
 
 
 def load_transcript(
@@ -549,22 +707,26 @@ def load_transcript(
     newest_counts: Mapping[str, int] | None = None,
     system_counts: Mapping[str, int] | None = None,
     cut: int = 0,
+    clear_keep: int | None = None,
+    cleared_seq: int = 0,
 ) -> Transcript:
     """The transcript for sending `newest` (to be stored right after `tail`), with only
     the history that `budget` (the largest budget of the route) could hold: the head,
     every pinned turn, and the newest turns. Sizes are what the route's models would
     pay (`sizers`), so exact counts read as far back as they allow. `cut` is the seq
-    from which the previous send kept every turn (`PreviousFit.kept_from`; 0: none)."""
+    from which the previous send kept every turn (`PreviousFit.kept_from`; 0: none);
+    `clear_keep` the configuration's `keep_tool_results`, `cleared_seq` the newest tool
+    result the previous send cleared (`PreviousFit.cleared_seq`)."""
     tokenizers = tail.tokenizers
     head = head_turn(connection, conversation_id, tail)
     turns: list[StoredTurn] = []
     omitted = 0
     if head is not None:
         rest = newest_turns(
-            connection, conversation_id, tail, head.seq + 1, budget, sizers, back_to=cut or None
+            connection, conversation_id, tail, head.last, budget, sizers, back_to=cut or None
         )
         oldest_walked = rest[-1].seq if rest else tail.next_seq
-        pins = pinned_turns(connection, conversation_id, tail, head.seq + 1, oldest_walked)
+        pins = pinned_turns(connection, conversation_id, tail, head.last, oldest_walked)
         # prior_turns counts the head too: what lies between, not read, is one less.
         oldest_prior = rest[-1].prior_turns if rest else tail.prior_turns
         omitted = max(0, oldest_prior - 1 - len(pins))
@@ -572,15 +734,18 @@ def load_transcript(
 
     # Built column by column: this runs over every kept turn of a long conversation.
     first = 1 if system_prompt is not None else 0
-    messages: list[WireMessage] = [m for turn in turns for m in turn.wire()]
-    estimates = [n for turn in turns for n in (turn.user_tokens, turn.answer_tokens)]
-    ids: list[int | None] = [i for turn in turns for i in (turn.user_id, turn.answer_id)]
-    seqs: list[int | None] = [s for turn in turns for s in (turn.seq, turn.seq + 1)]
-    counts: dict[str, list[int | None]] = {
-        t: [c for turn in turns for c in (turn.user_counts[i], turn.answer_counts[i])]
-        for i, t in enumerate(tokenizers)
-    }
-    pinned = tuple(first + 2 * i for i, turn in enumerate(turns) if turn.pinned)
+    if any(turn.steps for turn in turns):
+        messages, estimates, ids, seqs, counts, pinned = _stepped_columns(turns, tokenizers, first)
+    else:
+        messages = [m for turn in turns for m in turn.wire()]
+        estimates = [n for turn in turns for n in (turn.user_tokens, turn.answer_tokens)]
+        ids = [i for turn in turns for i in (turn.user_id, turn.answer_id)]
+        seqs = [s for turn in turns for s in (turn.seq, turn.seq + 1)]
+        counts = {
+            t: [c for turn in turns for c in (turn.user_counts[i], turn.answer_counts[i])]
+            for i, t in enumerate(tokenizers)
+        }
+        pinned = tuple(first + 2 * i for i, turn in enumerate(turns) if turn.pinned)
     if system_prompt is not None:
         messages.insert(0, system_prompt)
         estimates.insert(0, system_tokens)
@@ -597,10 +762,10 @@ def load_transcript(
     prior_turns = {turn.seq: turn.prior_turns for turn in turns}
     prior_turns[tail.next_seq] = tail.prior_turns
     keep_from = 0
-    if head is not None and cut > head.seq + 1:
-        # Messages are in seq order: the first one at or after the cut, past the head.
+    if head is not None and cut > head.last:
+        # Turns are in seq order: the first message at or after the cut, past the head.
         keep_from = next(
-            i for i, seq in enumerate(seqs) if seq is not None and seq >= cut and seq > head.seq + 1
+            i for i, seq in enumerate(seqs) if seq is not None and seq >= cut and seq > head.last
         )
     return Transcript(
         messages=messages,
@@ -610,6 +775,8 @@ def load_transcript(
         pinned=pinned,
         ids=ids,
         keep_from=keep_from,
+        clear_keep=clear_keep,
+        cleared_through=through_index(seqs, messages, cleared_seq) if clear_keep is not None else 0,
         positions=Positions(
             tuple(seqs),
             prior_turns,
@@ -617,3 +784,34 @@ def load_transcript(
             tail.branch.runs,
         ),
     )
+
+
+def _stepped_columns(
+    turns: Sequence[StoredTurn], tokenizers: Sequence[str], first: int
+) -> tuple[
+    list[WireMessage],
+    list[int],
+    list[int | None],
+    list[int | None],
+    dict[str, list[int | None]],
+    tuple[int, ...],
+]:
+    """`load_transcript`'s columns when some turn carries tool steps (messages per turn
+    vary): messages, estimates, ids, seqs, counts by tokenizer, pinned user indices."""
+    messages: list[WireMessage] = []
+    estimates: list[int] = []
+    ids: list[int | None] = []
+    seqs: list[int | None] = []
+    counts: dict[str, list[int | None]] = {t: [] for t in tokenizers}
+    pinned: list[int] = []
+    for turn in turns:
+        if turn.pinned:
+            pinned.append(first + len(messages))
+        messages += turn.wire()
+        sizes, row_ids, row_seqs, row_counts = turn.columns()
+        estimates += sizes
+        ids += row_ids
+        seqs += row_seqs
+        for i, t in enumerate(tokenizers):
+            counts[t] += [c[i] for c in row_counts]
+    return messages, estimates, ids, seqs, counts, tuple(pinned)

@@ -37,6 +37,8 @@ from webapp.timeutil import utcnow
 class Role(StrEnum):
     USER = "user"
     ASSISTANT = "assistant"
+    TOOL = "tool"
+    """A tool call's result, a row of the turn whose answer called it (see `tool_calls`)."""
 
 
 class Status(StrEnum):
@@ -60,6 +62,9 @@ def new_conversation_id() -> str:
 
 JSON_TYPE = JSON().with_variant(JSONB(), "postgresql")
 """JSON on SQLite, JSONB on PostgreSQL; both index into it with `column[key]`."""
+NULLABLE_JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""The same, with Python's None stored as SQL NULL (not JSON `null`), so that a query
+can tell rows without a value by `IS NULL`."""
 
 
 def _timestamp() -> Column[datetime]:
@@ -214,6 +219,11 @@ class Message(SQLModel, table=True):
     fit_instructions_tokens: int | None = None
     """Estimated tokens of the owner's custom instructions, sent with the system prompt in
     the head (NULL: the send carried none)."""
+    fit_cleared: list[dict[str, int]] | None = Field(
+        default=None, sa_column=Column(NULLABLE_JSON, nullable=True)
+    )
+    """`[{first_seq, last_seq, tokens}]`: runs of tool results the send's request carried
+    as one-line stubs (`webapp.llm.clearing`); NULL when it cleared none."""
     fit_attachments: dict[str, list[str]] | None = Field(
         default=None, sa_column=Column(JSON_TYPE, nullable=True)
     )
@@ -240,6 +250,20 @@ class Message(SQLModel, table=True):
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     feedback: int | None = Field(default=None, sa_column=Column(SmallInteger, nullable=True))
     """On assistant rows: the owner's thumbs up (1) or down (-1); NULL when not rated."""
+
+    # Tool calls. A turn that called tools keeps, after its answer's row (written first,
+    # when the send was stored), one assistant row per model step that called tools, with
+    # `tool_calls`, and one `tool` row per result, in the order they happened; the model
+    # is sent them in that order before the answer (`webapp.chat.stored.history`).
+    tool_calls: list[dict[str, str]] | None = Field(
+        default=None, sa_column=Column(NULLABLE_JSON, nullable=True)
+    )
+    """On an assistant row of a tool step: `[{id, name, arguments}]` as the model asked."""
+    tool_call_id: str | None = Field(default=None, sa_column=Column(String(200), nullable=True))
+    """On a tool row: the call it answers."""
+    tool_name: str | None = Field(default=None, sa_column=Column(String(200), nullable=True))
+    """On a tool row: the tool that ran (`name` in the JSON). Its `status` is the call's
+    outcome: ok, error, failed, timeout or denied (`webapp.tools.outcomes.Status`)."""
 
 
 MESSAGE_DEFAULTS: dict[str, object] = {

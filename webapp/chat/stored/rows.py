@@ -88,6 +88,7 @@ def fit_columns(fit: FitResult, transcript: Transcript) -> dict[str, object]:
         "fit_pins_dropped": fit.pins_dropped,
         "fit_trim_to": fit.trim_to,
         "fit_cut_moved": fit.cut_moved,
+        "fit_cleared": transcript.positions.cleared(fit) if transcript.positions else None,
         "fit_attachments": attachments_fit(fit, transcript),
     }
 

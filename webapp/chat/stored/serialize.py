@@ -30,6 +30,7 @@ FIT_COLUMNS = {
     "trim_to": "fit_trim_to",
     "cut_moved": "fit_cut_moved",
     "instructions_tokens": "fit_instructions_tokens",
+    "cleared": "fit_cleared",
 }
 """The `fit` object's keys and the user-row columns they are read from (and, on import,
 written back to)."""
@@ -43,6 +44,7 @@ def fit_dict(row: Message) -> dict[str, Any] | None:
     fit["left_out"] = fit["left_out"] or []
     fit["pins_left_out"] = fit["pins_left_out"] or 0
     fit["cut_moved"] = bool(fit["cut_moved"])
+    fit["cleared"] = fit["cleared"] or []
     carried = row.fit_attachments or {}
     fit["attachments_sent"] = carried.get("sent", [])
     fit["attachments_left_out"] = carried.get("left_out", [])
@@ -80,6 +82,9 @@ def message_dict(row: Message, alternatives: Alternatives | None = None) -> dict
         "feedback": feedback_word(row.feedback),
         "alternatives": _alternatives(alternatives),
         "attachments": row.attachments or [],
+        "tool_calls": row.tool_calls,
+        "tool_call_id": row.tool_call_id,
+        "name": row.tool_name,
     }
 
 
@@ -129,6 +134,15 @@ STATUS_LABELS = {
     Status.FAILED: "Failed",
     Status.INTERRUPTED: "Interrupted",
 }
+
+
+def status_label(status: str) -> str | None:
+    """A row's status in words, when it is worth saying (a tool row's outcome is not a
+    message status: None)."""
+    return _LABELS.get(status)
+
+
+_LABELS = {status.value: label for status, label in STATUS_LABELS.items()}
 
 
 def left_out_words(dropped: int, pins: int, model: str | None, *, will: bool = False) -> str:

@@ -29,12 +29,13 @@ from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.rows import owned_in
 from webapp.chat.stored.serialize import (
     FIT_COLUMNS,
-    STATUS_LABELS,
     _iso,
     conversation_dict,
     left_out_words,
     message_dict,
+    status_label,
 )
+from webapp.chat.stored.steps import step_wire
 from webapp.errors import InvalidInput, refuse_nul
 from webapp.llm.estimator import estimate_message
 
@@ -46,7 +47,20 @@ MAX_LEFT_OUT_SPANS = 100_000
 MAX_CONTENT = 1_000_000
 INT_MAX = 2**31 - 1
 """Every counted column is a 32-bit integer in PostgreSQL."""
-STRING_LIMITS = {"model": 100, "finish_reason": 32, "counted_by": 300, "error": 100_000}
+STRING_LIMITS = {
+    "model": 100,
+    "finish_reason": 32,
+    "counted_by": 300,
+    "error": 100_000,
+    "tool_call_id": 200,
+    "name": 200,
+    "id": 200,
+    "arguments": MAX_CONTENT,
+}
+TOOL_STATUSES = ("ok", "error", "failed", "timeout", "denied")
+"""A tool row's status: its call's outcome (`webapp.tools.outcomes.Status`)."""
+MAX_TOOL_CALLS = 64
+"""Calls one stored step may hold."""
 
 
 def follows(row: Message) -> int | None:
@@ -204,6 +218,13 @@ def markdown_head(conversation: Conversation) -> str:
 def markdown_turn(row: Message) -> str:
     """One message of the Markdown export: who, any trim marker or status, the text."""
     lines: list[str] = []
+    if row.role == Role.TOOL:
+        lines += [f"### Tool result: {row.tool_name} ({row.status})", "", "```text"]
+        return "\n".join([*lines, row.content.replace("```", "` ` `"), "```", ""])
+    if row.tool_calls:
+        lines.append("### Tool calls")
+        lines += [f"- `{call['name']}` {call['arguments']}" for call in row.tool_calls]
+        return "\n".join([*lines, "", row.content, ""] if row.content else [*lines, ""])
     if row.role == Role.USER:
         lines.append("## You")
         if row.dropped_turns:
@@ -212,7 +233,7 @@ def markdown_turn(row: Message) -> str:
     else:
         served = f" ({row.model})" if row.model else ""
         lines.append(f"## Assistant{served}")
-        label = STATUS_LABELS.get(Status(row.status))
+        label = status_label(row.status)
         if label:
             lines += ["", f"*{label}{': ' + row.error if row.error else ''}*"]
     lines += ["", row.content, ""]
@@ -319,6 +340,8 @@ def _fit(where: str, fit: object, seq: int) -> dict[str, Any]:
     for key, column in FIT_COLUMNS.items():
         if key == "left_out":
             columns[column] = _spans(f"{where}.left_out", fit.get("left_out") or [], seq)
+        elif key == "cleared":
+            columns[column] = _cleared(f"{where}.cleared", fit.get("cleared"), seq)
         elif key in ("overflow_at_floor", "cut_moved"):
             columns[column] = _field(where, fit, key, (bool,), null=True)
         elif key == "trim_to":
@@ -330,7 +353,52 @@ def _fit(where: str, fit: object, seq: int) -> dict[str, Any]:
     return columns
 
 
-def _message(index: int, data: object) -> dict[str, Any]:
+def _cleared(where: str, value: object, seq: int) -> list[dict[str, int]] | None:
+    """A fit's `cleared` spans: [{first_seq, last_seq, tokens}] of seqs before `seq`."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list) or len(value) >= seq:
+        raise InvalidInput(f"{where} must be a list of spans of the messages before it")
+    spans = []
+    for span in value:
+        if not isinstance(span, dict):
+            raise InvalidInput(f"{where} must hold {{first_seq, last_seq, tokens}} objects")
+        first = _field(where, span, "first_seq", (int,), null=False)
+        last = _field(where, span, "last_seq", (int,), null=False)
+        tokens = _field(where, span, "tokens", (int,), null=False)
+        if not 0 < first <= last < seq:
+            raise InvalidInput(f"{where} spans must be seqs before {seq}, first <= last")
+        spans.append({"first_seq": first, "last_seq": last, "tokens": tokens})
+    return spans
+
+
+def _kind(role: str, data: dict[str, Any]) -> str:
+    """What a row is in its turn: `user`, `answer`, or `step` (a tool call or result)."""
+    if role == Role.USER:
+        return "user"
+    if role == Role.TOOL or data.get("tool_calls"):
+        return "step"
+    return "answer"
+
+
+def _calls(where: str, value: object) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value or len(value) > MAX_TOOL_CALLS:
+        raise InvalidInput(f"{where} must be a list of 1 to {MAX_TOOL_CALLS} calls")
+    calls = []
+    for number, call in enumerate(value):
+        spot = f"{where}[{number}]"
+        if not isinstance(call, dict):
+            raise InvalidInput(f"{spot} must be an object {{id, name, arguments}}")
+        calls.append({key: _field(spot, call, key, (str,), null=False) for key in CALL_KEYS})
+    return calls
+
+
+CALL_KEYS = ("id", "name", "arguments")
+
+
+def _message(index: int, data: object, before: str | None) -> dict[str, Any]:
+    """Row `index` of an import; `before` is the kind of the row before it (`_kind`;
+    None for the first)."""
     where = f"messages[{index}]"
     if not isinstance(data, dict):
         raise InvalidInput(f"{where} must be an object")
@@ -338,22 +406,32 @@ def _message(index: int, data: object) -> dict[str, Any]:
     if data.get("seq", seq) != seq:
         raise InvalidInput(f"{where}.seq must be {seq}: messages are numbered from 1, in order")
     role = _field(where, data, "role", (str,), null=False)
-    expected = Role.USER if seq % 2 else Role.ASSISTANT
-    if role != expected:
-        raise InvalidInput(f"{where}.role must be {expected.value}: a question, then its answer")
+    if role not in {r.value for r in Role}:
+        raise InvalidInput(f"{where}.role {role!r} is not one of {[r.value for r in Role]}")
+    kind = _kind(role, data)
     status = _field(where, data, "status", (str,), null=True) or Status.COMPLETE.value
-    if status not in {s.value for s in Status}:
-        raise InvalidInput(f"{where}.status {status!r} is not one of {[s.value for s in Status]}")
+    statuses = TOOL_STATUSES if role == Role.TOOL else tuple(s.value for s in Status)
+    if status not in statuses:
+        raise InvalidInput(f"{where}.status {status!r} is not one of {list(statuses)}")
     if status == Status.STREAMING:
         status = Status.INTERRUPTED.value  # no one is writing it here
     parent = data.get("parent_seq", seq - 1 or None)
     continues = parent == (seq - 1 or None)
-    # The first turn of a branch continues an earlier answer (or, 0, the very start).
+    # A question follows an answer or its tool steps; an answer follows its question;
+    # tool steps follow the answer they belong to.
+    allowed = {None: ("user",), "user": ("answer",), "answer": ("user", "step")}
+    if continues and kind not in allowed.get(before, ("user", "step")):
+        raise InvalidInput(
+            f"{where}.role must follow the row before it: a question, its answer, then "
+            "that answer's tool calls and results"
+        )
+    # The first turn of a branch continues an earlier answer (or its last tool step; or,
+    # 0, the very start).
     starts_branch = (
-        role == Role.USER
+        kind == "user"
         and isinstance(parent, int)
         and not isinstance(parent, bool)
-        and (parent == 0 or (0 < parent < seq and parent % 2 == 0))
+        and (parent == 0 or 0 < parent < seq)
     )
     if not continues and not starts_branch:
         raise InvalidInput(
@@ -374,10 +452,16 @@ def _message(index: int, data: object) -> dict[str, Any]:
         "error": _field(where, data, "error", (str,), null=True),
         "feedback": (
             feedback_value(_field(where, data, "feedback", (str,), null=True))
-            if role == Role.ASSISTANT
+            if kind == "answer"
             else None
         ),
     }
+    if kind == "step":
+        if role == Role.TOOL:
+            row["tool_call_id"] = _field(where, data, "tool_call_id", (str,), null=False)
+            row["tool_name"] = _field(where, data, "name", (str,), null=False)
+        else:
+            row["tool_calls"] = _calls(f"{where}.tool_calls", data.get("tool_calls"))
     counts = data.get("token_counts") or {}
     if not isinstance(counts, dict):
         raise InvalidInput(f"{where}.token_counts must be an object")
@@ -390,7 +474,11 @@ def _message(index: int, data: object) -> dict[str, Any]:
     # model's calibration learns. Re-estimated as the app estimates a stored message;
     # counted by the serving model's tokenizer on first use.
     row["estimated_tokens"] = (
-        estimate_message({"role": role, "content": row["content"]}) if row["content"] else 0
+        estimate_message(step_wire(row))
+        if kind == "step"
+        else estimate_message({"role": role, "content": row["content"]})
+        if row["content"]
+        else 0
     )
     row["token_counts"] = None
     usage = data.get("usage")
@@ -441,16 +529,25 @@ def parse_export(data: object, *, default_configuration: str, known: set[str]) -
     )
     if spans > MAX_LEFT_OUT_SPANS:
         raise InvalidInput(f"an import holds at most {MAX_LEFT_OUT_SPANS:,} left-out spans")
-    if len(messages) % 2:
+    kinds = [
+        _kind(message.get("role", ""), message) if isinstance(message, dict) else ""
+        for message in messages
+    ]
+    if kinds and kinds[-1] == "user":
         raise InvalidInput("the last message has no answer: an export ends with an answer")
     title = _field("conversation", conversation, "title", (str,), null=True)
     configuration = _field("conversation", conversation, "configuration", (str,), null=True)
     active = _field("conversation", conversation, "active_seq", (int,), null=True)
     preset = conversation.get("preset")  # an id in a conversation's JSON: no name, dropped
-    rows = [_message(index, message) for index, message in enumerate(messages)]
+    rows = [
+        _message(index, message, kinds[index - 1] if index else None)
+        for index, message in enumerate(messages)
+    ]
+    starts = {row["parent_seq"] for row in rows if row["parent_seq"] is not None}
+    if any(parent and kinds[parent - 1] == "user" for parent in starts):
+        raise InvalidInput("a branch starts after an answer, never after a question")
     if active is not None:
-        starts = {row["parent_seq"] for row in rows if row["parent_seq"] is not None}
-        leaf = 2 <= active <= len(rows) and active % 2 == 0
+        leaf = 2 <= active <= len(rows) and kinds[active - 1] != "user"
         if (
             not leaf
             or active in starts

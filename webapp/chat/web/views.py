@@ -14,8 +14,9 @@ from webapp.chat.stored.attachments import attachment_html, split_attachment
 from webapp.chat.stored.branches import Alternatives, parent_of
 from webapp.chat.stored.history import is_replayable
 from webapp.chat.stored.models import Conversation, Message, Role, Status
-from webapp.chat.stored.serialize import STATUS_LABELS, left_out_words
+from webapp.chat.stored.serialize import left_out_words, status_label
 from webapp.chat.web.file_views import FileView, sent_files
+from webapp.llm.clearing import said
 from webapp.llm.providers.base import Prefill
 from webapp.stored import id_of
 from webapp.timeutil import as_utc
@@ -127,7 +128,7 @@ class MessageView:
 
     @property
     def status_label(self) -> str | None:
-        return STATUS_LABELS.get(Status(self.row.status))
+        return status_label(self.row.status)
 
     @property
     def cache_words(self) -> str | None:
@@ -173,6 +174,13 @@ class MessageView:
         if self.is_user or user is None or not user.fit_cut_moved:
             return None
         return cut_moved_words(user.fit_trim_to)
+
+    @property
+    def cleared_words(self) -> str | None:
+        """The turn's note when its send carried older tool results as stubs ("3 older
+        tool results cleared, 12,410 tokens"); on an answer, its question's."""
+        row = self.row if self.is_user else self.asked_by
+        return said(row.fit_cleared) if row is not None else None
 
     @property
     def cut_fact(self) -> str | None:

@@ -5,7 +5,8 @@ The pipeline speaks OpenAI's message shapes; this module translates both ways:
 - the system prompt goes to the top-level `system`; turns become content blocks; an
   assistant's tool calls become `tool_use` blocks and the tool messages answering them
   one user message of `tool_result` blocks (the API wants every result of a turn's
-  calls in the message right after it);
+  calls in the message right after it); a request that declares no tools tells them as
+  text instead (the API refuses those blocks without tools);
 - the answer's blocks come back as text and OpenAI-shaped tool calls, its `stop_reason`
   as OpenAI's finish reasons, its usage with the prompt counted whole (Anthropic bills
   `input_tokens`, `cache_creation_input_tokens` and `cache_read_input_tokens` apart) and
@@ -47,7 +48,7 @@ from webapp.llm.providers.base import (
 )
 from webapp.llm.providers.http import ChatOnlyProvider, count_of, read_rest, refusal, retry_after
 from webapp.llm.providers.openai import context_length_exceeded, is_context_length_message
-from webapp.llm.providers.shapes import declared_functions, tool_arguments
+from webapp.llm.providers.shapes import content_text, declared_functions, tool_arguments
 
 __all__ = ["API_VERSION", "AnthropicProvider", "to_messages_request"]
 
@@ -126,6 +127,12 @@ def to_messages_request(
     system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     marked: list[dict[str, Any]] = []
+    # The API refuses `tool_use` and `tool_result` blocks in a request that declares no
+    # tools (a tool loop's last step, a conversation whose tools are gone): then earlier
+    # calls and results are told as text.
+    declared = _tools(tools)
+    if not declared:
+        messages = [_as_text(message) for message in messages]
     for index, message in enumerate(messages):
         role = message.get("role")
         if role in ("system", "developer"):
@@ -172,9 +179,25 @@ def to_messages_request(
     body: dict[str, Any] = {"model": model_id, "max_tokens": max_tokens, "messages": turns}
     if system:
         body["system"] = system
-    if converted := _tools(tools):
-        body["tools"] = converted
+    if declared:
+        body["tools"] = declared
     return body
+
+
+def _as_text(message: Message) -> Message:
+    """A tool call or result as plain text (for a request that declares no tools)."""
+    if message.get("role") == "tool":
+        name = message.get("name") or "tool"
+        said = content_text(message.get("content"))
+        return {"role": "user", "content": f"[result of {name}]\n{said}"}
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not calls:
+        return message
+    lines = [content_text(message.get("content"))] if message.get("content") else []
+    for call in calls:
+        function = call.get("function") or {}
+        lines.append(f"[called {function.get('name')} with {function.get('arguments')}]")
+    return {"role": "assistant", "content": "\n".join(lines)}
 
 
 def _usage(reported: Any, earlier: Usage | None = None) -> Usage | None:
