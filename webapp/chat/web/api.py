@@ -49,7 +49,7 @@ from webapp.chat.stored.transfer import (
     markdown_turn,
 )
 from webapp.chat.web.deps import Chat
-from webapp.errors import InvalidInput
+from webapp.errors import InvalidInput, NotFound
 from webapp.limits import Places
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream, frame
@@ -109,6 +109,16 @@ class Preview:
 class Feedback:
     feedback: Literal["up", "down"] | None
     """`"up"`, `"down"`, or null to take the rating back."""
+
+
+@dataclass
+class ToolCallDecision:
+    approve: bool
+    """true: run the call; false: the model is told the user declined it."""
+
+
+MAX_CALL_ID = 200
+"""The longest tool call id a decision may name (providers' ids are a few dozen)."""
 
 
 @dataclass
@@ -516,6 +526,26 @@ class ConversationController(Controller):
             "stopped": answer is not None,
             "assistant": message_dict(answer) if answer else None,
         }
+
+    @post("/{conversation_id:str}/tool-calls/{call_id:str}", status_code=HTTP_200_OK)
+    async def decide_tool_call(
+        self,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        call_id: FromPath[str],
+        data: JSONBody[ToolCallDecision],
+    ) -> dict[str, Any]:
+        """Allow or deny a tool call waiting for the owner (its server has `approval =
+        "always"`; the stream sent an `approval` event). 404 when no such call waits in
+        the caller's conversation, 409 when it was decided already (or its wait ended);
+        `forwarded` when another worker writes the answer (PostgreSQL)."""
+        if not call_id or len(call_id) > MAX_CALL_ID:
+            raise NotFound(f"no tool call {call_id[:MAX_CALL_ID]!r} waits for a decision")
+        if not isinstance(data.approve, bool):
+            raise InvalidInput("'approve' is true or false")
+        how = await chat.approver.decide(owner, conversation_id, call_id, data.approve)
+        return {"id": call_id, "approve": data.approve, how: True}
 
 
 class TurnController(Controller):
