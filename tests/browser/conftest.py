@@ -17,6 +17,7 @@ import functools
 import http.server
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.conftest import empty_tables
 from tests.factories import make_account
 from tests.live_server import ServerProcess, free_port
+from tests.mcp_servers import FIXTURE
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import DEFAULT_SCOPES, SETTINGS
 
@@ -93,11 +95,41 @@ capabilities = ["chat", "vision"]
 name = "seeing"
 model = "seeing"
 """
+TOOLS_CATALOG = f"""
+[[mcp_servers]]
+name = "open-tools"
+transport = "stdio"
+command = "{sys.executable}"
+args = ["{FIXTURE}", "stdio"]
+tools = ["markup"]
+timeout = 20
+
+[[mcp_servers]]
+name = "asking-tools"
+transport = "stdio"
+command = "{sys.executable}"
+args = ["{FIXTURE}", "stdio"]
+tools = ["echo"]
+approval = "always"
+timeout = 20
+
+[[configurations]]
+name = "tooled"
+model = "small"
+tools = ["open-tools"]
+
+[[configurations]]
+name = "guarded"
+model = "small"
+tools = ["asking-tools"]
+"""
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
 a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
 tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
 their sends must not move `tiny`'s, which other tests count on); `short`, answers cut off
-at 20 tokens, for Continue; `seeing`, a model that sees, for pictures in the composer."""
+at 20 tokens, for Continue; `seeing`, a model that sees, for pictures in the composer.
+`TOOLS_CATALOG` adds the MCP fixture (tests/mcp_fixture.py) on stdio twice: `tooled` offers
+its `markup` tool, `guarded` its `echo` behind the owner's approval."""
 
 RECORDER = """
 (() => {
@@ -322,7 +354,9 @@ def catalog_file(
         f'allowed_origins = ["http://localhost:{embed_host_port}"]\n'
         'title = "Ask us"\ngreeting = "Hello from the help desk."\n'
     )
-    return write_upstream_catalog(path, upstream_server, extra=EXTRA_CATALOG + embed)
+    return write_upstream_catalog(
+        path, upstream_server, extra=EXTRA_CATALOG + TOOLS_CATALOG + embed
+    )
 
 
 # ---- servers -------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ from webapp.db import Database
 from webapp.errors import Conflict, NotFound
 
 Decided = Literal["decided", "forwarded"]
+MAX_CALL_ID = 200
+"""The longest call id a decision may name (providers' ids are a few dozen characters;
+a stored step's is at most 200)."""
 
 
 class ToolCallApprover:
@@ -38,6 +41,8 @@ class ToolCallApprover:
         """Allow or deny the call: "decided" here, or "forwarded" to the writing worker.
         NotFound: not the owner's conversation, or no call of that id waits; Conflict:
         decided already (or its wait is over)."""
+        if not call_id or len(call_id) > MAX_CALL_ID:
+            raise NotFound(f"no tool call {call_id[:40]!r}… waits for a decision")
         answer_id = await self._db.read(streaming_answer_id, owner, conversation_id)
         if answer_id is None:
             raise NotFound("no answer is being written in this conversation: no call waits")

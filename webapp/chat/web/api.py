@@ -49,7 +49,7 @@ from webapp.chat.stored.transfer import (
     markdown_turn,
 )
 from webapp.chat.web.deps import Chat
-from webapp.errors import InvalidInput, NotFound
+from webapp.errors import InvalidInput
 from webapp.limits import Places
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream, frame
@@ -115,10 +115,6 @@ class Feedback:
 class ToolCallDecision:
     approve: bool
     """true: run the call; false: the model is told the user declined it."""
-
-
-MAX_CALL_ID = 200
-"""The longest tool call id a decision may name (providers' ids are a few dozen)."""
 
 
 @dataclass
@@ -540,8 +536,6 @@ class ConversationController(Controller):
         "always"`; the stream sent an `approval` event). 404 when no such call waits in
         the caller's conversation, 409 when it was decided already (or its wait ended);
         `forwarded` when another worker writes the answer (PostgreSQL)."""
-        if not call_id or len(call_id) > MAX_CALL_ID:
-            raise NotFound(f"no tool call {call_id[:MAX_CALL_ID]!r} waits for a decision")
         if not isinstance(data.approve, bool):
             raise InvalidInput("'approve' is true or false")
         how = await chat.approver.decide(owner, conversation_id, call_id, data.approve)
