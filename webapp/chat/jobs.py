@@ -113,7 +113,7 @@ def chat_jobs(
         announce=db.dialect == "postgresql",
     )
     stopper = AnswerStopper(db, answers)
-    approvals = approvals or Approvals()
+    approvals = approvals if approvals is not None else Approvals()
     writer = AnswerWriter(db, manager, settings, flusher, answers, approvals=approvals)
     admission = Admission(settings, quotas)
     sender = Sender(db, manager, settings, reader, titler, writer, stopper, admission)
