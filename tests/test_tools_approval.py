@@ -17,7 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
 
+from tests.factories import bearer_header, make_user, sign_in
 from tests.mcp_servers import FIXTURE
 from tests.served import gateway_on
 from tests.upstream import FakeUpstream
@@ -193,3 +196,27 @@ def test_only_the_owner_decides_and_bad_requests_are_refused(
             after = rest(stream)
         assert after[-1][0] == "done" and after[-1][1]["status"] == "complete"
         assert tool_messages(upstream)[0]["content"] == "echo"
+
+
+async def test_the_pages_allow_and_deny_refuse_bad_input_and_other_users(
+    app: Litestar, browser: AsyncTestClient, database_url: str
+) -> None:
+    alice = await make_user(database_url, "alice")
+    await make_user(database_url, "mallory")
+    made = await browser.post(
+        "/api/conversations", json={"configuration": "guarded"}, headers=bearer_header(alice)
+    )
+    conversation_id = made.json()["id"]
+    path = f"/c/{conversation_id}/tool-calls/call_1"
+    csrf = await sign_in(browser, "alice")
+    headers = {"x-csrftoken": csrf, "hx-request": "true"}
+    for form in ({}, {"approve": "maybe"}, {"approve": ""}):
+        refused = await browser.post(path, data=form, headers=headers)
+        assert refused.status_code == 400, (form, refused.text)
+    idle = await browser.post(path, data={"approve": "true"}, headers=headers)
+    assert idle.status_code == 404, "no answer is being written: no call waits"
+    csrf = await sign_in(browser, "mallory")
+    foreign = await browser.post(
+        path, data={"approve": "true"}, headers={"x-csrftoken": csrf, "hx-request": "true"}
+    )
+    assert foreign.status_code == 404
