@@ -76,9 +76,10 @@ def test_allow_runs_the_call_and_deny_tells_the_model(
     allow = prompt.get_by_role("button", name="Allow echo")
     expect(allow).to_be_in_viewport()
     allow.click()
-    answer = answered(page, 1)
+    part = page.locator('#messages [data-role="assistant"] .tool-call')
+    expect(part.locator("summary")).to_be_focused()  # not lost with the prompt that went
+    answered(page, 1)
     expect(page.locator(".tool-approval")).to_have_count(0)
-    part = answer.locator(".tool-call")
     expect(part).to_have_attribute("data-state", "ok")
     part.locator("summary").click()
     expect(part.locator(".tool-result")).to_have_text("echo")
