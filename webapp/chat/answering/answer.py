@@ -398,8 +398,8 @@ class AnswerWriter:
         planned = await with_pictures(self._db, self._manager, planned, seconds)
         if planned.route.configuration.tools:
             approve = self._asker(answer_id, channel) if answer_id is not None else None
-            await self._answer_with_tools(user, planned, progress, channel, sent, approve)
-            return
+            if await self._answer_with_tools(user, planned, progress, channel, sent, approve):
+                return
         async for event in self._manager.stream(planned, sent):
             if isinstance(event, Counted):
                 await self._db.write(_store_counts, event.tokenizer, event.counts)
@@ -439,13 +439,16 @@ class AnswerWriter:
         channel: Channel,
         sent: Callable[[], None] | None,
         approve: Approve | None = None,
-    ) -> None:
+    ) -> bool:
         """An answer whose configuration offers tools (`tool_loop`): each call and result
         is published as it happens (`tool_call`, `tool_result`, and `approval` while a call
         waits for the owner), each step's fit stored on the user's row; the answer's text
-        arrives whole, once the model gives it."""
+        arrives whole, once the model gives it. False, having done nothing, when no tool can
+        be offered (every server down): the answer then streams as one without tools."""
         configuration, catalog = planned.route.configuration, self._manager.catalog
         toolset = await gather(self._tools, configuration.tools, catalog.mcp_servers)
+        if not toolset:
+            return False
         if sent is not None:
             sent()
         steps = run_tools(
@@ -472,6 +475,7 @@ class AnswerWriter:
                         Event("delta", {"text": answer.content}, id=str(progress.length))
                     )
                 progress.finished = Finished(model, answer.finish_reason, answer.usage)
+        return True
 
     def _asker(self, answer_id: int, channel: Channel) -> Approve:
         """How the answer's loop asks its owner about a call: an `approval` event (the page
