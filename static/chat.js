@@ -445,7 +445,40 @@
     else if (action === "pin" || action === "unpin") pin(button);
     else if (action === "feedback-up") rate(button, "up");
     else if (action === "feedback-down") rate(button, "down");
+    else if (action === "approve-tool" || action === "deny-tool") decidedCall = button.closest(".tool-approval").dataset.callId;
   });
+
+  // An answer's tool calls (_tool_calls.html). A part the user opened stays open while the
+  // stream re-renders its answer; a call waiting for approval is said once through the
+  // polite region, like an answer; after Allow or Deny, whose prompt then goes, the focus
+  // moves to that call's part rather than being lost.
+  const openTools = new Set();
+  const askedCalls = new Set();
+  let decidedCall = null;
+  document.addEventListener("toggle", (event) => {
+    const part = event.target;
+    if (!part.matches || !part.matches(".tool-call")) return;
+    if (part.open) openTools.add(part.id);
+    else openTools.delete(part.id);
+  }, true);
+  function drawToolCalls() {
+    openTools.forEach((id) => {
+      const part = document.getElementById(id);
+      if (part && !part.open) part.open = true;
+    });
+    document.querySelectorAll("#messages .tool-approval").forEach((prompt) => {
+      if (askedCalls.has(prompt.dataset.callId)) return;
+      askedCalls.add(prompt.dataset.callId);
+      announce(`The model wants to run ${prompt.dataset.toolName}: Allow or Deny.`);
+    });
+    if (decidedCall === null) return;
+    const still = [...document.querySelectorAll("#messages .tool-approval")].some((p) => p.dataset.callId === decidedCall);
+    if (still) return;
+    const part = [...document.querySelectorAll("#messages .tool-call")].find((p) => p.dataset.callId === decidedCall);
+    decidedCall = null;
+    const lost = !document.activeElement || document.activeElement === document.body;
+    if (part && lost) part.querySelector("summary").focus();
+  }
 
 
   // Escape cancels an edit in place; elsewhere it stops the answer being written, wherever
@@ -827,6 +860,7 @@
       if (document.querySelectorAll("#messages article.message").length === 2) awaitModelTitle();
     }
     drawTools();
+    drawToolCalls();
     placeCutLine();
     dropStaleContinue();
     const title = document.getElementById("title-form");
@@ -903,6 +937,7 @@
   });
 
   document.addEventListener("htmx:sse:after:message", () => {
+    drawToolCalls();
     drawTools();
     placeCutLine();
     if (stickToBottom) scrollToBottom();

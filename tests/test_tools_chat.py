@@ -88,3 +88,21 @@ async def test_a_server_that_cannot_start_leaves_the_turn_answered(
     assert assistant["status"] == "complete" and assistant["content"]
     chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
     assert chats and not any("tools" in chat for chat in chats)  # nothing could be listed
+
+
+async def test_with_no_tool_to_offer_the_answer_streams_as_without_tools(
+    client: AsyncTestClient, upstream: FakeUpstream
+) -> None:
+    conversation = await new_conversation(client, configuration="broken-tools")
+    response = await client.post(
+        f"/api/conversations/{conversation['id']}/messages",
+        json={"content": "Use tool if you have one."},
+        headers={"Accept": "text/event-stream"},
+    )
+    events = parse_sse(response.text)
+    deltas = [data["text"] for name, data, _ in events if name == "delta"]
+    assert len(deltas) > 3, "the text came in pieces, as the model wrote it"
+    done = events[-1][1]
+    assert events[-1][0] == "done" and done["status"] == "complete"
+    assert "".join(deltas) == done["content"]
+    assert [r["body"].get("stream") for r in upstream.requests if r["body"]] == [True]

@@ -26,6 +26,7 @@ from webapp.accounts.users_web import UserAdminApi, UserPages
 from webapp.accounts.web import AccountPages, SessionOrTokenAuth, owner_of
 from webapp.admin.web import AdminController
 from webapp.chat.answering.answer import AnswerRegistry
+from webapp.chat.answering.approvals import Approvals
 from webapp.chat.answering.notify import answer_notices
 from webapp.chat.answering.reaping import Liveness, reap_at_start
 from webapp.chat.files.service import FileStore
@@ -196,12 +197,19 @@ def create_app(
     )
     files = FileStore(db, settings)
     answers = AnswerRegistry()
-    # How this process hears of answers and titles other workers write (and of stops for
-    # its own answers).
+    approvals = Approvals()
+    # How this process hears of answers and titles other workers write (and of stops and
+    # tool call decisions for its own answers).
     notices = answer_notices(
-        settings.database_url, db, settings.stream_flush_interval, on_stop=answers.request_stop
+        settings.database_url,
+        db,
+        settings.stream_flush_interval,
+        on_stop=answers.request_stop,
+        on_approve=approvals.heard,
     )
-    chat = chat_jobs(db, manager, settings, answers, notices, quotas=(embed_quota,))
+    chat = chat_jobs(
+        db, manager, settings, answers, notices, quotas=(embed_quota,), approvals=approvals
+    )
     accounts = AccountService(
         db,
         failures_allowed=settings.sign_in_failures_allowed,

@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     stream_flush_interval: float = Field(default=0.25, gt=0)
     """How often a streaming answer's text so far is written to the database, in seconds."""
 
+    tool_approval_seconds: float = Field(default=300.0, gt=0)
+    """How long a tool call whose server wants approval waits for the owner's Allow or
+    Deny; past it the call counts as denied and the model is told so."""
+
     stale_stream_after: float = Field(default=30.0, gt=0)
     """A streaming answer not written for this long is taken to be orphaned by a dead worker."""
 

@@ -17,6 +17,7 @@ import functools
 import http.server
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.conftest import empty_tables
 from tests.factories import make_account
 from tests.live_server import ServerProcess, free_port
+from tests.mcp_servers import FIXTURE
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import DEFAULT_SCOPES, SETTINGS
 
@@ -106,13 +108,43 @@ image_tokens = 300
 name = "seeing-cheap"
 model = "seeing-cheap"
 """
+TOOLS_CATALOG = f"""
+[[mcp_servers]]
+name = "open-tools"
+transport = "stdio"
+command = "{sys.executable}"
+args = ["{FIXTURE}", "stdio"]
+tools = ["markup"]
+timeout = 20
+
+[[mcp_servers]]
+name = "asking-tools"
+transport = "stdio"
+command = "{sys.executable}"
+args = ["{FIXTURE}", "stdio"]
+tools = ["echo"]
+approval = "always"
+timeout = 20
+
+[[configurations]]
+name = "tooled"
+model = "small"
+tools = ["open-tools"]
+
+[[configurations]]
+name = "guarded"
+model = "small"
+tools = ["asking-tools"]
+"""
 """Besides the fake upstream's catalog: `tiny`, a 600-token window on the upstream, so that
 a few turns of a few hundred characters are trimmed; `narrow`, the same again, for the
 tests of the cut line, the phone and axe (the estimate's calibration is learned per model:
 their sends must not move `tiny`'s, which other tests count on); `short`, answers cut off
 at 20 tokens, for Continue; `seeing`, a model that sees, for pictures in the composer, and
 `seeing-cheap`, one that counts a picture as 300 tokens (`image_tokens`), so a chip's count
-changes between them."""
+changes between them.
+`TOOLS_CATALOG` adds the MCP fixture (tests/mcp_fixture.py) on stdio twice: `tooled` offers
+its `markup` tool, `guarded` its `echo` behind the owner's approval."""
 
 RECORDER = """
 (() => {
@@ -340,7 +372,9 @@ def catalog_file(
         '\n[[embeds]]\nname = "photos"\nconfiguration = "seeing"\nfiles = true\n'
         f'allowed_origins = ["http://localhost:{embed_host_port}"]\nshow_internals = true\n'
     )
-    return write_upstream_catalog(path, upstream_server, extra=EXTRA_CATALOG + embed)
+    return write_upstream_catalog(
+        path, upstream_server, extra=EXTRA_CATALOG + TOOLS_CATALOG + embed
+    )
 
 
 # ---- servers -------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ Each job lives in a module named for it, and a handler calls the one it needs by
 - `previewer` (`sending.preview`) the fit the next send would make, for the meter
 - `stopper`  (`answering.stopping`) stop an answer wherever it is written
 - `answers`  (`answer`)         this worker's running answers and their channels
+- `approver` (`answering.approving`) the owner's Allow or Deny on a tool call, wherever
+                                its answer is written
 - `titler`   (`naming`)         the title the model writes after the first answer
 - `reaper`   (`reaping`)        answers whose writer died
 - `flusher`  (`flushing`)       the one writer of every answer's text so far and final rows
@@ -23,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from webapp.chat.answering.answer import AnswerRegistry, AnswerWriter
+from webapp.chat.answering.approvals import Approvals
+from webapp.chat.answering.approving import ToolCallApprover
 from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.notify import AnswerNotices, PollingNotices
 from webapp.chat.answering.reaping import Reaper
@@ -59,6 +63,7 @@ class ChatJobs:
     notices: AnswerNotices
     """How this process hears of answers and titles other workers write."""
     presets: Presets
+    approver: ToolCallApprover
 
     @property
     def catalog(self) -> Catalog:
@@ -81,10 +86,12 @@ def chat_jobs(
     answers: AnswerRegistry | None = None,
     notices: AnswerNotices | None = None,
     quotas: Sequence[CallerQuota] = (),
+    approvals: Approvals | None = None,
 ) -> ChatJobs:
     """The jobs; `notices`: the process's (`answer_notices`), without, a poll of its own
     (scripts); `quotas` are the caller quotas every admission asks besides the owner's
-    rate limit (the embed's)."""
+    rate limit (the embed's); `approvals`: the tool calls waiting for their owner in this
+    process (the app's, which its notices also hear)."""
     answers = answers or AnswerRegistry()
     notices = notices or PollingNotices(db, settings.stream_flush_interval)
     recent = RecentConfigurations()
@@ -106,7 +113,8 @@ def chat_jobs(
         announce=db.dialect == "postgresql",
     )
     stopper = AnswerStopper(db, answers)
-    writer = AnswerWriter(db, manager, settings, flusher, answers)
+    approvals = approvals if approvals is not None else Approvals()
+    writer = AnswerWriter(db, manager, settings, flusher, answers, approvals=approvals)
     admission = Admission(settings, quotas)
     sender = Sender(db, manager, settings, reader, titler, writer, stopper, admission)
     previewer = Previewer(db, manager, settings, recent)
@@ -127,4 +135,5 @@ def chat_jobs(
         flusher,
         notices,
         Presets(db, manager),
+        ToolCallApprover(db, approvals, answers),
     )

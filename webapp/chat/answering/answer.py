@@ -24,11 +24,13 @@ from typing import Any
 
 from sqlmodel import Session
 
+from webapp.chat.answering.approvals import Approvals, Decision
 from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.pictures import with_pictures
 from webapp.chat.answering.reaping import INTERRUPTED_ERROR
 from webapp.chat.answering.tool_loop import (
     Answered,
+    Approve,
     Calling,
     Stepped,
     ToolCall,
@@ -40,6 +42,7 @@ from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, upda
 from webapp.chat.stored.serialize import message_dict
 from webapp.chat.stored.steps import append_rows, step_wire
 from webapp.db import Database
+from webapp.llm.catalog import McpServerSpec
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
 from webapp.llm.providers.base import Prefill, ProviderError, StreamBroken, Usage
@@ -335,6 +338,7 @@ class AnswerWriter:
         flusher: AnswerFlusher,
         answers: AnswerRegistry,
         tools: McpConnections | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self._db = db
         self._manager = manager
@@ -342,6 +346,7 @@ class AnswerWriter:
         self._flusher = flusher
         self._answers = answers
         self._tools = tools if tools is not None else McpConnections()
+        self._approvals = approvals if approvals is not None else Approvals()
 
     async def aclose(self) -> None:
         """End the MCP sessions this process's answers held open."""
@@ -382,7 +387,9 @@ class AnswerWriter:
         holds the earlier part of an answer this run continues."""
         assert answer.id is not None
         progress = progress or Progress()
-        reader = asyncio.create_task(self._read_provider(user, planned, progress, channel, sent))
+        reader = asyncio.create_task(
+            self._read_provider(user, planned, progress, channel, sent, answer.id)
+        )
         # The text so far is written with every other answer's (`flushing`); that is also
         # the answer's heartbeat, and how a stop made by another worker is noticed.
         self._flusher.track(
@@ -408,6 +415,7 @@ class AnswerWriter:
             raise
         finally:
             self._flusher.release(answer.id)
+            self._approvals.forget(answer.id)
             stopped.cancel()
             await asyncio.gather(stopped, return_exceptions=True)
             final_row: Message | None = None
@@ -432,6 +440,7 @@ class AnswerWriter:
         progress: Progress,
         channel: Channel,
         sent: Callable[[], None] | None = None,
+        answer_id: int | None = None,
     ) -> None:
         if isinstance(planned, RoutingError):
             raise planned
@@ -440,8 +449,9 @@ class AnswerWriter:
         seconds = self._settings.file_read_seconds
         planned = await with_pictures(self._db, self._manager, planned, seconds)
         if planned.route.configuration.tools:
-            await self._answer_with_tools(user, planned, progress, channel, sent)
-            return
+            approve = self._asker(answer_id, channel) if answer_id is not None else None
+            if await self._answer_with_tools(user, planned, progress, channel, sent, approve):
+                return
         async for event in self._manager.stream(planned, sent):
             if isinstance(event, Counted):
                 await self._db.write(_store_counts, event.tokenizer, event.counts)
@@ -480,18 +490,23 @@ class AnswerWriter:
         progress: Progress,
         channel: Channel,
         sent: Callable[[], None] | None,
-    ) -> None:
+        approve: Approve | None = None,
+    ) -> bool:
         """An answer whose configuration offers tools (`tool_loop`): each call and result
-        is published as it happens (`tool_call`, `tool_result`) and stored on the turn
-        as it happens (`webapp.chat.stored.steps`: a Stop or a crash keeps what was done),
-        each step's fit stored on the user's row; the answer's text arrives whole, once
-        the model gives it."""
+        is published as it happens (`tool_call`, `tool_result`, and `approval` while a call
+        waits for the owner) and stored on the turn as it happens (`webapp.chat.stored.steps`:
+        a Stop or a crash keeps what was done), each step's fit stored on the user's row; the
+        answer's text arrives whole, once the model gives it. False, having done nothing, when
+        no tool can be offered (every server down): the answer then streams as one without
+        tools."""
         configuration, catalog = planned.route.configuration, self._manager.catalog
         toolset = await gather(self._tools, configuration.tools, catalog.mcp_servers)
+        if not toolset:
+            return False
         if sent is not None:
             sent()
         steps = run_tools(
-            self._manager, planned, toolset, self._tools, configuration.max_tool_steps
+            self._manager, planned, toolset, self._tools, configuration.max_tool_steps, approve
         )
         model = planned.fit.model
         async for event in steps:
@@ -517,6 +532,23 @@ class AnswerWriter:
                         Event("delta", {"text": answer.content}, id=str(progress.length))
                     )
                 progress.finished = Finished(model, answer.finish_reason, answer.usage)
+        return True
+
+    def _asker(self, answer_id: int, channel: Channel) -> Approve:
+        """How the answer's loop asks its owner about a call: an `approval` event (the page
+        shows Allow and Deny), then the wait (`Approvals.ask`, bounded by
+        `tool_approval_seconds`), then an `approval` event with the decision."""
+
+        async def approve(call: ToolCall, spec: McpServerSpec) -> Decision:
+            asked = {"id": call.id, "name": call.name, "arguments": call.arguments}
+            asked |= {"server": spec.name}
+            channel.publish(Event("approval", asked | {"state": "waiting"}))
+            seconds = self._settings.tool_approval_seconds
+            decision = await self._approvals.ask(answer_id, call.id, seconds)
+            channel.publish(Event("approval", asked | {"state": decision}))
+            return decision
+
+        return approve
 
     async def finish(
         self, answer: Message, progress: Progress, status: Status, error: str | None

@@ -60,6 +60,9 @@ TITLE = "title"
 """A conversation's title was written: "title CONVERSATION_ID"."""
 PROGRESS = "progress"
 """How far engines have read answers' prompts (`webapp.chat.answering.readings`)."""
+APPROVE = "approve"
+"""The owner decided on a tool call that waits in the worker writing the answer:
+"approve ANSWER_ID 1|0 CALL_ID" (`webapp.chat.answering.approving`)."""
 RECONNECT_DELAY = 1.0
 
 
@@ -68,6 +71,13 @@ def notice(kind: str, answer_id: int, length: int | None = None) -> Select[Any]:
     (PostgreSQL only): "KIND ANSWER_ID [LENGTH]", the length of the text stored, for
     whoever wants to match a notice to what it announced (the load benchmark does)."""
     payload = f"{kind} {answer_id}" if length is None else f"{kind} {answer_id} {length}"
+    return select(func.pg_notify(CHANNEL, payload))
+
+
+def approval_notice(answer_id: int, call_id: str, approve: bool) -> Select[Any]:
+    """The statement that forwards a decision on a tool call to every process (PostgreSQL
+    only); the call id goes last, as it is whatever the model's provider named it."""
+    payload = f"{APPROVE} {answer_id} {int(approve)} {call_id}"
     return select(func.pg_notify(CHANNEL, payload))
 
 
@@ -193,11 +203,17 @@ def _watching(watchers: dict[K, set[Watch]], key: K) -> Iterator[Watch]:
 class PostgresNotices(AnswerNotices):
     """One LISTENing connection per process, fanned out in memory."""
 
-    def __init__(self, database_url: str, on_stop: Callable[[int], object] | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        on_stop: Callable[[int], object] | None = None,
+        on_approve: Callable[[int, str, bool], object] | None = None,
+    ) -> None:
         super().__init__()
         url = make_url(database_url).set(drivername="postgresql")
         self._dsn = url.render_as_string(hide_password=False)
         self._on_stop = on_stop
+        self._on_approve = on_approve
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()
         """Set while the connection listens (tests wait for it)."""
@@ -225,6 +241,9 @@ class PostgresNotices(AnswerNotices):
         if kind == PROGRESS:
             self._heard_readings(rest)
             return
+        if kind == APPROVE:
+            self._heard_approval(rest)
+            return
         try:
             answer_id = int(rest.split(" ", 1)[0])
         except ValueError:
@@ -233,6 +252,14 @@ class PostgresNotices(AnswerNotices):
         if kind == STOP and self._on_stop is not None:
             self._on_stop(answer_id)
         self.wake(answer_id)
+
+    def _heard_approval(self, body: str) -> None:
+        answer, approve, call_id = [*body.split(" ", 2), "", ""][:3]
+        if not answer.isdecimal() or approve not in ("0", "1") or not call_id:
+            log.warning("ignored a malformed approval notice: %.200r", body)
+            return
+        if self._on_approve is not None:
+            self._on_approve(int(answer), call_id, approve == "1")
 
     def _heard_text(self, body: str) -> None:
         try:
@@ -368,8 +395,9 @@ def answer_notices(
     db: Database,
     interval: float,
     on_stop: Callable[[int], object] | None = None,
+    on_approve: Callable[[int, str, bool], object] | None = None,
 ) -> AnswerNotices:
     """LISTEN/NOTIFY on PostgreSQL, a shared poll on SQLite (and any other engine)."""
     if make_url(database_url).get_backend_name() == "postgresql":
-        return PostgresNotices(database_url, on_stop)
+        return PostgresNotices(database_url, on_stop, on_approve)
     return PollingNotices(db, interval)

@@ -27,7 +27,7 @@ class AnswerStopper:
 
     async def stop(self, owner: str, conversation_id: str) -> Message | None:
         """Stop the answer being written in the conversation; its row once it ended."""
-        answer_id = await self._db.read(_streaming_answer_id, owner, conversation_id)
+        answer_id = await self._db.read(streaming_answer_id, owner, conversation_id)
         if answer_id is None:
             return None
         announce = self._db.dialect == "postgresql"
@@ -38,7 +38,7 @@ class AnswerStopper:
 
     async def halt(self, owner: str, conversation_id: str) -> None:
         """End the answer this worker writes in the conversation, if any (before deleting it)."""
-        answer_id = await self._db.read(_streaming_answer_id, owner, conversation_id)
+        answer_id = await self._db.read(streaming_answer_id, owner, conversation_id)
         if answer_id is not None and self._answers.request_stop(answer_id):
             await self._ended(answer_id)
 
@@ -62,7 +62,7 @@ def _turn(session: Session, user_id: int, answer_id: int) -> tuple[Message, Mess
     return user, answer
 
 
-def _streaming_answer_id(session: Session, owner: str, conversation_id: str) -> int | None:
+def streaming_answer_id(session: Session, owner: str, conversation_id: str) -> int | None:
     connection = session.connection()
     owned_in(connection, owner, conversation_id)
     return connection.execute(

@@ -8,16 +8,22 @@ never left out, so a turn with tool calls goes whole or not at all. A call that 
 give a result (unknown tool, server down, timeout) gives the model a stub that says so,
 and the turn goes on. The loop yields what happens as it happens, for the answer's
 channel and its rows.
+
+A call to a server with `approval = "always"` runs only once `approve` says so (the
+owner's Allow, `webapp.chat.answering.approvals`); a denial, or no decision in time, goes
+back to the model as a stub that says the user declined it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from webapp.chat.answering.approvals import Decision
+from webapp.llm.catalog import McpServerSpec
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import LLMManager, Plan
 from webapp.llm.providers.base import ChatResult, Message
@@ -74,6 +80,14 @@ class Answered:
 
 
 ToolEvent = Stepped | Calling | ToolCall | ToolResult | Answered
+
+Approve = Callable[[ToolCall, McpServerSpec], Awaitable[Decision]]
+"""Asks the owner whether a call may run (its server wants approval) and waits for it."""
+
+DECLINED = {
+    "denied": "the user declined to run it",
+    "expired": "the user did not allow it in time",
+}
 
 
 def calls_of(result: ChatResult) -> list[ToolCall]:
@@ -151,8 +165,10 @@ async def run_tools(
     toolset: Toolset,
     connections: McpConnections,
     max_steps: int,
+    approve: Approve | None = None,
 ) -> AsyncIterator[ToolEvent]:
-    """The turn's model calls and tool calls, bounded at every step; ends with `Answered`."""
+    """The turn's model calls and tool calls, bounded at every step; ends with `Answered`.
+    Without `approve`, a call that needs approval is declined (nobody to ask)."""
     appended: list[Message] = []
     history = plan.transcript
     for step in range(1, max_steps + 1):
@@ -178,15 +194,24 @@ async def run_tools(
             yield call
         for call in calls:
             spec = toolset.servers.get(call.name)
-            outcome = (
-                await connections.call(spec, call.name, call.arguments)
-                if spec is not None
-                else stub(call.name, "failed", "no tool of that name is offered")
-            )
+            if spec is None:
+                outcome = stub(call.name, "failed", "no tool of that name is offered")
+            elif (refusal := await _refusal(call, spec, approve)) is not None:
+                outcome = stub(call.name, "denied", refusal)
+            else:
+                outcome = await connections.call(spec, call.name, call.arguments)
             done = ToolResult(call, outcome)
             appended.append(result_message(done))
             yield done
     raise AssertionError("the last step offers no tools, so it answers")  # pragma: no cover
+
+
+async def _refusal(call: ToolCall, spec: McpServerSpec, approve: Approve | None) -> str | None:
+    """Why the call may not run: its server wants the owner's approval, not given."""
+    if spec.approval != "always":
+        return None
+    decision = await approve(call, spec) if approve is not None else "denied"
+    return None if decision == "allowed" else DECLINED[decision]
 
 
 def _refit(

@@ -112,6 +112,12 @@ class Feedback:
 
 
 @dataclass
+class ToolCallDecision:
+    approve: bool
+    """true: run the call; false: the model is told the user declined it."""
+
+
+@dataclass
 class MessageRef:
     message_id: int
 
@@ -516,6 +522,24 @@ class ConversationController(Controller):
             "stopped": answer is not None,
             "assistant": message_dict(answer) if answer else None,
         }
+
+    @post("/{conversation_id:str}/tool-calls/{call_id:str}", status_code=HTTP_200_OK)
+    async def decide_tool_call(
+        self,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        call_id: FromPath[str],
+        data: JSONBody[ToolCallDecision],
+    ) -> dict[str, Any]:
+        """Allow or deny a tool call waiting for the owner (its server has `approval =
+        "always"`; the stream sent an `approval` event). 404 when no such call waits in
+        the caller's conversation, 409 when it was decided already (or its wait ended);
+        `forwarded` when another worker writes the answer (PostgreSQL)."""
+        if not isinstance(data.approve, bool):
+            raise InvalidInput("'approve' is true or false")
+        how = await chat.approver.decide(owner, conversation_id, call_id, data.approve)
+        return {"id": call_id, "approve": data.approve, how: True}
 
 
 class TurnController(Controller):

@@ -21,10 +21,13 @@ from collections.abc import AsyncGenerator, Iterator
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 
+from sqlmodel import Session, col, select
+
 from webapp.chat.answering.notify import AnswerNotices, PollingNotices
 from webapp.chat.answering.pieces import FollowedText
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import Message, Role, Status
+from webapp.chat.web.tool_views import ToolPart, ToolParts, is_step, steps_of
 from webapp.errors import NotFound
 from webapp.limits import Places
 from webapp.llm.providers.base import Prefill
@@ -40,6 +43,9 @@ class Snapshot:
     """How far the engine has read the prompt, while no text has come (another worker's
     answers too on PostgreSQL, where its writer announces it; not on SQLite, whose
     workers hear each other by polling rows that do not hold it)."""
+    tools: tuple[ToolPart, ...] = ()
+    """The answer's tool calls so far (this worker's answers: from its events; others'
+    show them once stored and read again)."""
 
 
 class Watchers:
@@ -135,21 +141,49 @@ async def snapshots_of(
     # A batch at a time (what came since the last look): a burst of thousands of pieces
     # makes one snapshot, not one each, so it cannot hold the loop.
     prefill: Prefill | None = None
+    tools = ToolParts()  # its calls, their approvals and results, as they happen
     async for batch in running.channel.batches():
         pieces = [event.data["text"] for event in batch if event.name == "delta"]
         read = [Prefill(**event.data) for event in batch if event.name == "progress"]
+        called = [tools.add(event.name, event.data) for event in batch]
         if any(event.name == "fit" for event in batch):
             user = await chat.reader.message(owner, conversation_id, id_of(user))
-        elif not pieces and not read:
+        elif not pieces and not read and not any(called):
             continue
         text += "".join(pieces)
         prefill = None if text else (read[-1] if read else prefill)
         if len(text) >= floor:
             shown = answer.model_copy(update={"content": text})
-            yield Snapshot(shown, user, final=False, prefill=prefill)
+            yield Snapshot(shown, user, final=False, prefill=prefill, tools=tools.parts)
     final = await chat.reader.message(owner, conversation_id, answer_id)
     user = await chat.reader.message(owner, conversation_id, id_of(user))
-    yield Snapshot(final, user, final=True)
+    yield Snapshot(final, user, final=True, tools=tools.parts or await stored_tools(chat, final))
+
+
+STEPS_READ = 500
+"""The most rows of one answer's tool steps a final snapshot reads (its calls are bounded
+by `max_tool_steps` each a few calls: far fewer)."""
+
+
+async def stored_tools(chat: ChatJobs, answer: Message) -> tuple[ToolPart, ...]:
+    """The answer's tool calls as stored (the rows of its steps, stored after it): what a
+    final snapshot shows when it did not see them happen."""
+
+    def read(session: Session) -> list[Message]:
+        rows = session.exec(
+            select(Message)
+            .where(Message.conversation_id == answer.conversation_id, Message.seq > answer.seq)
+            .order_by(col(Message.seq))
+            .limit(STEPS_READ)
+        ).all()
+        steps = []
+        for row in rows:
+            if not is_step(row):
+                break
+            steps.append(row)
+        return steps
+
+    return steps_of(await chat.db.read(read))
 
 
 def _unshared(chat: ChatJobs) -> AnswerNotices:
@@ -184,7 +218,8 @@ async def _follow_stored(
             state = (len(shown.content), answer.status, user.dropped_turns, prefill)
             if state != seen or final:
                 seen = state
-                yield Snapshot(shown, user, final=final, prefill=prefill)
+                tools = await stored_tools(chat, answer) if final else ()
+                yield Snapshot(shown, user, final=final, prefill=prefill, tools=tools)
             if final:
                 return
             # A writer that died sends no notice; its answer is reaped once it has been

@@ -333,9 +333,9 @@ class LiveAnswer:
     @staticmethod
     def _turn_of(snapshot: Snapshot) -> object:
         """What the turn around the answer shows, to tell when it changed (a fit made
-        later, a new status, the end)."""
+        later, a new status, a tool call's progress, the end)."""
         user = json.dumps(message_dict(snapshot.user), default=str, sort_keys=True)
-        return (snapshot.final, snapshot.answer.status, user, snapshot.prefill)
+        return (snapshot.final, snapshot.answer.status, user, snapshot.prefill, snapshot.tools)
 
     def _wake(self) -> None:
         self._woken.set()

@@ -402,6 +402,21 @@ class ConversationPages(Controller):
     async def stop(self, chat: Chat, conversation: FoundConversation) -> None:
         await chat.stopper.stop(conversation.owner, conversation.id)
 
+    @post("/tool-calls/{call_id:str}", status_code=204)
+    async def decide_tool_call(
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        conversation: FoundConversation,
+        call_id: FromPath[str],
+    ) -> None:
+        """Allow or Deny pressed on a tool call's prompt (`approve`: "true" or "false"); the
+        answer's stream then shows the decision (`approval`) and the call's result."""
+        said = await form_field(request, "approve")
+        if said not in ("true", "false"):
+            raise InvalidInput("'approve' is true or false")
+        await chat.approver.decide(conversation.owner, conversation.id, call_id, said == "true")
+
     @get("/answers/{answer_id:int}/stream")
     async def answer_stream(
         self,
@@ -440,7 +455,9 @@ class ConversationPages(Controller):
                 "chat/_stream_update.html",
                 **_context(
                     conversation,
-                    answer=answer_view(snapshot.answer, snapshot.user, snapshot.prefill),
+                    answer=answer_view(
+                        snapshot.answer, snapshot.user, snapshot.prefill, snapshot.tools
+                    ),
                     user=message_views([snapshot.user], alternatives)[0],
                 ),
             )

@@ -16,6 +16,7 @@ from webapp.chat.stored.history import is_replayable
 from webapp.chat.stored.models import Conversation, Message, Role, Status
 from webapp.chat.stored.serialize import left_out_words, status_label
 from webapp.chat.web.file_views import FileView, sent_files
+from webapp.chat.web.tool_views import ToolPart, is_step, steps_of
 from webapp.llm.clearing import said
 from webapp.llm.providers.base import Prefill
 from webapp.stored import id_of
@@ -43,6 +44,8 @@ class MessageView:
     explains the answer's cache note."""
     prefill: Prefill | None = None
     """On an answer that has no text yet: how far the engine has read the prompt."""
+    tools: tuple[ToolPart, ...] = ()
+    """On an answer: the tool calls made for it, in order (`tool_views`)."""
 
     @property
     def left_out(self) -> list[list[int]]:
@@ -214,11 +217,14 @@ def cut_line_words(dropped: int, *, preview: bool = False) -> str:
 
 
 def answer_view(
-    answer: Message, user: Message | None, prefill: Prefill | None = None
+    answer: Message,
+    user: Message | None,
+    prefill: Prefill | None = None,
+    tools: tuple[ToolPart, ...] = (),
 ) -> MessageView:
-    """An answer shown on its own (a stream's snapshot), with the user row it answers and
-    how far the engine has read the prompt, while it has sent no text."""
-    return MessageView(answer, asked_by=user, prefill=prefill)
+    """An answer shown on its own (a stream's snapshot), with the user row it answers, how
+    far the engine has read the prompt while it has sent no text, and its tool calls."""
+    return MessageView(answer, asked_by=user, prefill=prefill, tools=tools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +391,15 @@ def message_views(
     rows: list[Message], alternatives: Mapping[int, Alternatives] | None = None
 ) -> list[MessageView]:
     alternatives = alternatives or {}
-    views = [MessageView(row, alternatives.get(id_of(row))) for row in rows]
+    views: list[MessageView] = []
+    steps: list[Message] = []
+    for row in rows:  # a turn's tool steps are stored after its answer: shown in it
+        if is_step(row):
+            steps.append(row)
+            continue
+        _take_steps(views, steps)
+        views.append(MessageView(row, alternatives.get(id_of(row))))
+    _take_steps(views, steps)
     for user, answer in pairwise(views):
         if user.is_user and not answer.is_user and parent_of(answer.row) == user.row.seq:
             answer.asked_by = user.row
@@ -394,6 +408,13 @@ def message_views(
             never = done and not is_replayable(answer.row.status, answer.row.content)
             user.never_sent = answer.never_sent = never
     return views
+
+
+def _take_steps(views: list[MessageView], steps: list[Message]) -> None:
+    """Give the tool steps read so far to the answer they belong to (the last view)."""
+    if steps and views and not views[-1].is_user:
+        views[-1].tools = steps_of(steps)
+    steps.clear()
 
 
 def last_fit(rows: list[Message]) -> Meter | None:
