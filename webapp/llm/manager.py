@@ -265,6 +265,8 @@ class LLMManager:
             # The kept cut was sized for the route's first model; another starts afresh.
             keep_from=transcript.keep_from if model is route.primary else 0,
             unread_before=transcript.omitted_turns > 0,
+            summary=transcript.summary.index if transcript.summary else None,
+            summary_room=transcript.summary.room if transcript.summary else 0,
         )
         if transcript.omitted_turns:
             result = dataclasses.replace(

@@ -89,6 +89,9 @@ def fit_columns(fit: FitResult, transcript: Transcript) -> dict[str, object]:
         "fit_trim_to": fit.trim_to,
         "fit_cut_moved": fit.cut_moved,
         "fit_attachments": attachments_fit(fit, transcript),
+        "fit_summary": (
+            transcript.summary.version if transcript.summary and fit.summary_sent else None
+        ),
     }
 
 

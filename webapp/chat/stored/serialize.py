@@ -30,6 +30,7 @@ FIT_COLUMNS = {
     "trim_to": "fit_trim_to",
     "cut_moved": "fit_cut_moved",
     "instructions_tokens": "fit_instructions_tokens",
+    "summary": "fit_summary",
 }
 """The `fit` object's keys and the user-row columns they are read from (and, on import,
 written back to)."""
