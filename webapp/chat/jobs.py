@@ -35,6 +35,7 @@ from webapp.chat.send import Sender
 from webapp.chat.sending.admission import Admission, CallerQuota
 from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.sending.preview import Previewer
+from webapp.chat.summarizing import Summarizer
 from webapp.db import Database
 from webapp.llm.catalog import Catalog
 from webapp.llm.manager import LLMManager
@@ -106,7 +107,8 @@ def chat_jobs(
         announce=db.dialect == "postgresql",
     )
     stopper = AnswerStopper(db, answers)
-    writer = AnswerWriter(db, manager, settings, flusher, answers)
+    summarizer = Summarizer(db, manager, settings)
+    writer = AnswerWriter(db, manager, settings, flusher, answers, summarizer=summarizer)
     admission = Admission(settings, quotas)
     sender = Sender(db, manager, settings, reader, titler, writer, stopper, admission)
     previewer = Previewer(db, manager, settings, recent)

@@ -32,7 +32,10 @@ SUMMARY_SHARE = 0.10
 
 HEADING = "Summary of the earlier part of this conversation, which is no longer shown in full:"
 ACKNOWLEDGEMENT = "Understood. I will rely on this summary for that part of the conversation."
-EMPTY: tuple[Message, Message] = ({"role": "user", "content": ""}, {"role": "assistant", "content": ""})
+EMPTY: tuple[Message, Message] = (
+    {"role": "user", "content": ""},
+    {"role": "assistant", "content": ""},
+)
 """An empty slot: it keeps its room and is never sent."""
 
 
@@ -45,8 +48,10 @@ def summary_tokens(configured: int | None, budget: int) -> int:
 def room_for(tokens: int) -> int:
     """A slot's room in raw-estimate tokens: the summary and its wrapping."""
     wrapped = slot_messages("")
-    return tokens + estimate_message({"role": "user", "content": HEADING}) + estimate_message(
-        wrapped[1] | {"content": ACKNOWLEDGEMENT}
+    return (
+        tokens
+        + estimate_message({"role": "user", "content": HEADING})
+        + estimate_message(wrapped[1] | {"content": ACKNOWLEDGEMENT})
     )
 
 
@@ -93,7 +98,9 @@ class Folding:
     """The opening of the first message the new summary does not cover."""
 
 
-def folding(transcript: Transcript, fit: FitResult, left_out: Sequence[Sequence[int]]) -> Folding | None:
+def folding(
+    transcript: Transcript, fit: FitResult, left_out: Sequence[Sequence[int]]
+) -> Folding | None:
     """What the move `fit` made folds into the summary (None: it left nothing new out, or
     the summary could not go with it). `left_out` are the send's stored spans (seqs)."""
     slot, positions = transcript.summary, transcript.positions
@@ -115,9 +122,7 @@ def folding(transcript: Transcript, fit: FitResult, left_out: Sequence[Sequence[
     if following:
         text = transcript.messages[following[0]].get("content")
         first_kept = text[:80] if isinstance(text, str) else None
-    return Folding(
-        (first_seq, last_seq), prior[folded[0]] + 1, prior[folded[-1]] + 1, first_kept
-    )
+    return Folding((first_seq, last_seq), prior[folded[0]] + 1, prior[folded[-1]] + 1, first_kept)
 
 
 def instruction(
@@ -161,7 +166,12 @@ def instruction(
 
 
 def with_new_summary(
-    transcript: Transcript, fit: FitResult, content: str, version: int, summary_id: int, covers: Span
+    transcript: Transcript,
+    fit: FitResult,
+    content: str,
+    version: int,
+    summary_id: int,
+    covers: Span,
 ) -> tuple[Transcript, FitResult]:
     """The plan's transcript and fit with a new summary in the slot (the room it was sized
     at is unchanged, so the fit stays within its budget)."""
@@ -195,9 +205,9 @@ def with_new_summary(
     fit = dataclasses.replace(
         fit,
         messages=sent,
-        raw_estimate=fit.raw_estimate + sum(estimates[slot.index : slot.index + 2]) - (
-            old_size if found else 0
-        ),
+        raw_estimate=fit.raw_estimate
+        + sum(estimates[slot.index : slot.index + 2])
+        - (old_size if found else 0),
         counted_tokens=None,
         sent_messages=fit.sent_messages + added,
         summary_sent=True,

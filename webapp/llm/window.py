@@ -311,9 +311,7 @@ def fit(
         kept.add(t)
         return True
 
-    pins = sorted(
-        {turn_of[i] for i in pinned if i in turn_of} - floor_turns - {slot}, reverse=True
-    )
+    pins = sorted({turn_of[i] for i in pinned if i in turn_of} - floor_turns - {slot}, reverse=True)
     summary_dropped = False
     if slot is not None and slot not in floor_turns:
         # The summary goes before any pin: it is kept only if head, every pin, it and the

@@ -31,6 +31,7 @@ from webapp.chat.answering.tool_loop import Answered, Stepped, ToolCall, ToolRes
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
 from webapp.chat.stored.serialize import message_dict
+from webapp.chat.summarizing import Summarizer
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
@@ -282,7 +283,9 @@ class AnswerWriter:
         flusher: AnswerFlusher,
         answers: AnswerRegistry,
         tools: McpConnections | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
+        self._summarizer = summarizer
         self._db = db
         self._manager = manager
         self._settings = settings
@@ -291,8 +294,10 @@ class AnswerWriter:
         self._tools = tools if tools is not None else McpConnections()
 
     async def aclose(self) -> None:
-        """End the MCP sessions this process's answers held open."""
+        """End the MCP sessions this process's answers held open, and summary calls."""
         await self._tools.aclose()
+        if self._summarizer is not None:
+            await self._summarizer.shutdown()
 
     def start(
         self,
@@ -378,6 +383,12 @@ class AnswerWriter:
         if isinstance(planned, RoutingError):
             raise planned
         progress.trying = planned.fit.model
+        if self._summarizer is not None and progress.earlier is None:
+            # A move of the cut folds what it left out into the summary first (briefly).
+            summarized = await self._summarizer.at_send(user, planned)
+            if summarized is not planned and summarized.transcript.summary is not None:
+                user = updated(user, {"fit_summary": summarized.transcript.summary.version})
+                planned = summarized
         channel.publish(Event("fit", message_dict(user)))
         seconds = self._settings.file_read_seconds
         planned = await with_pictures(self._db, self._manager, planned, seconds)

@@ -131,7 +131,9 @@ def read_for_send(
     cut = previous.kept_from if previous and previous.model == route.primary.name else 0
     system = with_instructions(route.configuration.system_prompt, instructions)
     system_message = {"role": "system", "content": system} if system else None
-    slot, slot_text = summary_slot(connection, manager, conversation, route, tail, previous, max_tokens)
+    slot, slot_text = summary_slot(
+        connection, manager, conversation, route, tail, previous, max_tokens
+    )
     transcript = load_transcript(
         connection,
         conversation.id,

@@ -54,8 +54,8 @@ from sqlalchemy import ColumnElement, Connection, Integer, Select, bindparam, se
 from sqlmodel import col
 
 from webapp.chat.stored.models import REPLAYABLE, Message, Role, Status
-from webapp.llm.providers.base import Message as WireMessage
 from webapp.llm.estimator import estimate_message
+from webapp.llm.providers.base import Message as WireMessage
 from webapp.llm.summaries import slot_messages
 from webapp.llm.window import Positions, SummarySlot, Transcript, kept_from
 from webapp.prepared import Prepared

@@ -41,7 +41,9 @@ def of_version(summaries: Sequence[Summary], version: int | None) -> Summary | N
     return matching[-1] if matching else None
 
 
-def add_version(connection: Connection, conversation_id: str, branch: Branch, values: dict[str, Any]) -> Summary:
+def add_version(
+    connection: Connection, conversation_id: str, branch: Branch, values: dict[str, Any]
+) -> Summary:
     """Store a new version on `branch`: one more than the newest that applies there."""
     known = on_branch(connection, conversation_id, branch)
     version = (known[-1].version if known else 0) + 1
