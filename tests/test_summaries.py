@@ -6,6 +6,7 @@ a summary that does not fit."""
 
 from __future__ import annotations
 
+import asyncio
 from itertools import pairwise
 from typing import Any
 
@@ -121,3 +122,153 @@ async def test_a_summary_never_covers_a_turn_the_same_request_sends(
     for index in calls:
         record = records[index]
         assert record.cached_tokens >= 0.9 * record.prompt_tokens, record
+
+
+LONG = "lorem ipsum " * 80
+
+
+async def until_a_move(
+    chat: ChatJobs, conversation_id: str, start: int, before_move: Any = None
+) -> tuple[Message, int]:
+    """Send turns until one moves the cut; `before_move()` runs right before that send."""
+    for index in range(start, start + 40):
+        text = f"message {index}: {LONG}"
+        if before_move is not None:
+            preview = await chat.previewer.preview(OWNER, conversation_id, text)
+            if preview.fit_cut_moved:
+                before_move()
+        user, _ = await say(chat, conversation_id, text)
+        if user.fit_cut_moved:
+            return user, index + 1
+    raise AssertionError("the cut never moved")
+
+
+@pytest.mark.settings(extra=SUMMARIZING, **SERVICE, rate_limit_messages=0, summary_wait_seconds=0.3)
+async def test_a_slow_summary_is_carried_from_the_next_move_on(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.editor.create(OWNER, "summed")
+    first, at = await until_a_move(chat, conversation.id, 0)
+    assert first.fit_summary == 1
+    slow, at = await until_a_move(
+        chat, conversation.id, at, before_move=lambda: upstream.stall(30.0)
+    )
+    assert slow.fit_summary == 1, "the move went with the summary before"
+    upstream.end_stalls()
+    for _ in range(100):
+        if len(await chat.reader.summaries(OWNER, conversation.id)) == 2:
+            break
+        await asyncio.sleep(0.1)
+    late = (await chat.reader.summaries(OWNER, conversation.id))[-1]
+    assert late.version == 2 and late.last_seq == (slow.fit_left_out or [])[-1][1]
+    following, _ = await say(chat, conversation.id, f"message {at}: {LONG}")
+    assert not following.fit_cut_moved and following.fit_summary == 1
+    upstream.forget_requests()
+    moved, _ = await until_a_move(chat, conversation.id, at + 1)
+    assert moved.fit_summary == 3
+    call = next(wire(r) for r in upstream.requests if is_summary_call(r))
+    assert late.content in call[-1]["content"], "the late summary is the new one's base"
+
+
+async def test_a_failed_summary_call_sends_the_one_before_and_the_next_covers_the_gap(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.editor.create(OWNER, "summed")
+    _, at = await until_a_move(chat, conversation.id, 0)
+    failed, at = await until_a_move(
+        chat, conversation.id, at, before_move=lambda: upstream.fail_next(400)
+    )
+    assert failed.fit_summary == 1 and failed.status == "complete"
+    assert len(await chat.reader.summaries(OWNER, conversation.id)) == 1
+    upstream.forget_requests()
+    moved, _ = await until_a_move(chat, conversation.id, at)
+    assert moved.fit_summary == 2
+    summaries = await chat.reader.summaries(OWNER, conversation.id)
+    assert summaries[-1].last_seq == (moved.fit_left_out or [])[-1][1]
+    instruction = next(wire(r) for r in upstream.requests if is_summary_call(r))[-1]
+    # The turns the failed move left out are not in the replayed request: quoted instead.
+    assert "not shown above" in instruction["content"]
+    first_gap = summaries[0].last_seq + 1
+    assert f"message {(first_gap - 1) // 2}:" in instruction["content"]
+
+
+SQUEEZED = """
+[[configurations]]
+name = "squeezed"
+model = "medium"
+system_prompt = "You are a test model."
+summarize = true
+summary_max_tokens = 2000
+"""
+
+
+@pytest.mark.settings(extra=SQUEEZED, **SERVICE, rate_limit_messages=0)
+async def test_when_pins_and_the_summary_do_not_fit_the_summary_goes_first(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.editor.create(OWNER, "squeezed")
+    users = await converse(chat, upstream, conversation.id, 12)
+    assert any(u.fit_summary for u in users), "alone it fits"
+    for user in users[1:9]:
+        await chat.editor.pin(OWNER, conversation.id, user.id or 0)
+    pinned, _ = await say(chat, conversation.id, f"message 12: {LONG}")
+    request = wire(upstream.requests[-1])
+    assert pinned.fit_summary is None and pinned.fit_pins_dropped == 0
+    assert not any(m["content"].startswith(HEADING) for m in request)
+    assert all(any(m["content"] == u.content for m in request) for u in users[1:9])
+
+
+async def test_an_edit_of_a_covered_turn_never_reuses_its_summary(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.editor.create(OWNER, "summed")
+    users = await converse(chat, upstream, conversation.id, 30)
+    summaries = await chat.reader.summaries(OWNER, conversation.id)
+    assert summaries and users[-1].fit_summary
+    covered = users[2]  # seq 5, inside every summary
+    assert summaries[0].first_seq <= covered.seq <= summaries[0].last_seq
+    edited = await chat.sender.send(OWNER, conversation.id, "edited: " + LONG, edit_of=covered.id)
+    user, _ = await chat.sender.settle(edited)
+    assert user.fit_summary is None
+    assert not any(m["content"].startswith(HEADING) for m in wire(upstream.requests[-1]))
+    assert await chat.reader.summaries(OWNER, conversation.id) == []
+    # An edit after what the summary covers keeps it: the branch still passes through it.
+    await chat.editor.branch(OWNER, conversation.id, users[-1].id or 0)
+    later = await chat.sender.send(OWNER, conversation.id, "again: " + LONG, edit_of=users[-1].id)
+    again, _ = await chat.sender.settle(later)
+    assert again.fit_summary == summaries[-1].version
+
+
+async def test_a_pin_a_switch_and_an_edit_of_the_summary(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.editor.create(OWNER, "summed")
+    users = await converse(chat, upstream, conversation.id, 30)
+    newest = (await chat.reader.summaries(OWNER, conversation.id))[-1]
+    # A pinned covered turn is sent as itself, after the summary.
+    await chat.editor.pin(OWNER, conversation.id, users[3].id or 0)
+    pinned, _ = await say(chat, conversation.id, f"message 30: {LONG}")
+    request = wire(upstream.requests[-1])
+    assert pinned.fit_summary == newest.version
+    assert request[3]["content"] == f"{HEADING}\n\n{newest.content}"
+    assert request[5]["content"] == users[3].content
+    # The owner's edit is carried by the next send; the one after appends to it again.
+    edited = await chat.editor.edit_summary(OWNER, conversation.id, newest.id or 0, "EDITED")
+    assert edited.edited and edited.version == newest.version
+    after_edit, _ = await say(chat, conversation.id, f"message 31: {LONG}")
+    request = wire(upstream.requests[-1])
+    assert request[3]["content"] == f"{HEADING}\n\nEDITED"
+    if not after_edit.fit_cut_moved:
+        assert after_edit.fit_summary == newest.version
+    # Off for the conversation: no summary; on again: the newest applies.
+    await chat.editor.set_summarize(OWNER, conversation.id, False)
+    off, _ = await say(chat, conversation.id, f"message 32: {LONG}")
+    assert off.fit_summary is None
+    assert not any(m["content"].startswith(HEADING) for m in wire(upstream.requests[-1]))
+    await chat.editor.set_summarize(OWNER, conversation.id, True)
+    on, _ = await say(chat, conversation.id, f"message 33: {LONG}")
+    assert on.fit_summary is not None
+    # A configuration without summaries (the conversation's own choice still decides).
+    await chat.editor.set_configuration(OWNER, conversation.id, "plain")
+    plain, _ = await say(chat, conversation.id, f"message 34: {LONG}")
+    assert plain.fit_summary is not None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from typing import Any
 
 from sqlalchemy import select
@@ -25,7 +26,7 @@ from webapp.chat.stored.models import REPLAYABLE, Message, Summary
 from webapp.chat.stored.rows import set_columns
 from webapp.chat.stored.summaries import add_version, on_branch
 from webapp.db import Database
-from webapp.llm.estimator import estimate_text
+from webapp.llm.estimator import estimate_message, estimate_text
 from webapp.llm.manager import LLMManager, Plan, cache_marks
 from webapp.llm.providers.base import CallInfo
 from webapp.llm.summaries import (
@@ -33,15 +34,19 @@ from webapp.llm.summaries import (
     folding,
     instruction,
     replay,
+    squeezed,
     summary_tokens,
     with_new_summary,
 )
+from webapp.llm.window import SAFETY_FRACTION
 from webapp.settings import Settings
 from webapp.stored import id_of
 from webapp.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
+CHARS_PER_TOKEN = 3
+"""A low guess of characters per token, for cutting quoted turns to a token room."""
 GAP_CHARS = 40_000
 """At most this much text of folded turns the replayed request does not hold (after a
 summary that failed) is quoted in the instruction."""
@@ -111,6 +116,22 @@ class Summarizer:
         base, gap = await self._db.read(
             _base_and_gap, conversation_id, branch, slot.version, fold, first_kept
         )
+        # The call must fit the window: the summary's room shrinks (to a quarter at least;
+        # to half of what is free when turns must be quoted), and quoted turns are cut to
+        # the rest.
+        factor = self._manager.calibrator.factor(model.name, planned.caller)
+        window = self._manager.serving(model).window
+        bare = [*replayed, instruction(fold, tokens=tokens, base=base)]
+        used = math.ceil(sum(estimate_message(m) for m in bare) * factor)
+        free = window - used - math.ceil(window * SAFETY_FRACTION)
+        least = summary_tokens(route.configuration.summary_max_tokens, fit.budget) // 4
+        tokens = min(tokens, free if not gap else max(least, free // 2))
+        if tokens < least:
+            log.warning("the summary call does not fit the window of %s", model.name)
+            return None
+        if gap:
+            room = (free - tokens) * CHARS_PER_TOKEN
+            gap = squeezed(gap, room)
         asked = [*replayed, instruction(fold, tokens=tokens, base=base, gap=gap)]
         info = CallInfo(
             model=model.name,

@@ -218,3 +218,18 @@ def with_new_summary(
 def carried(slot: SummarySlot | None, fit: FitResult) -> int | None:
     """The version a send carries (None: no summary went with it)."""
     return slot.version if slot is not None and fit.summary_sent else None
+
+
+def squeezed(gap: Sequence[tuple[int, str, str]], chars: int) -> list[tuple[int, str, str]]:
+    """Quoted turns cut to about `chars` in all (each side of each turn to an equal share),
+    so a summary call that must quote turns its replayed request lacks still fits."""
+    if not gap or chars <= 0:
+        return []
+    share = max(40, chars // (2 * len(gap)))
+    return [
+        (number, _cut(question, share), _cut(answer, share)) for number, question, answer in gap
+    ]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
