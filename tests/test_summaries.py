@@ -11,6 +11,8 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.factories import OWNER, SERVICE, say
 from tests.upstream import FakeUpstream
@@ -272,3 +274,38 @@ async def test_a_pin_a_switch_and_an_edit_of_the_summary(
     await chat.editor.set_configuration(OWNER, conversation.id, "plain")
     plain, _ = await say(chat, conversation.id, f"message 34: {LONG}")
     assert plain.fit_summary is not None
+
+
+@settings(
+    max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sizes=st.lists(st.integers(80, 200), min_size=24, max_size=36))
+async def test_property_between_moves_requests_append_and_summaries_cover_only_unsent_turns(
+    chat: ChatJobs, upstream: FakeUpstream, sizes: list[int]
+) -> None:
+    """Random turn lengths: between two moves each request, summary included, is the
+    previous request plus its answer and the new turn; each summary call is the previous
+    request plus its answer and one instruction; no request sends a turn its summary covers."""
+    upstream.forget_requests()
+    conversation = await chat.editor.create(OWNER, "summed")
+    users = []
+    for index, size in enumerate(sizes):
+        user, _ = await say(chat, conversation.id, f"message {index}: " + "lorem ipsum " * size)
+        users.append(user)
+    summaries = {s.version: s for s in await chat.reader.summaries(OWNER, conversation.id)}
+    assert summaries, "the cut moved and the summary was written"
+    requests = upstream.requests
+    sends = [wire(r) for r in requests if not is_summary_call(r)]
+    for index, asked in enumerate(requests):
+        if is_summary_call(asked):
+            previous, call = wire(requests[index - 1]), wire(asked)
+            assert call[: len(previous)] == previous and len(call) == len(previous) + 2
+    for (_, before), (user, request) in pairwise(zip(users, sends, strict=True)):
+        if not user.fit_cut_moved:
+            assert request[: len(before)] == before and len(request) == len(before) + 2
+    for user, request in zip(users, sends, strict=True):
+        if user.fit_summary is not None:
+            covered = summaries[user.fit_summary].last_seq
+            assert request[3]["content"].startswith(HEADING)
+            seqs = [seq_of(m["content"]) for m in request[5:-1] if m["role"] == "user"]
+            assert all(s is not None and s > covered for s in seqs)
