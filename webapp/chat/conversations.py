@@ -200,6 +200,11 @@ class ConversationEditor:
                         insert(Message),
                         [{**values, "conversation_id": conversation.id} for values in chunk],
                     )
+                if imported.summaries:
+                    connection.execute(
+                        insert(Summary),
+                        [{**s, "conversation_id": conversation.id} for s in imported.summaries],
+                    )
 
         await self._db.write(store)
         for conversation, _ in prepared:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert, update
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from webapp.chat.stored.history import Branch
 from webapp.chat.stored.models import Summary
@@ -84,3 +84,17 @@ def summary_dict(row: Summary) -> dict[str, Any]:
 
 def _iso(value: datetime) -> str:
     return as_utc(value).isoformat().replace("+00:00", "Z")
+
+
+def export_summaries(session: Session, conversation_id: str) -> list[dict[str, Any]]:
+    """Every branch's summaries, as the JSON export carries them (and import reads)."""
+    rows = (
+        session.connection()
+        .execute(
+            select(*Summary.__table__.columns)  # type: ignore[attr-defined]
+            .where(col(Summary.conversation_id) == conversation_id)
+            .order_by(col(Summary.id))
+        )
+        .all()
+    )
+    return [summary_dict(as_loaded(Summary, dict(row._mapping))) for row in rows]

@@ -36,7 +36,7 @@ from webapp.chat.stored.models import Conversation, Message
 from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
 from webapp.chat.stored.presets import conversation_preset
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
-from webapp.chat.stored.summaries import summary_dict
+from webapp.chat.stored.summaries import export_summaries, summary_dict
 from webapp.chat.stored.titles import clean_title
 from webapp.chat.stored.transfer import (
     decode_export,
@@ -259,7 +259,13 @@ async def _json_pieces(
         lambda session: conversation_preset(session.connection(), conversation)
     )
     named = preset.name if preset is not None else None
-    head = {**export_json(conversation, [], named), "files": files, "messages": _MESSAGES_MARK}
+    summaries = await chat.db.read(export_summaries, conversation.id)
+    head = {
+        **export_json(conversation, [], named),
+        "files": files,
+        "summaries": summaries,
+        "messages": _MESSAGES_MARK,
+    }
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
