@@ -4,14 +4,16 @@ conversation, clear 4xx on bad input, and a JSON export and import that carry th
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
 
-from tests.factories import new_conversation
+from tests.factories import api_client, new_conversation
 from tests.upstream import FakeUpstream
+from webapp.settings import Settings
 
 SUMMARIZING = """
 [[configurations]]
@@ -83,8 +85,15 @@ async def test_summaries_are_shown_edited_and_switched_off(
     assert sent.json()["user"]["fit"]["summary"] is None
 
 
-async def test_an_export_and_its_import_carry_the_summaries(client: AsyncTestClient) -> None:
+async def test_an_export_its_import_and_the_admin_review_carry_the_summaries(
+    client: AsyncTestClient, settings: Settings
+) -> None:
     data = await summarized(client)
+    async with api_client(settings, "root", admin=True) as admin:
+        review = await admin.get(f"/admin/c/{data['id']}")
+    assert review.status_code == 200
+    assert "Summaries of what the cut left out" in review.text
+    assert html.escape(data["summaries"][-1]["content"], quote=False) in review.text
     exported = await client.get(f"/api/conversations/{data['id']}/export")
     document = json.loads(exported.content)
     assert [s["content"] for s in document["summaries"]] == [
