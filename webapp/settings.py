@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     summary_wait_seconds: float = Field(default=10.0, ge=0)
     """How long a send that moved the cut waits for the new summary of what it left out;
     past it the send goes with the summary before, and the new one is carried from the
-    next move on (`webapp.chat.summarizing`)."""
+    next move on (`webapp.chat.answering.summarizing`)."""
 
     model_titles: bool = True
     """After a conversation's first answer, ask its model for a short title (one call of

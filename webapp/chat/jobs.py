@@ -27,6 +27,7 @@ from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.notify import AnswerNotices, PollingNotices
 from webapp.chat.answering.reaping import Reaper
 from webapp.chat.answering.stopping import AnswerStopper
+from webapp.chat.answering.summarizing import Summarizer
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.naming import Titler
 from webapp.chat.presets import Presets
@@ -35,7 +36,6 @@ from webapp.chat.send import Sender
 from webapp.chat.sending.admission import Admission, CallerQuota
 from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.sending.preview import Previewer
-from webapp.chat.summarizing import Summarizer
 from webapp.db import Database
 from webapp.llm.catalog import Catalog
 from webapp.llm.manager import LLMManager

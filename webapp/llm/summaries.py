@@ -13,7 +13,7 @@ user message and an acknowledgement, so templates that want strictly alternating
 take it. Its room (`summary_max_tokens`) is kept on every send whether the slot holds a
 summary yet or not, so swapping a new one in never outgrows a fit. Pinned turns are
 sent as themselves and never folded. What this module does is pure: the job that makes
-the call and stores the versions is `webapp.chat.summarizing`.
+the call and stores the versions is `webapp.chat.answering.summarizing`.
 """
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ from sqlmodel import Session
 from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.pictures import with_pictures
 from webapp.chat.answering.reaping import INTERRUPTED_ERROR
+from webapp.chat.answering.summarizing import Summarizer
 from webapp.chat.answering.tool_loop import Answered, Stepped, ToolCall, ToolResult, run_tools
 from webapp.chat.stored.models import Message, Role, Status
 from webapp.chat.stored.rows import fit_columns, set_columns, store_counts, updated
 from webapp.chat.stored.serialize import message_dict
-from webapp.chat.summarizing import Summarizer
 from webapp.db import Database
 from webapp.llm.estimator import estimate_message
 from webapp.llm.manager import Counted, Delta, Finished, Fitted, LLMManager, Plan, Prefilling
