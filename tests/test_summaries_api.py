@@ -110,3 +110,42 @@ async def test_an_export_its_import_and_the_admin_review_carry_the_summaries(
         broken = {**document, "summaries": bad}
         refused = await client.post("/api/conversations/import", content=json.dumps(broken))
         assert refused.status_code == 400, refused.text
+
+
+async def test_the_page_opens_the_summary_from_the_cut_line_and_edits_it(
+    client: AsyncTestClient,
+) -> None:
+    """The page as alice's token reads it (pages take the API's bearer token too)."""
+    data = await summarized(client)
+    browser = client
+    base = f"/c/{data['id']}"
+    page = await browser.get(base)
+    assert page.status_code == 200
+    newest, older = data["summaries"][-1], data["summaries"][0]
+    carried = [m for m in data["messages"] if m["role"] == "user"][-1]["fit"]["summary"]
+    assert f'data-summary="{carried}"' in page.text
+    assert "The model sees a summary instead of the" in page.text
+    assert 'id="summary-dialog"' in page.text
+    assert html.escape(newest["content"], quote=False) in page.text
+    assert "cannot reuse the model's cached copy" in page.text
+
+    saved = await browser.post(
+        f"{base}/summary/{newest['id']}",
+        data={"content": "Edited on the page"},
+        follow_redirects=False,
+    )
+    assert saved.status_code == 303
+    shown = (await client.get(f"/api/conversations/{data['id']}")).json()
+    assert shown["summaries"][-1]["content"] == "Edited on the page"
+    for path, form in (
+        (f"{base}/summary/{older['id']}", {"content": "x"}),
+        (f"{base}/summary/{newest['id']}", {"content": " "}),
+        (f"{base}/summaries", {"summarize": "maybe"}),
+    ):
+        refused = await browser.post(path, data={**form})
+        assert refused.status_code == 400, (path, refused.text)
+
+    off = await browser.post(f"{base}/summaries", data={"summarize": "off"}, follow_redirects=False)
+    assert off.status_code == 303
+    assert (await client.get(f"/api/conversations/{data['id']}")).json()["summarize"] is False
+    assert "Turn summaries on for this conversation" in (await browser.get(base)).text
