@@ -19,6 +19,11 @@ Targets (issue 21): evaluated prompt tokens over the trimmed sends at most 1/4 o
 `trim_to = 1.0`'s at 4k and at most 1/6 at 32k; at least 60% of trimmed sends pure
 appends; median budget use of trimmed sends >= 0.75; no send refused.
 
+Then summaries (issue 41): the default configuration against the same with
+`summarize = true`, evaluated prompt tokens over every request the engine received,
+summary calls included: at most 1.15 times off's; the summary calls' prompt tokens at
+least 90% served from the cache. `--parts cut` or `--parts summaries` runs one half.
+
     make bench-cache
 """
 
