@@ -309,3 +309,20 @@ async def test_property_between_moves_requests_append_and_summaries_cover_only_u
             assert request[3]["content"].startswith(HEADING)
             seqs = [seq_of(m["content"]) for m in request[5:-1] if m["role"] == "user"]
             assert all(s is not None and s > covered for s in seqs)
+
+
+async def test_a_switch_to_a_configuration_without_summaries_sends_none(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    conversation = await chat.editor.create(OWNER, "summed")
+    users = await converse(chat, upstream, conversation.id, 24)
+    assert users[-1].fit_summary is not None
+    await chat.editor.set_configuration(OWNER, conversation.id, "plain")
+    plain, _ = await say(chat, conversation.id, f"message 24: {LONG}")
+    assert plain.fit_summary is None and plain.fit_cut_moved
+    assert not any(m["content"].startswith(HEADING) for m in wire(upstream.requests[-1]))
+    assert not any(is_summary_call(r) for r in upstream.requests[-1:])
+    await chat.editor.set_configuration(OWNER, conversation.id, "summed")
+    back, _ = await say(chat, conversation.id, f"message 25: {LONG}")
+    newest = (await chat.reader.summaries(OWNER, conversation.id))[-1]
+    assert back.fit_summary == newest.version, "back on, the newest that applies"
