@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlmodel import select
 
 from tests.factories import OWNER, SERVICE, say
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
-from webapp.chat.stored.models import Message
+from webapp.chat.stored.models import GatewayCall, Message
 from webapp.llm.summaries import HEADING
 
 SUMMARIZING = """
@@ -83,8 +84,9 @@ async def test_between_moves_every_request_appends_and_the_summary_call_replays(
     for request in summarized:
         assert request[3]["content"].startswith(HEADING) and request[4]["role"] == "assistant"
         assert HEADING not in request[0]["content"]
-    stored = (await chat.reader.get(OWNER, conversation.id)).id
-    assert stored
+    # Each summary call is recorded as a spending of kind "summary" (not a message).
+    kinds = await chat.db.read(lambda session: list(session.exec(select(GatewayCall.kind)).all()))
+    assert kinds.count("summary") == len(calls)
 
 
 def seq_of(content: str) -> int | None:
