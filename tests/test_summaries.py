@@ -19,7 +19,9 @@ from tests.factories import OWNER, SERVICE, say
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import GatewayCall, Message
-from webapp.llm.summaries import HEADING
+from webapp.llm.catalog import ModelSpec
+from webapp.llm.summaries import HEADING, slot_messages
+from webapp.llm.window import fit, kept_from
 
 SUMMARIZING = """
 [[configurations]]
@@ -328,3 +330,88 @@ async def test_a_switch_to_a_configuration_without_summaries_sends_none(
     back, _ = await say(chat, conversation.id, f"message 25: {LONG}")
     newest = (await chat.reader.summaries(OWNER, conversation.id))[-1]
     assert back.fit_summary == newest.version, "back on, the newest that applies"
+
+
+# ---- the fit's summary slot, without a service ---------------------------------------------
+
+SLOT_MODEL = ModelSpec(
+    name="m", provider="p", model_id="m", context_window=2048, max_output_tokens=256
+)
+
+
+def slotted(turns: int, summary: str) -> list[dict[str, Any]]:
+    """System prompt, head, the slot, then `turns` answered turns and a new one."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "terse"}]
+    messages += [{"role": "user", "content": "head " * 20}, {"role": "assistant", "content": "ok"}]
+    messages += list(slot_messages(summary))
+    for n in range(turns):
+        messages += [
+            {"role": "user", "content": f"q{n} " + "word " * 60},
+            {"role": "assistant", "content": f"a{n} " + "word " * 60},
+        ]
+    return [*messages, {"role": "user", "content": "new " * 10}]
+
+
+def test_an_empty_slot_keeps_its_room_and_sends_nothing() -> None:
+    messages = slotted(4, "")
+    without = fit(messages, SLOT_MODEL, summary=3, summary_room=0)
+    with_room = fit(messages, SLOT_MODEL, summary=3, summary_room=300)
+    assert not with_room.summary_sent and all(m["content"] for m in with_room.messages)
+    assert with_room.estimated_tokens >= without.estimated_tokens + 300
+    assert with_room.dropped_turns == 0 and with_room.kept_turns == 6
+
+
+def test_a_full_slot_is_sent_after_the_head_at_the_size_of_its_room() -> None:
+    messages = slotted(4, "what came before")
+    result = fit(messages, SLOT_MODEL, summary=3, summary_room=300)
+    assert result.summary_sent and result.messages[3]["content"].startswith(HEADING)
+    assert result.messages[4]["role"] == "assistant"
+    small = fit(messages, SLOT_MODEL, summary=3, summary_room=10)
+    assert result.estimated_tokens - small.estimated_tokens == 290
+
+
+def test_the_summary_goes_before_any_pin() -> None:
+    messages = slotted(12, "what came before")
+    pinned = [i for i, m in enumerate(messages[5:-1], 5) if m["role"] == "user"]
+    result = fit(messages, SLOT_MODEL, summary=3, summary_room=900, pinned=pinned)
+    assert result.summary_dropped and not result.summary_sent
+    assert not any(m["content"].startswith(HEADING) for m in result.messages)
+    assert result.pins_dropped < len(pinned)
+    roomy = fit(messages, SLOT_MODEL, summary=3, summary_room=20, pinned=pinned[:2])
+    assert roomy.summary_sent and not roomy.summary_dropped and roomy.pins_dropped == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(1, 140), min_size=3, max_size=40),
+    st.integers(0, 500),
+    st.sampled_from([0.5, 0.75, 0.9]),
+)
+def test_property_the_slot_never_breaks_an_append(
+    sizes: list[int], room: int, trim_to: float
+) -> None:
+    """Sends of a growing conversation with a slot of fixed content: between moves the
+    request is the previous one, its answer and the new turn, and the fit stays in budget."""
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "terse"},
+        {"role": "user", "content": "head"},
+        {"role": "assistant", "content": "ok"},
+        *slot_messages("a summary"),
+    ]
+    previous = None
+    for n, size in enumerate(sizes):
+        messages = [*history, {"role": "user", "content": f"q{n} " + "word " * size}]
+        result = fit(
+            messages,
+            SLOT_MODEL,
+            summary=3,
+            summary_room=room,
+            trim_to=trim_to,
+            keep_from=kept_from(previous.left_out) if previous is not None else 0,
+        )
+        if previous is not None and not result.cut_moved and not result.summary_dropped:
+            assert result.messages == [*previous.messages, history[-1], messages[-1]]
+        if not result.overflow_at_floor:
+            assert result.estimated_tokens <= result.budget
+        history = [*messages, {"role": "assistant", "content": f"a{n} " + "word " * size}]
+        previous = result
