@@ -121,7 +121,7 @@ def folding(
     first_kept = None
     if following:
         text = transcript.messages[following[0]].get("content")
-        first_kept = text[:80] if isinstance(text, str) else None
+        first_kept = text[:40] if isinstance(text, str) else None
     return Folding((first_seq, last_seq), prior[folded[0]] + 1, prior[folded[-1]] + 1, first_kept)
 
 
@@ -136,20 +136,17 @@ def instruction(
     a newer summary than the one the request carries (written after its send had gone);
     `gap` are (turn number, question, answer) of folded turns the request does not hold."""
     words = max(20, tokens * 3 // 4)
+    stop = (
+        f", stopping before the message that begins {fold.first_kept!r}" if fold.first_kept else ""
+    )
     parts = [
-        "Before we go on: the earlier part of this conversation is about to be removed from "
-        "it, and replaced by a summary you write now.",
-        f"Write one summary covering turns {fold.first_turn} to {fold.last_turn} (counting "
-        "the user's messages from 1), together with everything the summary at the start of "
-        "this conversation says, if there is one. Do not cover the opening exchange or "
-        "pinned turns: they stay as they are.",
+        f"Before we go on: summarize turns {fold.first_turn} to {fold.last_turn} of this "
+        f"conversation (user messages counted from 1){stop}, merged with the summary at its "
+        "start if there is one; your summary will replace them. Skip the opening exchange "
+        "and pinned turns: they stay."
     ]
-    if fold.first_kept:
-        parts.append(
-            "The summary stops before the user's message that begins: " + repr(fold.first_kept)
-        )
     if base:
-        parts.append("A newer summary of the earlier part, to start from:\n\n" + base)
+        parts.append("Start from this newer summary of the earlier part:\n\n" + base)
     if gap:
         quoted = "\n\n".join(
             f"Turn {number}, user: {question}\nTurn {number}, assistant: {answer}"
@@ -157,10 +154,9 @@ def instruction(
         )
         parts.append("These turns are not shown above; cover them too:\n\n" + quoted)
     parts.append(
-        "Keep facts, decisions, names, open questions and what the user asked for. Do not "
-        "turn code, JSON, numbers or exact values into prose: quote them verbatim, in "
-        "backticks or a code block, each marked with the turn it came from, as (turn 12). "
-        f"At most about {words} words. Answer with the summary only."
+        "Keep facts, decisions, names, open questions and requests. Quote code, JSON, "
+        "numbers and exact values verbatim in backticks, each with its turn, as (turn 12); "
+        f"never paraphrase them. At most about {words} words; answer with the summary only."
     )
     return {"role": "user", "content": "\n\n".join(parts)}
 
