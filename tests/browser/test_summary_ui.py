@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.axe import assert_accessible
 from tests.browser.conftest import OpenPage, Server, Servers
 from tests.upstream import FakeUpstream
 
@@ -47,7 +48,9 @@ def test_the_cut_line_opens_the_summary_which_the_owner_edits_and_turns_off(
     shown = api(server, "GET", path)
     newest = shown["summaries"][-1]
 
-    page = open_page(server, f"/c/{conversation['id']}", viewport=VIEWPORTS[viewport])
+    page = open_page(
+        server, f"/c/{conversation['id']}", viewport=VIEWPORTS[viewport], bypass_csp=True
+    )
     line = page.locator("#cut-line")
     expect(line).to_contain_text("The model sees a summary instead of the")
     read = line.get_by_role("button", name="Read the summary")
@@ -58,6 +61,7 @@ def test_the_cut_line_opens_the_summary_which_the_owner_edits_and_turns_off(
     box = dialog.get_by_label("Summary")
     expect(box).to_have_value(newest["content"])
     page.screenshot(path=str(artifacts / f"summary-dialog-{viewport}.png"))
+    assert_accessible(page, f"the summary dialog ({viewport})")
     box.fill("The ferry times: leaves at seven (turn 1), arrives at nine (turn 1).")
     dialog.get_by_role("button", name="Save the summary").click()
     expect(page.locator("#cut-line")).to_contain_text("summary instead")
