@@ -53,6 +53,10 @@ summary that failed) is quoted in the instruction."""
 
 
 class Summarizer:
+    """The process's summary calls: started by the answer that moved the cut, waited for
+    briefly, kept running past that wait (a late version is stored for the next move), and
+    cancelled at shutdown."""
+
     def __init__(self, db: Database, manager: LLMManager, settings: Settings) -> None:
         self._db, self._manager, self._settings = db, manager, settings
         self._running: set[asyncio.Task[Summary | None]] = set()
