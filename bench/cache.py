@@ -19,6 +19,11 @@ Targets (issue 21): evaluated prompt tokens over the trimmed sends at most 1/4 o
 `trim_to = 1.0`'s at 4k and at most 1/6 at 32k; at least 60% of trimmed sends pure
 appends; median budget use of trimmed sends >= 0.75; no send refused.
 
+Then summaries (issue 41): the default configuration against the same with
+`summarize = true`, evaluated prompt tokens over every request the engine received,
+summary calls included: at most 1.15 times off's; the summary calls' prompt tokens at
+least 90% served from the cache. `--parts cut` or `--parts summaries` runs one half.
+
     make bench-cache
 """
 
@@ -46,8 +51,19 @@ from webapp.llm.tokenizers import Tokenizers
 from webapp.settings import Settings
 
 WINDOWS = {"4k": 4096, "32k": 32768}
-RULES = {"plain": 1.0, "default": None}
+RULES = {"plain": 1.0, "default": None, "summed": None}
+"""The configurations of each window: the plain rule, the default, the default with
+summaries (`summarize = true`)."""
+CUT_RULES = ("plain", "default")
+SUMMARY_RULES = ("default", "summed")
+SUMMARY_TARGET = 1.15
+"""Evaluated prompt tokens with summaries, summary calls included, at most this times
+without (issue 41)."""
+SUMMARY_CACHED = 0.90
+"""The share of the summary calls' prompt tokens the engine's cache served, at least."""
 TARGET_RATIO = {"4k": 1 / 4, "32k": 1 / 6}
+SUMMARY_ASKS = "Before we go on:"
+"""How a summary call's instruction begins (`webapp.llm.summaries.instruction`)."""
 SCALE = {"4k": 1, "32k": 4}
 """Turn sizes grow with the window: about 150 tokens a turn at 4k (short questions and
 answers), about 550 at 32k (long answers)."""
@@ -83,6 +99,8 @@ max_output_tokens = 400
         )
         for rule, trim_to in RULES.items():
             line = f"trim_to = {trim_to}" if trim_to is not None else ""
+            if rule == "summed":
+                line = "summarize = true"
             parts.append(
                 f"""
 [[configurations]]
@@ -117,6 +135,14 @@ class Round:
     ttft_ms: list[float] = field(default_factory=list)
     refused: int = 0
     trimmed: int = 0
+    all_evaluated: int = 0
+    """Prompt tokens the engine evaluated over every request of the round, summary calls
+    included."""
+    summary_calls: int = 0
+    summary_prompt: int = 0
+    summary_cached: int = 0
+    carried: int = 0
+    """Sends that carried a summary."""
 
     def ttft_with_prefill(self, prefill_ms: float) -> list[float]:
         return [t + prefill_ms * e for t, e in zip(self.ttft_ms, self.evaluated, strict=True)]
@@ -177,25 +203,38 @@ async def one_round(
                 if event.name == "delta" and first is None:
                     first = time.perf_counter()
             user, answer = await chat_.sender.settle(send)
-            chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
-            request = wire(chats[-1])
+            sends = [
+                r
+                for r in upstream.requests
+                if r["path"] == "/v1/chat/completions"
+                and not wire(r)[-1][1].startswith(SUMMARY_ASKS)
+            ]
+            request = wire(sends[-1])
             if answer.status != Status.COMPLETE:
                 result.refused += 1
                 previous = None
                 continue
             if user.dropped_turns:
                 result.trimmed += 1
-                record = upstream.cache_log[-1]
+                record = upstream.cache_log[-1]  # the send's: a summary call comes before
                 result.evaluated.append(record.prompt_tokens - record.cached_tokens)
                 appended = previous is not None and request[: len(previous)] == previous
                 result.appends.append(appended and len(request) == len(previous or []) + 1)
                 result.fills.append(record.prompt_tokens / (user.fit_budget or 1))
                 result.ttft_ms.append(((first or time.perf_counter()) - started) * 1000)
             previous = [*request, ("assistant", answer.content)]
+            result.carried += user.fit_summary is not None
+        chats = [r for r in upstream.requests if r["path"] == "/v1/chat/completions"]
+        for asked, record in zip(chats, upstream.cache_log, strict=True):
+            result.all_evaluated += record.prompt_tokens - record.cached_tokens
+            if wire(asked)[-1][1].startswith(SUMMARY_ASKS):
+                result.summary_calls += 1
+                result.summary_prompt += record.prompt_tokens
+                result.summary_cached += record.cached_tokens
     return result
 
 
-async def main(turns: int, prefill_ms: float, windows: list[str]) -> None:
+async def main(turns: int, prefill_ms: float, windows: list[str], parts: list[str]) -> None:
     print(f"# prompt cache per trimmed send, {machine()}, revision {git_revision()}")
     print(
         f"# {turns} turns; fake llama.cpp engine with a prefix cache and exact counts; "
@@ -214,9 +253,9 @@ async def main(turns: int, prefill_ms: float, windows: list[str]) -> None:
         ) as upstream,
     ):
         folder = Path(tmp)
-        for window in windows:
+        for window in windows if "cut" in parts else ():
             rounds = {}
-            for rule in RULES:
+            for rule in CUT_RULES:
                 done = await one_round(upstream, folder, window, rule, turns)
                 rounds[rule] = done
                 share = sum(done.appends) / len(done.appends) if done.appends else 0.0
@@ -242,6 +281,32 @@ async def main(turns: int, prefill_ms: float, windows: list[str]) -> None:
                 failures.append(f"{window}: median budget use under 0.75")
             if plain.refused or default.refused:
                 failures.append(f"{window}: refused sends")
+        print(
+            "\n| window | summaries | sends carrying one | summary calls "
+            "| evaluated prompt tokens (all requests) | summary calls served from cache |"
+        )
+        print("|---|---|---|---|---|---|")
+        for window in windows if "summaries" in parts else ():
+            off = await one_round(upstream, folder, window, "default", turns)
+            on = await one_round(upstream, folder, window, "summed", turns)
+            for label, done in (("off", off), ("on", on)):
+                cached = done.summary_cached / done.summary_prompt if done.summary_prompt else 0
+                served = f"{cached:.1%}" if done.summary_calls else "-"
+                print(
+                    f"| {window} | {label} | {done.carried} | {done.summary_calls} | "
+                    f"{done.all_evaluated:,} | {served} |"
+                )
+            ratio = on.all_evaluated / max(1, off.all_evaluated)
+            print(f"| {window} | on / off | | | {ratio:.3f} (target <= {SUMMARY_TARGET}) | |")
+            share = on.summary_cached / on.summary_prompt if on.summary_prompt else 0.0
+            if not on.summary_calls:
+                failures.append(f"{window}: no summary was written")
+            if ratio > SUMMARY_TARGET:
+                failures.append(f"{window}: summaries evaluate {ratio:.3f} of off's tokens")
+            if share < SUMMARY_CACHED:
+                failures.append(f"{window}: summary calls {share:.1%} from cache")
+            if on.refused:
+                failures.append(f"{window}: refused sends with summaries")
     print()
     print("targets met" if not failures else "TARGETS MISSED: " + "; ".join(failures))
 
@@ -251,5 +316,6 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--prefill-ms", type=float, default=2.0)
     parser.add_argument("--windows", nargs="*", default=list(WINDOWS))
+    parser.add_argument("--parts", nargs="*", default=["cut", "summaries"])
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.turns, arguments.prefill_ms, arguments.windows))
+    asyncio.run(main(arguments.turns, arguments.prefill_ms, arguments.windows, arguments.parts))

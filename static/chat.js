@@ -183,6 +183,17 @@
     const notes = line.querySelector('[data-action="show-notes"]');
     notes.hidden = markers.length < 2;
     nameNotes(notes, markers.length, owner);
+    // With a summary the model reads instead of the turns above, the line opens it.
+    let read = line.querySelector('[data-action="open-summary"]');
+    if (!read) {
+      read = document.createElement("button");
+      read.type = "button";
+      read.className = "link";
+      read.dataset.action = "open-summary";
+      read.textContent = "Read the summary";
+      line.insertBefore(read, show);
+    }
+    read.hidden = !meter.dataset.summary || !document.getElementById("summary-dialog");
     if (line.nextElementSibling !== below) box.insertBefore(line, below);
   }
 
@@ -831,6 +842,9 @@
       const newest = markers[markers.length - 1];
       nameNotes(notes, markers.length, newest ? newest.closest(".message") : null);
     }
+    const read = event.target.closest('[data-action="open-summary"]');
+    const dialog = read && document.getElementById("summary-dialog");
+    if (dialog) dialog.showModal();
     const show = event.target.closest('[data-action="show-left-out"]');
     const marker = show && document.querySelector(`#${show.dataset.marker} .trim-marker`);
     if (marker) marker.open = !marker.open;

@@ -82,12 +82,14 @@ async def test_send_returns_both_rows_with_every_field(client: AsyncTestClient) 
         "trim_to",
         "cut_moved",
         "instructions_tokens",
+        "summary",
         "attachments_sent",
         "attachments_left_out",
         "cleared",
     }
     assert user["fit"]["counted_by"] == "estimate" and user["fit"]["left_out"] == []
     assert user["fit"]["trim_to"] == 0.75 and user["fit"]["cut_moved"] is False
+    assert user["fit"]["summary"] is None
     assert set(assistant["usage"]) == {
         *("prompt_tokens", "completion_tokens", "cached_tokens"),
         *("evaluated_tokens", "cache_write_tokens"),

@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     """How long reading one upload may take (decoding an image, extracting a PDF's text,
     in a child process); a file that takes longer is refused with a 422."""
 
+    summary_wait_seconds: float = Field(default=10.0, ge=0)
+    """How long a send that moved the cut waits for the new summary of what it left out;
+    past it the send goes with the summary before, and the new one is carried from the
+    next move on (`webapp.chat.answering.summarizing`)."""
+
     model_titles: bool = True
     """After a conversation's first answer, ask its model for a short title (one call of
     a few tokens, which the model's provider may bill); off, the first message's clean cut

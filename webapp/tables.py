@@ -2,7 +2,7 @@
 
 from webapp.accounts.models import ApiToken, LoginSession, User
 from webapp.chat.files.models import FileBlob, MessageFile, StoredFile
-from webapp.chat.stored.models import Conversation, GatewayCall, Message
+from webapp.chat.stored.models import Conversation, GatewayCall, Message, Summary
 from webapp.chat.stored.organising import ConversationTag
 from webapp.chat.stored.presets import Preset
 from webapp.chat.stored.shares import Share
@@ -24,5 +24,6 @@ __all__ = [
     "Preset",
     "Share",
     "StoredFile",
+    "Summary",
     "User",
 ]

@@ -45,7 +45,7 @@ from webapp.accounts.models import User, username_key
 from webapp.admin.listing import Listing, ReviewPaging
 from webapp.chat.stored.feedback import FEEDBACK
 from webapp.chat.stored.history import is_replayable
-from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.models import Conversation, Message, Role, Status, Summary
 from webapp.errors import InvalidInput, NotFound
 from webapp.owners import EMBED_OWNER_PREFIX
 from webapp.timeutil import as_utc, utcnow
@@ -226,6 +226,8 @@ class Review:
     trimmed_sends: int = 0
     """Trimmed sends of the whole history."""
     paging: ReviewPaging = field(default_factory=ReviewPaging)
+    summaries: list[Summary] = field(default_factory=list)
+    """Every summary of what the cut left out, of every branch, oldest first."""
 
     @property
     def pages(self) -> int:
@@ -709,6 +711,13 @@ def review(session: Session, conversation_id: str, paging: ReviewPaging | None =
         turns=len(starts),
         trimmed_sends=trimmed_sends,
         paging=paging,
+        summaries=list(
+            session.exec(
+                select(Summary)
+                .where(col(Summary.conversation_id) == conversation_id)
+                .order_by(col(Summary.id))
+            ).all()
+        ),
     )
 
 

@@ -17,11 +17,12 @@ from webapp.chat.stored.branches import leaf_through, renumbered, whole_branch
 from webapp.chat.stored.chatgpt import Skipped, parse_chatgpt
 from webapp.chat.stored.feedback import toggled
 from webapp.chat.stored.history import is_replayable, read_branch
-from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.models import Conversation, Message, Role, Status, Summary
 from webapp.chat.stored.organising import BULK_MAX, BulkAction, Kind, set_tags, tags_of
 from webapp.chat.stored.presets import Preset, default_preset, owned_preset, preset_named
 from webapp.chat.stored.rows import check_id, owned_in, row_in
 from webapp.chat.stored.steps import turn_end
+from webapp.chat.stored.summaries import edit_newest
 from webapp.chat.stored.titles import DEFAULT_TITLE, clean_title, fork_title, import_title
 from webapp.chat.stored.transfer import Imported, decode_export, parse_export
 from webapp.db import Database, as_loaded
@@ -200,6 +201,11 @@ class ConversationEditor:
                         insert(Message),
                         [{**values, "conversation_id": conversation.id} for values in chunk],
                     )
+                if imported.summaries:
+                    connection.execute(
+                        insert(Summary),
+                        [{**s, "conversation_id": conversation.id} for s in imported.summaries],
+                    )
 
         await self._db.write(store)
         for conversation, _ in prepared:
@@ -345,6 +351,28 @@ class ConversationEditor:
         )
         self._recent.remember(conversation_id, configuration)
         return conversation
+
+    async def set_summarize(
+        self, owner: str, conversation_id: str, summarize: bool
+    ) -> Conversation:
+        """Turn summaries of what the cut left out on or off for this conversation (its
+        configuration's `summarize` no longer decides). The request changes right after
+        the head, so the next send starts its cut afresh."""
+        return await self._change(owner, conversation_id, summarize=summarize, cut_reset=True)
+
+    async def edit_summary(
+        self, owner: str, conversation_id: str, summary_id: int, content: str
+    ) -> Summary:
+        """The owner's edit of the active branch's newest summary: the next send carries it
+        (one cache miss: the request changes right after the head)."""
+
+        def change(session: Session) -> Summary:
+            conversation = self._reader.owned(session, owner, conversation_id)
+            connection = session.connection()
+            branch = read_branch(connection, conversation_id, conversation.active_seq)
+            return edit_newest(connection, conversation_id, branch, summary_id, content)
+
+        return await self._db.write(change)
 
     async def set_preset(
         self, owner: str, conversation_id: str, preset_id: int | None

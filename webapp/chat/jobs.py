@@ -31,6 +31,7 @@ from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.notify import AnswerNotices, PollingNotices
 from webapp.chat.answering.reaping import Reaper
 from webapp.chat.answering.stopping import AnswerStopper
+from webapp.chat.answering.summarizing import Summarizer
 from webapp.chat.conversations import ConversationEditor
 from webapp.chat.naming import Titler
 from webapp.chat.presets import Presets
@@ -114,7 +115,10 @@ def chat_jobs(
     )
     stopper = AnswerStopper(db, answers)
     approvals = approvals if approvals is not None else Approvals()
-    writer = AnswerWriter(db, manager, settings, flusher, answers, approvals=approvals)
+    summarizer = Summarizer(db, manager, settings)
+    writer = AnswerWriter(
+        db, manager, settings, flusher, answers, approvals=approvals, summarizer=summarizer
+    )
     admission = Admission(settings, quotas)
     sender = Sender(db, manager, settings, reader, titler, writer, stopper, admission)
     previewer = Previewer(db, manager, settings, recent)

@@ -10,10 +10,11 @@ from webapp.chat.answering.reaping import Reaper
 from webapp.chat.sending.counting import RecentConfigurations
 from webapp.chat.stored.branches import Alternatives, alternatives, newest_on_branch, whole_branch
 from webapp.chat.stored.history import read_branch
-from webapp.chat.stored.models import Conversation, Message, Role, Status
+from webapp.chat.stored.models import Conversation, Message, Role, Status, Summary
 from webapp.chat.stored.organising import ConversationTag, clean_tag, tagged, tags_of
 from webapp.chat.stored.rows import check_id
 from webapp.chat.stored.search import Hit, search_messages, search_words
+from webapp.chat.stored.summaries import on_branch
 from webapp.db import Database
 from webapp.errors import Conflict, InvalidInput, NotFound
 
@@ -123,6 +124,17 @@ class ConversationReader:
             connection = session.connection()
             branch = read_branch(connection, conversation_id, conversation.active_seq)
             return conversation, whole_branch(connection, conversation_id, branch)
+
+        return await self._db.read(read)
+
+    async def summaries(self, owner: str, conversation_id: str) -> list[Summary]:
+        """The summaries of the active branch, oldest version first."""
+
+        def read(session: Session) -> list[Summary]:
+            conversation = self.owned(session, owner, conversation_id)
+            connection = session.connection()
+            branch = read_branch(connection, conversation_id, conversation.active_seq)
+            return on_branch(connection, conversation_id, branch)
 
         return await self._db.read(read)
 

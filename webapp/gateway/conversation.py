@@ -81,6 +81,7 @@ def _report(conversation_id: str, configuration: str, user: Message) -> dict[str
         "counted_by": user.fit_counted_by,
         "trim_to": user.fit_trim_to,
         "cut_moved": bool(user.fit_cut_moved),
+        "summary": user.fit_summary,
         "cached_tokens": None,
     }
 

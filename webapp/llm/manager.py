@@ -267,6 +267,8 @@ class LLMManager:
             unread_before=transcript.omitted_turns > 0,
             clear_keep=transcript.clear_keep,
             cleared_through=transcript.cleared_through if model is route.primary else 0,
+            summary=transcript.summary.index if transcript.summary else None,
+            summary_room=transcript.summary.room if transcript.summary else 0,
         )
         if transcript.omitted_turns:
             result = dataclasses.replace(

@@ -78,6 +78,29 @@ class FitResult:
     cleared: tuple[tuple[int, int], ...] = ()
     """Tool results sent as stubs (`webapp.llm.clearing`): (index into the messages given
     to fit(), the result's tokens)."""
+    summary_sent: bool = False
+    """The transcript's summary went with the send (see `SummarySlot`)."""
+    summary_dropped: bool = False
+    """Head, pins, summary and newest turn did not fit: the summary went first."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummarySlot:
+    """Where a transcript keeps the summary of what its cut left out (`webapp.llm.summaries`):
+    a user message and its acknowledgement right after the head, so templates that want
+    strictly alternating roles take it. The slot is sized at `room` whatever it holds, so
+    a new summary swapped in at a move never outgrows the fit it was planned in; an empty
+    slot (no summary yet) keeps the room and sends nothing."""
+
+    index: int
+    """The slot's user message in the transcript's messages (its acknowledgement follows)."""
+    room: int
+    """Raw-estimate tokens kept for it on every send."""
+    version: int | None = None
+    """The version it holds (None: empty)."""
+    summary_id: int | None = None
+    covers: Span | None = None
+    """The [first_seq, last_seq] it stands for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +134,8 @@ class Transcript:
     cleared_through: int = 0
     """Where the previous send's clearing left this history: results before this index
     were sent as stubs (0: none)."""
+    summary: SummarySlot | None = None
+    """The summary of what earlier cuts left out, when the conversation keeps one."""
 
     def sizes(self) -> list[int]:
         return (
@@ -245,6 +270,8 @@ def fit(
     unread_before: bool = False,
     clear_keep: int | None = None,
     cleared_through: int = 0,
+    summary: int | None = None,
+    summary_room: int = 0,
 ) -> FitResult:
     """Keep what fits of `messages` for `model`: the head and the newest turn always, then
     pinned turns (newest pins first), then the newest other turns, dropping whole turns.
@@ -267,6 +294,11 @@ def fit(
     `cleared_through` are sent as stubs, as the previous send did; when the cut moves,
     every result older than the newest `clear_keep` answered turns becomes a stub too,
     before any turn is left out.
+
+    `summary` is the index of a summary slot's user message (`SummarySlot`): it costs
+    `summary_room` whatever it holds, it is kept right after the floor, before any pin,
+    and it is the first thing to go when head, pins, summary and newest turn do not fit.
+    An empty slot (its content "") keeps its room and is never sent.
     """
     reserve = default_reserve(model) if reserve is None else reserve
     budget = budget_for(model, reserve)
@@ -299,6 +331,11 @@ def fit(
     # The newest turn's own results are never cleared.
     cleared_to = first_cleared = min(cleared_through, turns[-1][0]) if results else 0
     clear_to(cleared_to)
+    turn_of = {turn[0]: t for t, turn in enumerate(turns)}
+    slot = turn_of.get(summary) if summary is not None else None
+    if slot is not None:
+        for i in turns[slot]:  # the slot costs its room, whatever it holds
+            counted_part[i] = estimated_part[i] = 0
     floor_turns = {0, len(turns) - 1} if turns else set()
     kept = set(floor_turns)
     floor = preamble + [i for t in floor_turns for i in turns[t]]
@@ -310,6 +347,8 @@ def fit(
         return math.ceil(counted + estimated * calibration + fixed_raw * fixed_factor)
 
     def try_add(t: int, limit: int = budget) -> bool:
+        if t == slot:  # placed (or dropped) once, before the pins
+            return True
         counted = spent[0] + sum(counted_part[i] for i in turns[t])
         estimated = spent[1] + sum(estimated_part[i] for i in turns[t])
         if tokens(counted, estimated) > limit:
@@ -318,8 +357,20 @@ def fit(
         kept.add(t)
         return True
 
-    turn_of = {turn[0]: t for t, turn in enumerate(turns)}
-    pins = sorted({turn_of[i] for i in pinned if i in turn_of} - floor_turns, reverse=True)
+    pins = sorted({turn_of[i] for i in pinned if i in turn_of} - floor_turns - {slot}, reverse=True)
+    summary_dropped = False
+    if slot is not None and slot not in floor_turns:
+        # The summary goes before any pin: it is kept only if head, every pin, it and the
+        # newest turn fit together.
+        pinned_parts = [i for t in pins for i in turns[t]]
+        with_pins = (
+            spent[0] + sum(counted_part[i] for i in pinned_parts),
+            spent[1] + sum(estimated_part[i] for i in pinned_parts) + summary_room,
+        )
+        summary_dropped = tokens(*with_pins) > budget
+        if not summary_dropped:
+            spent[1] += summary_room
+            kept.add(slot)
     pins_dropped = 0
     for position, t in enumerate(pins):
         if not try_add(t):
@@ -355,7 +406,7 @@ def fit(
             at_floor = preamble + [i for t in kept for i in turns[t]]
             spent[:] = [
                 sum(counted_part[i] for i in at_floor),
-                sum(estimated_part[i] for i in at_floor),
+                sum(estimated_part[i] for i in at_floor) + (summary_room if slot in kept else 0),
             ]
         limit = math.floor(budget * trim_to)
         for t in range(len(turns) - 2, lowest - 1, -1):
@@ -367,12 +418,20 @@ def fit(
             if t not in kept and not try_add(t):
                 break
     cut_moved = (
-        any(t not in kept for t in range(start, len(turns)))
+        any(t not in kept for t in range(start, len(turns)) if t != slot)
         or cleared_to > first_cleared
         or (forced and kept != kept_if_stayed)
     )
+    summary_sent = slot in kept and messages[turns[slot][0]].get("content") != ""
+    counted_turns = len(turns) - (slot is not None)
+    if slot in kept:  # its room was spent; an empty slot sends nothing
+        kept_turns = len(kept) - 1
+        if not summary_sent:
+            kept.discard(slot)
+    else:
+        kept_turns = len(kept)
 
-    answered = [t for t in kept if t != len(turns) - 1]
+    answered = [t for t in kept if t not in (len(turns) - 1, slot)]
     turn_tokens = tokens(
         sum(counted_part[i] for t in answered for i in turns[t]),
         sum(estimated_part[i] for t in answered for i in turns[t]),
@@ -404,8 +463,8 @@ def fit(
             clearing.stub(messages[i], raw_sizes[i]) if i in gone else messages[i]
             for i in kept_indices
         ],
-        dropped_turns=len(turns) - len(kept),
-        kept_turns=len(kept),
+        dropped_turns=counted_turns - kept_turns,
+        kept_turns=kept_turns,
         estimated_tokens=estimated,
         budget=budget,
         window=model.window,
@@ -422,6 +481,8 @@ def fit(
         trim_to=trim_to,
         cut_moved=cut_moved,
         cleared=cleared,
+        summary_sent=summary_sent,
+        summary_dropped=summary_dropped,
     )
 
 

@@ -28,6 +28,7 @@ from webapp.chat.answering.approvals import Approvals, Decision
 from webapp.chat.answering.flushing import AnswerFlusher
 from webapp.chat.answering.pictures import with_pictures
 from webapp.chat.answering.reaping import INTERRUPTED_ERROR
+from webapp.chat.answering.summarizing import Summarizer
 from webapp.chat.answering.tool_loop import (
     Answered,
     Approve,
@@ -339,7 +340,9 @@ class AnswerWriter:
         answers: AnswerRegistry,
         tools: McpConnections | None = None,
         approvals: Approvals | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
+        self._summarizer = summarizer
         self._db = db
         self._manager = manager
         self._settings = settings
@@ -349,8 +352,10 @@ class AnswerWriter:
         self._approvals = approvals if approvals is not None else Approvals()
 
     async def aclose(self) -> None:
-        """End the MCP sessions this process's answers held open."""
+        """End the MCP sessions this process's answers held open, and summary calls."""
         await self._tools.aclose()
+        if self._summarizer is not None:
+            await self._summarizer.shutdown()
 
     def start(
         self,
@@ -445,6 +450,12 @@ class AnswerWriter:
         if isinstance(planned, RoutingError):
             raise planned
         progress.trying = planned.fit.model
+        if self._summarizer is not None and progress.earlier is None:
+            # A move of the cut folds what it left out into the summary first (briefly).
+            summarized = await self._summarizer.at_send(user, planned)
+            if summarized is not planned and summarized.transcript.summary is not None:
+                user = updated(user, {"fit_summary": summarized.transcript.summary.version})
+                planned = summarized
         channel.publish(Event("fit", message_dict(user)))
         seconds = self._settings.file_read_seconds
         planned = await with_pictures(self._db, self._manager, planned, seconds)

@@ -192,7 +192,7 @@ class Admission:
             quota.take(connection, owner, address, now)
         if use is not None:
             record_use(connection, owner, use, now)
-            prune_uses(connection, MESSAGE_USES, self.window, now)
+            prune_uses(connection, (*MESSAGE_USES, Use.SUMMARY), self.window, now)
 
     def refuse_too_many(
         self, connection: Connection, owner: str, limit: int, now: datetime

@@ -29,17 +29,25 @@ from webapp.chat.sending.files import (
     with_history_pictures,
 )
 from webapp.chat.stored.branches import parent_of
-from webapp.chat.stored.history import Tail, load_transcript, previous_fit, read_tail
+from webapp.chat.stored.history import (
+    PreviousFit,
+    Tail,
+    load_transcript,
+    previous_fit,
+    read_tail,
+)
 from webapp.chat.stored.models import Conversation, Role
 from webapp.chat.stored.presets import conversation_preset
 from webapp.chat.stored.rows import row_in
+from webapp.chat.stored.summaries import of_version, on_branch
 from webapp.db import off_the_loop
 from webapp.errors import InvalidInput
 from webapp.llm.estimator import estimate_message
 from webapp.llm.head_room import crowded_out
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import Route, RoutingError
-from webapp.llm.window import Transcript
+from webapp.llm.summaries import room_for, summary_tokens
+from webapp.llm.window import SummarySlot, Transcript, budget_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +135,9 @@ def read_for_send(
     cleared_seq = previous.cleared_seq if previous and same_model else 0
     system = with_instructions(route.configuration.system_prompt, instructions)
     system_message = {"role": "system", "content": system} if system else None
+    slot, slot_text = summary_slot(
+        connection, manager, conversation, route, tail, previous, max_tokens
+    )
     transcript = load_transcript(
         connection,
         conversation.id,
@@ -142,6 +153,8 @@ def read_for_send(
         cut=cut,
         clear_keep=route.configuration.keep_tool_results,
         cleared_seq=cleared_seq,
+        summary=slot,
+        summary_text=slot_text,
     )
     transcript = with_history_pictures(connection, conversation.id, transcript, files)
     return ForSend(
@@ -156,3 +169,40 @@ def read_for_send(
         files,
         attachments,
     )
+
+
+def summarizes(conversation: Conversation, route: Route) -> bool:
+    """Whether the conversation's sends carry a summary: its own choice, else its
+    configuration's."""
+    if conversation.summarize is not None:
+        return conversation.summarize
+    return route.configuration.summarize
+
+
+def summary_slot(
+    connection: Connection,
+    manager: LLMManager,
+    conversation: Conversation,
+    route: Route,
+    tail: Tail,
+    previous: PreviousFit | None,
+    max_tokens: int | None,
+) -> tuple[SummarySlot | None, str]:
+    """The summary slot a send carries, and its text. Between moves it is the version the
+    previous send of the branch carried (so the request stays a pure append); a send that
+    starts afresh takes the newest that applies to the branch; none at all yields an empty
+    slot, which keeps its room for the first one. (None: summaries are off.)"""
+    if not summarizes(conversation, route):
+        return None, ""
+    model = route.primary
+    budget = budget_for(manager.serving(model), manager.reserve_for(route, model, max_tokens))
+    room = room_for(summary_tokens(route.configuration.summary_max_tokens, budget))
+    summaries = on_branch(connection, conversation.id, tail.branch)
+    if previous is None:
+        chosen = summaries[-1] if summaries else None
+    else:
+        chosen = of_version(summaries, previous.summary)
+    if chosen is None:
+        return SummarySlot(0, room), ""
+    covers = (chosen.first_seq, chosen.last_seq)
+    return SummarySlot(0, room, chosen.version, chosen.id, covers), chosen.content

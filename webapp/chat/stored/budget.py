@@ -37,6 +37,8 @@ class Use(StrEnum):
     """A gateway call that stored no message."""
     IMPORT = "import"
     """An imported conversation (`size`: its bytes)."""
+    SUMMARY = "summary"
+    """A summary call of a conversation's (`size`: its prompt tokens); not a message."""
 
 
 MESSAGE_USES = (Use.SEND, Use.CALL)

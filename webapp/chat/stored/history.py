@@ -43,6 +43,7 @@ NULL means the conversation's newest row, which is what every send leaves behind
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -54,8 +55,10 @@ from sqlmodel import col
 from webapp.chat.stored.models import REPLAYABLE, Message, Role, Status
 from webapp.chat.stored.steps import step_wire
 from webapp.llm.clearing import through_index
+from webapp.llm.estimator import estimate_message
 from webapp.llm.providers.base import Message as WireMessage
-from webapp.llm.window import Positions, Transcript, kept_from
+from webapp.llm.summaries import slot_messages
+from webapp.llm.window import Positions, SummarySlot, Transcript, kept_from
 from webapp.prepared import Prepared
 
 FIRST_BATCH = 64
@@ -659,6 +662,8 @@ class PreviousFit:
     left_out: list[list[int]]
     cleared: list[dict[str, int]] | None = None
     """The tool results its request carried as stubs (`webapp.llm.clearing`)."""
+    summary: int | None = None
+    """The version of the summary it carried."""
 
     @property
     def cleared_seq(self) -> int:
@@ -672,7 +677,12 @@ class PreviousFit:
 
 
 _PREVIOUS_FIT = Prepared(
-    select(col(Message.fit_model), col(Message.fit_left_out), col(Message.fit_cleared)).where(
+    select(
+        col(Message.fit_model),
+        col(Message.fit_left_out),
+        col(Message.fit_cleared),
+        col(Message.fit_summary),
+    ).where(
         col(Message.conversation_id) == bindparam("conversation_id"),
         col(Message.seq) == bindparam("seq"),
         col(Message.dropped_turns).is_not(None),
@@ -689,8 +699,8 @@ def previous_fit(connection: Connection, conversation_id: str, tail: Tail) -> Pr
     found = _PREVIOUS_FIT.first(connection, {"conversation_id": conversation_id, "seq": user[SEQ]})
     if found is None:
         return None
-    model, left_out, cleared = found
-    return PreviousFit(user[SEQ], model, list(left_out or []), cleared)
+    model, left_out, cleared, summary = found
+    return PreviousFit(user[SEQ], model, list(left_out or []), cleared, summary)
 
 
 def load_transcript(
@@ -709,6 +719,8 @@ def load_transcript(
     cut: int = 0,
     clear_keep: int | None = None,
     cleared_seq: int = 0,
+    summary: SummarySlot | None = None,
+    summary_text: str = "",
 ) -> Transcript:
     """The transcript for sending `newest` (to be stored right after `tail`), with only
     the history that `budget` (the largest budget of the route) could hold: the head,
@@ -716,14 +728,22 @@ def load_transcript(
     pay (`sizers`), so exact counts read as far back as they allow. `cut` is the seq
     from which the previous send kept every turn (`PreviousFit.kept_from`; 0: none);
     `clear_keep` the configuration's `keep_tool_results`, `cleared_seq` the newest tool
-    result the previous send cleared (`PreviousFit.cleared_seq`)."""
+    result the previous send cleared (`PreviousFit.cleared_seq`). With a `summary` slot
+    (its index is set here), `summary_text` goes right after the head and the turns it
+    covers are not read (pins among them are, and stay)."""
     tokenizers = tail.tokenizers
     head = head_turn(connection, conversation_id, tail)
     turns: list[StoredTurn] = []
     omitted = 0
+    if head is None:
+        summary = None
+    covered = summary.covers[1] if summary is not None and summary.covers else 0
+    if covered:
+        cut = max(cut, covered + 1)  # what the summary stands for is never sent again
     if head is not None:
+        after = max(head.last, covered)
         rest = newest_turns(
-            connection, conversation_id, tail, head.last, budget, sizers, back_to=cut or None
+            connection, conversation_id, tail, after, budget, sizers, back_to=cut or None
         )
         oldest_walked = rest[-1].seq if rest else tail.next_seq
         pins = pinned_turns(connection, conversation_id, tail, head.last, oldest_walked)
@@ -759,6 +779,16 @@ def load_transcript(
     seqs.append(tail.next_seq)
     for t, column in counts.items():
         column.append((newest_counts or {}).get(t))
+    if summary is not None and turns:  # right after the head (and its steps)
+        at = first + 2 + len(turns[0].steps)
+        messages[at:at] = slot_messages(summary_text)
+        estimates[at:at] = [estimate_message(m) for m in messages[at : at + 2]]
+        ids[at:at] = [None, None]
+        seqs[at:at] = [None, None]
+        for column in counts.values():
+            column[at:at] = [None, None]
+        pinned = tuple(p + 2 if p >= at else p for p in pinned)
+        summary = dataclasses.replace(summary, index=at)
     prior_turns = {turn.seq: turn.prior_turns for turn in turns}
     prior_turns[tail.next_seq] = tail.prior_turns
     keep_from = 0
@@ -777,6 +807,7 @@ def load_transcript(
         keep_from=keep_from,
         clear_keep=clear_keep,
         cleared_through=through_index(seqs, messages, cleared_seq) if clear_keep is not None else 0,
+        summary=summary,
         positions=Positions(
             tuple(seqs),
             prior_turns,

@@ -137,6 +137,9 @@ class Conversation(SQLModel, table=True):
     )
     """The owner's preset the sends use (`webapp.chat.presets`); deleting it leaves the
     conversation on its configuration alone."""
+    summarize: bool | None = None
+    """Whether sends carry a summary of what the cut left out: NULL follows the
+    configuration's `summarize`, true or false is the owner's choice for this one."""
 
 
 class Message(SQLModel, table=True):
@@ -216,6 +219,8 @@ class Message(SQLModel, table=True):
     fit_pins_dropped: int | None = None
     fit_trim_to: float | None = None
     fit_cut_moved: bool | None = None
+    fit_summary: int | None = None
+    """The version of the summary the send carried (NULL: none; see `Summary`)."""
     fit_instructions_tokens: int | None = None
     """Estimated tokens of the owner's custom instructions, sent with the system prompt in
     the head (NULL: the send carried none)."""
@@ -299,3 +304,37 @@ class GatewayCall(SQLModel, table=True):
     """`send`, `call` or `import` (`budget.Use`)."""
     size: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     """An import's size in bytes (0 for the others)."""
+
+
+class Summary(SQLModel, table=True):
+    """One version of the summary of what the cut left out of a branch
+    (`webapp.llm.summaries`). It covers the rows [first_seq, last_seq] of the branch it was
+    written on, so it applies to every branch through `last_seq`: an edit of a covered turn
+    starts a branch that does not pass through it, and never sees it. Rows are never
+    changed but by the owner's edit of the newest (`edited`)."""
+
+    __table_args__ = (Index("ix_summary_conversation_version", "conversation_id", "version"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    conversation_id: str = Field(
+        sa_column=Column(
+            String(32), ForeignKey("conversation.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    version: int
+    """One more than the newest version on its branch when it was written."""
+    first_seq: int
+    last_seq: int
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    model: str | None = Field(default=None, max_length=100)
+    """The model that wrote it."""
+    tokens: int = 0
+    """Its length: the call's completion tokens, else the estimate."""
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    evaluated_tokens: int | None = None
+    """The summary call's prompt, and what the engine served from its cache and evaluated."""
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_timestamp())
+    edited: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )

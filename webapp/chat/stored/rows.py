@@ -90,6 +90,9 @@ def fit_columns(fit: FitResult, transcript: Transcript) -> dict[str, object]:
         "fit_cut_moved": fit.cut_moved,
         "fit_cleared": transcript.positions.cleared(fit) if transcript.positions else None,
         "fit_attachments": attachments_fit(fit, transcript),
+        "fit_summary": (
+            transcript.summary.version if transcript.summary and fit.summary_sent else None
+        ),
     }
 
 

@@ -31,6 +31,7 @@ FIT_COLUMNS = {
     "cut_moved": "fit_cut_moved",
     "instructions_tokens": "fit_instructions_tokens",
     "cleared": "fit_cleared",
+    "summary": "fit_summary",
 }
 """The `fit` object's keys and the user-row columns they are read from (and, on import,
 written back to)."""

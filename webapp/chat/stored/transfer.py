@@ -11,6 +11,7 @@ anything is written, and says which one is wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -254,6 +255,8 @@ class Imported:
     preset: str | None = None
     """The exported conversation's preset, by name: the importing user's preset of that
     name is used, if there is one; else it is dropped."""
+    summaries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """Summary column values (`Summary`), every branch's, ready to store."""
 
 
 def _field(
@@ -561,4 +564,56 @@ def parse_export(data: object, *, default_configuration: str, known: set[str]) -
         messages=rows,
         active_seq=active,
         preset=preset if isinstance(preset, str) else None,
+        summaries=_summaries(data.get("summaries"), len(rows)),
     )
+
+
+MAX_SUMMARIES = 10_000
+
+
+def _summaries(value: object, messages: int) -> list[dict[str, Any]]:
+    """The export's summaries (an export from before them has none), each checked: a
+    version, the [first_seq, last_seq] it covers among the messages, its text."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_SUMMARIES:
+        raise InvalidInput(f'"summaries" must be a list of at most {MAX_SUMMARIES:,} summaries')
+    rows = []
+    for index, data in enumerate(value):
+        where = f"summaries[{index}]"
+        if not isinstance(data, dict):
+            raise InvalidInput(f"{where} must be an object")
+        version = _field(where, data, "version", (int,), null=False)
+        covers = data.get("covers")
+        if (
+            isinstance(version, bool)
+            or version < 1
+            or not isinstance(covers, list)
+            or len(covers) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in covers)
+            or not 1 <= covers[0] <= covers[1] <= messages
+        ):
+            raise InvalidInput(
+                f"{where} needs a version from 1 and covers [first_seq, last_seq] of its messages"
+            )
+        content = _field(where, data, "content", (str,), null=False)
+        model = _field(where, data, "model", (str,), null=True)
+        tokens = _field(where, data, "tokens", (int,), null=True)
+        edited = _field(where, data, "edited", (bool,), null=True)
+        if not content or (model is not None and len(model) > 100):
+            raise InvalidInput(
+                f"{where} needs its text, and a model name of at most 100 characters"
+            )
+        rows.append(
+            {
+                "version": version,
+                "first_seq": covers[0],
+                "last_seq": covers[1],
+                "content": content,
+                "model": model,
+                "tokens": max(0, tokens or 0),
+                "edited": bool(edited),
+                "created_at": _time(where, data, "created_at") or datetime.now(UTC),
+            }
+        )
+    return rows

@@ -36,6 +36,7 @@ from webapp.chat.stored.models import Conversation, Message
 from webapp.chat.stored.organising import BulkAction, clean_tag, clean_tags
 from webapp.chat.stored.presets import conversation_preset
 from webapp.chat.stored.serialize import conversation_dict, message_dict, preview_dict
+from webapp.chat.stored.summaries import export_summaries, summary_dict
 from webapp.chat.stored.titles import clean_title
 from webapp.chat.stored.transfer import (
     decode_export,
@@ -49,7 +50,7 @@ from webapp.chat.stored.transfer import (
     markdown_turn,
 )
 from webapp.chat.web.deps import Chat
-from webapp.errors import InvalidInput
+from webapp.errors import InvalidInput, NotFound
 from webapp.limits import Places
 from webapp.web.deps import Owner
 from webapp.web.events import EventStream, frame
@@ -73,6 +74,13 @@ class ConversationChanges:
     preset: int | None = None
     """One of the caller's presets (its configuration comes with it), or null for the
     configuration alone; left out, unchanged (`_names_preset`)."""
+    summarize: bool | None = None
+    """Summaries of what the cut left out, on or off for this conversation."""
+
+
+@dataclass
+class SummaryEdit:
+    content: str
 
 
 @dataclass
@@ -166,7 +174,11 @@ async def _with_branch(chat: ChatJobs, owner: str, conversation_id: str) -> dict
     conversation, messages = await chat.reader.history(owner, conversation_id)
     alternatives = await chat.reader.alternatives_of(conversation_id, messages)
     tags = (await chat.reader.tags_of([conversation_id])).get(conversation_id)
-    return conversation_dict(conversation, messages, alternatives, tags=tags)
+    summaries = await chat.reader.summaries(owner, conversation_id)
+    return conversation_dict(conversation, messages, alternatives, tags=tags) | {
+        "summarize": conversation.summarize,
+        "summaries": [summary_dict(s) for s in summaries],
+    }
 
 
 @get("/api/search", tags=["conversations"])
@@ -253,7 +265,13 @@ async def _json_pieces(
         lambda session: conversation_preset(session.connection(), conversation)
     )
     named = preset.name if preset is not None else None
-    head = {**export_json(conversation, [], named), "files": files, "messages": _MESSAGES_MARK}
+    summaries = await chat.db.read(export_summaries, conversation.id)
+    head = {
+        **export_json(conversation, [], named),
+        "files": files,
+        "summaries": summaries,
+        "messages": _MESSAGES_MARK,
+    }
     before, end = encode_json(head).split(encode_json(_MESSAGES_MARK), 1)
     yield before + b"["
     after, comma = 0, b""
@@ -443,8 +461,8 @@ class ConversationController(Controller):
         preset_given = await _names_preset(request)
         if not preset_given and all(value is None for value in dataclasses.astuple(data)):
             raise InvalidInput(
-                "nothing to change: send a title, a configuration, a preset, pinned, archived "
-                "or tags"
+                "nothing to change: send a title, a configuration, a preset, pinned, archived, "
+                "tags or summarize"
             )
         if data.configuration is not None and data.preset is not None:
             raise InvalidInput("send a configuration or a preset: a preset has its own")
@@ -460,10 +478,33 @@ class ConversationController(Controller):
             await chat.editor.set_preset(owner, conversation_id, data.preset)
         if title is not None:
             await chat.editor.rename(owner, conversation_id, title)
+        if data.summarize is not None:
+            await chat.editor.set_summarize(owner, conversation_id, data.summarize)
         conversation, now_tags = await chat.editor.organise(
             owner, conversation_id, pinned=data.pinned, archived=data.archived, tags=tags
         )
         return conversation_dict(conversation, tags=now_tags)
+
+    @patch("/{conversation_id:str}/summaries/{summary_id:int}")
+    async def edit_summary(
+        self,
+        chat: Chat,
+        owner: Owner,
+        conversation_id: FromPath[str],
+        summary_id: FromPath[int],
+        data: JSONBody[SummaryEdit],
+    ) -> dict[str, Any]:
+        """Edit the active branch's newest summary: the next send carries the new text,
+        which costs that send one cache miss (the request changes right after the head)."""
+        if not 0 < summary_id < 2**63:
+            raise NotFound("no such summary")
+        content = data.content.strip()
+        if not content:
+            raise InvalidInput("a summary's content is text: send what the model should see")
+        if len(content) > chat.settings.max_message_chars:
+            raise InvalidInput(f"a summary is at most {chat.settings.max_message_chars} characters")
+        summary = await chat.editor.edit_summary(owner, conversation_id, summary_id, content)
+        return summary_dict(summary)
 
     @delete("/{conversation_id:str}", status_code=204)
     async def delete_conversation(

@@ -30,7 +30,7 @@ from webapp.chat.stored.branches import Alternatives
 from webapp.chat.stored.budget import ImportQuota
 from webapp.chat.stored.chatgpt import is_chatgpt_export
 from webapp.chat.stored.feedback import feedback_value
-from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role
+from webapp.chat.stored.models import RETRYABLE, Conversation, Message, Role, Summary
 from webapp.chat.stored.organising import clean_tag
 from webapp.chat.stored.transfer import decode_export
 from webapp.chat.web.deps import Chat, Notices
@@ -188,6 +188,11 @@ class ConversationPages(Controller):
             context["configurations"] = configuration_dicts(chat.catalog)
             context["presets"] = await chat.presets.list(conversation.owner)
             context["default_configuration"] = default_configuration(request, chat)
+            context["summary_panel"] = (
+                await summary_panel(chat, conversation.owner, row)
+                if conversation.draft is None
+                else None
+            )
         return Template(self.page_template, context=context)
 
     @get("/older")
@@ -323,6 +328,34 @@ class ConversationPages(Controller):
         )
         chip = await composer_chip(chat, conversation.owner, configuration, file_id)
         return Template("chat/_file_chip.html", context=_context(conversation, chip=chip))
+
+    @post("/summary/{summary_id:int}")
+    async def edit_summary(
+        self,
+        request: Request[Any, Any, Any],
+        chat: Chat,
+        conversation: FoundConversation,
+        summary_id: RowId,
+    ) -> Response[Any]:
+        """The owner's edit of the newest summary, from its dialog: used from the next send."""
+        content = (await form_field(request, "content")).strip()
+        if not content:
+            raise InvalidInput("a summary is text: write what the model should see")
+        if len(content) > chat.settings.max_message_chars:
+            raise InvalidInput(f"a summary is at most {chat.settings.max_message_chars} characters")
+        await chat.editor.edit_summary(conversation.owner, conversation.id, summary_id, content)
+        return go_to(request, conversation.base)
+
+    @post("/summaries")
+    async def switch_summaries(
+        self, request: Request[Any, Any, Any], chat: Chat, conversation: FoundConversation
+    ) -> Response[Any]:
+        """Summaries on or off for this conversation, from the summary's dialog."""
+        choice = await form_field(request, "summarize")
+        if choice not in ("on", "off"):
+            raise InvalidInput("summarize is 'on' or 'off'")
+        await chat.editor.set_summarize(conversation.owner, conversation.id, choice == "on")
+        return go_to(request, conversation.base)
 
     @post("/pin/{message_id:int}")
     async def pin(self, chat: Chat, conversation: FoundConversation, message_id: RowId) -> Template:
@@ -740,3 +773,25 @@ def _turn(send: Send, conversation: ConversationRef) -> Template:
             messages=message_views([send.user, send.answer])[1 if send.continued else 0 :],
         ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryPanel:
+    """The summary dialog's context: the active branch's newest summary, and whether the
+    conversation's sends carry one."""
+
+    summary: Summary | None
+    on: bool
+
+
+async def summary_panel(
+    chat: ChatJobs, owner: str, conversation: Conversation
+) -> SummaryPanel | None:
+    """The dialog's context (None: summaries are off and none was ever written)."""
+    summaries = await chat.reader.summaries(owner, conversation.id)
+    configuration = chat.catalog.configurations.get(conversation.configuration)
+    default = configuration.summarize if configuration is not None else False
+    on = conversation.summarize if conversation.summarize is not None else default
+    if not on and not summaries:
+        return None
+    return SummaryPanel(summaries[-1] if summaries else None, on)

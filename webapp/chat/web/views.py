@@ -206,11 +206,14 @@ def cut_moved_words(trim_to: float | None, *, fact: bool = False) -> str:
     return f"{lead}, so the engine could reuse little of its cached prompt."
 
 
-def cut_line_words(dropped: int, *, preview: bool = False) -> str:
+def cut_line_words(dropped: int, *, preview: bool = False, summary: int | None = None) -> str:
     """The cut line's words, plain and short enough for one line on a phone: the turns
     between the opening exchange and the line are not sent (that the opening exchange
-    still is, the trimmed turn's note says)."""
+    still is, the trimmed turn's note says); with a summary, what is sent instead."""
     turns = "the turn above" if dropped == 1 else f"the {dropped:,} turns above"
+    if summary is not None:
+        sees = "will see" if preview else "sees"
+        return f"The model {sees} a summary instead of {turns}"
     if preview:
         return f"The model will no longer see {turns}"
     return f"The model no longer sees {turns}"
@@ -258,6 +261,8 @@ class Meter:
     cut_moved: bool = False
     """This fit moves the cut (or starts it): turns the last send carried would go."""
     left_out: tuple[tuple[int, int], ...] = ()
+    summary: int | None = None
+    """The version of the summary the send carries instead of the turns it leaves out."""
 
     @classmethod
     def of_row(
@@ -285,6 +290,7 @@ class Meter:
             typed=typed,
             cut_moved=bool(row.fit_cut_moved),
             left_out=tuple((span[0], span[1]) for span in row.fit_left_out or ()),
+            summary=row.fit_summary,
         )
 
     @property
@@ -305,7 +311,7 @@ class Meter:
         """What the cut line says when it is drawn from this fit ("" when none is drawn)."""
         if not self.dropped_turns:
             return ""
-        return cut_line_words(self.dropped_turns, preview=self.preview)
+        return cut_line_words(self.dropped_turns, preview=self.preview, summary=self.summary)
 
     @property
     def advice(self) -> str | None:

@@ -290,6 +290,14 @@ class ConfigurationSpec(_Spec):
     """Model calls one turn may make while it keeps calling tools; then it must answer."""
     keep_tool_results: Annotated[int, Field(ge=0)] = 2
     """Tool results of the newest turns that are never cleared when the cut moves."""
+    summarize: bool = False
+    """Fold what each move of the cut leaves out into a summary sent right after the head
+    (`webapp.llm.summaries`); a conversation may turn it off or on for itself."""
+    summary_model: Text | None = None
+    """The model that writes the summaries (default: the one that answers, whose prompt
+    cache already holds the request the summary call replays)."""
+    summary_max_tokens: Count | None = None
+    """The summary's room, kept on every send (default: 10% of the budget)."""
 
     @classmethod
     def _problems(cls, data: Raw, ok: Raw, reading: Reading | None) -> Problems:
@@ -315,6 +323,8 @@ class ConfigurationSpec(_Spec):
             criteria = Criteria.model_validate(ok["criteria"])
             if not any(criteria.matches(spec) for spec in models.values()):
                 yield "criteria", f"no model in [[models]] matches {criteria.describe()}"
+        if problem := reading.unknown("models", ok.get("summary_model")):
+            yield "summary_model", problem
         servers = ok.get("tools", [])
         for index, name in enumerate(servers):
             if problem := reading.unknown("mcp_servers", name):
