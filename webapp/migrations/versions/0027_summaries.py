@@ -1,7 +1,7 @@
 """summaries of what the cut left out
 
 Revision ID: 0027
-Revises: 0025
+Revises: 0026
 Create Date: 2026-12-07 14:00:00
 
 Versioned summaries on their branch (the rows they cover, the model that wrote them,
