@@ -96,9 +96,17 @@ ATTACKS = attacks_of(SEND_LIMIT)
 
 
 def cpu_seconds(parse: Callable[[str], object], text: str) -> float:
-    started = time.thread_time()
-    parse(text)
-    return time.thread_time() - started
+    """The least CPU of up to three parses: one that is over the stall is tried again, as
+    another process on a shared core slows even CPU time (caches, clock); a parse that
+    grows faster than its input is over every time."""
+    spent = []
+    for _ in range(3):
+        started = time.thread_time()
+        parse(text)
+        spent.append(time.thread_time() - started)
+        if spent[-1] < STALL:
+            break
+    return min(spent)
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
