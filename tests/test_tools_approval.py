@@ -96,8 +96,7 @@ def asking(api: httpx.Client, conversation_id: str) -> Iterator[tuple[dict[str, 
 
 def tool_messages(upstream: FakeUpstream) -> list[dict[str, Any]]:
     """The tool results the model was sent, in its last request."""
-    chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
-    return [m for m in chats[-1]["messages"] if m["role"] == "tool"]
+    return [m for m in upstream.chats[-1]["messages"] if m["role"] == "tool"]
 
 
 def decide(conversation_id: str, call_id: str) -> str:

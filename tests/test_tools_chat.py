@@ -61,7 +61,7 @@ async def test_a_streamed_turn_calls_the_time_server(
     assert (result["id"], result["name"]) == (call["id"], "get_current_time")
     # The fake fills arguments by type ("echo"): the server refuses that timezone.
     assert result["status"] == "error" and "echo" in result["content"]
-    chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+    chats = upstream.chats
     assert [[t["function"]["name"] for t in chat.get("tools", [])] for chat in chats] == [
         ["get_current_time"],
         ["get_current_time"],
@@ -86,7 +86,7 @@ async def test_a_server_that_cannot_start_leaves_the_turn_answered(
     assert response.status_code == 201
     assistant = response.json()["assistant"]
     assert assistant["status"] == "complete" and assistant["content"]
-    chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+    chats = upstream.chats
     assert chats and not any("tools" in chat for chat in chats)  # nothing could be listed
 
 
