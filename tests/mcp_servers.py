@@ -34,6 +34,14 @@ def stdio_fixture(**fields: object) -> McpServerSpec:
     return McpServerSpec.model_validate(entry | fields)
 
 
+def stdio_fixture_toml(name: str, *lines: str) -> str:
+    """A catalog's [[mcp_servers]] entry `name` for the fixture on stdio, with the entry's
+    other `lines` (its tools, approval, timeout ...)."""
+    head = f'[[mcp_servers]]\nname = "{name}"\ntransport = "stdio"\n'
+    head += f'command = "{sys.executable}"\nargs = ["{FIXTURE}", "stdio"]\n'
+    return head + "".join(f"{line}\n" for line in lines)
+
+
 def http_fixture(url: str, **fields: object) -> McpServerSpec:
     entry = {"name": "remote", "transport": "http", "url": url, "timeout": 5.0}
     return McpServerSpec.model_validate(entry | fields)

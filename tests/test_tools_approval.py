@@ -10,7 +10,6 @@ and the decision is posted while the call waits."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,21 +20,13 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from tests.factories import bearer_header, make_user, sign_in
-from tests.mcp_servers import FIXTURE
+from tests.mcp_servers import stdio_fixture_toml
 from tests.served import gateway_on
 from tests.upstream import FakeUpstream
 from webapp.settings import Settings
 
 EXTRA = f"""
-[[mcp_servers]]
-name = "guarded"
-transport = "stdio"
-command = "{sys.executable}"
-args = ["{FIXTURE}", "stdio"]
-tools = ["echo"]
-approval = "always"
-timeout = 20
-
+{stdio_fixture_toml("guarded", 'tools = ["echo"]', 'approval = "always"', "timeout = 20")}
 [[configurations]]
 name = "guarded"
 model = "large"

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from tests.factories import new_conversation
 from tests.factories.settings import settings_for
 from tests.looplag import TICK, watching_app
-from tests.mcp_servers import FIXTURE, TIME_SERVER
+from tests.mcp_servers import FIXTURE, TIME_SERVER, stdio_fixture_toml
 from tests.upstream import FakeUpstream
 from tests.vendors import FakeVendors, providers_toml
 from webapp.app import create_app
@@ -38,6 +38,12 @@ def catalog(vendors: FakeVendors, http_url: str, *, without_remote: bool = False
         end = text.index("[[", start + 2)
         text = (text[:start] + text[end:]).replace('tools = ["remote"]\n', "")
     return text
+
+
+LOCAL_SERVER = stdio_fixture_toml(
+    "local", 'tools = ["environment"]', 'env_from = { TOKEN = "FIXTURE_TOKEN" }', "timeout = 20"
+)
+"""The fixture on stdio, handed the environment variable FIXTURE_TOKEN as TOKEN."""
 
 
 def _catalog(vendors: FakeVendors, http_url: str) -> str:
@@ -80,15 +86,7 @@ transport = "http"
 url = "{http_url}"
 tools = ["report"]
 
-[[mcp_servers]]
-name = "local"
-transport = "stdio"
-command = "{sys.executable}"
-args = ["{FIXTURE}", "stdio"]
-tools = ["environment"]
-env_from = {{ TOKEN = "FIXTURE_TOKEN" }}
-timeout = 20
-
+{LOCAL_SERVER}
 [[configurations]]
 name = "envs"
 model = "large"
