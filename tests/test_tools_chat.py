@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from httpx import Response
 from litestar.testing import AsyncTestClient
 
 from tests.factories import new_conversation, parse_sse
@@ -41,15 +42,22 @@ tools = ["gone"]
 )
 
 
+async def send(
+    client: AsyncTestClient, configuration: str, content: str, *, streamed: bool = False
+) -> Response:
+    """`content` sent in a new conversation of `configuration`, as JSON or as SSE."""
+    conversation = await new_conversation(client, configuration=configuration)
+    return await client.post(
+        f"/api/conversations/{conversation['id']}/messages",
+        json={"content": content},
+        headers={"Accept": "text/event-stream"} if streamed else None,
+    )
+
+
 async def test_a_streamed_turn_calls_the_time_server(
     client: AsyncTestClient, upstream: FakeUpstream
 ) -> None:
-    conversation = await new_conversation(client, configuration="timed")
-    response = await client.post(
-        f"/api/conversations/{conversation['id']}/messages",
-        json={"content": "What time is it? Use tool please."},
-        headers={"Accept": "text/event-stream"},
-    )
+    response = await send(client, "timed", "What time is it? Use tool please.", streamed=True)
     assert response.status_code == 201
     events = parse_sse(response.text)
     names = [name for name, _, _ in events]
@@ -78,11 +86,7 @@ async def test_a_streamed_turn_calls_the_time_server(
 async def test_a_server_that_cannot_start_leaves_the_turn_answered(
     client: AsyncTestClient, upstream: FakeUpstream
 ) -> None:
-    conversation = await new_conversation(client, configuration="broken-tools")
-    response = await client.post(
-        f"/api/conversations/{conversation['id']}/messages",
-        json={"content": "Use tool if you have one."},
-    )
+    response = await send(client, "broken-tools", "Use tool if you have one.")
     assert response.status_code == 201
     assistant = response.json()["assistant"]
     assert assistant["status"] == "complete" and assistant["content"]
@@ -93,12 +97,7 @@ async def test_a_server_that_cannot_start_leaves_the_turn_answered(
 async def test_with_no_tool_to_offer_the_answer_streams_as_without_tools(
     client: AsyncTestClient, upstream: FakeUpstream
 ) -> None:
-    conversation = await new_conversation(client, configuration="broken-tools")
-    response = await client.post(
-        f"/api/conversations/{conversation['id']}/messages",
-        json={"content": "Use tool if you have one."},
-        headers={"Accept": "text/event-stream"},
-    )
+    response = await send(client, "broken-tools", "Use tool if you have one.", streamed=True)
     events = parse_sse(response.text)
     deltas = [data["text"] for name, data, _ in events if name == "delta"]
     assert len(deltas) > 3, "the text came in pieces, as the model wrote it"
