@@ -34,21 +34,16 @@ import asyncio
 import statistics
 import tempfile
 import time
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.common import fresh_sqlite, git_revision, machine
+from bench.service import chat_service
 from tests.upstream import FakeUpstream
-from webapp.chat.jobs import ChatJobs, chat_jobs
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import Status
-from webapp.db import Database
-from webapp.llm.calibration import Calibrator
-from webapp.llm.catalog import load_catalog
-from webapp.llm.manager import LLMManager
-from webapp.llm.tokenizers import Tokenizers
-from webapp.settings import Settings
 
 WINDOWS = {"4k": 4096, "32k": 32768}
 RULES = {"plain": 1.0, "default": None, "summed": None}
@@ -148,33 +143,9 @@ class Round:
         return [t + prefill_ms * e for t, e in zip(self.ttft_ms, self.evaluated, strict=True)]
 
 
-@asynccontextmanager
-async def service(database_url: str, folder: Path, toml: str) -> Any:
+def service(database_url: str, folder: Path, toml: str) -> AbstractAsyncContextManager[ChatJobs]:
     """The service as the app builds it (tokenizers probed first), on the catalog `toml`."""
-    path = folder / "cache.toml"
-    path.write_text(toml, encoding="utf-8")
-    settings = Settings(
-        database_url=database_url,
-        config=path,
-        stream_flush_interval=0.05,
-        max_message_chars=50_000,
-        rate_limit_messages=0,
-    )
-    catalog = load_catalog(path)
-    tokenizers = Tokenizers()
-    await tokenizers.probe(catalog)
-    db = Database(database_url)
-    calibrator = Calibrator(db)
-    await calibrator.load()
-    manager = LLMManager(catalog, calibrator, tokenizers=tokenizers)
-    chat = chat_jobs(db, manager, settings)
-    try:
-        yield chat
-    finally:
-        await chat.shutdown()
-        await manager.aclose()
-        await tokenizers.aclose()
-        await db.dispose()
+    return chat_service(database_url, folder / "cache.toml", toml, max_message_chars=50_000)
 
 
 def wire(request: dict[str, Any]) -> list[tuple[str, str]]:

@@ -18,11 +18,14 @@ import asyncio
 import re
 import statistics
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from bench.cache import service, user_text
 from bench.common import fresh_sqlite, git_revision, machine
-from webapp.chat.stored.models import Status
+from webapp.chat.jobs import ChatJobs
+from webapp.chat.stored.models import Conversation, Status
 
 EVALUATED = re.compile(r"remaining (\d+) prompt tokens to eval")
 
@@ -62,6 +65,14 @@ def evaluated_since(log: Path, offset: int) -> tuple[list[int], int]:
     return [int(n) for n in EVALUATED.findall(text[offset:])], len(text)
 
 
+async def after_other_text(chat: ChatJobs, configuration: str) -> Conversation:
+    """A new conversation, after a first request of other text that takes the previous
+    round's prompt out of the engine's cache."""
+    warm = await chat.editor.create("bench", configuration)
+    await chat.sender.settle(await chat.sender.send("bench", warm.id, "Say hello in one word."))
+    return await chat.editor.create("bench", configuration)
+
+
 async def one_round(
     base_url: str, log: Path, window: int, configuration: str, turns: int, folder: Path
 ) -> tuple[list[int], int, int]:
@@ -70,9 +81,7 @@ async def one_round(
     evaluated: list[int] = []
     refused = trimmed = 0
     async with service(url, folder, catalog(base_url, window)) as chat:
-        warm = await chat.editor.create("bench", configuration)
-        await chat.sender.settle(await chat.sender.send("bench", warm.id, "Say hello in one word."))
-        conversation = await chat.editor.create("bench", configuration)
+        conversation = await after_other_text(chat, configuration)
         _, offset = evaluated_since(log, 0)
         for turn in range(turns):
             send = await chat.sender.send("bench", conversation.id, user_text(turn, 3 + turn % 4))
@@ -107,11 +116,18 @@ async def main(base_url: str, log: Path, window: int, turns: int) -> None:
     print(f"\nratio {sums['default'] / max(1, sums['plain']):.3f}")
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_against_engine(
+    doc: str, main: Callable[[str, Path, int, int], Coroutine[Any, Any, None]]
+) -> None:
+    """The command line of a check on a real engine: `main(base_url, log, window, turns)`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--window", type=int, default=2048)
     parser.add_argument("--turns", type=int, default=24)
     arguments = parser.parse_args()
     asyncio.run(main(arguments.base_url, arguments.log, arguments.window, arguments.turns))
+
+
+if __name__ == "__main__":
+    run_against_engine(__doc__, main)

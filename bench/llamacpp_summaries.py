@@ -14,8 +14,6 @@ the share of its prompt the cache served.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from pathlib import Path
 
 from bench.cache import service, user_text
 from bench.common import fresh_sqlite, git_revision, machine
+from bench.llamacpp_cache import after_other_text, run_against_engine
 from bench.llamacpp_cache import catalog as cut_catalog
 from webapp.chat.stored.models import Status
 
@@ -64,9 +63,7 @@ async def one_round(
     url = fresh_sqlite(folder / f"{configuration}.db")
     result = Round()
     async with service(url, folder, catalog(base_url, window)) as chat:
-        warm = await chat.editor.create("bench", configuration)
-        await chat.sender.settle(await chat.sender.send("bench", warm.id, "Say hello in one word."))
-        conversation = await chat.editor.create("bench", configuration)
+        conversation = await after_other_text(chat, configuration)
         _, offset = matches_since(log, 0)
         for turn in range(turns):
             send = await chat.sender.send("bench", conversation.id, user_text(turn, 3 + turn % 4))
@@ -107,10 +104,4 @@ async def main(base_url: str, log: Path, window: int, turns: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base-url", required=True)
-    parser.add_argument("--log", type=Path, required=True)
-    parser.add_argument("--window", type=int, default=2048)
-    parser.add_argument("--turns", type=int, default=24)
-    arguments = parser.parse_args()
-    asyncio.run(main(arguments.base_url, arguments.log, arguments.window, arguments.turns))
+    run_against_engine(__doc__, main)

@@ -42,26 +42,20 @@ import random
 import statistics
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import fresh_sqlite, git_revision, machine
+from bench.service import chat_service
 from tests.factories import add_user
 from tests.upstream import FakeUpstream
 from tests.upstream.cache import _shared_prefix
-from webapp.chat.jobs import ChatJobs, chat_jobs
+from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import Status
 from webapp.chat.stored.titles import title_from
-from webapp.db import Database
 from webapp.llm.affinity import CacheKeys, slot_for
-from webapp.llm.calibration import Calibrator
-from webapp.llm.catalog import load_catalog
-from webapp.llm.manager import LLMManager
-from webapp.llm.tokenizers import Tokenizers
 from webapp.owners import user_owner
-from webapp.settings import Settings
 from webapp.stored import id_of
 
 CONVERSATIONS = 8
@@ -142,35 +136,11 @@ def answer_text(conversation: int, turn: int) -> str:
     )
 
 
-@asynccontextmanager
-async def service(database_url: str, folder: Path, toml: str) -> AsyncIterator[ChatJobs]:
+def service(database_url: str, folder: Path, toml: str) -> AbstractAsyncContextManager[ChatJobs]:
     """The conversation service as the app builds it, keys from the app's secret."""
-    path = folder / "slots.toml"
-    path.write_text(toml, encoding="utf-8")
-    settings = Settings(
-        database_url=database_url,
-        config=path,
-        secret_key=SECRET,
-        stream_flush_interval=0.05,
-        rate_limit_messages=0,
+    return chat_service(
+        database_url, folder / "slots.toml", toml, keys=CacheKeys(SECRET), secret_key=SECRET
     )
-    catalog = load_catalog(path)
-    tokenizers = Tokenizers()
-    await tokenizers.probe(catalog)
-    db = Database(database_url)
-    calibrator = Calibrator(db)
-    await calibrator.load()
-    manager = LLMManager(
-        catalog, calibrator, tokenizers=tokenizers, keys=CacheKeys(settings.secret_key)
-    )
-    chat = chat_jobs(db, manager, settings)
-    try:
-        yield chat
-    finally:
-        await chat.shutdown()
-        await manager.aclose()
-        await tokenizers.aclose()
-        await db.dispose()
 
 
 @dataclass

@@ -10,6 +10,17 @@ from webapp.llm.catalog import Catalog, load_catalog
 CLOSED_PORT_URL = "http://127.0.0.1:9/v1"
 """The discard port: nothing listens there, so connecting is refused at once."""
 
+SUMMED_TOML = """
+[[configurations]]
+name = "summed"
+model = "medium"
+system_prompt = "You are a test model."
+summarize = true
+summary_max_tokens = 200
+"""
+"""Configuration "summed": the upstream's `medium`, summarizing what its cut leaves out
+(`extra` for `upstream_toml`, or a part of one)."""
+
 
 class Upstream(Protocol):
     """What a catalog needs of an upstream (the fake one, in process or not): its URL."""

@@ -31,6 +31,7 @@ from tests.factories import (
     settings_for,
     sign_in,
 )
+from tests.mcp_servers import connections, http_url  # noqa: F401  (the tool tests' servers)
 from tests.postgres import require, throwaway_database
 from tests.served import Gateway, gateway_on
 from tests.upstream import (  # noqa: F401  (the fake OpenAI-compatible servers)

@@ -1,5 +1,6 @@
 """MCP servers for the tool tests: the fixture (tests/mcp_fixture.py) on HTTP in its own
-process, and catalog entries for it on stdio and for the registry's `mcp-server-time`."""
+process, and catalog entries for it on stdio and for the registry's `mcp-server-time`; the
+fixtures `http_url` and `connections` (registered in tests/conftest.py) for the tool tests."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from webapp.llm.catalog import McpServerSpec
+from webapp.tools.connections import McpConnections, connecting
 
 FIXTURE = Path(__file__).resolve().parent / "mcp_fixture.py"
 TIME_SERVER = str(Path(sys.executable).parent / "mcp-server-time")
@@ -28,6 +32,14 @@ def stdio_fixture(**fields: object) -> McpServerSpec:
     entry: dict[str, object] = {"name": "local", "transport": "stdio"}
     entry |= {"command": sys.executable, "args": (str(FIXTURE), "stdio"), "timeout": 20.0}
     return McpServerSpec.model_validate(entry | fields)
+
+
+def stdio_fixture_toml(name: str, *lines: str) -> str:
+    """A catalog's [[mcp_servers]] entry `name` for the fixture on stdio, with the entry's
+    other `lines` (its tools, approval, timeout ...)."""
+    head = f'[[mcp_servers]]\nname = "{name}"\ntransport = "stdio"\n'
+    head += f'command = "{sys.executable}"\nargs = ["{FIXTURE}", "stdio"]\n'
+    return head + "".join(f"{line}\n" for line in lines)
 
 
 def http_fixture(url: str, **fields: object) -> McpServerSpec:
@@ -56,3 +68,18 @@ def http_fixture_served() -> Iterator[str]:
     finally:
         process.kill()  # not terminate: uvicorn would wait for the call that hangs
         process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    """The fixture on HTTP, one process a test module."""
+    with http_fixture_served() as url:
+        yield url
+
+
+@pytest.fixture
+async def connections() -> AsyncIterator[McpConnections]:
+    """A test's own MCP sessions, with no environment to pass on (a module that needs some
+    defines its own `connections`)."""
+    async with connecting({}) as held:
+        yield held

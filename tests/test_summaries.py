@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlmodel import select
 
+from tests.catalogs import SUMMED_TOML
 from tests.factories import OWNER, SERVICE, say
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
@@ -23,19 +24,15 @@ from webapp.llm.catalog import ModelSpec
 from webapp.llm.summaries import HEADING, slot_messages
 from webapp.llm.window import fit, kept_from
 
-SUMMARIZING = """
-[[configurations]]
-name = "summed"
-model = "medium"
-system_prompt = "You are a test model."
-summarize = true
-summary_max_tokens = 200
-
+SUMMARIZING = (
+    SUMMED_TOML
+    + """
 [[configurations]]
 name = "plain"
 model = "medium"
 system_prompt = "You are a test model."
 """
+)
 
 pytestmark = pytest.mark.settings(extra=SUMMARIZING, **SERVICE, rate_limit_messages=0)
 

@@ -11,20 +11,12 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
+from tests.catalogs import SUMMED_TOML
 from tests.factories import api_client, new_conversation
 from tests.upstream import FakeUpstream
 from webapp.settings import Settings
 
-SUMMARIZING = """
-[[configurations]]
-name = "summed"
-model = "medium"
-system_prompt = "You are a test model."
-summarize = true
-summary_max_tokens = 200
-"""
-
-pytestmark = pytest.mark.settings(extra=SUMMARIZING, max_message_chars=5000, rate_limit_messages=0)
+pytestmark = pytest.mark.settings(extra=SUMMED_TOML, max_message_chars=5000, rate_limit_messages=0)
 
 
 async def summarized(client: AsyncTestClient) -> dict[str, Any]:

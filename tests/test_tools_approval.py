@@ -10,7 +10,6 @@ and the decision is posted while the call waits."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,21 +20,13 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from tests.factories import bearer_header, make_user, sign_in
-from tests.mcp_servers import FIXTURE
+from tests.mcp_servers import stdio_fixture_toml
 from tests.served import gateway_on
 from tests.upstream import FakeUpstream
 from webapp.settings import Settings
 
 EXTRA = f"""
-[[mcp_servers]]
-name = "guarded"
-transport = "stdio"
-command = "{sys.executable}"
-args = ["{FIXTURE}", "stdio"]
-tools = ["echo"]
-approval = "always"
-timeout = 20
-
+{stdio_fixture_toml("guarded", 'tools = ["echo"]', 'approval = "always"', "timeout = 20")}
 [[configurations]]
 name = "guarded"
 model = "large"
@@ -96,8 +87,7 @@ def asking(api: httpx.Client, conversation_id: str) -> Iterator[tuple[dict[str, 
 
 def tool_messages(upstream: FakeUpstream) -> list[dict[str, Any]]:
     """The tool results the model was sent, in its last request."""
-    chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
-    return [m for m in chats[-1]["messages"] if m["role"] == "tool"]
+    return [m for m in upstream.chats[-1]["messages"] if m["role"] == "tool"]
 
 
 def decide(conversation_id: str, call_id: str) -> str:

@@ -7,13 +7,12 @@ decision from an unknown call, and keeps nothing once an answer ends."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.catalogs import upstream_catalog
-from tests.mcp_servers import http_fixture, http_fixture_served
+from tests.mcp_servers import http_fixture
 from tests.upstream import FakeUpstream
 from webapp.chat.answering.approvals import AlreadyDecided, Approvals, Decision, UnknownCall
 from webapp.chat.answering.tool_loop import Approve, ToolCall, ToolEvent, ToolResult, run_tools
@@ -22,7 +21,7 @@ from webapp.llm.catalog import McpServerSpec
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import resolve
 from webapp.llm.window import Transcript
-from webapp.tools.connections import McpConnections, connecting
+from webapp.tools.connections import McpConnections
 from webapp.tools.toolset import gather
 
 # ---- the registry ----------------------------------------------------------------------------
@@ -89,18 +88,6 @@ async def test_a_forwarded_decision_applies_only_to_a_call_that_waits() -> None:
 
 
 # ---- the loop ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
-    with http_fixture_served() as url:
-        yield url
-
-
-@pytest.fixture
-async def connections() -> AsyncIterator[McpConnections]:
-    async with connecting({}) as held:
-        yield held
 
 
 async def loop(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from httpx import Response
 from litestar.testing import AsyncTestClient
 
 from tests.factories import new_conversation, parse_sse
@@ -41,15 +42,22 @@ tools = ["gone"]
 )
 
 
+async def send(
+    client: AsyncTestClient, configuration: str, content: str, *, streamed: bool = False
+) -> Response:
+    """`content` sent in a new conversation of `configuration`, as JSON or as SSE."""
+    conversation = await new_conversation(client, configuration=configuration)
+    return await client.post(
+        f"/api/conversations/{conversation['id']}/messages",
+        json={"content": content},
+        headers={"Accept": "text/event-stream"} if streamed else None,
+    )
+
+
 async def test_a_streamed_turn_calls_the_time_server(
     client: AsyncTestClient, upstream: FakeUpstream
 ) -> None:
-    conversation = await new_conversation(client, configuration="timed")
-    response = await client.post(
-        f"/api/conversations/{conversation['id']}/messages",
-        json={"content": "What time is it? Use tool please."},
-        headers={"Accept": "text/event-stream"},
-    )
+    response = await send(client, "timed", "What time is it? Use tool please.", streamed=True)
     assert response.status_code == 201
     events = parse_sse(response.text)
     names = [name for name, _, _ in events]
@@ -61,7 +69,7 @@ async def test_a_streamed_turn_calls_the_time_server(
     assert (result["id"], result["name"]) == (call["id"], "get_current_time")
     # The fake fills arguments by type ("echo"): the server refuses that timezone.
     assert result["status"] == "error" and "echo" in result["content"]
-    chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+    chats = upstream.chats
     assert [[t["function"]["name"] for t in chat.get("tools", [])] for chat in chats] == [
         ["get_current_time"],
         ["get_current_time"],
@@ -78,27 +86,18 @@ async def test_a_streamed_turn_calls_the_time_server(
 async def test_a_server_that_cannot_start_leaves_the_turn_answered(
     client: AsyncTestClient, upstream: FakeUpstream
 ) -> None:
-    conversation = await new_conversation(client, configuration="broken-tools")
-    response = await client.post(
-        f"/api/conversations/{conversation['id']}/messages",
-        json={"content": "Use tool if you have one."},
-    )
+    response = await send(client, "broken-tools", "Use tool if you have one.")
     assert response.status_code == 201
     assistant = response.json()["assistant"]
     assert assistant["status"] == "complete" and assistant["content"]
-    chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+    chats = upstream.chats
     assert chats and not any("tools" in chat for chat in chats)  # nothing could be listed
 
 
 async def test_with_no_tool_to_offer_the_answer_streams_as_without_tools(
     client: AsyncTestClient, upstream: FakeUpstream
 ) -> None:
-    conversation = await new_conversation(client, configuration="broken-tools")
-    response = await client.post(
-        f"/api/conversations/{conversation['id']}/messages",
-        json={"content": "Use tool if you have one."},
-        headers={"Accept": "text/event-stream"},
-    )
+    response = await send(client, "broken-tools", "Use tool if you have one.", streamed=True)
     events = parse_sse(response.text)
     deltas = [data["text"] for name, data, _ in events if name == "delta"]
     assert len(deltas) > 3, "the text came in pieces, as the model wrote it"

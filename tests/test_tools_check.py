@@ -5,11 +5,10 @@ stdio; the demo provider needs no network)."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from tests.factories import run
-from tests.mcp_servers import FIXTURE, TIME_SERVER
+from tests.mcp_servers import TIME_SERVER, stdio_fixture_toml
 
 CATALOG = f"""
 [[providers]]
@@ -38,12 +37,7 @@ name = "time"
 transport = "stdio"
 command = "{TIME_SERVER}"
 
-[[mcp_servers]]
-name = "fixture"
-transport = "stdio"
-command = "{sys.executable}"
-args = ["{FIXTURE}", "stdio"]
-
+{stdio_fixture_toml("fixture")}
 [[mcp_servers]]
 name = "broken"
 transport = "stdio"

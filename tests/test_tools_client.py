@@ -5,24 +5,18 @@ give the model, and a session that failed is started afresh on the next call."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
-from tests.mcp_servers import http_fixture, http_fixture_served, stdio_fixture, time_server
+from tests.mcp_servers import http_fixture, stdio_fixture, time_server
 from webapp.tools.connections import McpConnections, connecting
 from webapp.tools.outcomes import capped
 from webapp.tools.toolset import gather
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 pytestmark = module_loop
-
-
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
-    with http_fixture_served() as url:
-        yield url
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

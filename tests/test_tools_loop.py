@@ -7,13 +7,12 @@ Each step is bounded again, and a call that cannot run gives the model a stub.""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.catalogs import upstream_catalog
-from tests.mcp_servers import http_fixture, http_fixture_served, time_server
+from tests.mcp_servers import http_fixture, time_server
 from tests.upstream import FakeUpstream
 from tests.vendors import FakeVendors, providers_toml
 from webapp.chat.answering.tool_loop import (
@@ -29,7 +28,7 @@ from webapp.llm.catalog import Catalog, McpServerSpec, load_catalog
 from webapp.llm.manager import LLMManager
 from webapp.llm.routing import resolve
 from webapp.llm.window import Transcript
-from webapp.tools.connections import McpConnections, connecting
+from webapp.tools.connections import McpConnections
 from webapp.tools.toolset import gather
 
 NATIVE = "".join(
@@ -47,18 +46,6 @@ model = "{name}"
 """
     for name, provider in (("claude", "claude"), ("gemini", "google"))
 )
-
-
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
-    with http_fixture_served() as url:
-        yield url
-
-
-@pytest.fixture
-async def connections() -> AsyncIterator[McpConnections]:
-    async with connecting({}) as held:
-        yield held
 
 
 async def loop(

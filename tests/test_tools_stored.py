@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,17 +22,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from tests.factories import new_conversation
 from tests.factories.settings import settings_for
 from tests.looplag import TICK, watching_app
-from tests.mcp_servers import FIXTURE, TIME_SERVER, http_fixture_served
+from tests.mcp_servers import FIXTURE, TIME_SERVER, stdio_fixture_toml
 from tests.upstream import FakeUpstream
 from tests.vendors import FakeVendors, providers_toml
 from webapp.app import create_app
 from webapp.settings import Settings
-
-
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
-    with http_fixture_served() as url:
-        yield url
 
 
 def catalog(vendors: FakeVendors, http_url: str, *, without_remote: bool = False) -> str:
@@ -44,6 +38,12 @@ def catalog(vendors: FakeVendors, http_url: str, *, without_remote: bool = False
         end = text.index("[[", start + 2)
         text = (text[:start] + text[end:]).replace('tools = ["remote"]\n', "")
     return text
+
+
+LOCAL_SERVER = stdio_fixture_toml(
+    "local", 'tools = ["environment"]', 'env_from = { TOKEN = "FIXTURE_TOKEN" }', "timeout = 20"
+)
+"""The fixture on stdio, handed the environment variable FIXTURE_TOKEN as TOKEN."""
 
 
 def _catalog(vendors: FakeVendors, http_url: str) -> str:
@@ -86,15 +86,7 @@ transport = "http"
 url = "{http_url}"
 tools = ["report"]
 
-[[mcp_servers]]
-name = "local"
-transport = "stdio"
-command = "{sys.executable}"
-args = ["{FIXTURE}", "stdio"]
-tools = ["environment"]
-env_from = {{ TOKEN = "FIXTURE_TOKEN" }}
-timeout = 20
-
+{LOCAL_SERVER}
 [[configurations]]
 name = "envs"
 model = "large"
@@ -223,7 +215,7 @@ async def test_calls_and_results_are_rows_of_the_turn_and_sent_again(
 
     upstream.forget_requests()
     await send(client, cid, "And what did the tool say?")
-    (chat,) = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+    (chat,) = upstream.chats
     wire = chat["messages"]
     # The model sees its earlier call and the result, before the answer they led to.
     assert [m["role"] for m in wire] == ["user", "assistant", "tool", "assistant", "user"]
@@ -316,9 +308,7 @@ async def test_a_regenerate_runs_its_tools_again(client: AsyncTestClient) -> Non
 
 
 def chats_of(upstream: FakeUpstream) -> list[list[dict[str, Any]]]:
-    return [
-        r["body"]["messages"] for r in upstream.requests if r["body"] and "messages" in r["body"]
-    ]
+    return [chat["messages"] for chat in upstream.chats]
 
 
 async def test_older_results_are_cleared_in_the_request_only_when_the_cut_moves(
@@ -373,7 +363,7 @@ async def test_a_server_removed_from_the_catalog_leaves_the_conversation_going(
         upstream.forget_requests()
         sent = await send(other, cid, "Go on without it.")
         assert sent["assistant"]["status"] == "complete"
-        (chat,) = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
+        (chat,) = upstream.chats
         assert "tools" not in chat
         # The model still sees the call it made and the result it had.
         assert [m["role"] for m in chat["messages"]] == [

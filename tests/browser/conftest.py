@@ -17,7 +17,6 @@ import functools
 import http.server
 import os
 import shutil
-import sys
 import threading
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +34,7 @@ from tests.catalogs import write_upstream_catalog
 from tests.conftest import empty_tables
 from tests.factories import make_account
 from tests.live_server import ServerProcess, free_port
-from tests.mcp_servers import FIXTURE
+from tests.mcp_servers import stdio_fixture_toml
 from tests.upstream import FakeUpstream
 from webapp.accounts.models import DEFAULT_SCOPES, SETTINGS
 
@@ -109,23 +108,8 @@ name = "seeing-cheap"
 model = "seeing-cheap"
 """
 TOOLS_CATALOG = f"""
-[[mcp_servers]]
-name = "open-tools"
-transport = "stdio"
-command = "{sys.executable}"
-args = ["{FIXTURE}", "stdio"]
-tools = ["markup"]
-timeout = 20
-
-[[mcp_servers]]
-name = "asking-tools"
-transport = "stdio"
-command = "{sys.executable}"
-args = ["{FIXTURE}", "stdio"]
-tools = ["echo"]
-approval = "always"
-timeout = 20
-
+{stdio_fixture_toml("open-tools", 'tools = ["markup"]', "timeout = 20")}
+{stdio_fixture_toml("asking-tools", 'tools = ["echo"]', 'approval = "always"', "timeout = 20")}
 [[configurations]]
 name = "tooled"
 model = "small"

@@ -23,6 +23,13 @@ def turn_text(number: int) -> str:
 # ---- the JSON API, for set-up and for checking what was stored ------------------------------
 
 
+def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
+    """The JSON of an API call that must succeed (200 or 201)."""
+    response = server.api(method, path, **kwargs)
+    assert response.status_code in (200, 201), response.text
+    return response.json()
+
+
 def create_conversation(server: Server, configuration: str | None = None) -> str:
     body = {"configuration": configuration} if configuration else {}
     response = server.api("POST", "/api/conversations", json=body)

@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import OpenPage, Server, Servers
+from tests.browser.helpers import api
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
@@ -32,12 +33,6 @@ SENTENCE = (
 def turn_text(number: int) -> str:
     """About 330 tokens: a dozen turns fill the `medium` model's 4,096-token window."""
     return f"Turn {number}. " + SENTENCE * 9
-
-
-def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
-    response = server.api(method, path, **kwargs)
-    assert response.status_code in (200, 201), response.text
-    return response.json()
 
 
 def rows(server: Server, conversation_id: str) -> list[dict[str, Any]]:

@@ -5,25 +5,19 @@ it; the owner edits it and turns summaries off, by clicking and typing."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser.axe import assert_accessible
-from tests.browser.conftest import OpenPage, Server, Servers
+from tests.browser.conftest import OpenPage, Servers
+from tests.browser.helpers import api
 from tests.upstream import FakeUpstream
 
 pytestmark = pytest.mark.browser
 
 VIEWPORTS = {"desktop": (1280, 800), "phone": (390, 844)}
 SENTENCE = "The ferry leaves the harbour at seven and reaches the island by nine. "
-
-
-def api(server: Server, method: str, path: str, **kwargs: Any) -> Any:
-    response = server.api(method, path, **kwargs)
-    assert response.status_code in (200, 201), response.text
-    return response.json()
 
 
 @pytest.mark.parametrize("viewport", list(VIEWPORTS), ids=list(VIEWPORTS))

@@ -92,8 +92,7 @@ def test_allow_runs_the_call_and_deny_tells_the_model(
     denied = answered(page, 2)
     expect(denied.locator(".tool-call")).to_have_attribute("data-state", "denied")
     expect(denied.locator(".tool-state")).to_have_text("Not allowed")
-    chats = [r["body"] for r in upstream.requests if r["body"] and "messages" in r["body"]]
-    told = [m for m in chats[-1]["messages"] if m["role"] == "tool"]
+    told = [m for m in upstream.chats[-1]["messages"] if m["role"] == "tool"]
     assert "declined" in told[-1]["content"], "the model was told the user declined"
 
 
@@ -108,7 +107,7 @@ def test_stop_while_a_call_waits_ends_the_loop_and_keeps_the_call(
     page = open_page(live_server, f"/c/{conversation_id}", viewport=viewport)
     ask(page, "Say it back. Use tool please.")
     expect(page.locator(".tool-approval")).to_be_visible(timeout=20_000)
-    asked = len([r for r in upstream.requests if r["body"] and "messages" in r["body"]])
+    asked = len(upstream.chats)
     page.locator('[data-action="stop"]').click()
     answer = answered(page, 1, "stopped")
     expect(answer.locator(".status")).to_have_text("Stopped")
@@ -116,6 +115,6 @@ def test_stop_while_a_call_waits_ends_the_loop_and_keeps_the_call(
     expect(answer.locator(".tool-call")).to_have_count(1)  # the call made so far stays
     expect(answer.locator(".tool-call summary")).to_contain_text("echo")
     composer_ready(page)
-    later = len([r for r in upstream.requests if r["body"] and "messages" in r["body"]])
+    later = len(upstream.chats)
     assert later == asked, "the loop ended: the model was not asked again"
     assert messages(page, "assistant").count() == 1

@@ -313,6 +313,12 @@ class Controls(ServedApp):
         with self._lock:
             return list(self._requests)
 
+    @property
+    def chats(self) -> list[dict[str, Any]]:
+        """The bodies of the chat requests received (those with `messages`), oldest first:
+        what the model was sent, without the counting and listing calls around it."""
+        return [r["body"] for r in self.requests if r["body"] and "messages" in r["body"]]
+
     # ---- taking scripted faults ----------------------------------------------------------
 
     def _take_stall(self, streaming: bool, before: bool) -> float:

@@ -25,13 +25,21 @@ from webapp.llm.catalog import EmbedSpec
 from webapp.timeutil import utcnow
 
 
-def _visitor(request: Request[Any, Any, Any], chat: Chat, embed_name: str) -> tuple[EmbedSpec, str]:
+def _owner(request: Request[Any, Any, Any], chat: Chat, embed_name: str) -> tuple[EmbedSpec, str]:
+    """The embed (404 for a name no entry has) and the visitor's owner key under it."""
     spec = chat.catalog.embeds.get(embed_name)
     if spec is None:
         raise NotFound("no such embed")
+    return spec, visitor_owner(spec.name, request.scope["state"]["anchor"])
+
+
+def _visitor(request: Request[Any, Any, Any], chat: Chat, embed_name: str) -> tuple[EmbedSpec, str]:
+    """As `_owner`, and a 403 when the embed takes no files: uploads and deletes ask it;
+    reading back does not (a file already shown stays readable)."""
+    spec, owner = _owner(request, chat, embed_name)
     if not spec.file_kinds:
         raise FilesOff("this chat takes no files")
-    return spec, visitor_owner(spec.name, request.scope["state"]["anchor"])
+    return spec, owner
 
 
 class EmbedFiles(Controller):
@@ -73,10 +81,7 @@ class EmbedFiles(Controller):
     ) -> Response[bytes]:
         """The visitor's own file (the history's thumbnails), as `GET /api/files/{id}`
         serves a user's; 404 for anyone else's."""
-        spec = chat.catalog.embeds.get(embed_name)
-        if spec is None:
-            raise NotFound("no such embed")
-        owner = visitor_owner(spec.name, request.scope["state"]["anchor"])
+        _, owner = _owner(request, chat, embed_name)
         stored, data = await files.read(owner, file_id)
         return file_response(stored, data)
 

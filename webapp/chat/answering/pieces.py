@@ -29,11 +29,23 @@ Piece = tuple[int, int, str]
 def payloads(pieces: Iterable[Piece], kind: str) -> list[str]:
     """The notices "KIND [[answer, start, piece], ...]" that carry `pieces`, each under
     `PAYLOAD_LIMIT` bytes (ASCII JSON: a byte a character)."""
-    budget = PAYLOAD_LIMIT - len(kind) - len(" []")
+    return batch_payloads(_entries(pieces, entry_budget(kind)), kind)
+
+
+def entry_budget(kind: str) -> int:
+    """Bytes left for the entries of one "KIND [...]" notice."""
+    return PAYLOAD_LIMIT - len(kind) - len(" []")
+
+
+def batch_payloads(entries: Iterable[str], kind: str) -> list[str]:
+    """The notices "KIND [entry, ...]" that carry the JSON `entries` (each within
+    `entry_budget(kind)`), as few as fit under `PAYLOAD_LIMIT` bytes each, in order. Text
+    pieces and prefill readings share this packing so that both keep to the one limit."""
+    budget = entry_budget(kind)
     out: list[str] = []
     batch: list[str] = []
     size = 0
-    for entry in _entries(pieces, budget):
+    for entry in entries:
         if batch and size + 1 + len(entry) > budget:
             out.append(f"{kind} [{','.join(batch)}]")
             batch, size = [], 0

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from webapp.chat.answering.pieces import PAYLOAD_LIMIT, batch_payloads
 from webapp.llm.providers.base import Prefill
 
-PAYLOAD_LIMIT = 7900
-"""Bytes in one notice: PostgreSQL refuses 8,000 or more (its default build)."""
+__all__ = ["PAYLOAD_LIMIT", "Reading", "parse_readings", "reading_payloads"]
 
 Reading = tuple[int, Prefill]
 """(answer id, the engine's newest reading of its prompt)."""
@@ -29,20 +29,10 @@ Reading = tuple[int, Prefill]
 def reading_payloads(readings: Iterable[Reading], kind: str) -> list[str]:
     """The notices "KIND [[answer, processed, total, cached], ...]" that carry
     `readings`, each under `PAYLOAD_LIMIT` bytes."""
-    budget = PAYLOAD_LIMIT - len(kind) - len(" []")
-    out: list[str] = []
-    batch: list[str] = []
-    size = 0
-    for answer_id, read in readings:
-        entry = f"[{answer_id},{read.processed},{read.total},{read.cached}]"
-        if batch and size + 1 + len(entry) > budget:
-            out.append(f"{kind} [{','.join(batch)}]")
-            batch, size = [], 0
-        size += len(entry) + (1 if batch else 0)
-        batch.append(entry)
-    if batch:
-        out.append(f"{kind} [{','.join(batch)}]")
-    return out
+    entries = (
+        f"[{answer_id},{read.processed},{read.total},{read.cached}]" for answer_id, read in readings
+    )
+    return batch_payloads(entries, kind)
 
 
 def parse_readings(body: str) -> list[Reading]:

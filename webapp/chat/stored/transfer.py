@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -387,13 +388,20 @@ def _kind(role: str, data: dict[str, Any]) -> str:
 def _calls(where: str, value: object) -> list[dict[str, str]]:
     if not isinstance(value, list) or not value or len(value) > MAX_TOOL_CALLS:
         raise InvalidInput(f"{where} must be a list of 1 to {MAX_TOOL_CALLS} calls")
-    calls = []
-    for number, call in enumerate(value):
-        spot = f"{where}[{number}]"
-        if not isinstance(call, dict):
-            raise InvalidInput(f"{spot} must be an object {{id, name, arguments}}")
-        calls.append({key: _field(spot, call, key, (str,), null=False) for key in CALL_KEYS})
-    return calls
+    return [
+        {key: _field(spot, call, key, (str,), null=False) for key in CALL_KEYS}
+        for spot, call in _objects(where, value, " {id, name, arguments}")
+    ]
+
+
+def _objects(where: str, items: list[Any], shape: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of a list that must hold objects, with the name an error gives it
+    (`where[index]`); InvalidInput "... must be an object" + `shape` at the first that is not."""
+    for index, item in enumerate(items):
+        spot = f"{where}[{index}]"
+        if not isinstance(item, dict):
+            raise InvalidInput(f"{spot} must be an object{shape}")
+        yield spot, item
 
 
 CALL_KEYS = ("id", "name", "arguments")
@@ -579,10 +587,7 @@ def _summaries(value: object, messages: int) -> list[dict[str, Any]]:
     if not isinstance(value, list) or len(value) > MAX_SUMMARIES:
         raise InvalidInput(f'"summaries" must be a list of at most {MAX_SUMMARIES:,} summaries')
     rows = []
-    for index, data in enumerate(value):
-        where = f"summaries[{index}]"
-        if not isinstance(data, dict):
-            raise InvalidInput(f"{where} must be an object")
+    for where, data in _objects("summaries", value):
         version = _field(where, data, "version", (int,), null=False)
         covers = data.get("covers")
         if (
