@@ -19,7 +19,7 @@ from webapp.chat.reading import ConversationReader
 from webapp.chat.sending.admission import Admission, checked_text
 from webapp.chat.sending.counting import count_newest
 from webapp.chat.sending.file_counts import count_for, is_text
-from webapp.chat.sending.files import has_pictures, read_files, with_text_files
+from webapp.chat.sending.files import read_files, with_text_files
 from webapp.chat.sending.turn import CONTINUE_PROMPT, NewTurn, drafted, resume_turn, store_turn
 from webapp.chat.stored.models import Conversation, Message, Role
 from webapp.chat.stored.rows import check_id
@@ -142,9 +142,9 @@ class Sender:
         recent, conversation_id = self._reader.recent, new.conversation_id
         if new.draft is not None:
             recent.remember(conversation_id, new.draft.configuration)
-        if not has_pictures(new.files):  # pictures are sized by their rules alone
-            counts = await self._counts(new.owner, conversation_id, new.text)
-            new = dataclasses.replace(new, counts=counts)
+        # The text as typed (with its text files); pictures add their rules at the fit.
+        counts = await self._counts(new.owner, conversation_id, new.text)
+        new = dataclasses.replace(new, counts=counts)
         admit, key = self._admission, conversation_id
         turn = await admit.run(self._db, new.owner, store_turn, admit, self._manager, new, key=key)
         recent.remember(conversation_id, turn.conversation.configuration)

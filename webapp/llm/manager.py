@@ -20,6 +20,7 @@ from webapp.llm.affinity import CacheKeys
 from webapp.llm.calibration import Calibrator
 from webapp.llm.catalog import Catalog, ModelSpec
 from webapp.llm.estimator import REPLY_PRIMING, estimate_texts
+from webapp.llm.images import image_tokens
 from webapp.llm.providers import build_provider
 from webapp.llm.providers.base import (
     CallInfo,
@@ -57,13 +58,34 @@ SYSTEM_COUNTS_KEPT = 256
 
 def countable_text(message: Message) -> str | None:
     """The text a tokenizer counts for a message, or None when only the estimate can
-    size it (tool calls, image parts, a `name`): their wire form is the provider's
-    business, and a prompt with a part the tokenizer did not count would teach the
-    shared template overhead what one caller put in it."""
+    size it (tool calls, a `name`, parts other than text and pictures): their wire form
+    is the provider's business, and a prompt with a part the tokenizer did not count
+    would teach the shared template overhead what one caller put in it. A message with
+    pictures counts its text parts; its pictures are the provider's rule's
+    (`Transcript.pictures`, added per model by `LLMManager.fit_for`)."""
     if message.get("tool_calls") or message.get("role") == "tool" or message.get("name"):
         return None
     content = message.get("content")
-    return content if isinstance(content, str) else None
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not all(
+        isinstance(part, dict) and part.get("type") in ("text", "image_url") for part in content
+    ):
+        return None
+    return "".join(str(part.get("text") or "") for part in content if part["type"] == "text")
+
+
+def has_picture_parts(message: Message) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") != "text" for part in content
+    )
+
+
+def carries_pictures(messages: Sequence[Message]) -> bool:
+    """Whether a prompt holds a picture (or any part but text): what the provider counts
+    for it is its own, so the prompt teaches neither the factor nor the overhead."""
+    return any(has_picture_parts(m) for m in messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +266,8 @@ class LLMManager:
         counts = transcript.counts.get(tokenizer.id) if tokenizer.exact else None
         if counts is not None and all(count is None for count in counts):
             counts = None  # nothing could be counted: the tokenizer is down
+        if counts is not None:
+            counts = self._with_pictures(model, transcript, counts)
         if not tokenizer.exact:
             counted_by = "estimate"
         elif counts is None:
@@ -275,6 +299,27 @@ class LLMManager:
                 result, dropped_turns=result.dropped_turns + transcript.omitted_turns
             )
         return result
+
+    def picture_tokens(self, model: ModelSpec, sizes: Sequence[tuple[int, int]]) -> int:
+        """Pictures of these sizes (width, height as stored) by `model`'s provider rule."""
+        provider = self.catalog.providers.get(model.provider)
+        kind = provider.kind if provider is not None else "openai"
+        return sum(image_tokens(kind, w or 1, h or 1, model.image_tokens) for w, h in sizes)
+
+    def _with_pictures(
+        self, model: ModelSpec, transcript: Transcript, counts: Sequence[int | None]
+    ) -> list[int | None]:
+        """Each message's count for `model`: its text's count by the tokenizer, plus its
+        pictures by `model`'s provider rule. A message with picture parts whose sizes the
+        transcript does not hold (a gateway call's) is left to its estimate."""
+        sized = list(counts)
+        for index, message in enumerate(transcript.messages):
+            count = sized[index]
+            if count is None or not has_picture_parts(message):
+                continue
+            sizes = transcript.pictures.get(index)
+            sized[index] = None if sizes is None else count + self.picture_tokens(model, sizes)
+        return sized
 
     def plan(
         self,
@@ -312,7 +357,9 @@ class LLMManager:
         missing = [
             i
             for i in reversed(range(len(messages)))
-            if known[i] is None and countable_text(messages[i]) is not None
+            if known[i] is None
+            and countable_text(messages[i]) is not None
+            and (i in transcript.pictures or not has_picture_parts(messages[i]))
         ]
         counted: dict[int, int] = {}
         for start in range(0, min(len(missing), COUNT_AT_MOST), COUNT_BATCH):
@@ -538,11 +585,14 @@ class LLMManager:
         """Learn from what the provider counted, against sizes the app made itself: the raw
         estimate is the app's own (an import's sizes are re-estimated), and the overhead
         learns only from prompts whose every part was counted (a `name`, a tool call or a
-        tool schema is not: see `countable_text`). What is learned is the plan's caller's
-        own figure; the model's shared one moves only when distinct callers agree, so one
-        caller cannot move the bound of anyone else. (llama-cpp-python reports no usage on
-        streams: then nothing is learned, and the defaults, which err high, stay.)"""
-        if usage is None or not usage.prompt_tokens:
+        tool schema is not: see `countable_text`). A prompt that carried a picture teaches
+        nothing: the provider's count of a picture is its own, and the rule's figure (which
+        errs high) would skew the factor and the overhead of every text-only send. What is
+        learned is the plan's caller's own figure; the model's shared one moves only when
+        distinct callers agree, so one caller cannot move the bound of anyone else.
+        (llama-cpp-python reports no usage on streams: then nothing is learned, and the
+        defaults, which err high, stay.)"""
+        if usage is None or not usage.prompt_tokens or carries_pictures(result.messages):
             return
         caller = plan.caller
         await self.calibrator.observe(

@@ -127,6 +127,9 @@ class Transcript:
     positions: Positions | None = None
     """Where each message is stored, when the transcript was read from a conversation."""
     attachments: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    pictures: Mapping[int, Sequence[tuple[int, int]]] = field(default_factory=dict)
+    """The size (width, height, as stored) of each picture a message carries (by index):
+    its exact count is its text's plus each picture by the model's provider rule."""
     """The files each message carries (by index): what a fit sent or left out with it."""
     clear_keep: int | None = None
     """The configuration's `keep_tool_results` when older tool results may be cleared

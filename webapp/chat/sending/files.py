@@ -175,7 +175,7 @@ def newest_message(
 
 
 _USES_BETWEEN = (
-    select(USES.c.message_id, USES.c.file_id, FILES.c.kind)
+    select(USES.c.message_id, USES.c.file_id, FILES.c.kind, FILES.c.width, FILES.c.height)
     .join(FILES, FILES.c.id == USES.c.file_id)
     .join(Message, col(Message.id) == USES.c.message_id)
     .where(
@@ -193,14 +193,16 @@ def with_history_pictures(
     transcript: Transcript,
     newest: Sequence[StoredFile],
 ) -> Transcript:
-    """The transcript with each earlier turn's pictures as parts of its message, and the
-    files of every message (by index) it carries, for the fit's record."""
+    """The transcript with each earlier turn's pictures as parts of its message, the files
+    of every message (by index) it carries, for the fit's record, and the size of each
+    picture, which a message's exact count adds by the serving model's provider rule
+    (`LLMManager.fit_for`)."""
     ids = transcript.ids or []
     messages = transcript.messages
     stored = [
         i for i, m in zip(ids, messages, strict=False) if i is not None and m.get("role") == "user"
     ]
-    by_message: dict[int, list[tuple[str, str]]] = {}
+    by_message: dict[int, list[tuple[str, str, tuple[int, int]]]] = {}
     if stored:
         # The range of the transcript's ids, not a list of them: one statement, compiled
         # once, where a list of a few hundred ids was compiled and bound anew at every
@@ -208,25 +210,34 @@ def with_history_pictures(
         wanted = set(stored)
         bounds = {"low": min(stored), "high": max(stored), "conversation": conversation_id}
         uses = connection.execute(_USES_BETWEEN, bounds)
-        for message_id, file_id, kind in uses:
+        for message_id, file_id, kind, width, height in uses:
             if message_id in wanted:
-                by_message.setdefault(message_id, []).append((file_id, kind))
+                size = (width or 1, height or 1)
+                by_message.setdefault(message_id, []).append((file_id, kind, size))
     if not by_message and not newest:
         return transcript
     messages = list(messages)
     attachments: dict[int, tuple[str, ...]] = {}
+    sizes: dict[int, list[tuple[int, int]]] = {}
     for index, message_id in enumerate(ids):
         files = by_message.get(message_id) if message_id is not None else None
         if not files:
             continue
-        attachments[index] = tuple(file_id for file_id, _ in files)
-        pictures = [file_id for file_id, kind in files if kind == "image"]
+        attachments[index] = tuple(file_id for file_id, _, _ in files)
+        pictures = [file_id for file_id, kind, _ in files if kind == "image"]
         if pictures:
             text = str(messages[index].get("content") or "")
             messages[index] = {**messages[index], "content": picture_parts(text, pictures)}
+            sizes[index] = [size for _, kind, size in files if kind == "image"]
     if newest:
         attachments[len(messages) - 1] = tuple(f.id for f in newest)
-    return dataclasses.replace(transcript, messages=messages, attachments=attachments)
+        if has_pictures(newest):
+            sizes[len(messages) - 1] = [
+                (f.width or 1, f.height or 1) for f in newest if f.kind == "image"
+            ]
+    return dataclasses.replace(
+        transcript, messages=messages, attachments=attachments, pictures=sizes
+    )
 
 
 def file_links(message_id: int, files: Sequence[StoredFile]) -> list[dict[str, Any]]:
