@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from litestar.testing import AsyncTestClient
-from sqlmodel import select
+from sqlmodel import col, select
 
 from tests.catalogs import engine_provider_toml
 from tests.dbutil import session_on
@@ -26,6 +26,7 @@ from webapp.db import Database
 from webapp.llm.calibration import DEFAULT_OVERHEAD, CallerCalibration, ModelCalibration
 from webapp.llm.estimator import REPLY_PRIMING
 from webapp.llm.images import image_tokens
+from webapp.llm.manager import carries_pictures, countable_text
 
 EYE = """
 [[models]]
@@ -63,9 +64,8 @@ async def eye_client(
 
 async def rows(database_url: str, conversation: str) -> list[Message]:
     async with session_on(Database(database_url)) as session:
-        found = await session.exec(
-            select(Message).where(Message.conversation_id == conversation).order_by(Message.seq)
-        )
+        mine = select(Message).where(Message.conversation_id == conversation)
+        found = await session.exec(mine.order_by(col(Message.seq)))
         return list(found.all())
 
 
@@ -137,11 +137,12 @@ async def test_a_send_with_a_picture_teaches_neither_the_overhead_nor_the_factor
 
     photo = await uploaded(client, "kyoto.png", picture(PHOTO))
     other = await conversation_on(client)
-    for where, body in [
+    sends: list[tuple[str, dict[str, Any]]] = [
         (other, {"content": TYPED, "files": [photo]}),  # a picture in the new message
         (other, {"content": "And at dusk?"}),  # a picture in the history it sends
         (conversation, {"content": "Now this one", "files": [photo]}),  # beside counted text
-    ]:
+    ]
+    for where, body in sends:
         sent = await send(client, where, **body)
         assert sent.status_code == 201, sent.text
         assert sent.json()["user"]["fit"]["counted_by"] == TOKENIZER
@@ -152,3 +153,17 @@ async def test_a_send_with_a_picture_teaches_neither_the_overhead_nor_the_factor
     plain = await send(client, await conversation_on(client), content="A plain one again.")
     assert plain.status_code == 201, plain.text
     assert await learned(database_url) != taught  # a text-only send still teaches
+
+
+def test_the_tokenizer_counts_a_picture_messages_one_text_part_and_nothing_else() -> None:
+    image = {"type": "image_url", "image_url": {"url": "webapp-file:abc"}}
+    text = {"type": "text", "text": TYPED}
+    assert countable_text({"role": "user", "content": [text, image]}) == TYPED
+    assert countable_text({"role": "user", "content": [image]}) == ""
+    assert carries_pictures([{"role": "user", "content": [text, image]}])
+    assert not carries_pictures([{"role": "user", "content": [text]}, {"role": "assistant"}])
+    # Several text parts (joined as the provider chooses) or another kind of part: the
+    # estimate sizes the message, and the tokenizer is not asked.
+    assert countable_text({"role": "user", "content": [text, image, text]}) is None
+    audio = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+    assert countable_text({"role": "user", "content": [text, audio]}) is None

@@ -61,7 +61,7 @@ def countable_text(message: Message) -> str | None:
     size it (tool calls, a `name`, parts other than text and pictures): their wire form
     is the provider's business, and a prompt with a part the tokenizer did not count
     would teach the shared template overhead what one caller put in it. A message with
-    pictures counts its text parts; its pictures are the provider's rule's
+    pictures counts its text part; its pictures are the provider's rule's
     (`Transcript.pictures`, added per model by `LLMManager.fit_for`)."""
     if message.get("tool_calls") or message.get("role") == "tool" or message.get("name"):
         return None
@@ -72,7 +72,9 @@ def countable_text(message: Message) -> str | None:
         isinstance(part, dict) and part.get("type") in ("text", "image_url") for part in content
     ):
         return None
-    return "".join(str(part.get("text") or "") for part in content if part["type"] == "text")
+    texts = [str(part.get("text") or "") for part in content if part["type"] == "text"]
+    # Several text parts are joined as the provider chooses: only the estimate sizes them.
+    return (texts or [""])[0] if len(texts) <= 1 else None
 
 
 def has_picture_parts(message: Message) -> bool:
