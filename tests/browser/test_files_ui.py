@@ -12,7 +12,7 @@ import re
 
 import pytest
 from PIL import Image
-from playwright.sync_api import FilePayload, Locator, Page, expect
+from playwright.sync_api import FilePayload, Locator, Page, Route, expect
 
 from tests.browser.conftest import OpenPage, Server
 from tests.browser.helpers import answered, create_conversation, messages, stored
@@ -199,6 +199,38 @@ def test_a_chips_count_follows_a_configuration_switch(
     expect(page.locator("#meter")).to_have_attribute("data-preview", "true")
     page.locator("#conversation-configuration").select_option("seeing")
     expect(chip).to_contain_text("765 tokens", timeout=15_000)
+
+
+def test_a_switch_answered_after_a_preview_still_counts_the_chips_again(
+    live_server: Server, open_page: OpenPage
+) -> None:
+    """The switch's answer landing after a preview's (which replaces the meter) still
+    counts the chips again: htmx drops an answer whose request's target left the page, so
+    the switch's answer may not hang on the meter. Held here on purpose: the switch's
+    request waits until a preview, typed after it, has replaced the meter."""
+    conversation_id = create_conversation(live_server, "seeing")
+    page = open_page(live_server, f"/c/{conversation_id}", bypass_csp=True)  # wait_for_function
+    box = page.locator("#composer textarea")
+    page.locator("#attachment").set_input_files(
+        files=[FilePayload(name="red.png", mimeType="image/png", buffer=png("red", (1024, 1024)))]
+    )
+    chip = chips(page).filter(has_text="red.png")
+    expect(chip).to_contain_text("765 tokens")
+    held: list[Route] = []
+    page.route(re.compile(r"/configuration$"), lambda route: held.append(route))
+    page.locator("#conversation-configuration").select_option("seeing-cheap")
+    for _ in range(50):  # the route's handler runs while the page is waited on
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the switch sent no request"
+    page.evaluate("window.meterBefore = document.getElementById('meter')")
+    box.press_sequentially("What colour?")
+    page.wait_for_function("document.getElementById('meter') !== window.meterBefore")
+    held[0].continue_()
+    expect(chip).to_contain_text("300 tokens")
+    expect(chip.locator(".hint")).to_have_attribute("title", "for seeing-cheap")
+    expect(box).to_have_value("What colour?")
 
 
 EMBED_DROP = DROP_OR_PASTE
