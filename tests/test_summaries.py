@@ -520,3 +520,40 @@ async def test_summaries_and_cleared_tool_results_share_the_fit(
     assert covered >= (users[-1].fit_left_out or [])[-1][1] - 8, "the summary keeps up"
     stored = list(summaries.values())
     assert any(s.fallback for s in stored) and any(not s.fallback for s in stored)
+
+
+async def test_a_replay_that_cannot_fit_falls_back_to_an_uncached_call(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    """Answers as long as the reserve, so the replayed request, its answer, the instruction
+    and the summary cannot fit the window (as in a 2,048-token llama.cpp run): the call is
+    a request of its own (the previous summary and the turns left out, cut to fit, code and
+    numbers quoted with their turn), without the conversation's cache key, and its summary
+    is stored and sent."""
+    conversation = await chat.editor.create(OWNER, "summed")
+    upstream.set_reply("The answer is 42 " * 200)  # cut at max_tokens: the whole reserve
+    upstream.forget_requests()
+    moved, _ = await until_a_move(chat, conversation.id, 0)
+    calls = [r for r in upstream.requests if is_summary_call(r)]
+    assert len(calls) == 1 and is_fallback_call(calls[0]), "the replay does not fit"
+    asked = wire(calls[0])
+    assert [m["role"] for m in asked] == ["system", "user"]
+    assert "message 1:" in asked[1]["content"] and "(turn 12)" in asked[1]["content"]
+    assert "prompt_cache_key" not in calls[0]["body"]
+    sends = [r for r in upstream.requests if not is_summary_call(r)]
+    assert all("prompt_cache_key" in r["body"] for r in sends)
+    # The window holds the fallback request and its answer.
+    assert upstream.count_chat(calls[0]["body"]["messages"]) + 200 <= 4096
+    (summary,) = await chat.reader.summaries(OWNER, conversation.id)
+    assert summary.fallback and summary.version == 1 and moved.fit_summary == 1
+    assert summary.last_seq == (moved.fit_left_out or [])[-1][1]
+    assert summary.prompt_tokens and summary.prompt_tokens > 0
+    assert wire(upstream.requests[-1])[3]["content"] == f"{HEADING}\n\n{summary.content}"
+    kinds = await chat.db.read(lambda session: list(session.exec(select(GatewayCall.kind)).all()))
+    assert kinds.count("summary") == 1
+    # The next move starts from it: the previous summary is in the next fallback request.
+    upstream.forget_requests()
+    again, _ = await until_a_move(chat, conversation.id, 40)
+    (call,) = [r for r in upstream.requests if is_summary_call(r)]
+    assert is_fallback_call(call) and summary.content in wire(call)[1]["content"]
+    assert again.fit_summary == 2
