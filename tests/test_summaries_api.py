@@ -41,7 +41,9 @@ async def test_summaries_are_shown_edited_and_switched_off(
     assert len(summaries) >= 2 and data["summarize"] is None
     assert set(summaries[0]) == {
         *("id", "version", "covers", "content", "model", "tokens", "created_at", "edited"),
+        "fallback",
     }
+    assert summaries[0]["fallback"] is False, "the replay fits: served from the cache"
     assert [s["version"] for s in summaries] == list(range(1, len(summaries) + 1))
     assert summaries[0]["covers"][0] == 3 and summaries[-1]["edited"] is False
     carried = [m["fit"]["summary"] for m in data["messages"] if m["role"] == "user"]
@@ -94,7 +96,7 @@ async def test_an_export_its_import_and_the_admin_review_carry_the_summaries(
     imported = await client.post("/api/conversations/import", content=exported.content)
     assert imported.status_code == 201, imported.text
     again = (await client.get(f"/api/conversations/{imported.json()['id']}")).json()
-    keys = ("version", "covers", "content", "model", "tokens", "edited")
+    keys = ("version", "covers", "content", "model", "tokens", "edited", "fallback")
     assert [{k: s[k] for k in keys} for s in again["summaries"]] == [
         {k: s[k] for k in keys} for s in data["summaries"]
     ]
