@@ -520,6 +520,15 @@ async def test_summaries_and_cleared_tool_results_share_the_fit(
     assert covered >= (users[-1].fit_left_out or [])[-1][1] - 8, "the summary keeps up"
     stored = list(summaries.values())
     assert any(s.fallback for s in stored) and any(not s.fallback for s in stored)
+    # The replays (stubs and tools included) were served from the engine's cache: all but
+    # the previous answer and the instruction, which may quote turns.
+    records = [r for r in upstream.cache_log if r.prompt_tokens]
+    asked = upstream.requests
+    assert len(records) == len(asked)
+    for record, request in zip(records, asked, strict=True):
+        if is_summary_call(request) and not is_fallback_call(request):
+            assert record.cached_tokens >= 0.8 * record.prompt_tokens, record
+            assert request["body"].get("tools"), "the tools of the request it replays"
 
 
 async def test_a_replay_that_cannot_fit_falls_back_to_an_uncached_call(

@@ -27,7 +27,7 @@ from webapp.chat.stored.rows import set_columns
 from webapp.chat.stored.summaries import add_version, on_branch
 from webapp.db import Database
 from webapp.llm.catalog import ModelSpec
-from webapp.llm.estimator import estimate_message, estimate_text
+from webapp.llm.estimator import estimate_message, estimate_text, estimate_tools
 from webapp.llm.manager import LLMManager, Plan, cache_marks
 from webapp.llm.providers.base import CallInfo, ChatResult
 from webapp.llm.summaries import (
@@ -128,7 +128,10 @@ class Summarizer:
         factor = self._manager.calibrator.factor(model.name, planned.caller)
         window = self._manager.serving(model).window
         bare = [*replayed, instruction(fold, tokens=tokens, base=base)]
-        used = math.ceil(sum(estimate_message(m) for m in bare) * factor)
+        # The tools the previous request offered go again: engines render them at the very
+        # start of the prompt, so without them nothing of the cached request would match.
+        tools = planned.tools
+        used = math.ceil((sum(estimate_message(m) for m in bare) + estimate_tools(tools)) * factor)
         free = window - used - math.ceil(window * SAFETY_FRACTION)
         least = summary_tokens(route.configuration.summary_max_tokens, fit.budget) // 4
         tokens = min(tokens, free if not gap else max(least, free // 2))
@@ -150,8 +153,13 @@ class Summarizer:
             cache_key=planned.cache_key,
         )
         answer = await self._manager.provider_for(model).chat(
-            model.model_id, asked, max_tokens=tokens, info=info
+            model.model_id, asked, max_tokens=tokens, tools=tools, info=info
         )
+        if answer.tool_calls and not answer.content.strip():
+            # Offered the tools (for the cache's sake), the model called one instead of
+            # summarizing: a call of its own, without them.
+            log.info("the summary call was answered with a tool call: an uncached call")
+            return await self._fallback(planned, fold, conversation_id, model, window, factor)
         return await self._store(planned, fold, conversation_id, model.name, answer)
 
     async def _fallback(
@@ -184,8 +192,11 @@ class Summarizer:
                 fold, tokens=tokens, previous=previous, turns=squeezed(turns, chars)
             )
             size = math.ceil(sum(estimate_message(m) for m in asked) * factor)
-            if size + tokens + math.ceil(window * SAFETY_FRACTION) <= window or chars < 200:
+            if size + tokens + math.ceil(window * SAFETY_FRACTION) <= window:
                 break
+            if chars < 200:
+                log.warning("the summary call does not fit the window of %s", model.name)
+                return None
             chars //= 2  # the guess of characters per token was high for this text
         info = CallInfo(
             model=model.name,
