@@ -566,3 +566,34 @@ async def test_a_replay_that_cannot_fit_falls_back_to_an_uncached_call(
     (call,) = [r for r in upstream.requests if is_summary_call(r)]
     assert is_fallback_call(call) and summary.content in wire(call)[1]["content"]
     assert again.fit_summary == 2
+
+
+@pytest.mark.settings(extra=SUMMARIZING + TOOLED, **SERVICE, rate_limit_messages=0)
+async def test_a_tool_call_in_answer_to_the_replay_falls_back_to_the_uncached_call(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    """The replay offers the tools; quoting turns that asked for one ("please use tool",
+    after a failed summary call), it is answered with a tool call (as the fake does): the
+    move then makes the uncached call, without tools, and stores its summary."""
+    conversation = await chat.editor.create(OWNER, "summed-tools")
+    summaries: list[Any] = []
+    failed, before = False, 0
+    for index in range(40):
+        ask = "please use tool. " if not failed else "no tools now. "
+        text = f"message {index}: {ask}" + "lorem ipsum " * 40
+        user, _ = await say(chat, conversation.id, text)
+        summaries = await chat.reader.summaries(OWNER, conversation.id)
+        if user.fit_cut_moved and summaries and not failed:
+            upstream.fail_next(400)  # the next move's summary call fails: a gap
+            failed, before = True, len(summaries)
+            upstream.forget_requests()
+        elif failed and len(summaries) > before:
+            break
+    assert failed and len(summaries) > before
+    asked = [r for r in upstream.requests if is_summary_call(r)]
+    replays = [r for r in asked if not is_fallback_call(r)]
+    assert replays and all(r["body"].get("tools") for r in replays)
+    assert any("please use tool" in wire(r)[-1]["content"] for r in replays)
+    fallbacks = [r for r in asked if is_fallback_call(r)]
+    assert fallbacks and not any(r["body"].get("tools") for r in fallbacks)
+    assert summaries[-1].fallback
