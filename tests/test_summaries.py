@@ -17,11 +17,12 @@ from sqlmodel import select
 
 from tests.catalogs import SUMMED_TOML
 from tests.factories import OWNER, SERVICE, say
+from tests.mcp_servers import stdio_fixture_toml
 from tests.upstream import FakeUpstream
 from webapp.chat.jobs import ChatJobs
 from webapp.chat.stored.models import GatewayCall, Message
 from webapp.llm.catalog import ModelSpec
-from webapp.llm.summaries import HEADING, slot_messages
+from webapp.llm.summaries import FALLBACK_SYSTEM, HEADING, slot_messages
 from webapp.llm.window import fit, kept_from
 
 SUMMARIZING = (
@@ -43,8 +44,13 @@ def wire(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"role": m["role"], "content": m["content"]} for m in request["body"]["messages"]]
 
 
+def is_fallback_call(request: dict[str, Any]) -> bool:
+    """The uncached summary call made when the replay cannot fit the window."""
+    return wire(request)[0]["content"] == FALLBACK_SYSTEM
+
+
 def is_summary_call(request: dict[str, Any]) -> bool:
-    return wire(request)[-1]["content"].startswith(INSTRUCTION)
+    return wire(request)[-1]["content"].startswith(INSTRUCTION) or is_fallback_call(request)
 
 
 async def converse(
@@ -412,3 +418,182 @@ def test_property_the_slot_never_breaks_an_append(
             assert result.estimated_tokens <= result.budget
         history = [*messages, {"role": "assistant", "content": f"a{n} " + "word " * size}]
         previous = result
+
+
+# ---- summaries and tool-result clearing in one fit ------------------------------------------
+
+TOOLED = stdio_fixture_toml("local", 'tools = ["report"]', "timeout = 20") + (
+    SUMMED_TOML.replace('"summed"', '"summed-tools"') + 'tools = ["local"]\nkeep_tool_results = 1\n'
+)
+
+
+def tool_pairs_whole(request: list[dict[str, Any]]) -> bool:
+    """Every call in `request` is followed by its result, and every result by its call."""
+    for index, message in enumerate(request):
+        calls = message.get("tool_calls") or []
+        if calls:
+            ids = [call["id"] for call in calls]
+            after = request[index + 1 : index + 1 + len(ids)]
+            if [m.get("tool_call_id") for m in after] != ids:
+                return False
+        if message["role"] == "tool":
+            before = [m for m in request[:index] if m.get("tool_calls")]
+            if not before or message.get("tool_call_id") not in [
+                c["id"] for c in before[-1]["tool_calls"]
+            ]:
+                return False
+    return True
+
+
+@pytest.mark.settings(extra=SUMMARIZING + TOOLED, **SERVICE, rate_limit_messages=0)
+async def test_summaries_and_cleared_tool_results_share_the_fit(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    """A configuration with both: between moves every request (summary slot and stubs
+    included) is the previous one plus what was appended; at a move older results turn to
+    stubs and the turns left out are folded into the summary; no call goes without its
+    result; the head turn's tool steps stay before the slot."""
+    conversation = await chat.editor.create(OWNER, "summed-tools")
+    upstream.forget_requests()
+    turns: list[tuple[Message, list[dict[str, Any]]]] = []
+    for index in range(24):
+        tool = index == 0 or index % 3 == 1
+        text = f"message {index}: " + ("please use tool. " if tool else "") + "lorem ipsum " * 40
+        before = len(upstream.requests)
+        user, answer = await say(chat, conversation.id, text)
+        assert answer.status == "complete", answer
+        turns.append((user, upstream.requests[before:]))
+    users = [user for user, _ in turns]
+    moves = [u for u in users if u.fit_cut_moved]
+    assert len(moves) >= 3, [u.fit_cut_moved for u in users]
+    summaries = {s.version: s for s in await chat.reader.summaries(OWNER, conversation.id)}
+    assert len(summaries) >= 2
+    previous: list[dict[str, Any]] | None = None
+    replayed: list[dict[str, Any]] = []
+    stubbed = covered = 0
+    seq_by_text = {u.content: u.seq for u in users}
+    for user, requests in turns:
+        sends = [r["body"]["messages"] for r in requests if not is_summary_call(r)]
+        calls = [r["body"]["messages"] for r in requests if is_summary_call(r)]
+        assert sends, user
+        broke = False
+        for number, request in enumerate(sends):
+            assert tool_pairs_whole(request), request
+            # The head turn (with its tool steps) comes whole, then the slot.
+            head = request[1:5] if len(request) > 5 else []
+            if head and head[1].get("tool_calls"):
+                assert [m["role"] for m in head] == ["user", "assistant", "tool", "assistant"]
+            if user.fit_summary is not None and number == 0:
+                assert len(request) > 5, (user, request)
+                slot = 5 if request[2].get("tool_calls") else 3
+                text = f"{HEADING}\n\n{summaries[user.fit_summary].content}"
+                assert request[slot]["content"] == text and request[slot + 1]["role"] == "assistant"
+            if previous is not None and request[: len(previous)] != previous:
+                # Only a move breaks the append, once a turn (at its first request, or at
+                # the step whose tool results no longer fit).
+                assert user.fit_cut_moved and not broke, user.seq
+                broke = True
+            previous = request
+        for request in requests:
+            if is_summary_call(request):
+                call = request["body"]["messages"]
+                assert tool_pairs_whole(call)
+                if not is_fallback_call(request):
+                    # The replay is the previous request (stubs included) and one instruction.
+                    assert call[: len(replayed)] == replayed and len(call) == len(replayed) + 2
+            else:
+                replayed = request["body"]["messages"]
+        if user.fit_cut_moved:
+            if user.fit_cleared:
+                stubbed += 1
+                assert any(str(m.get("content")).startswith("[result of") for m in sends[0])
+            # What the move left out is folded into the summary it carries, which never
+            # covers a turn the request sends.
+            if calls:
+                assert user.fit_summary is not None
+                summary = summaries[user.fit_summary]
+                assert covered < summary.last_seq == (user.fit_left_out or [])[-1][1]
+                covered = summary.last_seq
+                sent = [seq_by_text.get(m["content"]) for m in sends[0] if m["role"] == "user"]
+                assert all(seq > covered for seq in sent if seq is not None and seq > 1)
+    assert stubbed >= 1, "older results were cleared at a move"
+    assert covered >= (users[-1].fit_left_out or [])[-1][1] - 8, "the summary keeps up"
+    stored = list(summaries.values())
+    assert any(s.fallback for s in stored) and any(not s.fallback for s in stored)
+    # The replays (stubs and tools included) were served from the engine's cache: all but
+    # the previous answer and the instruction, which may quote turns.
+    records = [r for r in upstream.cache_log if r.prompt_tokens]
+    asked = upstream.requests
+    assert len(records) == len(asked)
+    for record, request in zip(records, asked, strict=True):
+        if is_summary_call(request) and not is_fallback_call(request):
+            assert record.cached_tokens >= 0.8 * record.prompt_tokens, record
+            assert request["body"].get("tools"), "the tools of the request it replays"
+
+
+async def test_a_replay_that_cannot_fit_falls_back_to_an_uncached_call(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    """Answers as long as the reserve, so the replayed request, its answer, the instruction
+    and the summary cannot fit the window (as in a 2,048-token llama.cpp run): the call is
+    a request of its own (the previous summary and the turns left out, cut to fit, code and
+    numbers quoted with their turn), without the conversation's cache key, and its summary
+    is stored and sent."""
+    conversation = await chat.editor.create(OWNER, "summed")
+    upstream.set_reply("The answer is 42 " * 200)  # cut at max_tokens: the whole reserve
+    upstream.forget_requests()
+    moved, _ = await until_a_move(chat, conversation.id, 0)
+    calls = [r for r in upstream.requests if is_summary_call(r)]
+    assert len(calls) == 1 and is_fallback_call(calls[0]), "the replay does not fit"
+    asked = wire(calls[0])
+    assert [m["role"] for m in asked] == ["system", "user"]
+    assert "message 1:" in asked[1]["content"] and "(turn 12)" in asked[1]["content"]
+    assert "prompt_cache_key" not in calls[0]["body"]
+    sends = [r for r in upstream.requests if not is_summary_call(r)]
+    assert all("prompt_cache_key" in r["body"] for r in sends)
+    # The window holds the fallback request and its answer.
+    assert upstream.count_chat(calls[0]["body"]["messages"]) + 200 <= 4096
+    (summary,) = await chat.reader.summaries(OWNER, conversation.id)
+    assert summary.fallback and summary.version == 1 and moved.fit_summary == 1
+    assert summary.last_seq == (moved.fit_left_out or [])[-1][1]
+    assert summary.prompt_tokens and summary.prompt_tokens > 0
+    assert wire(upstream.requests[-1])[3]["content"] == f"{HEADING}\n\n{summary.content}"
+    kinds = await chat.db.read(lambda session: list(session.exec(select(GatewayCall.kind)).all()))
+    assert kinds.count("summary") == 1
+    # The next move starts from it: the previous summary is in the next fallback request.
+    upstream.forget_requests()
+    again, _ = await until_a_move(chat, conversation.id, 40)
+    (call,) = [r for r in upstream.requests if is_summary_call(r)]
+    assert is_fallback_call(call) and summary.content in wire(call)[1]["content"]
+    assert again.fit_summary == 2
+
+
+@pytest.mark.settings(extra=SUMMARIZING + TOOLED, **SERVICE, rate_limit_messages=0)
+async def test_a_tool_call_in_answer_to_the_replay_falls_back_to_the_uncached_call(
+    chat: ChatJobs, upstream: FakeUpstream
+) -> None:
+    """The replay offers the tools; quoting turns that asked for one ("please use tool",
+    after a failed summary call), it is answered with a tool call (as the fake does): the
+    move then makes the uncached call, without tools, and stores its summary."""
+    conversation = await chat.editor.create(OWNER, "summed-tools")
+    summaries: list[Any] = []
+    failed, before = False, 0
+    for index in range(40):
+        ask = "please use tool. " if not failed else "no tools now. "
+        text = f"message {index}: {ask}" + "lorem ipsum " * 40
+        user, _ = await say(chat, conversation.id, text)
+        summaries = await chat.reader.summaries(OWNER, conversation.id)
+        if user.fit_cut_moved and summaries and not failed:
+            upstream.fail_next(400)  # the next move's summary call fails: a gap
+            failed, before = True, len(summaries)
+            upstream.forget_requests()
+        elif failed and len(summaries) > before:
+            break
+    assert failed and len(summaries) > before
+    asked = [r for r in upstream.requests if is_summary_call(r)]
+    replays = [r for r in asked if not is_fallback_call(r)]
+    assert replays and all(r["body"].get("tools") for r in replays)
+    assert any("please use tool" in wire(r)[-1]["content"] for r in replays)
+    fallbacks = [r for r in asked if is_fallback_call(r)]
+    assert fallbacks and not any(r["body"].get("tools") for r in fallbacks)
+    assert summaries[-1].fallback

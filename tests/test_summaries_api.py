@@ -41,7 +41,9 @@ async def test_summaries_are_shown_edited_and_switched_off(
     assert len(summaries) >= 2 and data["summarize"] is None
     assert set(summaries[0]) == {
         *("id", "version", "covers", "content", "model", "tokens", "created_at", "edited"),
+        "fallback",
     }
+    assert summaries[0]["fallback"] is False, "the replay fits: served from the cache"
     assert [s["version"] for s in summaries] == list(range(1, len(summaries) + 1))
     assert summaries[0]["covers"][0] == 3 and summaries[-1]["edited"] is False
     carried = [m["fit"]["summary"] for m in data["messages"] if m["role"] == "user"]
@@ -81,11 +83,6 @@ async def test_an_export_its_import_and_the_admin_review_carry_the_summaries(
     client: AsyncTestClient, settings: Settings
 ) -> None:
     data = await summarized(client)
-    async with api_client(settings, "root", admin=True) as admin:
-        review = await admin.get(f"/admin/c/{data['id']}")
-    assert review.status_code == 200
-    assert "Summaries of what the cut left out" in review.text
-    assert html.escape(data["summaries"][-1]["content"], quote=False) in review.text
     exported = await client.get(f"/api/conversations/{data['id']}/export")
     document = json.loads(exported.content)
     assert [s["content"] for s in document["summaries"]] == [
@@ -94,10 +91,24 @@ async def test_an_export_its_import_and_the_admin_review_carry_the_summaries(
     imported = await client.post("/api/conversations/import", content=exported.content)
     assert imported.status_code == 201, imported.text
     again = (await client.get(f"/api/conversations/{imported.json()['id']}")).json()
-    keys = ("version", "covers", "content", "model", "tokens", "edited")
+    keys = ("version", "covers", "content", "model", "tokens", "edited", "fallback")
     assert [{k: s[k] for k in keys} for s in again["summaries"]] == [
         {k: s[k] for k in keys} for s in data["summaries"]
     ]
+    # A summary written by the uncached fallback stays marked as such, and the review says it.
+    marked = {**document, "summaries": [{**document["summaries"][0], "fallback": True}]}
+    imported = await client.post("/api/conversations/import", content=json.dumps(marked))
+    assert imported.status_code == 201, imported.text
+    again = (await client.get(f"/api/conversations/{imported.json()['id']}")).json()
+    assert [s["fallback"] for s in again["summaries"]] == [True]
+    async with api_client(settings, "root", admin=True) as admin:
+        review = await admin.get(f"/admin/c/{data['id']}")
+        marked_review = await admin.get(f"/admin/c/{imported.json()['id']}")
+    assert review.status_code == 200
+    assert "Summaries of what the cut left out" in review.text
+    assert html.escape(data["summaries"][-1]["content"], quote=False) in review.text
+    assert "(uncached)" not in review.text
+    assert marked_review.status_code == 200 and "(uncached)" in marked_review.text
     for bad in ("no", [{"version": 1}], [{"version": 1, "covers": [3, 9999], "content": "x"}]):
         broken = {**document, "summaries": bad}
         refused = await client.post("/api/conversations/import", content=json.dumps(broken))

@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from webapp.llm import clearing
 from webapp.llm.estimator import estimate_message
 from webapp.llm.providers.base import Message
 from webapp.llm.window import FitResult, Span, SummarySlot, Transcript, split_turns
@@ -69,7 +70,8 @@ def replay(transcript: Transcript) -> list[Message]:
     """The request the previous send of the branch made, and its answer: what the engine
     has just cached. While the cut held, that is this transcript less its newest turn, cut
     where the previous send cut it: the preamble, the head, a summary slot that holds one,
-    pinned turns and every turn from `keep_from` on."""
+    pinned turns and every turn from `keep_from` on, with the tool results it cleared
+    (before `cleared_through`) as their stubs."""
     messages = transcript.messages
     preamble, turns = split_turns(messages)
     pinned = set(transcript.pinned)
@@ -82,7 +84,15 @@ def replay(transcript: Transcript) -> list[Message]:
             continue
         if t == 0 or is_slot or first in pinned or first >= transcript.keep_from:
             kept += turn
-    return [messages[i] for i in kept]
+    # Tool results the previous send carried as stubs are replayed as those stubs.
+    through = transcript.cleared_through if transcript.clear_keep is not None else 0
+    sizes = transcript.sizes() if through else ()
+    return [
+        clearing.stub(messages[i], sizes[i])
+        if i < through and messages[i].get("role") == "tool"
+        else messages[i]
+        for i in kept
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +125,22 @@ def folding(
     prior = positions.prior_turns
     user_seqs = sorted(s for s in prior if s >= first_seq)
     folded = [s for s in user_seqs if s <= last_seq]
-    if not folded:
+    after = [s for s in user_seqs if s > last_seq]
+    if folded:
+        turns = prior[folded[0]] + 1, prior[folded[-1]] + 1
+    elif after and prior[after[0]] > 1:
+        # The folded turns were not read: a step of the previous turn moved the cut past
+        # them after its first request. They end right before the first turn read after
+        # them; the call quotes them from the store (the replayed request lacks them).
+        turns = 2, prior[after[0]]
+    else:
         return None
     following = [i for i, s in enumerate(positions.seqs) if s is not None and s > last_seq]
     first_kept = None
     if following:
         text = transcript.messages[following[0]].get("content")
         first_kept = text[:40] if isinstance(text, str) else None
-    return Folding((first_seq, last_seq), prior[folded[0]] + 1, prior[folded[-1]] + 1, first_kept)
+    return Folding((first_seq, last_seq), *turns, first_kept)
 
 
 def instruction(
@@ -229,3 +247,42 @@ def squeezed(gap: Sequence[tuple[int, str, str]], chars: int) -> list[tuple[int,
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+FALLBACK_SYSTEM = "You write summaries of conversations, for the model that continues them."
+
+
+def fallback_request(
+    fold: Folding,
+    *,
+    tokens: int,
+    previous: str | None,
+    turns: Sequence[tuple[int, str, str]],
+) -> list[Message]:
+    """The summary call for a move whose replayed request cannot fit the window (it leaves
+    too little room for the instruction and the summary): a request of its own, which the
+    engine's cache cannot serve, holding the previous summary and the turns the move left
+    out, (turn number, question, answer) already cut to fit (`squeezed`). It asks the same
+    as `instruction`: code, JSON, numbers and exact values quoted with their turn."""
+    words = max(20, tokens * 3 // 4)
+    parts = [
+        f"Summarize turns {fold.first_turn} to {fold.last_turn} of a conversation (user "
+        "messages counted from 1), merged with the earlier summary if there is one; your "
+        "summary will replace them and it."
+    ]
+    if previous:
+        parts.append("The earlier summary:\n\n" + previous)
+    quoted = "\n\n".join(
+        f"Turn {number}, user: {question}\nTurn {number}, assistant: {answer}"
+        for number, question, answer in turns
+    )
+    parts.append("The turns:\n\n" + (quoted or "(none could be shown)"))
+    parts.append(
+        "Keep facts, decisions, names, open questions and requests. Quote code, JSON, "
+        "numbers and exact values verbatim in backticks, each with its turn, as (turn 12); "
+        f"never paraphrase them. At most about {words} words; answer with the summary only."
+    )
+    return [
+        {"role": "system", "content": FALLBACK_SYSTEM},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]

@@ -17,6 +17,7 @@ PostgreSQL, by a notice). Its writes go through the process's one
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -450,19 +451,18 @@ class AnswerWriter:
         if isinstance(planned, RoutingError):
             raise planned
         progress.trying = planned.fit.model
-        if self._summarizer is not None and progress.earlier is None:
-            # A move of the cut folds what it left out into the summary first (briefly).
-            summarized = await self._summarizer.at_send(user, planned)
-            if summarized is not planned and summarized.transcript.summary is not None:
-                user = updated(user, {"fit_summary": summarized.transcript.summary.version})
-                planned = summarized
+        tooled = bool(planned.route.configuration.tools)
+        if not tooled:
+            user, planned = await self._summarized(user, planned, progress)
         channel.publish(Event("fit", message_dict(user)))
         seconds = self._settings.file_read_seconds
         planned = await with_pictures(self._db, self._manager, planned, seconds)
-        if planned.route.configuration.tools:
+        if tooled:
             approve = self._asker(answer_id, channel) if answer_id is not None else None
             if await self._answer_with_tools(user, planned, progress, channel, sent, approve):
                 return
+            # No tool could be offered: the send goes as one without tools.
+            user, planned = await self._summarized(user, planned, progress)
         async for event in self._manager.stream(planned, sent):
             if isinstance(event, Counted):
                 await self._db.write(_store_counts, event.tokenizer, event.counts)
@@ -479,6 +479,19 @@ class AnswerWriter:
                 channel.publish(Event("delta", {"text": event.text}, id=str(progress.length)))
             else:
                 progress.finished = event
+
+    async def _summarized(
+        self, user: Message, planned: Plan, progress: Progress
+    ) -> tuple[Message, Plan]:
+        """A move of the cut folds what it left out into the summary first (briefly), for
+        the fit the first request will be sent with."""
+        if self._summarizer is None or progress.earlier is not None:
+            return user, planned
+        summarized = await self._summarizer.at_send(user, planned)
+        if summarized is not planned and summarized.transcript.summary is not None:
+            user = updated(user, {"fit_summary": summarized.transcript.summary.version})
+            return user, summarized
+        return user, planned
 
     async def _refitted(
         self, user: Message, fit: FitResult, planned: Plan, progress: Progress, channel: Channel
@@ -514,6 +527,20 @@ class AnswerWriter:
         toolset = await gather(self._tools, configuration.tools, catalog.mcp_servers)
         if not toolset:
             return False
+        # The first step's fit, with the tools' schemas (the plan was made before they were
+        # known): a move it makes is the one the summary folds.
+        offered = toolset.tools if configuration.max_tool_steps > 1 else None
+        first = self._manager.fit_for(
+            planned.route,
+            planned.route.primary,
+            planned.transcript,
+            caller=planned.caller,
+            tools=offered,
+            max_tokens=planned.max_tokens,
+        )
+        planned = dataclasses.replace(planned, fit=first, tools=offered)
+        user = await self._refitted(user, first, planned, progress, channel)
+        user, planned = await self._summarized(user, planned, progress)
         if sent is not None:
             sent()
         steps = run_tools(

@@ -26,11 +26,13 @@ from webapp.chat.stored.models import REPLAYABLE, Message, Summary
 from webapp.chat.stored.rows import set_columns
 from webapp.chat.stored.summaries import add_version, on_branch
 from webapp.db import Database
-from webapp.llm.estimator import estimate_message, estimate_text
+from webapp.llm.catalog import ModelSpec
+from webapp.llm.estimator import estimate_message, estimate_text, estimate_tools
 from webapp.llm.manager import LLMManager, Plan, cache_marks
-from webapp.llm.providers.base import CallInfo
+from webapp.llm.providers.base import CallInfo, ChatResult
 from webapp.llm.summaries import (
     Folding,
+    fallback_request,
     folding,
     instruction,
     replay,
@@ -126,13 +128,16 @@ class Summarizer:
         factor = self._manager.calibrator.factor(model.name, planned.caller)
         window = self._manager.serving(model).window
         bare = [*replayed, instruction(fold, tokens=tokens, base=base)]
-        used = math.ceil(sum(estimate_message(m) for m in bare) * factor)
+        # The tools the previous request offered go again: engines render them at the very
+        # start of the prompt, so without them nothing of the cached request would match.
+        tools = planned.tools
+        used = math.ceil((sum(estimate_message(m) for m in bare) + estimate_tools(tools)) * factor)
         free = window - used - math.ceil(window * SAFETY_FRACTION)
         least = summary_tokens(route.configuration.summary_max_tokens, fit.budget) // 4
         tokens = min(tokens, free if not gap else max(least, free // 2))
         if tokens < least:
-            log.warning("the summary call does not fit the window of %s", model.name)
-            return None
+            # The replay leaves too little room: an uncached call of its own instead.
+            return await self._fallback(planned, fold, conversation_id, model, window, factor)
         if gap:
             room = (free - tokens) * CHARS_PER_TOKEN
             gap = squeezed(gap, room)
@@ -148,8 +153,79 @@ class Summarizer:
             cache_key=planned.cache_key,
         )
         answer = await self._manager.provider_for(model).chat(
+            model.model_id, asked, max_tokens=tokens, tools=tools, info=info
+        )
+        if answer.tool_calls and not answer.content.strip():
+            # Offered the tools (for the cache's sake), the model called one instead of
+            # summarizing: a call of its own, without them.
+            log.info("the summary call was answered with a tool call: an uncached call")
+            return await self._fallback(planned, fold, conversation_id, model, window, factor)
+        return await self._store(planned, fold, conversation_id, model.name, answer)
+
+    async def _fallback(
+        self,
+        planned: Plan,
+        fold: Folding,
+        conversation_id: str,
+        model: ModelSpec,
+        window: int,
+        factor: float,
+    ) -> Summary | None:
+        """The summary call when the replayed request cannot fit: the previous summary and
+        the turns the move left out, cut to fit, in a request of its own. It carries no
+        cache key: it would only push the conversation's prompt out of its slot."""
+        transcript, fit, route = planned.transcript, planned.fit, planned.route
+        positions = transcript.positions
+        assert positions is not None, "a fold has positions"
+        branch = Branch(positions.runs)
+        previous, turns = await self._db.read(_left_out, conversation_id, branch, fold)
+        tokens = summary_tokens(route.configuration.summary_max_tokens, fit.budget)
+        bare = fallback_request(fold, tokens=tokens, previous=previous, turns=())
+        used = math.ceil(sum(estimate_message(m) for m in bare) * factor)
+        free = window - used - math.ceil(window * SAFETY_FRACTION) - tokens
+        if free <= 0:
+            log.warning("the summary call does not fit the window of %s", model.name)
+            return None
+        chars = math.floor(free / factor) * CHARS_PER_TOKEN
+        while True:
+            asked = fallback_request(
+                fold, tokens=tokens, previous=previous, turns=squeezed(turns, chars)
+            )
+            size = math.ceil(sum(estimate_message(m) for m in asked) * factor)
+            if size + tokens + math.ceil(window * SAFETY_FRACTION) <= window:
+                break
+            if chars < 200:
+                log.warning("the summary call does not fit the window of %s", model.name)
+                return None
+            chars //= 2  # the guess of characters per token was high for this text
+        info = CallInfo(
+            model=model.name,
+            window=model.window,
+            budget=fit.budget,
+            estimated_tokens=size,
+            dropped_turns=0,
+            reserve=tokens,
+        )
+        log.info("the summary call replays too much for %s: an uncached call", model.name)
+        answer = await self._manager.provider_for(model).chat(
             model.model_id, asked, max_tokens=tokens, info=info
         )
+        return await self._store(planned, fold, conversation_id, model.name, answer, fallback=True)
+
+    async def _store(
+        self,
+        planned: Plan,
+        fold: Folding,
+        conversation_id: str,
+        model_name: str,
+        answer: ChatResult,
+        *,
+        fallback: bool = False,
+    ) -> Summary | None:
+        """Store the call's answer as the branch's new version (None: it answered nothing)."""
+        positions = planned.transcript.positions
+        assert positions is not None, "a fold has positions"
+        branch = Branch(positions.runs)
         content = answer.content.strip()
         if not content:
             log.warning("the summary call answered nothing")
@@ -159,12 +235,13 @@ class Summarizer:
             "first_seq": fold.covers[0],
             "last_seq": fold.covers[1],
             "content": content,
-            "model": model.name,
+            "model": model_name,
             "tokens": usage.completion_tokens if usage else estimate_text(content),
             "prompt_tokens": usage.prompt_tokens if usage else None,
             "cached_tokens": usage.cached_tokens if usage else None,
             "evaluated_tokens": usage.evaluated if usage else None,
             "created_at": utcnow(),
+            "fallback": fallback,
         }
         stored: Summary = await self._db.write(
             _store, planned.caller, conversation_id, branch, values
@@ -232,3 +309,52 @@ def _base_and_gap(
             break
         gap.append(((row.prior_turns or 0) + 1, row.content, answer.content))
     return base, gap
+
+
+def _left_out(
+    session: Session, conversation_id: str, branch: Branch, fold: Folding
+) -> tuple[str | None, list[tuple[int, str, str]]]:
+    """For the fallback call: the newest summary's text on the branch (None: none yet) and
+    the turns from its end through what the move left out, each (turn number, question,
+    answer), the answer with its tool steps' results named and quoted; pins left alone."""
+    connection = session.connection()
+    known = on_branch(connection, conversation_id, branch)
+    newest = known[-1] if known else None
+    since = max(newest.last_seq + 1 if newest is not None else 0, fold.covers[0])
+    rows = connection.execute(
+        select(
+            col(Message.seq),
+            col(Message.role),
+            col(Message.content),
+            col(Message.pinned),
+            col(Message.prior_turns),
+            col(Message.tool_name),
+        )
+        .where(
+            col(Message.conversation_id) == conversation_id,
+            col(Message.seq) >= since,
+            col(Message.seq) <= fold.covers[1],
+        )
+        .order_by(col(Message.seq))
+    ).all()
+    turns: list[tuple[int, str, list[str]]] = []
+    skipping = False
+    size = 0
+    for row in rows:
+        if row.seq not in branch:
+            continue
+        if row.role == "user":
+            skipping = bool(row.pinned)
+            if not skipping:
+                turns.append(((row.prior_turns or 0) + 1, row.content, []))
+        elif turns and not skipping and row.content:
+            text = row.content
+            if row.role == "tool":
+                text = f"(result of tool {row.tool_name}: {text})"
+            turns[-1][2].append(text)
+        size += len(row.content or "")
+        if size > GAP_CHARS * 4:
+            break
+    return (newest.content if newest is not None else None), [
+        (number, question, "\n".join(answer)) for number, question, answer in turns
+    ]

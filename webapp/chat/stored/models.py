@@ -338,3 +338,8 @@ class Summary(SQLModel, table=True):
     edited: bool = Field(
         default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
     )
+    fallback: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, default=False, server_default="0")
+    )
+    """Written by the uncached fallback call (the replayed request could not fit the window):
+    its prompt was the previous summary and the turns left out, not the engine's cache."""

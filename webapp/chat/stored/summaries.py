@@ -79,6 +79,7 @@ def summary_dict(row: Summary) -> dict[str, Any]:
         "tokens": row.tokens,
         "created_at": _iso(row.created_at),
         "edited": bool(row.edited),
+        "fallback": bool(row.fallback),
     }
 
 

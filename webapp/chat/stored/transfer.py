@@ -605,6 +605,7 @@ def _summaries(value: object, messages: int) -> list[dict[str, Any]]:
         model = _field(where, data, "model", (str,), null=True)
         tokens = _field(where, data, "tokens", (int,), null=True)
         edited = _field(where, data, "edited", (bool,), null=True)
+        fallback = _field(where, data, "fallback", (bool,), null=True)
         if not content or (model is not None and len(model) > 100):
             raise InvalidInput(
                 f"{where} needs its text, and a model name of at most 100 characters"
@@ -618,6 +619,7 @@ def _summaries(value: object, messages: int) -> list[dict[str, Any]]:
                 "model": model,
                 "tokens": max(0, tokens or 0),
                 "edited": bool(edited),
+                "fallback": bool(fallback),
                 "created_at": _time(where, data, "created_at") or datetime.now(UTC),
             }
         )
