@@ -1,5 +1,5 @@
 """A text file's and a PDF's tokens counted with the serving model's own tokenizer, as
-typed text is (DESIGN sections 7 and 12): against the fake engine counting with Qwen's
+typed text is (docs/design.md sections 7 and 12): against the fake engine counting with Qwen's
 vocabulary over real HTTP, on SQLite and PostgreSQL. The chip, the send's attachments
 and the size check read one count per file and tokenizer, made once and kept on the
 file's row; until a tokenizer has counted a file, its estimate (which errs high) sizes

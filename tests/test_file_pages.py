@@ -1,4 +1,4 @@
-"""The page's routes for files (DESIGN section 12): the composer's chip names a file
+"""The page's routes for files (docs/design.md section 12): the composer's chip names a file
 and counts it for the conversation's model (the owner's files only); the page send and
 the meter carry the chips' ids; a picture to a model that cannot see is a 400 fragment
 naming the configurations that can, with nothing stored."""

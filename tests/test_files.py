@@ -1,4 +1,4 @@
-"""The files API (DESIGN section 12), on SQLite and PostgreSQL: an upload is told by its
+"""The files API (docs/design.md section 12), on SQLite and PostgreSQL: an upload is told by its
 bytes, kept once per owner and content, stripped of its metadata and served back only to
 its owner and to admins; every bad file is a 4xx naming it, with nothing stored; reading
 a large picture and PDF never stalls the event loop."""

@@ -1,4 +1,4 @@
-"""Pictures through the /v1 gateway made ready as the chat's are (DESIGN section 12),
+"""Pictures through the /v1 gateway made ready as the chat's are (docs/design.md section 12),
 against the fake upstream over HTTP on SQLite and PostgreSQL: scaled to the provider's
 largest, stripped of their EXIF (a GPS position), counted at the size sent, read off the
 event loop; a picture that lies about itself, a decompression bomb or an SVG is OpenAI's

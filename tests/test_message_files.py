@@ -1,4 +1,4 @@
-"""Messages made of parts (DESIGN section 12), on SQLite and PostgreSQL through the fake
+"""Messages made of parts (docs/design.md section 12), on SQLite and PostgreSQL through the fake
 upstream over HTTP: a message carries the caller's files, text and PDFs as text under
 their names and pictures as image parts, each counted by the serving model's rule; a
 picture goes only to models that see; a turn's files go where the cut puts the turn,

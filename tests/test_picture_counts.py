@@ -1,5 +1,5 @@
 """The typed text of a message with pictures counted by the serving model's tokenizer,
-its pictures by the provider's rule (DESIGN section 12): against the fake engine counting
+its pictures by the provider's rule (docs/design.md section 12): against the fake engine counting
 with Qwen's vocabulary over real HTTP, on SQLite and PostgreSQL. The fit of a message
 with a picture is its text's exact count, plus the picture's rule, plus the template
 overhead; and a prompt that carries a picture teaches neither the per-message overhead

@@ -79,7 +79,7 @@ def test_allow_and_deny_show_only_while_the_call_waits_on_a_streaming_answer() -
 
 @dataclass
 class StepRow:
-    """A stored step row in DESIGN section 13's shape (the columns come with the tool
+    """A stored step row in docs/design.md section 13's shape (the columns come with the tool
     store's migration): an assistant row with `tool_calls`, or a `tool` row."""
 
     role: str

@@ -1,4 +1,4 @@
-"""Pictures and documents on the wire (DESIGN section 12): the fakes take the parts the
+"""Pictures and documents on the wire (docs/design.md section 12): the fakes take the parts the
 vendors' official SDKs build (`anthropic`'s `image` and `document` blocks, `google-genai`'s
 `inlineData` part, `openai`'s `image_url` part), and the app's providers send a picture
 exactly as the SDK would."""
